@@ -1,0 +1,234 @@
+"""The event vocabulary shared by the engine, the UI, the recorder, replay and bench.
+
+Pure Python on purpose: replay, the UI and exports import this module on machines
+where torch is not installed. Every event is a frozen, JSON-able dataclass;
+:func:`to_json` / :func:`from_json` round-trip them exactly.
+
+Token provenance (the paper's names, as in vLLM's rejection sampler):
+
+* ``accepted``  – drafted by the proposer and kept by the target's verification.
+* ``resampled`` – drawn from norm(max(p − q, 0)) after the first rejected draft.
+* ``bonus``     – drawn from p after every draft of the step was accepted.
+* ``target``    – an ordinary target sample (a step that proposed no drafts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+TOKEN_KINDS = ("accepted", "resampled", "bonus", "target")
+FINISH_REASONS = ("eos", "stop", "length", "context", "cancelled", "error")
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One of the target's most likely tokens at a position (after warping)."""
+
+    id: int
+    p: float
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Token:
+    """One emitted token and the evidence behind it.
+
+    ``p`` is the target's (warped) probability of this token at its position,
+    ``q`` the proposer's probability for an accepted draft (1.0 for n-gram drafts).
+    For a ``resampled`` token, ``rejected_id`` / ``rejected_p`` / ``rejected_q`` describe
+    the draft that was rejected there (acceptance probability min(1, p/q)).
+    ``text`` is filled by the chat layer (the engine works in ids).
+    """
+
+    id: int
+    kind: str
+    p: float | None = None
+    q: float | None = None
+    alternatives: tuple[Alternative, ...] = ()
+    rejected_id: int | None = None
+    rejected_p: float | None = None
+    rejected_q: float | None = None
+    text: str = ""
+
+    @property
+    def acceptance_probability(self) -> float | None:
+        """min(1, p/q) for the draft judged at this position (accepted or rejected)."""
+        if self.kind == "accepted" and self.p is not None and self.q:
+            return min(1.0, self.p / self.q)
+        if self.kind == "resampled" and self.rejected_p is not None and self.rejected_q:
+            return min(1.0, self.rejected_p / self.rejected_q)
+        return None
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What one engine step cost and achieved. Times are wall-clock milliseconds,
+    measured with device synchronisation on CUDA.
+
+    num_speculative_tokens: γ asked of the proposer this step (0 = a plain step).
+    num_draft_tokens: drafts actually proposed (≤ γ; n-gram lookup may find fewer).
+    num_accepted_tokens: leading drafts the target kept (bonus excluded).
+    alpha_sum / alpha_count: Σ over verified draft positions of Σ_x min(p(x), q(x))
+        (for point-mass drafts: p of the drafted token); their ratio estimates α.
+    draft_forwards: draft-model forward passes this step (0 for n-gram).
+    draft_ms: time spent proposing. verify_ms: the target forward over k+1 tokens.
+    total_ms: the whole step, sampling and bookkeeping included.
+    prefill_ms / prefill_tokens / reused_tokens: only on a turn's first step: the
+        prompt tokens run through the target and those whose KV cache was reused.
+    predicted_gain: the controller's predicted tokens per unit of plain-step time for
+        the γ it chose (None for a fixed γ).
+    """
+
+    num_speculative_tokens: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    alpha_sum: float = 0.0
+    alpha_count: int = 0
+    draft_forwards: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    total_ms: float = 0.0
+    prefill_ms: float = 0.0
+    prefill_tokens: int = 0
+    reused_tokens: int = 0
+    predicted_gain: float | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One propose → verify → accept/resample/bonus round of the engine."""
+
+    tokens: tuple[Token, ...]
+    stats: StepStats
+    finish_reason: str | None = None
+
+
+# --- chat-level events: what the UI, the recorder and replay consume -------------
+
+
+@dataclass(frozen=True)
+class SessionHeader:
+    """First record of a session: everything needed to interpret (and replay) it."""
+
+    specchat_version: str
+    profile: dict[str, Any]
+    models: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    """Model loading progress; total 0 means indeterminate."""
+
+    stage: str
+    done: float = 0.0
+    total: float = 0.0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    profile_name: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    turn: int
+    text: str
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    turn: int
+    prompt_tokens: int
+    num_speculative_tokens: int | str = 0
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """A step of a turn, tokens carrying text. ``t`` is seconds since the turn started."""
+
+    turn: int
+    step: Step
+    t: float
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    turn: int
+    finish_reason: str
+    text: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class ProfileSwitched:
+    name: str
+
+
+@dataclass(frozen=True)
+class ChatReset:
+    """The user started a new chat: history cleared."""
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    message: str
+    turn: int | None = None
+
+
+EVENT_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        SessionHeader,
+        LoadProgress,
+        Loaded,
+        UserMessage,
+        TurnStarted,
+        StepEvent,
+        TurnFinished,
+        ProfileSwitched,
+        ChatReset,
+        ErrorEvent,
+    )
+}
+
+
+def to_json(event: Any) -> dict[str, Any]:
+    """A JSON-able dict with a ``type`` key naming the event class."""
+    data = dataclasses.asdict(event)
+    data["type"] = type(event).__name__
+    return data
+
+
+def _token_from(d: dict[str, Any]) -> Token:
+    alts = tuple(Alternative(**a) for a in d.get("alternatives", ()))
+    return Token(**{**d, "alternatives": alts})
+
+
+def _step_from(d: dict[str, Any]) -> Step:
+    return Step(
+        tokens=tuple(_token_from(t) for t in d["tokens"]),
+        stats=StepStats(**d["stats"]),
+        finish_reason=d.get("finish_reason"),
+    )
+
+
+def from_json(data: dict[str, Any]) -> Any:
+    """Inverse of :func:`to_json`. Raises ``ValueError`` on an unknown or malformed record."""
+    data = dict(data)
+    name = data.pop("type", None)
+    cls = EVENT_TYPES.get(name)  # type: ignore[arg-type]
+    if cls is None:
+        raise ValueError(f"unknown event type {name!r}")
+    try:
+        if cls is StepEvent:
+            return StepEvent(turn=data["turn"], step=_step_from(data["step"]), t=data["t"])
+        return cls(**data)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed {name} record: {exc}") from None

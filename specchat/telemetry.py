@@ -1,0 +1,290 @@
+"""Speculation telemetry and the α/c cost model. Pure Python (no torch).
+
+The engine feeds every step's :class:`~specchat.events.StepStats` into a
+:class:`Telemetry`; replay feeds the recorded ones into another and gets the same
+figures. Definitions (vLLM's names where vLLM has one):
+
+* ``num_drafts``: steps that proposed at least one draft token.
+* ``num_draft_tokens``: draft tokens proposed; ``num_accepted_tokens``: those kept.
+* ``acceptance_histogram[n]``: drafting steps that kept exactly n drafts (bonus excluded).
+* ``per_position_acceptance[i]``: of the drafting steps that proposed a token at
+  position i (0-based), the fraction that kept it.
+* ``mean_acceptance_length`` = 1 + num_accepted_tokens / num_drafts: tokens emitted
+  per verification step, the bonus/resampled token included.
+* ``draft_acceptance_rate`` = num_accepted_tokens / num_draft_tokens.
+* ``alpha``: mean over verified draft positions of Σ_x min(p(x), q(x)) (for point-mass
+  drafts, p of the drafted token) — the paper's α, measured. ``alpha_empirical``: the
+  fraction of verified positions whose draft was accepted.
+* ``target_token_ms``: mean target forward time of plain steps (one token fed).
+* ``draft_forward_ms``: mean time of one draft-model forward (n-gram: proposal time).
+* ``cost_ratio`` c = draft_forward_ms / target_token_ms.
+* ``verify_cost[k]`` v(k) = mean target time to verify k drafts (k+1 tokens) / target_token_ms.
+* ``expected_tokens_per_round`` E(γ) = (1 − α^(γ+1)) / (1 − α).
+* ``predicted_speedup_paper`` = E / (γ·c + 1); ``predicted_speedup`` = E / (γ·c + v(γ)).
+* ``breakeven``: α > c (some γ then speeds up, by at least (1 + α)/(1 + c): ``speedup_lower_bound``).
+* ``best_gamma``: the γ in 1..max that maximises predicted_speedup (0 if none beats 1).
+* ``arithmetic_increase`` = (1 − α)(γ·c + γ + 1) / (1 − α^(γ+1)).
+* ``tokens_per_s``: emitted tokens / wall time of the steps (prefill excluded);
+  ``rolling_tokens_per_s`` the same over the last ``window`` steps;
+  ``measured_speedup``: tokens_per_s over the plain-step rate (1000 / mean plain-step ms).
+* ``ttft_ms``: prefill plus first step of the latest turn.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specchat.events import StepStats
+
+
+def expected_tokens_per_round(alpha: float, gamma: int) -> float:
+    """E(γ) = (1 − α^(γ+1)) / (1 − α) = 1 + α + … + α^γ (tokens per target pass)."""
+    if gamma <= 0:
+        return 1.0
+    if alpha >= 1.0:
+        return float(gamma + 1)
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, gamma: int, cost_ratio: float, verify_cost: float = 1.0) -> float:
+    """E(γ) / (γ·c + v(γ)); with v = 1 this is the paper's E / (γ·c + 1)."""
+    return expected_tokens_per_round(alpha, gamma) / (gamma * cost_ratio + verify_cost)
+
+
+def arithmetic_increase(alpha: float, gamma: int, cost_ratio: float) -> float:
+    """(1 − α)(γ·c + γ + 1) / (1 − α^(γ+1)): extra arithmetic per emitted token."""
+    if alpha >= 1.0:
+        return (gamma * cost_ratio + gamma + 1) / (gamma + 1)
+    return (1.0 - alpha) * (gamma * cost_ratio + gamma + 1) / (1.0 - alpha ** (gamma + 1))
+
+
+def fit_verify_cost(measured: dict[int, float], k: int) -> float:
+    """v(k) from measured points: the mean where measured, else a line through (0, 1)
+    fitted by least squares to the measured points (1 when nothing is measured)."""
+    if k in measured:
+        return measured[k]
+    pts = [(kk, v) for kk, v in measured.items() if kk > 0]
+    if not pts:
+        return 1.0
+    slope = sum(kk * (v - 1.0) for kk, v in pts) / sum(kk * kk for kk, _ in pts)
+    return max(1.0, 1.0 + slope * k) if slope > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """The figures the panel, the recorder and bench show. See the module docstring."""
+
+    num_steps: int = 0
+    num_tokens: int = 0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    acceptance_histogram: tuple[int, ...] = ()
+    per_position_acceptance: tuple[float, ...] = ()
+    mean_acceptance_length: float = 0.0
+    draft_acceptance_rate: float = 0.0
+    alpha: float | None = None
+    alpha_empirical: float | None = None
+    target_token_ms: float | None = None
+    draft_forward_ms: float | None = None
+    cost_ratio: float | None = None
+    verify_cost: dict[int, float] = field(default_factory=dict)
+    gamma: float = 0.0
+    expected_tokens_per_round: float | None = None
+    predicted_speedup_paper: float | None = None
+    predicted_speedup: float | None = None
+    breakeven: bool | None = None
+    speedup_lower_bound: float | None = None
+    best_gamma: int | None = None
+    arithmetic_increase: float | None = None
+    tokens_per_s: float | None = None
+    rolling_tokens_per_s: float | None = None
+    plain_tokens_per_s: float | None = None
+    measured_speedup: float | None = None
+    ttft_ms: float | None = None
+    elapsed_ms: float = 0.0
+    gamma_history: tuple[int, ...] = ()
+    acceptance_history: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["verify_cost"] = {str(k): v for k, v in self.verify_cost.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MetricsSnapshot:
+        d = dict(d)
+        d["verify_cost"] = {int(k): v for k, v in d.get("verify_cost", {}).items()}
+        for key in ("acceptance_histogram", "per_position_acceptance", "gamma_history", "acceptance_history"):
+            d[key] = tuple(d.get(key, ()))
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+class _Mean:
+    __slots__ = ("total", "count")
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.count = 0
+
+    def add(self, value: float, count: int = 1) -> None:
+        self.total += value
+        self.count += count
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+class Telemetry:
+    """Accumulates :class:`StepStats` into a :class:`MetricsSnapshot`.
+
+    ``max_gamma`` sizes the histogram and bounds the ``best_gamma`` search.
+    ``history`` bounds the per-step sparkline series kept for the panel.
+    """
+
+    def __init__(self, max_gamma: int = 8, window: int = 32, history: int = 200) -> None:
+        self.max_gamma = max_gamma
+        self.window = window
+        self._history = history
+        self.reset()
+
+    def reset(self) -> None:
+        self.num_steps = 0
+        self.num_tokens = 0
+        self.num_drafts = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self.histogram: list[int] = [0] * (self.max_gamma + 1)
+        self.position_drafted: list[int] = [0] * self.max_gamma
+        self.position_accepted: list[int] = [0] * self.max_gamma
+        self.alpha = _Mean()
+        self.verified_positions = 0
+        self.plain_verify = _Mean()
+        self.plain_total = _Mean()
+        self.draft_forward = _Mean()
+        self.verify_by_k: dict[int, _Mean] = {}
+        self.gamma_used = _Mean()
+        self.elapsed_ms = 0.0
+        self.ttft_ms: float | None = None
+        self._recent: deque[tuple[int, float]] = deque(maxlen=self.window)
+        self._gamma_history: deque[int] = deque(maxlen=self._history)
+        self._acceptance_history: deque[float] = deque(maxlen=self._history)
+
+    def _grow(self, k: int) -> None:
+        if k > self.max_gamma:
+            extra = k - self.max_gamma
+            self.histogram += [0] * extra
+            self.position_drafted += [0] * extra
+            self.position_accepted += [0] * extra
+            self.max_gamma = k
+
+    def start_turn(self) -> None:
+        """Marks a new turn so the next step's time counts as time to first token."""
+        self.ttft_ms = None
+
+    def update(self, stats: StepStats, num_tokens: int) -> None:
+        """Adds one step that emitted ``num_tokens`` tokens."""
+        k, n = stats.num_draft_tokens, stats.num_accepted_tokens
+        self.num_steps += 1
+        self.num_tokens += num_tokens
+        self.elapsed_ms += stats.total_ms
+        if self.ttft_ms is None:
+            self.ttft_ms = stats.prefill_ms + stats.total_ms
+        self._recent.append((num_tokens, stats.total_ms))
+        self._gamma_history.append(k)
+        if k == 0:
+            self.plain_verify.add(stats.verify_ms)
+            self.plain_total.add(stats.total_ms)
+            return
+        self._grow(k)
+        self.num_drafts += 1
+        self.num_draft_tokens += k
+        self.num_accepted_tokens += n
+        self.histogram[n] += 1
+        for i in range(k):
+            self.position_drafted[i] += 1
+            if i < n:
+                self.position_accepted[i] += 1
+        self.alpha.add(stats.alpha_sum, stats.alpha_count)
+        self.verified_positions += min(k, n + 1)
+        self.gamma_used.add(k)
+        self._acceptance_history.append(n / k)
+        if stats.draft_forwards:
+            self.draft_forward.add(stats.draft_ms, stats.draft_forwards)
+        elif stats.draft_ms:
+            self.draft_forward.add(stats.draft_ms)
+        self.verify_by_k.setdefault(k, _Mean()).add(stats.verify_ms)
+
+    def snapshot(self) -> MetricsSnapshot:
+        t_plain = self.plain_verify.value
+        alpha = self.alpha.value
+        verified = self.verified_positions
+        alpha_emp = self.num_accepted_tokens / verified if verified else None
+        c = self.draft_forward.value / t_plain if (t_plain and self.draft_forward.value is not None) else None
+        verify_cost = (
+            {k: m.value / t_plain for k, m in sorted(self.verify_by_k.items()) if m.value is not None}
+            if t_plain
+            else {}
+        )
+        gamma_mean = self.gamma_used.value or 0.0
+        gamma = max(1, round(gamma_mean)) if gamma_mean else 0
+        expected = paper = cost_aware = lower = increase = None
+        best = None
+        breakeven = None
+        if alpha is not None and gamma:
+            expected = expected_tokens_per_round(alpha, gamma)
+        if alpha is not None and c is not None and gamma:
+            paper = predicted_speedup(alpha, gamma, c)
+            cost_aware = predicted_speedup(alpha, gamma, c, fit_verify_cost(verify_cost, gamma))
+            breakeven = alpha > c
+            lower = (1 + alpha) / (1 + c)
+            increase = arithmetic_increase(alpha, gamma, c)
+            best_value, best = 1.0, 0
+            for g in range(1, self.max_gamma + 1):
+                s = predicted_speedup(alpha, g, c, fit_verify_cost(verify_cost, g))
+                if s > best_value:
+                    best_value, best = s, g
+        tps = self.num_tokens / (self.elapsed_ms / 1000) if self.elapsed_ms > 0 else None
+        recent_ms = sum(ms for _, ms in self._recent)
+        rolling = sum(t for t, _ in self._recent) / (recent_ms / 1000) if recent_ms > 0 else None
+        plain_tps = 1000.0 / self.plain_total.value if self.plain_total.value else None
+        measured = tps / plain_tps if (tps and plain_tps) else None
+        drafted = self.position_drafted
+        per_pos = tuple(a / d for a, d in zip(self.position_accepted, drafted) if d)
+        return MetricsSnapshot(
+            num_steps=self.num_steps,
+            num_tokens=self.num_tokens,
+            num_drafts=self.num_drafts,
+            num_draft_tokens=self.num_draft_tokens,
+            num_accepted_tokens=self.num_accepted_tokens,
+            acceptance_histogram=tuple(self.histogram),
+            per_position_acceptance=per_pos,
+            mean_acceptance_length=(1 + self.num_accepted_tokens / self.num_drafts) if self.num_drafts else 0.0,
+            draft_acceptance_rate=(self.num_accepted_tokens / self.num_draft_tokens) if self.num_draft_tokens else 0.0,
+            alpha=alpha,
+            alpha_empirical=alpha_emp,
+            target_token_ms=t_plain,
+            draft_forward_ms=self.draft_forward.value,
+            cost_ratio=c,
+            verify_cost=verify_cost,
+            gamma=gamma_mean,
+            expected_tokens_per_round=expected,
+            predicted_speedup_paper=paper,
+            predicted_speedup=cost_aware,
+            breakeven=breakeven,
+            speedup_lower_bound=lower,
+            best_gamma=best,
+            arithmetic_increase=increase,
+            tokens_per_s=tps,
+            rolling_tokens_per_s=rolling,
+            plain_tokens_per_s=plain_tps,
+            measured_speedup=measured,
+            ttft_ms=self.ttft_ms,
+            elapsed_ms=self.elapsed_ms,
+            gamma_history=tuple(self._gamma_history),
+            acceptance_history=tuple(self._acceptance_history),
+        )
