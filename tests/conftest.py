@@ -1,0 +1,79 @@
+"""Shared fixtures: tiny offline models, profiles pointing at them, the embedded model."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tiny_models import build_tiny_model, build_tiny_tokenizer, write_tiny_profile  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _isolated_user_dirs(tmp_path_factory, monkeypatch):
+    """Keep the developer's own profiles, themes and sessions out of every test.
+
+    The cache dir is left alone on purpose: the converted embedded model lives
+    there and converting it takes ~40 s.
+    """
+    root = tmp_path_factory.mktemp("user")
+    monkeypatch.setenv("SPECCHAT_CONFIG_DIR", str(root / "config"))
+    monkeypatch.setenv("SPECCHAT_DATA_DIR", str(root / "data"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "error")
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("tiny_tokenizer")
+    build_tiny_tokenizer(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def _tiny_tokenizer(tiny_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, _tiny_tokenizer) -> Path:
+    """A 2-layer random Llama target with a ChatML tokenizer, as a local model dir."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_target"), seed=0, num_layers=2, tokenizer=_tiny_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_dir(tmp_path_factory, _tiny_tokenizer) -> Path:
+    """A 1-layer random Llama draft sharing the target's tokenizer."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_draft"), seed=1, num_layers=1, tokenizer=_tiny_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_profile_path(tmp_path_factory, tiny_model_dir, tiny_draft_dir) -> Path:
+    """A draft_model profile (γ=3, greedy, seed 0, 16 new tokens) on the tiny pair."""
+    path = tmp_path_factory.mktemp("profiles") / "tiny-draft.toml"
+    return write_tiny_profile(path, tiny_model_dir, tiny_draft_dir, method="draft_model")
+
+
+@pytest.fixture(scope="session")
+def tiny_ngram_profile_path(tmp_path_factory, tiny_model_dir) -> Path:
+    """An n-gram prompt-lookup profile on the tiny target."""
+    path = tmp_path_factory.mktemp("profiles") / "tiny-ngram.toml"
+    return write_tiny_profile(path, tiny_model_dir, method="ngram")
+
+
+@pytest.fixture(scope="session")
+def embedded_model_dir() -> Path:
+    """SmolLM2-135M-Instruct converted to safetensors, cached in the user cache dir.
+
+    The first run converts (~40 s); later runs reuse the cache. Conversion is
+    guarded by a file lock and an atomic rename, so xdist workers share one copy.
+    """
+    from specchat.loading.embedded import ensure_embedded_model
+
+    return ensure_embedded_model()
