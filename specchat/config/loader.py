@@ -1,0 +1,167 @@
+"""Finding, reading and merging profile files.
+
+Shipped profiles live in the package (``specchat/profiles``) or, in a source
+checkout, the repository's ``profiles/``; user profiles in ``<config dir>/profiles``
+add to them and override them by name. ``--profile`` takes a name or a path.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from .. import paths
+from ..errors import ProfileError, SpecchatError
+from .model import Profile
+from .schema import build_profile, check_keys, did_you_mean
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_PROFILE = "default"
+
+
+def profile_files() -> dict[str, Path]:
+    """Every available profile by name; user files override shipped ones."""
+    found: dict[str, Path] = {}
+    for directory in (paths.shipped_profiles_dir(), paths.user_profiles_dir()):
+        if directory.is_dir():
+            for file in sorted(directory.glob("*.toml")):
+                found[file.stem] = file
+    return dict(sorted(found.items()))
+
+
+def profile_names() -> list[str]:
+    return list(profile_files())
+
+
+def looks_like_path(name_or_path: str | Path) -> bool:
+    text = str(name_or_path)
+    return isinstance(name_or_path, Path) or "/" in text or "\\" in text or text.endswith(".toml")
+
+
+def find_profile(name_or_path: str | Path) -> Path:
+    """The file for a profile name or path; unknown names get a did-you-mean."""
+    if looks_like_path(name_or_path):
+        path = Path(name_or_path).expanduser()
+        if not path.is_file():
+            raise ProfileError("profile file not found", file=path,
+                               hint="check the path, or give a profile name (see `specchat profiles list`)")
+        return path
+    files = profile_files()
+    if name_or_path in files:
+        return files[name_or_path]
+    hint = did_you_mean(name_or_path, files) or ""
+    available = "available: " + ", ".join(files) if files else "no profiles found"
+    raise ProfileError(f"unknown profile '{name_or_path}'", key="--profile",
+                       hint=f"{hint} ({available})" if hint else available)
+
+
+def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
+    """Load, merge (``extends``) and validate one profile; raises ProfileError."""
+    file = find_profile(name_or_path)
+    merged = _read_chain(file, ())
+    texts = {}
+
+    def line_of(key_path):
+        text = texts.setdefault(file, _read_text(file))
+        return find_key_line(text, key_path)
+
+    return build_profile(file.stem, merged, file, line_of)
+
+
+def load_all_profiles() -> tuple[list[Profile], list[SpecchatError]]:
+    """Every available profile: (loaded, failed) — one bad file never hides the others."""
+    loaded, failed = [], []
+    for file in profile_files().values():
+        try:
+            loaded.append(load_profile(file))
+        except SpecchatError as error:
+            failed.append(error)
+    return loaded, failed
+
+
+def _read_chain(file: Path, seen: tuple[Path, ...]) -> dict:
+    """The file's tables merged over those of the profile it extends."""
+    resolved = file.resolve()
+    if resolved in seen:
+        chain = " → ".join(p.stem for p in seen + (resolved,))
+        raise ProfileError(f"'extends' forms a cycle ({chain})", file=file, key="extends",
+                           hint="remove 'extends' from one of these profiles")
+    text = _read_text(file)
+    raw = _parse(text, file)
+    check_keys(raw, file, lambda key_path: find_key_line(text, key_path))
+    parent_name = raw.pop("extends", None)
+    if parent_name is None:
+        return raw
+    try:
+        if looks_like_path(parent_name) and not Path(parent_name).is_absolute():
+            parent_file = find_profile(file.parent / parent_name)
+        else:
+            parent_file = find_profile(parent_name)
+            if parent_file.resolve() == resolved:
+                # a user profile extending the shipped one it overrides
+                parent_file = find_profile(paths.shipped_profiles_dir() / f"{parent_name}.toml")
+    except ProfileError as error:
+        raise ProfileError(f"'extends' names {error.message}", file=file, key="extends", hint=error.hint,
+                           line=find_key_line(text, ("extends",))) from None
+    return _merge(_read_chain(parent_file, seen + (resolved,)), raw)
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_text(file: Path) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError("profile file not found", file=file, hint="check the path") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ProfileError(f"cannot read profile ({error})", file=file, hint="save it as UTF-8 text") from None
+
+
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
+
+
+def _parse(text: str, file: Path) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        message = str(error)
+        match = _TOML_POSITION.search(message)
+        line = int(match.group(1)) if match else None
+        where = f"near column {match.group(2)}: " if match else ""
+        reason = _TOML_POSITION.sub("", message)
+        raise ProfileError(f"TOML syntax error: {reason}", file=file, line=line,
+                           hint=f"{where}check quotes, brackets and the '=' on that line") from None
+
+
+_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+
+
+def find_key_line(text: str, key_path: tuple[str, ...]) -> int | None:
+    """1-based line defining ``key_path`` (tomllib gives no positions for keys)."""
+    table: tuple[str, ...] = ()
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            table = tuple(part.strip().strip('"\'') for part in header.group(1).split("."))
+            if table == key_path:
+                return number
+            continue
+        key_match = re.match(r"^\s*([A-Za-z0-9_.\-\"']+)\s*=", line)
+        if key_match:
+            parts = tuple(p.strip().strip('"\'') for p in key_match.group(1).split("."))
+            if table + parts == key_path or (table + parts)[: len(key_path)] == key_path:
+                return number
+    return None

@@ -1,0 +1,100 @@
+"""Profile dataclasses: what a TOML profile means once validated.
+
+Field names are a contract shared with the engine factory, the UI, sessions and
+bench (see the team brief); defaults here are the documented profile defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EMBEDDED_SOURCE = "embedded:smollm2-135m-instruct"
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZATIONS = ("none", "8bit", "4bit-nf4", "4bit-fp4")
+METHODS = ("draft_model", "ngram", "none")
+MAX_SPECULATIVE_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model to load.
+
+    source: a Hub id (``org/name``), a local directory, a path to a ``.gguf`` file,
+        or ``embedded:smollm2-135m-instruct``.
+    num_layers: keep only the first N decoder layers (a cheap derived draft).
+    """
+
+    source: str
+    revision: str | None = None
+    gguf_file: str | None = None
+    dtype: str = "auto"
+    quantization: str = "none"
+    device: str = "auto"
+    num_layers: int | None = None
+
+
+@dataclass(frozen=True)
+class SpeculationSpec:
+    """How tokens are proposed. ``num_speculative_tokens`` is γ, or ``"auto"`` to let the
+    engine's controller pick γ in 1..max_speculative_tokens each step."""
+
+    method: str = "ngram"
+    draft: ModelSpec | None = None
+    num_speculative_tokens: int | str = 5
+    max_speculative_tokens: int = 8
+    prompt_lookup_min: int = 1
+    prompt_lookup_max: int = 3
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """temperature 0 means greedy; top_k 0 and top_p 1 disable those filters."""
+
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    max_new_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class ChatSpec:
+    system_prompt: str | None = None
+    # None leaves the chat template's own default (Qwen3 thinks unless told not to).
+    enable_thinking: bool | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    source_path: Path | None
+    target: ModelSpec
+    speculation: SpeculationSpec = field(default_factory=SpeculationSpec)
+    sampling: SamplingSpec = field(default_factory=SamplingSpec)
+    chat: ChatSpec = field(default_factory=ChatSpec)
+    record: bool = True
+    trust_remote_code: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, for session headers and ``specchat profiles show --json``."""
+        data = dataclasses.asdict(self)
+        data["source_path"] = None if self.source_path is None else str(self.source_path)
+        return data
+
+    def replace(self, **sections: Any) -> "Profile":
+        """Copy with some fields changed, e.g. ``profile.replace(sampling={"seed": 3})``.
+
+        A dict value updates that section's fields; anything else replaces the field.
+        """
+        changes = {}
+        for name, value in sections.items():
+            current = getattr(self, name)
+            if isinstance(value, dict) and dataclasses.is_dataclass(current):
+                value = dataclasses.replace(current, **value)
+            changes[name] = value
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,220 @@
+"""What keys a profile may contain, their types and allowed values.
+
+``check_keys`` validates one file's raw TOML (so an error names the file that holds
+the mistake); ``build_profile`` turns the merged tables of a profile and its
+``extends`` chain into a :class:`Profile` and checks the rules that span keys.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ProfileError
+from .model import (
+    DTYPES,
+    MAX_SPECULATIVE_TOKENS,
+    METHODS,
+    QUANTIZATIONS,
+    ChatSpec,
+    ModelSpec,
+    Profile,
+    SamplingSpec,
+    SpeculationSpec,
+)
+
+
+@dataclass(frozen=True)
+class Key:
+    types: tuple[type, ...]
+    type_name: str
+    choices: tuple[str, ...] = ()
+    # returns a problem description, or None when the value is fine
+    check: Callable[[Any], str | None] | None = None
+
+
+def _at_least(low):
+    return lambda v: None if v >= low else f"must be ≥ {low}"
+
+
+def _between(low, high):
+    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+
+
+def _device(v: str) -> str | None:
+    if v in ("auto", "cpu", "cuda", "mps") or (v.startswith("cuda:") and v[5:].isdigit()):
+        return None
+    return "must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
+
+
+def _gamma(v) -> str | None:
+    if isinstance(v, str):
+        return None if v == "auto" else "must be an integer 1..16 or \"auto\""
+    return _between(1, MAX_SPECULATIVE_TOKENS)(v)
+
+
+_STR = ((str,), "a string")
+_INT = ((int,), "an integer")
+_NUM = ((int, float), "a number")
+_BOOL = ((bool,), "true or false")
+
+MODEL_KEYS = {
+    "source": Key(*_STR),
+    "revision": Key(*_STR),
+    "gguf_file": Key(*_STR),
+    "dtype": Key(*_STR, choices=DTYPES),
+    "quantization": Key(*_STR, choices=QUANTIZATIONS),
+    "device": Key(*_STR, check=_device),
+    "num_layers": Key(*_INT, check=_at_least(1)),
+}
+SPECULATION_KEYS = {
+    "method": Key(*_STR, choices=METHODS),
+    "draft": "table",
+    "num_speculative_tokens": Key((int, str), 'an integer or "auto"', check=_gamma),
+    "max_speculative_tokens": Key(*_INT, check=_between(1, MAX_SPECULATIVE_TOKENS)),
+    "prompt_lookup_min": Key(*_INT, check=_at_least(1)),
+    "prompt_lookup_max": Key(*_INT, check=_at_least(1)),
+}
+SAMPLING_KEYS = {
+    "temperature": Key(*_NUM, check=_at_least(0)),
+    "top_p": Key(*_NUM, check=lambda v: None if 0 < v <= 1 else "must be > 0 and ≤ 1"),
+    "top_k": Key(*_INT, check=_at_least(0)),
+    "seed": Key(*_INT, check=_at_least(0)),
+    "max_new_tokens": Key(*_INT, check=_at_least(1)),
+}
+CHAT_KEYS = {"system_prompt": Key(*_STR), "enable_thinking": Key(*_BOOL)}
+TOP_KEYS = {
+    "description": Key(*_STR),
+    "extends": Key(*_STR),
+    "record": Key(*_BOOL),
+    "trust_remote_code": Key(*_BOOL),
+    "target": "table",
+    "speculation": "table",
+    "sampling": "table",
+    "chat": "table",
+}
+TABLES = {
+    ("target",): MODEL_KEYS,
+    ("speculation",): SPECULATION_KEYS,
+    ("speculation", "draft"): MODEL_KEYS,
+    ("sampling",): SAMPLING_KEYS,
+    ("chat",): CHAT_KEYS,
+}
+
+
+def did_you_mean(word: str, options) -> str | None:
+    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f"did you mean '{match[0]}'?" if match else None
+
+
+def check_keys(raw: dict, file: Path, line_of: Callable[[tuple[str, ...]], int | None]) -> None:
+    """Raise ProfileError for the first unknown key, wrong type or bad value in one file."""
+    _check_table(raw, (), TOP_KEYS, file, line_of)
+
+
+def _check_table(table: dict, where: tuple[str, ...], spec: dict, file: Path, line_of) -> None:
+    for key, value in table.items():
+        path = where + (key,)
+        dotted = ".".join(path)
+        rule = spec.get(key)
+        if rule is None:
+            hint = did_you_mean(key, spec) or "valid keys here: " + ", ".join(spec)
+            raise ProfileError(f"key '{dotted}' is unknown", file=file, key=dotted, hint=hint, line=line_of(path))
+        if rule == "table":
+            if not isinstance(value, dict):
+                raise ProfileError(
+                    f"'{dotted}' must be a table", file=file, key=dotted,
+                    hint=f"write it as a [{dotted}] section", line=line_of(path),
+                )
+            _check_table(value, path, TABLES[path], file, line_of)
+            continue
+        _check_value(value, rule, dotted, file, line_of(path))
+
+
+def _check_value(value, rule: Key, dotted: str, file: Path, line: int | None) -> None:
+    if isinstance(value, bool) and bool not in rule.types or not isinstance(value, rule.types):
+        raise ProfileError(
+            f"key '{dotted}' must be {rule.type_name}, not {_describe(value)}",
+            file=file, key=dotted, hint=_type_hint(rule), line=line,
+        )
+    if rule.choices and value not in rule.choices:
+        options = ", ".join(f"'{c}'" for c in rule.choices)
+        hint = did_you_mean(value, rule.choices) or f"use one of {options}"
+        raise ProfileError(f"key '{dotted}' has bad value {value!r}", file=file, key=dotted, hint=hint, line=line)
+    problem = rule.check(value) if rule.check else None
+    if problem:
+        raise ProfileError(f"key '{dotted}' has bad value {value!r}", file=file, key=dotted, line=line,
+                           hint=f"it {problem}")
+
+
+def _describe(value) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             dict: "a table", list: "an array"}
+    return f"{names.get(type(value), type(value).__name__)} ({value!r})"
+
+
+def _type_hint(rule: Key) -> str:
+    if rule.types == (str,):
+        return 'put the value in quotes, e.g. "…"'
+    if rule.types == (bool,):
+        return "write true or false without quotes"
+    return "write a number without quotes" if str not in rule.types else 'write a number or "auto"'
+
+
+def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
+    """Turn merged, key-checked tables into a Profile; check rules spanning keys."""
+    def err(message, key, hint):
+        return ProfileError(message, file=file, key=key, hint=hint, line=line_of(tuple(key.split("."))))
+
+    target_raw = merged.get("target", {})
+    if "source" not in target_raw:
+        raise ProfileError("key 'target.source' is missing", file=file, key="target.source",
+                           hint='add [target] source = "embedded:smollm2-135m-instruct" (or a Hub id / local dir), '
+                                'or extends = "default"')
+    spec_raw = dict(merged.get("speculation", {}))
+    draft_raw = spec_raw.pop("draft", None)
+    speculation = SpeculationSpec(**spec_raw)
+    if speculation.method == "draft_model":
+        if not draft_raw or "source" not in draft_raw:
+            raise err("method 'draft_model' needs a draft model", "speculation.draft.source",
+                      'add [speculation.draft] source = "…", or set method = "ngram"')
+        draft = _model(draft_raw, "speculation.draft", err)
+    else:
+        draft = None  # an inherited draft is not loaded for ngram/none
+    if isinstance(spec_raw.get("num_speculative_tokens"), int) and "max_speculative_tokens" not in spec_raw:
+        # a fixed γ above the default ceiling raises the ceiling rather than failing
+        spec_raw["max_speculative_tokens"] = max(speculation.max_speculative_tokens, spec_raw["num_speculative_tokens"])
+    speculation = SpeculationSpec(**{**spec_raw, "draft": draft})
+    if speculation.prompt_lookup_min > speculation.prompt_lookup_max:
+        raise err(f"prompt_lookup_min ({speculation.prompt_lookup_min}) is larger than prompt_lookup_max "
+                  f"({speculation.prompt_lookup_max})", "speculation.prompt_lookup_min",
+                  "make prompt_lookup_min ≤ prompt_lookup_max")
+    gamma = speculation.num_speculative_tokens
+    if isinstance(gamma, int) and gamma > speculation.max_speculative_tokens:
+        raise err(f"num_speculative_tokens ({gamma}) exceeds max_speculative_tokens "
+                  f"({speculation.max_speculative_tokens})", "speculation.num_speculative_tokens",
+                  "lower num_speculative_tokens or raise max_speculative_tokens")
+    return Profile(
+        name=name,
+        description=merged.get("description", ""),
+        source_path=file,
+        target=_model(target_raw, "target", err),
+        speculation=speculation,
+        sampling=SamplingSpec(**merged.get("sampling", {})),
+        chat=ChatSpec(**merged.get("chat", {})),
+        record=merged.get("record", True),
+        trust_remote_code=merged.get("trust_remote_code", False),
+    )
+
+
+def _model(raw: dict, where: str, err) -> ModelSpec:
+    spec = ModelSpec(**raw)
+    if spec.quantization != "none" and spec.device == "cpu":
+        raise err(f"quantization '{spec.quantization}' cannot run with device 'cpu'", f"{where}.quantization",
+                  "bitsandbytes 4/8-bit needs CUDA here: use device = \"auto\" or quantization = \"none\"")
+    if spec.quantization != "none" and spec.dtype == "float32":
+        raise err(f"quantization '{spec.quantization}' computes in 16-bit, not dtype 'float32'", f"{where}.dtype",
+                  'use dtype = "auto" or "bfloat16"')
+    return spec
