@@ -1,0 +1,139 @@
+"""Reading a recording back: header, timed events, and where any damage starts.
+
+Torch-free by design (only json and :mod:`specchat.events`): replay, export and the
+history screen run on machines with no model. A damaged file is not an exception:
+everything up to the first bad line is returned, with :class:`Damage` saying where
+and why it stopped — a recording cut by a crash is still worth replaying.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from specchat.events import ErrorEvent, SessionHeader, TurnFinished, TurnStarted, UserMessage, from_json
+from specchat.sessions.fileformat import FORMAT_VERSION, RESERVED_KEYS
+
+from specchat.errors import SpecchatError
+
+
+class RecordingError(SpecchatError):
+    """The file cannot be replayed at all (missing, empty, not a recording)."""
+
+
+@dataclass(frozen=True)
+class Damage:
+    """Where a recording stops being readable. ``line`` is 1-based."""
+
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}, line {self.line}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class TimedEvent:
+    event: Any
+    ts: float | None  # wall-clock seconds when it was recorded
+    line: int
+
+
+@dataclass
+class Recording:
+    path: Path
+    header: SessionHeader
+    header_ts: float | None
+    events: list[TimedEvent] = field(default_factory=list)
+    damage: Damage | None = None
+
+    @property
+    def profile_name(self) -> str:
+        return str(self.header.profile.get("name", "?"))
+
+
+def _parse_line(raw: str) -> tuple[Any, float | None, int | None]:
+    """(event, ts, format) or raises ValueError with a short reason."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    ts = data.pop("ts", None)
+    fmt = data.pop("format", None)
+    for key in RESERVED_KEYS:
+        data.pop(key, None)
+    return from_json(data), ts if isinstance(ts, (int, float)) else None, fmt
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, ended with a newline). Bad UTF-8 becomes U+FFFD and is
+    caught as a JSON/field problem rather than aborting the whole read."""
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+        for number, raw in enumerate(f, start=1):
+            yield number, raw.rstrip("\n"), raw.endswith("\n")
+
+
+def read_recording(path: str | os.PathLike[str]) -> Recording:
+    """Reads a whole recording. Raises :class:`RecordingError` only when nothing is
+    replayable; otherwise returns what was readable and sets ``damage``."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecordingError("no such recording", file=str(path), hint="`specchat replay --list` lists recorded sessions")
+    recording: Recording | None = None
+    last_line = 0
+    for number, text, complete in _lines(path):
+        last_line = number
+        if not text.strip():
+            continue  # a blank line harms nothing
+        try:
+            event, ts, fmt = _parse_line(text)
+        except ValueError as exc:
+            reason = str(exc)
+            if not complete:
+                reason = f"the last line is cut short (the session was interrupted while writing it): {reason}"
+            if recording is None:
+                raise RecordingError(f"not a specchat recording: line {number} is {reason}", file=str(path)) from None
+            recording.damage = Damage(str(path), number, reason)
+            return recording
+        if recording is None:
+            if not isinstance(event, SessionHeader):
+                raise RecordingError(
+                    f"not a specchat recording: line 1 is a {type(event).__name__}, expected a SessionHeader", file=str(path)
+                )
+            if isinstance(fmt, int) and fmt > FORMAT_VERSION:
+                raise RecordingError(
+                    f"recording format {fmt} is newer than this specchat reads ({FORMAT_VERSION})",
+                    file=str(path),
+                    hint="upgrade specchat",
+                )
+            recording = Recording(path=path, header=event, header_ts=ts)
+            continue
+        recording.events.append(TimedEvent(event, ts, number))
+    if recording is None:
+        raise RecordingError("empty recording: no session header", file=str(path))
+    open_turn = _open_turn(recording.events)
+    if open_turn is not None:
+        recording.damage = Damage(
+            str(path),
+            last_line + 1,
+            f"the recording ends in the middle of turn {open_turn} (the session was interrupted)",
+        )
+    return recording
+
+
+def _open_turn(events: list[TimedEvent]) -> int | None:
+    """The turn left without a TurnFinished at the end of the file, if any."""
+    open_turn = None
+    for timed in events:
+        ev = timed.event
+        if isinstance(ev, (UserMessage, TurnStarted)):
+            open_turn = ev.turn
+        elif isinstance(ev, TurnFinished) or (isinstance(ev, ErrorEvent) and ev.turn is not None):
+            open_turn = None
+    return open_turn

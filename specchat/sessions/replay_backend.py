@@ -1,0 +1,57 @@
+"""A recording as the UI's :class:`~specchat.ui.backend.EventSource`.
+
+The UI consumes these events exactly as it consumes a live ChatSession's, so the panel,
+the token colours and the inspector come out the same. Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Iterator
+
+from specchat.sessions.reader import Damage, Recording, read_recording
+from specchat.sessions.replay import IDLE_LIMIT_S, parse_speed, replay_events
+
+
+class ReplayBackend:
+    """Plays a recording with its recorded timing divided by ``speed`` ("max": no waits).
+
+    Reading happens here, in the constructor, so an unreadable file fails while the UI is
+    still "loading" with one clear line (:class:`~specchat.sessions.reader.RecordingError`).
+    A damaged file plays up to the damage and then yields an ErrorEvent naming the line
+    and the reason; ``damage`` holds the same.
+    """
+
+    def __init__(self, source: Recording | str | os.PathLike[str], speed: float | str = 1.0,
+                 idle_limit: float = IDLE_LIMIT_S) -> None:
+        self.recording = source if isinstance(source, Recording) else read_recording(source)
+        self.speed = parse_speed(speed)
+        self.idle_limit = idle_limit
+        self._cancelled = threading.Event()
+
+    @property
+    def profile_name(self) -> str:
+        return self.recording.profile_name
+
+    @property
+    def header(self):  # the SessionHeader: what the UI may show about the recorded models
+        return self.recording.header
+
+    @property
+    def damage(self) -> Damage | None:
+        return self.recording.damage
+
+    def events(self) -> Iterator[Any]:
+        """The recorded events (header excluded), each after its recorded delay.
+        Stops early, between events, once :meth:`cancel` is called."""
+        for delay, event in replay_events(self.recording, self.speed, self.idle_limit):
+            if delay > 0 and self._cancelled.wait(delay):
+                return
+            if self._cancelled.is_set():
+                return
+            yield event
+
+    def cancel(self) -> None:
+        """Thread-safe: called from the UI thread while :meth:`events` runs in a worker."""
+        self._cancelled.set()

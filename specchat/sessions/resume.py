@@ -1,0 +1,52 @@
+"""Rebuilding a conversation from its recording, to carry on chatting where it stopped.
+
+Torch-free: the result is the plain ``[{"role", "content"}]`` list that
+``ChatSession.history`` accepts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from specchat.events import ChatReset, ErrorEvent, TurnFinished, UserMessage
+from specchat.sessions.reader import Damage, read_recording
+
+
+@dataclass
+class Resumed:
+    """``history`` for ChatSession; ``pending`` is the prompt of a turn that never got a
+    reply (interrupted or failed) so the UI can put it back in the input box — nothing
+    the user typed is lost; ``damage`` is where the file stopped being readable."""
+
+    history: list[dict[str, str]] = field(default_factory=list)
+    pending: str | None = None
+    damage: Damage | None = None
+    profile_name: str = ""
+
+
+def resume_from(path: str | os.PathLike[str]) -> Resumed:
+    """The conversation as it stood at the end of the recording (after its last reset).
+
+    A cancelled turn keeps its partial reply, as the live chat does; a turn that failed
+    or was cut off by a crash contributes its prompt as ``pending`` instead, so the
+    history always alternates user/assistant.
+    """
+    recording = read_recording(path)
+    history: list[dict[str, str]] = []
+    pending: str | None = None
+    for timed in recording.events:
+        ev = timed.event
+        if isinstance(ev, ChatReset):
+            history, pending = [], None
+        elif isinstance(ev, UserMessage):
+            pending = ev.text
+        elif isinstance(ev, TurnFinished) and pending is not None:
+            if ev.finish_reason == "error" and not ev.text:
+                continue  # stays pending
+            history.append({"role": "user", "content": pending})
+            history.append({"role": "assistant", "content": ev.text})
+            pending = None
+        elif isinstance(ev, ErrorEvent):
+            pass  # the failed turn's prompt stays pending
+    return Resumed(history=history, pending=pending, damage=recording.damage, profile_name=recording.profile_name)
