@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from specchat.events import ErrorEvent, SessionHeader, StepEvent, TurnStarted, UserMessage
+from specchat.events import ErrorEvent, ProfileSwitched, SessionHeader, UserMessage
 from specchat.sessions.export_cast import export_cast
 from specchat.sessions.export_markdown import to_markdown
 from specchat.sessions.history import list_sessions
@@ -19,7 +19,7 @@ from specchat.sessions.recorder import Recorder, build_header
 from specchat.sessions.replay import parse_speed, rebuild_metrics, replay_events
 from specchat.sessions.replay_backend import ReplayBackend
 from specchat.sessions.resume import resume_from
-from tests.sessions_helpers import sample_events, validate_cast
+from sessions_helpers import sample_events, validate_cast
 
 PROFILE = {"name": "tiny", "speculation": {"method": "draft_model", "num_speculative_tokens": 3,
                                            "max_speculative_tokens": 8}, "target": {"source": "/models/t"}}
@@ -229,3 +229,17 @@ def test_history_lists_sessions_newest_first_and_survives_bad_files(tmp_path):
     assert "middle of turn 1" in rows["b.jsonl"].problem and rows["b.jsonl"].replayable
     assert "not a specchat recording" in rows["c.jsonl"].problem and not rows["c.jsonl"].replayable
     assert list_sessions(tmp_path / "none") == []
+
+
+def test_profile_switch_keeps_one_file_with_the_new_header_aside(tmp_path):
+    path = tmp_path / "s.jsonl"
+    events = sample_events()
+    with Recorder(path) as rec:
+        rec.start(build_header(PROFILE))
+        rec.record(events[0])
+        rec.switch_profile(build_header({"name": "ngram"}, {"target": {"source": "/models/n"}}))
+        rec.record(events[1])
+    recording = read_recording(path)
+    assert [t.event for t in recording.events] == [events[0], ProfileSwitched("ngram"), events[1]]
+    assert [t.event.profile["name"] for t in recording.later_headers] == ["ngram"]
+    assert recording.later_headers[0].line == 4

@@ -9,82 +9,15 @@ so newlines are written as CR LF. Torch-free.
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
-from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, StepEvent, TurnFinished, UserMessage
+from specchat.sessions.ansi import banner, render
 from specchat.sessions.reader import Recording, read_recording
 from specchat.sessions.replay import IDLE_LIMIT_S, timed_events
 
 WIDTH, HEIGHT = 100, 30
-RESET = "\x1b[0m"
-# Fixed ANSI colours (the cast plays in any terminal theme): the same roles as the TUI's
-# theme variables — accepted drafts green, resampled (draft rejected) yellow, bonus cyan,
-# plain target tokens the terminal's default colour.
-PROVENANCE_SGR = {"accepted": "\x1b[32m", "resampled": "\x1b[33m", "bonus": "\x1b[36m", "target": ""}
-USER_SGR = "\x1b[1;35m"
-DIM_SGR = "\x1b[2m"
-ERROR_SGR = "\x1b[1;31m"
-
-# Model output can contain anything; never replay an escape sequence from it.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x9b]")
-
-
-def _clean(text: str) -> str:
-    return _CONTROL.sub("", text.replace("\r\n", "\n")).replace("\n", "\r\n")
-
-
-def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:{spec}}{suffix}"
-
-
-def _turn_summary(ev: TurnFinished) -> str:
-    turn = ev.metrics.get("turn") if isinstance(ev.metrics, dict) else None
-    parts = [f"turn {ev.turn}: {ev.finish_reason}"]
-    if isinstance(turn, dict):
-        parts.append(f"{turn.get('num_tokens', 0)} tokens")
-        parts.append(_fmt(turn.get("tokens_per_s"), ".1f", " tok/s"))
-        if turn.get("num_drafts"):
-            parts.append("mean acceptance length " + _fmt(turn.get("mean_acceptance_length"), ".2f"))
-    return " · ".join(parts)
-
-
-def _render(event: Any) -> str:
-    """The terminal output for one event ("" for events that print nothing)."""
-    if isinstance(event, UserMessage):
-        return f"{USER_SGR}you ›{RESET} {_clean(event.text)}\r\n\r\n"
-    if isinstance(event, StepEvent):
-        out = []
-        for token in event.step.tokens:
-            sgr = PROVENANCE_SGR.get(token.kind, "")
-            text = _clean(token.text)
-            out.append(f"{sgr}{text}{RESET}" if sgr and text else text)
-        return "".join(out)
-    if isinstance(event, TurnFinished):
-        return f"\r\n{DIM_SGR}[{_turn_summary(event)}]{RESET}\r\n\r\n"
-    if isinstance(event, ProfileSwitched):
-        return f"{DIM_SGR}── profile: {_clean(event.name)} ──{RESET}\r\n\r\n"
-    if isinstance(event, ChatReset):
-        return f"{DIM_SGR}── new chat ──{RESET}\r\n\r\n"
-    if isinstance(event, ErrorEvent):
-        return f"\r\n{ERROR_SGR}{_clean(event.message)}{RESET}\r\n"
-    return ""
-
-
-def _banner(recording: Recording) -> str:
-    header = recording.header
-    target = header.models.get("target") or header.profile.get("target", {})
-    name = target.get("source") if isinstance(target, dict) else target
-    legend = " ".join(
-        f"{sgr}{kind}{RESET}" if sgr else kind for kind, sgr in PROVENANCE_SGR.items()
-    )
-    return (
-        f"\x1b[1mspecchat\x1b[0m {header.specchat_version} · profile {recording.profile_name}"
-        f" · {name or '?'}\r\n{DIM_SGR}tokens:{RESET} {legend}\r\n\r\n"
-    )
 
 
 def cast_lines(recording: Recording, width: int = WIDTH, height: int = HEIGHT) -> Iterator[str]:
@@ -98,9 +31,9 @@ def cast_lines(recording: Recording, width: int = WIDTH, height: int = HEIGHT) -
         "env": {"TERM": "xterm-256color", "SHELL": "/bin/sh"},
     }
     yield json.dumps(header, ensure_ascii=False)
-    yield json.dumps([0.0, "o", _banner(recording)], ensure_ascii=False)
+    yield json.dumps([0.0, "o", banner(recording)], ensure_ascii=False)
     for at, event in timed_events(recording, IDLE_LIMIT_S):
-        data = _render(event)
+        data = render(event)
         if data:
             yield json.dumps([round(at, 6), "o", data], ensure_ascii=False)
 

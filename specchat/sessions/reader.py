@@ -50,6 +50,9 @@ class Recording:
     header_ts: float | None
     events: list[TimedEvent] = field(default_factory=list)
     damage: Damage | None = None
+    # Headers written after a profile switch (the new models' facts); kept out of
+    # ``events`` because the UI consumes only chat events (ProfileSwitched marks the switch).
+    later_headers: list[TimedEvent] = field(default_factory=list)
 
     @property
     def profile_name(self) -> str:
@@ -114,7 +117,10 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
                 )
             recording = Recording(path=path, header=event, header_ts=ts)
             continue
-        recording.events.append(TimedEvent(event, ts, number))
+        if isinstance(event, SessionHeader):
+            recording.later_headers.append(TimedEvent(event, ts, number))
+        else:
+            recording.events.append(TimedEvent(event, ts, number))
     if recording is None:
         raise RecordingError("empty recording: no session header", file=str(path))
     open_turn = _open_turn(recording.events)

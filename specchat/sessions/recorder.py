@@ -142,6 +142,13 @@ class Recorder:
                 os.fsync(self._file.fileno())
             self.events_written += 1
 
+    def switch_profile(self, header: SessionHeader) -> None:
+        """The chat goes on with another profile: a ProfileSwitched event, then the new
+        models' header, in the same file (readers keep later headers aside)."""
+        self.record(ProfileSwitched(str(header.profile.get("name", "?"))))
+        if self.path is not None:
+            self._write(header, {})
+
     def close(self) -> None:
         with self._lock:
             if self._file is not None:

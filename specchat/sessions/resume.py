@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from specchat.events import ChatReset, ErrorEvent, TurnFinished, UserMessage
+from specchat.events import ChatReset, TurnFinished, UserMessage
 from specchat.sessions.reader import Damage, read_recording
 
 
@@ -28,9 +28,10 @@ class Resumed:
 def resume_from(path: str | os.PathLike[str]) -> Resumed:
     """The conversation as it stood at the end of the recording (after its last reset).
 
-    A cancelled turn keeps its partial reply, as the live chat does; a turn that failed
-    or was cut off by a crash contributes its prompt as ``pending`` instead, so the
-    history always alternates user/assistant.
+    Mirrors ``ChatSession.send``: every finished turn — cancelled or failed too — keeps
+    the user's message and whatever was generated. A turn cut off by a crash (no
+    TurnFinished) contributes its prompt as ``pending`` instead, so the history always
+    alternates user/assistant.
     """
     recording = read_recording(path)
     history: list[dict[str, str]] = []
@@ -42,11 +43,7 @@ def resume_from(path: str | os.PathLike[str]) -> Resumed:
         elif isinstance(ev, UserMessage):
             pending = ev.text
         elif isinstance(ev, TurnFinished) and pending is not None:
-            if ev.finish_reason == "error" and not ev.text:
-                continue  # stays pending
             history.append({"role": "user", "content": pending})
             history.append({"role": "assistant", "content": ev.text})
             pending = None
-        elif isinstance(ev, ErrorEvent):
-            pass  # the failed turn's prompt stays pending
     return Resumed(history=history, pending=pending, damage=recording.damage, profile_name=recording.profile_name)

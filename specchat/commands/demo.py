@@ -1,0 +1,71 @@
+"""``specchat demo [--script FILE] [--profile P]``: a scripted chat, hands-free.
+
+For screen recordings: the TUI types each prompt of the script and waits for the reply
+(pauses and γ changes in between), against the chosen profile, recorded like any chat.
+``--headless`` runs the same script without a terminal UI, printing coloured text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run a scripted sequence of prompts hands-free (for screen recordings)",
+        description="Run a demo script (prompts as paragraphs, /pause /reset /gamma /temperature "
+        "/thinking directives) against a profile. Default script: the shipped tour.",
+    )
+    parser.add_argument("--script", help="the demo script (default: the shipped demos/tour.txt)")
+    parser.add_argument("--profile", "-p", help="profile name or path (default: the default profile)")
+    parser.add_argument("--headless", action="store_true", help="print to stdout instead of opening the TUI")
+    parser.add_argument("--no-record", action="store_true", help="do not record this session")
+    return parser
+
+
+def _headless(args: argparse.Namespace, steps) -> int:
+    from specchat.sessions.ansi import render, strip_sgr
+    from specchat.sessions.demo import run_script
+    from specchat.ui.backend import load_backend
+
+    colour = sys.stdout.isatty()
+
+    def out(text: str) -> None:
+        text = text.replace("\r\n", "\n")
+        sys.stdout.write(text if colour else strip_sgr(text))
+        sys.stdout.flush()
+
+    def progress(event) -> None:
+        if event.message:
+            print(f"[{event.stage}] {event.message}", file=sys.stderr)
+
+    loaded = load_backend(args.profile, progress, record=not args.no_record)
+    if loaded.info.recording:
+        print(f"recording to {loaded.info.recording}", file=sys.stderr)
+    try:
+        for event in run_script(loaded.backend, steps):
+            out(render(event))
+    except KeyboardInterrupt:
+        loaded.backend.cancel()
+        return 130
+    finally:
+        loaded.close()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from specchat.errors import SpecchatError
+    from specchat.sessions.demo import load_script
+
+    try:
+        steps = load_script(args.script)  # a bad script fails before any model loads
+        if args.headless:
+            return _headless(args, steps)
+        from specchat.ui.app import run_demo
+
+        return run_demo(steps, profile=args.profile, record=not args.no_record)
+    except (SpecchatError, OSError) as exc:
+        print(f"specchat demo: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,97 @@
+"""``specchat replay FILE [--speed 1|2|max]``: watch a recorded session, no model needed.
+
+Opens the TUI driven by the recording (the UI cannot tell it from a live chat), or with
+``--headless`` prints the same event stream as coloured text, or with ``--to`` exports
+it. Never imports torch or transformers: this runs where they are not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "replay",
+        help="replay a recorded session in the TUI (no model, no torch)",
+        description="Replay a recorded session with its recorded timing. FILE is a recording path, "
+        "a name in the sessions dir, or 'last'.",
+    )
+    parser.add_argument("file", nargs="?", help="the recording to replay ('last' for the newest)")
+    parser.add_argument("--speed", default="1", help="1, 2 or max (default 1: as recorded)")
+    parser.add_argument("--headless", action="store_true", help="print the replay to stdout instead of the TUI")
+    parser.add_argument("--to", choices=("cast", "markdown", "md"), help="export instead of replaying")
+    parser.add_argument("-o", "--output", help="with --to: the output file ('-' for stdout)")
+    parser.add_argument("--list", action="store_true", help="list recorded sessions and exit")
+    return parser
+
+
+def _list() -> int:
+    from specchat.sessions.fileformat import sessions_dir
+    from specchat.sessions.history import list_sessions
+
+    rows = list_sessions()
+    if not rows:
+        print(f"no recorded sessions in {sessions_dir()}")
+    for r in rows:
+        mal = f"{r.mean_acceptance_length:.2f}" if r.mean_acceptance_length is not None else "–"
+        note = f"  [{r.problem}]" if r.problem else ""
+        print(f"{r.date}  {r.profile:<16} {r.tokens:>6} tok  MAL {mal:>5}  {r.path.name}  {r.first_prompt[:40]!r}{note}")
+    return 0
+
+
+def _headless(path, speed: str) -> int:
+    """The replay's event stream as text: the same ReplayBackend the TUI is driven by."""
+    from specchat.sessions.ansi import banner, render, strip_sgr
+    from specchat.sessions.replay_backend import ReplayBackend
+
+    backend = ReplayBackend(path, speed=speed)
+    colour = sys.stdout.isatty()
+
+    def out(text: str) -> None:
+        text = text.replace("\r\n", "\n")
+        sys.stdout.write(text if colour else strip_sgr(text))
+        sys.stdout.flush()
+
+    out(banner(backend.recording))
+    try:
+        for event in backend.events():
+            out(render(event))
+    except KeyboardInterrupt:
+        backend.cancel()
+        return 130
+    if backend.damage is not None:
+        print(f"specchat replay: replay stopped: {backend.damage}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _tui(path, speed: str) -> int:
+    from specchat.ui.app import run_replay
+
+    return run_replay(path, speed=speed)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specchat.errors import SpecchatError
+
+    try:
+        if args.list:
+            return _list()
+        if not args.file:
+            print("specchat replay: give a recording (a path, a name, or 'last'); --list shows them", file=sys.stderr)
+            return 2
+        if args.to:
+            from specchat.commands.export import export
+
+            return export(args.file, "md" if args.to == "markdown" else args.to, args.output)
+        from specchat.sessions.locate import locate
+        from specchat.sessions.replay import parse_speed
+
+        parse_speed(args.speed)  # a bad --speed fails before anything opens
+        path = locate(args.file)
+        return _headless(path, args.speed) if args.headless else _tui(path, args.speed)
+    except (SpecchatError, OSError, ValueError) as exc:
+        print(f"specchat replay: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,140 @@
+"""Demo scripts: a hands-free sequence of prompts for screen recordings.
+
+A script is plain text. Lines starting with ``#`` are comments; prompts are paragraphs
+(blank lines separate them, so a prompt may span lines); a line starting with ``/`` is
+a directive:
+
+    /pause SECONDS        wait (the viewer reads the panel)
+    /reset                start a new chat
+    /gamma K|auto         set num_speculative_tokens
+    /temperature T        set the sampling temperature
+    /thinking on|off      toggle thinking (models whose template has the switch)
+
+Torch-free: the runner drives any ChatBackend (the UI's protocol).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from specchat.errors import SpecchatError
+
+DIRECTIVES = ("pause", "reset", "gamma", "temperature", "thinking")
+
+
+@dataclass(frozen=True)
+class DemoStep:
+    action: str  # "prompt" or one of DIRECTIVES
+    value: Any = None
+    line: int = 0
+
+
+def _directive(name: str, arg: str, file: str, line: int) -> DemoStep:
+    def bad(expected: str) -> SpecchatError:
+        return SpecchatError(f"/{name} {arg!r}: expected {expected}", file=file, line=line)
+
+    if name == "reset":
+        return DemoStep("reset", None, line)
+    if name == "pause":
+        try:
+            seconds = float(arg)
+        except ValueError:
+            raise bad("seconds, e.g. /pause 2") from None
+        if seconds < 0:
+            raise bad("a non-negative number of seconds")
+        return DemoStep("pause", seconds, line)
+    if name == "gamma":
+        if arg == "auto":
+            return DemoStep("gamma", "auto", line)
+        if not arg.isdigit():
+            raise bad("a whole number of draft tokens or 'auto'")
+        return DemoStep("gamma", int(arg), line)
+    if name == "temperature":
+        try:
+            return DemoStep("temperature", float(arg), line)
+        except ValueError:
+            raise bad("a number, e.g. /temperature 0.7") from None
+    if name == "thinking":
+        if arg not in ("on", "off"):
+            raise bad("on or off")
+        return DemoStep("thinking", arg == "on", line)
+    import difflib
+
+    close = difflib.get_close_matches(name, DIRECTIVES, n=1)
+    hint = f"did you mean /{close[0]}?" if close else "directives: " + ", ".join("/" + d for d in DIRECTIVES)
+    raise SpecchatError(f"unknown directive /{name}", file=file, line=line, hint=hint)
+
+
+def parse_script(text: str, file: str = "<script>") -> list[DemoStep]:
+    """The steps of a script; raises SpecchatError naming the file and line."""
+    steps: list[DemoStep] = []
+    paragraph: list[str] = []
+    start = 0
+
+    def flush() -> None:
+        if paragraph:
+            steps.append(DemoStep("prompt", "\n".join(paragraph).strip(), start))
+            paragraph.clear()
+
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.rstrip()
+        if line.lstrip().startswith("#"):
+            continue
+        if not line.strip():
+            flush()
+        elif line.startswith("/"):
+            flush()
+            name, _, arg = line[1:].partition(" ")
+            steps.append(_directive(name.strip().lower(), arg.strip(), file, number))
+        else:
+            if not paragraph:
+                start = number
+            paragraph.append(line)
+    flush()
+    if not any(s.action == "prompt" for s in steps):
+        raise SpecchatError("the demo script has no prompts", file=file, hint="write each prompt as a paragraph")
+    return steps
+
+
+def load_script(path: str | os.PathLike[str] | None) -> list[DemoStep]:
+    """A script file, or the shipped ``demos/tour.txt`` when ``path`` is None."""
+    path = Path(path) if path is not None else shipped_demo()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecchatError(f"cannot read the demo script: {exc.strerror}", file=str(path)) from None
+    return parse_script(text, str(path))
+
+
+def shipped_demo() -> Path:
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "demos" / "tour.txt", here.parent / "demos" / "tour.txt"):
+        if candidate.is_file():
+            return candidate
+    return here.parent / "demos" / "tour.txt"
+
+
+def run_script(
+    backend: Any,
+    steps: list[DemoStep],
+    sleep: Callable[[float], Any] = time.sleep,
+) -> Iterator[Any]:
+    """Runs the steps against a ChatBackend, yielding every event it produces (the
+    caller renders and records them). ``sleep`` lets the TUI wait without blocking."""
+    for step in steps:
+        if step.action == "prompt":
+            yield from backend.send(step.value)
+        elif step.action == "pause":
+            sleep(step.value)
+        elif step.action == "reset":
+            backend.reset()
+        elif step.action == "gamma":
+            backend.set_num_speculative_tokens(step.value)
+        elif step.action == "temperature":
+            backend.set_temperature(step.value)
+        elif step.action == "thinking":
+            backend.set_thinking(step.value)
