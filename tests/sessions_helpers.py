@@ -4,6 +4,10 @@ tests only — acceptance tests record a real tiny model) and an asciinema v2 va
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 from specchat.events import (
@@ -80,3 +84,36 @@ def validate_cast(path: Path) -> tuple[dict, list]:
         last = t
         events.append(event)
     return header, events
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Runs the real CLI in a fresh interpreter where importing torch or transformers fails,
+# as on a machine without them, and reports which heavy modules got imported anyway.
+TORCH_BLOCKED = textwrap.dedent(
+    """
+    import importlib.abc, json, sys
+    class Blocked(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in ("torch", "transformers"):
+                raise ImportError(f"{name} is blocked in this test")
+            return None
+    sys.meta_path.insert(0, Blocked())
+    from specchat.cli import main
+    code = main(sys.argv[1:])
+    heavy = sorted(m for m in ("torch", "transformers", "textual") if m in sys.modules)
+    print("HEAVY=" + json.dumps(heavy), file=sys.stderr)
+    sys.exit(code)
+    """
+)
+
+
+def cli(*args: str, env_dir: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SPECCHAT_DATA_DIR": str(env_dir), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", TORCH_BLOCKED, *args], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=ROOT)
+
+
+def heavy(proc: subprocess.CompletedProcess) -> list[str]:
+    line = [x for x in proc.stderr.splitlines() if x.startswith("HEAVY=")][-1]
+    return json.loads(line[len("HEAVY="):])

@@ -2,52 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from sessions_helpers import sample_events, validate_cast
+from sessions_helpers import cli, heavy, sample_events, validate_cast
 from specchat.errors import SpecchatError
 from specchat.sessions.demo import DemoStep, load_script, parse_script
 from specchat.sessions.recorder import Recorder, build_header
-
-ROOT = Path(__file__).resolve().parent.parent
-
-# Runs the real CLI in a fresh interpreter where importing torch or transformers fails,
-# as on a machine without them, and reports which heavy modules got imported anyway.
-TORCH_BLOCKED = textwrap.dedent(
-    """
-    import importlib.abc, json, sys
-    class Blocked(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] in ("torch", "transformers"):
-                raise ImportError(f"{name} is blocked in this test")
-            return None
-    sys.meta_path.insert(0, Blocked())
-    from specchat.cli import main
-    code = main(sys.argv[1:])
-    heavy = sorted(m for m in ("torch", "transformers", "textual") if m in sys.modules)
-    print("HEAVY=" + json.dumps(heavy), file=sys.stderr)
-    sys.exit(code)
-    """
-)
-
-
-def cli(*args: str, env_dir: Path) -> subprocess.CompletedProcess:
-    import os
-
-    env = {**os.environ, "SPECCHAT_DATA_DIR": str(env_dir), "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-c", TORCH_BLOCKED, *args], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=ROOT)
-
-
-def heavy(proc: subprocess.CompletedProcess) -> list[str]:
-    line = [x for x in proc.stderr.splitlines() if x.startswith("HEAVY=")][-1]
-    return json.loads(line[len("HEAVY="):])
 
 
 @pytest.fixture

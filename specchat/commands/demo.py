@@ -25,9 +25,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
+def demo_loader(steps, record: bool):
+    """A UI loader: the profile's live backend (recording as usual) played by the script."""
+    from specchat.sessions.demo import ScriptedBackend
+    from specchat.ui.backend import LoadedBackend, load_backend
+
+    def load(ref, progress) -> LoadedBackend:
+        loaded = load_backend(ref, progress, record=record)
+        return LoadedBackend(ScriptedBackend(loaded.backend, steps), loaded.info)
+
+    return load
+
+
 def _headless(args: argparse.Namespace, steps) -> int:
     from specchat.sessions.ansi import render, strip_sgr
-    from specchat.sessions.demo import run_script
+    from specchat.sessions.demo import ScriptedBackend
     from specchat.ui.backend import load_backend
 
     colour = sys.stdout.isatty()
@@ -44,11 +56,12 @@ def _headless(args: argparse.Namespace, steps) -> int:
     loaded = load_backend(args.profile, progress, record=not args.no_record)
     if loaded.info.recording:
         print(f"recording to {loaded.info.recording}", file=sys.stderr)
+    demo = ScriptedBackend(loaded.backend, steps)
     try:
-        for event in run_script(loaded.backend, steps):
+        for event in demo.events():
             out(render(event))
     except KeyboardInterrupt:
-        loaded.backend.cancel()
+        demo.cancel()
         return 130
     finally:
         loaded.close()
@@ -63,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
         steps = load_script(args.script)  # a bad script fails before any model loads
         if args.headless:
             return _headless(args, steps)
-        from specchat.ui.app import run_demo
+        from specchat.ui.app import run_app
 
-        return run_demo(steps, profile=args.profile, record=not args.no_record)
+        return run_app(args.profile, loader=demo_loader(steps, record=not args.no_record))
     except (SpecchatError, OSError) as exc:
         print(f"specchat demo: {exc}", file=sys.stderr)
         return 2

@@ -68,9 +68,10 @@ def _headless(path, speed: str) -> int:
 
 
 def _tui(path, speed: str) -> int:
-    from specchat.ui.app import run_replay
+    from specchat.ui.app import run_app
+    from specchat.ui.backend import replay_loader
 
-    return run_replay(path, speed=speed)
+    return run_app(None, loader=replay_loader(path, speed))
 
 
 def run(args: argparse.Namespace) -> int:

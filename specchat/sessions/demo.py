@@ -16,12 +16,14 @@ Torch-free: the runner drives any ChatBackend (the UI's protocol).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from specchat.errors import SpecchatError
+from specchat.events import ChatReset
 
 DIRECTIVES = ("pause", "reset", "gamma", "temperature", "thinking")
 
@@ -132,9 +134,44 @@ def run_script(
             sleep(step.value)
         elif step.action == "reset":
             backend.reset()
+            yield ChatReset()  # so a UI fed by this stream clears its transcript too
         elif step.action == "gamma":
             backend.set_num_speculative_tokens(step.value)
         elif step.action == "temperature":
             backend.set_temperature(step.value)
         elif step.action == "thinking":
             backend.set_thinking(step.value)
+
+
+class ScriptedBackend:
+    """A live ChatBackend played by a script: to the UI an EventSource (it has no
+    ``send``, so the app plays it hands-free like a replay), while the wrapped backend
+    generates — and records — for real. Pauses wait on the cancel flag, so Esc stops
+    the demo at once."""
+
+    def __init__(self, inner: Any, steps: list[DemoStep]) -> None:
+        self.inner = inner
+        self.steps = steps
+        self._cancelled = threading.Event()
+
+    def events(self) -> Iterator[Any]:
+        for event in run_script(self.inner, self.steps, sleep=self._cancelled.wait):
+            yield event
+            if self._cancelled.is_set() and not _in_turn(event):
+                return
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        self.inner.cancel()
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+
+def _in_turn(event: Any) -> bool:
+    """True while a turn still has events to come (let a cancelled turn finish cleanly)."""
+    from specchat.events import TurnFinished
+
+    return not isinstance(event, (TurnFinished, ChatReset))

@@ -42,6 +42,20 @@ class ReplayBackend:
     def damage(self) -> Damage | None:
         return self.recording.damage
 
+    def backend_info(self) -> dict[str, Any]:
+        """The recorded profile's speculation settings as ``BackendInfo`` fields, so the
+        panel is sized and labelled as it was live (method, γ, its ceiling, temperature)."""
+        profile = self.recording.header.profile
+        spec = profile.get("speculation") if isinstance(profile.get("speculation"), dict) else {}
+        sampling = profile.get("sampling") if isinstance(profile.get("sampling"), dict) else {}
+        method = str(spec.get("method") or "none")
+        fields: dict[str, Any] = {"method": method, "max_gamma": int(spec.get("max_speculative_tokens") or 8)}
+        if method != "none":
+            fields["num_speculative_tokens"] = spec.get("num_speculative_tokens", 0)
+        if isinstance(sampling.get("temperature"), (int, float)):
+            fields["temperature"] = float(sampling["temperature"])
+        return fields
+
     def events(self) -> Iterator[Any]:
         """The recorded events (header excluded), each after its recorded delay.
         Stops early, between events, once :meth:`cancel` is called."""
