@@ -126,11 +126,11 @@ def _template_has_thinking(tokenizer: Any) -> bool:
 def load_backend(profile_ref: str | None, progress: ProgressCallback, *, record: bool = True) -> LoadedBackend:
     """Resolve a profile, load its models and build a ChatSession. Runs in a worker
     thread; raises :class:`specchat.errors.SpecchatError` (one line) on bad input."""
-    from specchat.config import load_profile
+    from specchat.config import DEFAULT_PROFILE, load_profile
     from specchat.engine.factory import build_chat
     from specchat.loading import load_models
 
-    profile = load_profile(profile_ref)
+    profile = load_profile(profile_ref or DEFAULT_PROFILE)
     loaded = load_models(profile, progress=progress)
     session = build_chat(profile, loaded)
     spec = profile.speculation
@@ -171,6 +171,6 @@ def replay_loader(path: str | Path, speed: float | str = 1.0) -> Loader:
         progress(LoadProgress(stage="replay", message=f"reading {path}"))
         source = ReplayBackend(path, speed=speed)
         name = getattr(source, "profile_name", None) or Path(path).stem
-        return LoadedBackend(source, BackendInfo(profile_name=str(name), description=f"replay of {path}"))
+        return LoadedBackend(source, BackendInfo(profile_name=str(name), description=f"replay of {path}", **source.backend_info()))
 
     return load

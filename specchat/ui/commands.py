@@ -1,0 +1,62 @@
+"""Command palette entries (Ctrl+P): profiles, γ, temperature and the app's actions."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Iterable
+
+from textual.app import SystemCommand
+from textual.command import CommandListItem, SimpleCommand
+
+if TYPE_CHECKING:
+    from specchat.ui.app import SpecchatApp
+
+TEMPERATURES = (0.0, 0.3, 0.6, 0.8, 1.0, 1.2)
+
+
+def available_profiles() -> dict[str, str]:
+    """Profile name → file, or {} when profiles cannot be listed."""
+    try:
+        from specchat.config import profile_files
+    except ImportError:
+        return {}
+    return {name: str(path) for name, path in profile_files().items()}
+
+
+def profile_commands(app: SpecchatApp) -> list[CommandListItem]:
+    return [
+        SimpleCommand(name, partial(app.switch_profile, name), f"load {path} (the current chat stays until it loads)")
+        for name, path in available_profiles().items()
+    ]
+
+
+def gamma_commands(app: SpecchatApp) -> list[CommandListItem]:
+    top = app.info.max_gamma if app.info else 8
+    items: list[CommandListItem] = [
+        SimpleCommand("γ auto", partial(app.set_gamma, "auto"), "let the controller choose γ each step")
+    ]
+    items += [SimpleCommand(f"γ {k}", partial(app.set_gamma, k), f"propose {k} draft tokens per step") for k in range(1, top + 1)]
+    return items
+
+
+def temperature_commands(app: SpecchatApp) -> list[CommandListItem]:
+    return [
+        SimpleCommand(f"temperature {t:.1f}", partial(app.set_temperature, t), "greedy" if t == 0 else "sampling")
+        for t in TEMPERATURES
+    ]
+
+
+def system_commands(app: SpecchatApp) -> Iterable[SystemCommand]:
+    yield SystemCommand("Switch profile…", "Load another profile in the background", app.pick_profile)
+    yield SystemCommand("Set γ…", "Number of speculative tokens per step", partial(app.search_commands, gamma_commands(app), "γ…"))
+    yield SystemCommand(
+        "Set temperature…", "Sampling temperature for the next turn",
+        partial(app.search_commands, temperature_commands(app), "temperature…"),
+    )
+    yield SystemCommand("New chat", "Clear the conversation", app.action_new_chat)
+    yield SystemCommand("Copy last reply", "Copy the last reply to the clipboard", app.action_copy_reply)
+    yield SystemCommand("Toggle Markdown view", "Provenance colours ↔ rendered Markdown", app.action_toggle_markdown)
+    yield SystemCommand("Toggle speculation panel", "Show or hide the side panel", app.action_toggle_panel)
+    yield SystemCommand("Toggle thinking", "Qwen3-style thinking on/off (next turn)", app.action_toggle_thinking)
+    yield SystemCommand("Inspect tokens", "Provenance, p, q and alternatives of the last reply", app.action_inspect)
+    yield SystemCommand("Keys", "Show every key", app.action_help)

@@ -1,0 +1,176 @@
+"""Panel figures: live telemetry for the UI and their text. Pure Python, no Textual.
+
+The panel is built from the same :class:`~specchat.telemetry.Telemetry` the engine
+uses, fed with every StepEvent's stats while a turn streams. When the turn finishes,
+the engine's own snapshots (``TurnFinished.metrics``) replace the live ones, so the
+figures on screen after a turn are exactly ``engine.metrics``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specchat.events import ChatReset, StepEvent, TurnFinished, TurnStarted
+from specchat.telemetry import MetricsSnapshot, Telemetry
+
+HIDDEN = "·"  # shown instead of wall-clock figures in deterministic (snapshot) mode
+
+
+class LiveFigures:
+    """Per-turn and whole-session snapshots, updated from the event stream."""
+
+    def __init__(self, max_gamma: int = 8) -> None:
+        self.max_gamma = max_gamma
+        self._turn = Telemetry(max_gamma=max_gamma)
+        self._session = Telemetry(max_gamma=max_gamma)
+        self._turn_final: MetricsSnapshot | None = None
+        self._session_final: MetricsSnapshot | None = None
+        self.turn_number: int | None = None
+
+    def reset(self, max_gamma: int | None = None) -> None:
+        """A new profile: forget everything (its figures describe other models)."""
+        self.__init__(max_gamma if max_gamma is not None else self.max_gamma)  # type: ignore[misc]
+
+    def apply(self, event: Any) -> bool:
+        """Feed one event; True if the figures changed."""
+        if isinstance(event, TurnStarted):
+            self.turn_number = event.turn
+            self._turn.reset()
+            self._turn.start_turn()
+            self._session.start_turn()
+            self._turn_final = None
+            return True
+        if isinstance(event, StepEvent):
+            stats, n = event.step.stats, len(event.step.tokens)
+            self._turn.update(stats, n)
+            self._session.update(stats, n)
+            self._session_final = None
+            return True
+        if isinstance(event, TurnFinished):
+            metrics = event.metrics or {}
+            if "turn" in metrics:
+                self._turn_final = MetricsSnapshot.from_dict(metrics["turn"])
+            if "session" in metrics:
+                self._session_final = MetricsSnapshot.from_dict(metrics["session"])
+            return True
+        if isinstance(event, ChatReset):
+            return False
+        return False
+
+    @property
+    def turn(self) -> MetricsSnapshot:
+        return self._turn_final or self._turn.snapshot()
+
+    @property
+    def session(self) -> MetricsSnapshot:
+        return self._session_final or self._session.snapshot()
+
+
+# --- text -------------------------------------------------------------------------
+
+
+def fmt(value: float | int | None, digits: int = 2, suffix: str = "") -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value}{suffix}"
+    return f"{value:.{digits}f}{suffix}"
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    turn: str
+    session: str
+    timing: bool = False  # depends on wall-clock time (hidden in deterministic mode)
+
+
+def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool = False) -> list[Row]:
+    """The panel's table: (label, this turn, whole session)."""
+
+    def row(label: str, getter, digits: int = 2, suffix: str = "", timing: bool = False) -> Row:
+        if timing and hide_timing:
+            return Row(label, HIDDEN, HIDDEN, True)
+        return Row(label, fmt(getter(turn), digits, suffix), fmt(getter(session), digits, suffix), timing)
+
+    def speedup(m: MetricsSnapshot, key: str) -> float | None:
+        return getattr(m, key)
+
+    return [
+        row("tokens", lambda m: m.num_tokens),
+        row("steps", lambda m: m.num_steps),
+        row("γ (mean)", lambda m: m.gamma if m.gamma else None, 1),
+        row("mean accept len", lambda m: m.mean_acceptance_length if m.num_drafts else None),
+        row("draft accept rate", lambda m: m.draft_acceptance_rate if m.num_draft_tokens else None),
+        row("α measured", lambda m: m.alpha),
+        row("α empirical", lambda m: m.alpha_empirical),
+        row("c (draft/target)", lambda m: m.cost_ratio, 3, timing=True),
+        row("v(γ) verify cost", lambda m: _verify_at_gamma(m), 2, timing=True),
+        row("E tokens/round", lambda m: m.expected_tokens_per_round),
+        row("speedup (paper)", lambda m: speedup(m, "predicted_speedup_paper"), 2, "×", timing=True),
+        row("speedup (cost)", lambda m: speedup(m, "predicted_speedup"), 2, "×", timing=True),
+        row("measured tok/s", lambda m: m.tokens_per_s, 1, timing=True),
+        row("measured speedup", lambda m: m.measured_speedup, 2, "×", timing=True),
+        row("time to 1st tok", lambda m: m.ttft_ms, 0, " ms", timing=True),
+    ]
+
+
+def _verify_at_gamma(m: MetricsSnapshot) -> float | None:
+    if not m.verify_cost:
+        return None
+    gamma = max(1, round(m.gamma)) if m.gamma else None
+    if gamma in m.verify_cost:
+        return m.verify_cost[gamma]
+    return m.verify_cost[max(m.verify_cost)]
+
+
+def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing: bool = False) -> tuple[str, str]:
+    """Plain words for α > c, and a level ("good" / "bad" / "unknown") for styling."""
+    if hide_timing:
+        return ("break-even needs timings (hidden in deterministic mode)", "unknown")
+    if m.num_drafts == 0:
+        if method == "none":
+            return ("no speculation in this profile", "unknown")
+        return ("no drafts yet", "unknown")
+    if m.breakeven is None:
+        return ("measuring c — needs a plain step to time the target", "unknown")
+    alpha, c = m.alpha or 0.0, m.cost_ratio or 0.0
+    if m.breakeven and (m.predicted_speedup or 0) >= 1.0:
+        return (f"speculation pays: α {alpha:.2f} > c {c:.2f}", "good")
+    if m.breakeven:
+        return (f"α {alpha:.2f} > c {c:.2f}, but verifying γ drafts costs more: lower γ", "warn")
+    advice = "switch to n-gram" if method == "draft_model" else "turn speculation off"
+    return (f"costs more than it saves (α {alpha:.2f} ≤ c {c:.2f}): lower γ or {advice}", "bad")
+
+
+def recommended_gamma_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
+    if hide_timing or m.best_gamma is None:
+        return "recommended γ: –"
+    if m.best_gamma == 0:
+        return "recommended γ: 0 (no γ beats plain decoding)"
+    return f"recommended γ: {m.best_gamma}"
+
+
+def bar(fraction: float, width: int) -> str:
+    """A horizontal bar with eighth-block resolution."""
+    fraction = min(1.0, max(0.0, fraction))
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    text = "█" * full + (" ▏▎▍▌▋▊▉"[part] if part else "")
+    return text.ljust(width)
+
+
+def histogram_lines(histogram: tuple[int, ...], gamma: int = 0, width: int = 16) -> list[str]:
+    """One line per accepted count 0..k, k the largest γ used: ``" 2 █████      7"``."""
+    if not histogram or not any(histogram):
+        return []
+    # Bins beyond the largest γ used can only be zero: noise on a narrow panel.
+    last = max((i for i, n in enumerate(histogram) if n), default=0)
+    shown = histogram[: max(last, gamma) + 1]
+    peak = max(shown) or 1
+    return [f"{i:>2} {bar(n / peak, width)} {n:>4}" for i, n in enumerate(shown)]
+
+
+def position_lines(per_position: tuple[float, ...], width: int = 16) -> list[str]:
+    return [f"{i + 1:>2} {bar(a, width)} {a:>4.2f}" for i, a in enumerate(per_position)]

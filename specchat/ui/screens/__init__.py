@@ -1,0 +1,1 @@
+"""Screens: the chat, the token inspector and help."""

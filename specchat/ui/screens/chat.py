@@ -1,0 +1,156 @@
+"""The chat screen: transcript, legend, status, input and the speculation panel.
+
+It turns batches of engine events into widget updates. Tokens of one batch go to the
+current reply in a single append; the panel is redrawn at most ~10 times a second
+(and once at each turn's end), so rendering never paces the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+
+from specchat.events import (
+    ChatReset,
+    ErrorEvent,
+    Loaded,
+    LoadProgress,
+    ProfileSwitched,
+    SessionHeader,
+    StepEvent,
+    Token,
+    TurnFinished,
+    TurnStarted,
+    UserMessage,
+)
+from specchat.ui.figures import LiveFigures
+from specchat.ui.widgets.chat_input import ChatInput
+from specchat.ui.widgets.legend import Legend
+from specchat.ui.widgets.panel import SpecPanel
+from specchat.ui.widgets.reply import ReplyView
+from specchat.ui.widgets.status import StatusLine
+from specchat.ui.widgets.transcript import Transcript
+
+PANEL_INTERVAL_S = 0.1
+
+
+class ChatScreen(Screen):
+    class Ready(Message):
+        """The screen is composed: the app may start loading and report progress."""
+
+    def __init__(self, hide_timing: bool = False, cursor_blink: bool = True) -> None:
+        super().__init__(id="chat")
+        self.hide_timing = hide_timing
+        self.cursor_blink = cursor_blink
+        self.figures = LiveFigures()
+        self.current: ReplyView | None = None
+        self._panel_dirty = False
+        self.last_user_text: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="≈")
+        with Horizontal(id="main"):
+            with Vertical(id="chat-column"):
+                yield Transcript(id="transcript")
+                yield Legend(id="legend")
+                yield StatusLine(id="status")
+                yield ChatInput(id="input", placeholder="Message… (Enter sends, Shift+Enter or Ctrl+J: new line)")
+            yield SpecPanel(hide_timing=self.hide_timing, id="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(ChatInput).cursor_blink = self.cursor_blink
+        self.query_one(ChatInput).focus()
+        self.set_interval(PANEL_INTERVAL_S, self.flush_panel)
+        self.post_message(self.Ready())
+
+    # --- widgets ------------------------------------------------------------------
+    @property
+    def transcript(self) -> Transcript:
+        return self.query_one(Transcript)
+
+    @property
+    def panel(self) -> SpecPanel:
+        return self.query_one(SpecPanel)
+
+    @property
+    def status(self) -> StatusLine:
+        return self.query_one(StatusLine)
+
+    @property
+    def input(self) -> ChatInput:
+        return self.query_one(ChatInput)
+
+    @property
+    def last_tokens(self) -> list[Token]:
+        reply = self.transcript.last_reply
+        return list(reply.tokens) if reply else []
+
+    def flush_panel(self, force: bool = False) -> None:
+        if self._panel_dirty or force:
+            self._panel_dirty = False
+            self.panel.show(self.figures.turn, self.figures.session, self.figures.turn_number)
+
+    def reset_figures(self, max_gamma: int, method: str) -> None:
+        self.figures.reset(max_gamma)
+        self.panel.method = method
+        self.flush_panel(force=True)
+
+    # --- events -------------------------------------------------------------------
+    def apply_events(self, events: list[Any]) -> None:
+        """Applies a batch in order; consecutive tokens are appended in one go."""
+        pending: list[Token] = []
+        for event in events:
+            if isinstance(event, StepEvent):
+                self.figures.apply(event)
+                self._panel_dirty = True
+                if self.current is None or self.current.turn != event.turn:
+                    self._flush_tokens(pending)
+                    pending = []
+                    self.current = self.transcript.add_reply(event.turn)
+                pending.extend(event.step.tokens)
+                continue
+            self._flush_tokens(pending)
+            pending = []
+            self._apply(event)
+        self._flush_tokens(pending)
+
+    def _flush_tokens(self, tokens: list[Token]) -> None:
+        if tokens and self.current is not None:
+            self.current.append_tokens(tokens)
+
+    def _apply(self, event: Any) -> None:
+        transcript = self.transcript
+        if isinstance(event, UserMessage):
+            self.last_user_text = event.text
+            transcript.add_user(event.text)
+        elif isinstance(event, TurnStarted):
+            self.figures.apply(event)
+            gamma = event.num_speculative_tokens
+            self.current = transcript.add_reply(event.turn)
+            self.current.border_title = f"assistant · γ {gamma}" if gamma else "assistant"
+            self._panel_dirty = True
+        elif isinstance(event, TurnFinished):
+            self.figures.apply(event)
+            reply = self.current
+            if reply is None or reply.turn != event.turn:
+                reply = transcript.add_reply(event.turn)
+            reply.finish(event.finish_reason, event.text)
+            self.current = None
+            self.flush_panel(force=True)
+        elif isinstance(event, ErrorEvent):
+            transcript.add_note(event.message, "error")
+        elif isinstance(event, ChatReset):
+            self.current = None
+            transcript.add_note("— new chat —")
+        elif isinstance(event, ProfileSwitched):
+            transcript.add_note(f"— switched to profile {event.name} —")
+        elif isinstance(event, Loaded):
+            transcript.add_note(f"profile {event.profile_name} loaded" + (f": {event.description}" if event.description else ""))
+        elif isinstance(event, (SessionHeader, LoadProgress)):
+            pass  # shown by the app's status line, or nothing to show

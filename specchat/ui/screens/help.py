@@ -1,0 +1,49 @@
+"""Help: every key, read from the app's bindings so the list cannot go stale."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+INPUT_KEYS = [
+    ("enter", "send the message"),
+    ("shift+enter / ctrl+j", "new line in the message"),
+    ("ctrl+p", "command palette: switch profile or theme, set γ or temperature"),
+    ("ctrl+q", "quit"),
+]
+
+
+def help_text(bindings: list[Binding]) -> Content:
+    rows = list(INPUT_KEYS)
+    for binding in bindings:
+        if binding.description:
+            rows.append((binding.key_display or binding.key, binding.description))
+    width = max(len(k) for k, _ in rows) + 2
+    lines = ["Keys", ""] + [f"{k:<{width}}{d}" for k, d in rows]
+    lines += [
+        "",
+        "Token styles: accepted draft (colour), resampled (underlined),",
+        "bonus (bold), target (italic). F4 inspects the last reply's tokens.",
+        "",
+        "Press Esc or F1 to close.",
+    ]
+    return Content("\n".join(lines))
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,f1,q", "dismiss", "Close", show=False)]
+
+    def __init__(self, bindings: list[Binding]) -> None:
+        super().__init__()
+        self._bindings_list = bindings
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(help_text(self._bindings_list), id="help-text")
+
+    def action_dismiss(self) -> None:  # type: ignore[override]
+        self.dismiss(None)

@@ -1,0 +1,115 @@
+"""The token inspector: walk the last reply's tokens and see why each one is there."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.reactive import reactive
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from specchat.events import Token
+from specchat.ui.figures import fmt
+from specchat.ui.widgets.reply import KIND_LABELS, provenance_content
+
+
+def token_details(token: Token, index: int, total: int) -> str:
+    """Plain-text facts about one token (p, q, min(1, p/q), rejected draft, alternatives)."""
+    lines = [
+        f"token {index + 1} of {total}: {token.text!r} (id {token.id})",
+        f"provenance: {KIND_LABELS.get(token.kind, token.kind)}",
+        f"p(x) target: {fmt(token.p, 4)}",
+    ]
+    if token.kind == "accepted":
+        lines.append(f"q(x) draft:  {fmt(token.q, 4)}")
+        lines.append(f"acceptance probability min(1, p/q): {fmt(token.acceptance_probability, 4)}")
+    elif token.kind == "resampled":
+        lines.append(
+            f"rejected draft: id {token.rejected_id} with p {fmt(token.rejected_p, 4)}, q {fmt(token.rejected_q, 4)}"
+        )
+        lines.append(f"its acceptance probability min(1, p/q): {fmt(token.acceptance_probability, 4)}")
+        lines.append("this token was drawn from norm(max(p − q, 0))")
+    elif token.kind == "bonus":
+        lines.append("every draft of the step was accepted; this extra token was drawn from p")
+    else:
+        lines.append("a plain target sample (no draft at this position)")
+    if token.alternatives:
+        lines.append("")
+        lines.append("target's top alternatives:")
+        for alt in token.alternatives:
+            label = alt.text if alt.text else f"id {alt.id}"
+            lines.append(f"  {label!r:<18} p {alt.p:.4f}")
+    return "\n".join(lines)
+
+
+class InspectorScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("left", "move(-1)", "Prev token"),
+        Binding("right", "move(1)", "Next token"),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+        Binding("n", "next_event", "Next non-accepted"),
+        Binding("escape,f4", "close", "Close"),
+    ]
+
+    index: reactive[int] = reactive(0)
+
+    def __init__(self, tokens: list[Token], start: int | None = None) -> None:
+        super().__init__()
+        self.tokens = tokens
+        self.set_reactive(InspectorScreen.index, (len(tokens) - 1) if start is None else start)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="inspector-box"):
+            with VerticalScroll(id="inspector-reply"):
+                yield Static("", id="inspector-text")
+            yield Static("", id="inspector-details")
+            yield Static("←/→ move · click a token · n: next resampled or bonus · Esc: close", id="inspector-hint")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_view()
+
+    def watch_index(self) -> None:
+        if self.is_mounted:
+            self.refresh_view()
+
+    def refresh_view(self) -> None:
+        text = self.query_one("#inspector-text", Static)
+        details = self.query_one("#inspector-details", Static)
+        if not self.tokens:
+            text.update(Content("the last reply has no tokens to inspect"))
+            details.update("")
+            return
+        text.update(provenance_content(self.tokens, highlight=self.index, clickable=True))
+        details.update(Content(token_details(self.tokens[self.index], self.index, len(self.tokens))))
+
+    @property
+    def token(self) -> Token | None:
+        return self.tokens[self.index] if self.tokens else None
+
+    def select(self, index: int) -> None:
+        if self.tokens:
+            self.index = max(0, min(len(self.tokens) - 1, index))
+
+    def action_select(self, index: int) -> None:
+        self.select(index)
+
+    def action_move(self, delta: int) -> None:
+        self.select(self.index + delta)
+
+    def action_jump(self, where: int) -> None:
+        self.select(where if where >= 0 else len(self.tokens) - 1)
+
+    def action_next_event(self) -> None:
+        """Jump to the next resampled or bonus token — where the interesting things happen."""
+        for i in range(self.index + 1, len(self.tokens)):
+            if self.tokens[i].kind in ("resampled", "bonus"):
+                self.select(i)
+                return
+        self.notify("no resampled or bonus token after this one")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

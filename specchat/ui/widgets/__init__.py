@@ -1,0 +1,1 @@
+"""Widgets of the chat screen; each file holds one."""

@@ -1,0 +1,74 @@
+"""The speculation side panel: this turn's and the whole session's figures.
+
+It only ever receives snapshots (attributes down); the app decides how often, so a
+fast model does not redraw the panel per token.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.content import Content, Span
+from textual.widgets import Collapsible, Sparkline, Static
+
+from specchat.telemetry import MetricsSnapshot
+from specchat.ui.figures import (
+    breakeven_text,
+    figure_rows,
+    histogram_lines,
+    position_lines,
+    recommended_gamma_text,
+)
+
+LABEL_W, COL_W = 18, 9
+
+
+def table_content(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool) -> Content:
+    header = f"{'':<{LABEL_W}}{'turn':>{COL_W}}{'session':>{COL_W}}"
+    lines = [header]
+    for row in figure_rows(turn, session, hide_timing):
+        lines.append(f"{row.label:<{LABEL_W}}{row.turn:>{COL_W}}{row.session:>{COL_W}}")
+    text = "\n".join(lines)
+    return Content(text, [Span(0, len(header), "bold $text-muted")])
+
+
+class SpecPanel(VerticalScroll):
+    """``hide_timing`` replaces wall-clock figures with a dot (snapshot tests)."""
+
+    def __init__(self, hide_timing: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.hide_timing = hide_timing
+        self.method = "none"
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="panel-title")
+        yield Static("", id="figures")
+        yield Static("", id="breakeven")
+        yield Static("", id="recommend")
+        with Collapsible(title="Acceptance histogram (turn)", collapsed=False, id="hist-section"):
+            yield Static("", id="histogram")
+        with Collapsible(title="Per-position acceptance (turn)", collapsed=False, id="pos-section"):
+            yield Static("", id="positions")
+        with Collapsible(title="Acceptance per step (turn)", collapsed=False, id="accept-section"):
+            yield Sparkline([], id="accept-spark")
+        with Collapsible(title="γ per step (session)", collapsed=True, id="gamma-section"):
+            yield Sparkline([], id="gamma-spark")
+
+    def on_mount(self) -> None:
+        self.show(MetricsSnapshot(), MetricsSnapshot())
+
+    def show(self, turn: MetricsSnapshot, session: MetricsSnapshot, turn_number: int | None = None) -> None:
+        title = "Speculation" + (f" · turn {turn_number}" if turn_number is not None else "")
+        self.query_one("#panel-title", Static).update(Content(title))
+        self.query_one("#figures", Static).update(table_content(turn, session, self.hide_timing))
+        text, level = breakeven_text(session if turn.num_steps == 0 else turn, self.method, self.hide_timing)
+        breakeven = self.query_one("#breakeven", Static)
+        breakeven.update(Content(text))
+        breakeven.set_classes(f"-{level}")
+        self.query_one("#recommend", Static).update(Content(recommended_gamma_text(session, self.hide_timing)))
+        hist = histogram_lines(turn.acceptance_histogram, max(turn.gamma_history, default=0)) or ["no drafting steps yet"]
+        self.query_one("#histogram", Static).update(Content("\n".join(hist)))
+        pos = position_lines(turn.per_position_acceptance) or ["–"]
+        self.query_one("#positions", Static).update(Content("\n".join(pos)))
+        self.query_one("#accept-spark", Sparkline).data = list(turn.acceptance_history)
+        self.query_one("#gamma-spark", Sparkline).data = [float(g) for g in session.gamma_history]
