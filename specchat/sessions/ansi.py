@@ -26,7 +26,7 @@ ERROR_SGR = "\x1b[1;31m"
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x9b]")
 
 
-def _clean(text: str) -> str:
+def clean(text: str) -> str:
     return _CONTROL.sub("", text.replace("\r\n", "\n")).replace("\n", "\r\n")
 
 
@@ -48,22 +48,22 @@ def _turn_summary(ev: TurnFinished) -> str:
 def render(event: Any) -> str:
     """The terminal output for one event ("" for events that print nothing)."""
     if isinstance(event, UserMessage):
-        return f"{USER_SGR}you ›{RESET} {_clean(event.text)}\r\n\r\n"
+        return f"{USER_SGR}you ›{RESET} {clean(event.text)}\r\n\r\n"
     if isinstance(event, StepEvent):
         out = []
         for token in event.step.tokens:
             sgr = PROVENANCE_SGR.get(token.kind, "")
-            text = _clean(token.text)
+            text = clean(token.text)
             out.append(f"{sgr}{text}{RESET}" if sgr and text else text)
         return "".join(out)
     if isinstance(event, TurnFinished):
         return f"\r\n{DIM_SGR}[{_turn_summary(event)}]{RESET}\r\n\r\n"
     if isinstance(event, ProfileSwitched):
-        return f"{DIM_SGR}── profile: {_clean(event.name)} ──{RESET}\r\n\r\n"
+        return f"{DIM_SGR}── profile: {clean(event.name)} ──{RESET}\r\n\r\n"
     if isinstance(event, ChatReset):
         return f"{DIM_SGR}── new chat ──{RESET}\r\n\r\n"
     if isinstance(event, ErrorEvent):
-        return f"\r\n{ERROR_SGR}{_clean(event.message)}{RESET}\r\n"
+        return f"\r\n{ERROR_SGR}{clean(event.message)}{RESET}\r\n"
     return ""
 
 

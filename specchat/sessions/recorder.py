@@ -28,6 +28,9 @@ from specchat import __version__
 from specchat.events import ChatReset, ProfileSwitched, SessionHeader, TurnFinished, to_json
 from specchat.sessions.fileformat import FORMAT_VERSION, SUFFIX, sessions_dir
 
+# LoadedModels.info keys that describe the software rather than the models.
+ENVIRONMENT_KEYS = ("torch", "transformers", "python", "platform", "cuda", "bitsandbytes")
+
 # Events after which the file is fsynced (see the module docstring for why not every event).
 _SYNC_AFTER = (TurnFinished, ChatReset, ProfileSwitched, SessionHeader)
 
@@ -48,13 +51,20 @@ def _jsonable(value: Any) -> Any:
 def build_header(profile: Any, info: dict[str, Any] | None = None, **environment: Any) -> SessionHeader:
     """A SessionHeader from the resolved profile and ``LoadedModels.info``.
 
-    ``info`` is split into model facts (ids, revisions, dtype, quantization, device —
-    everything else) and environment facts (library versions, keys ending in
-    ``_version``). ``environment`` adds extra facts such as ``resumed_from``.
+    ``info`` is split into model facts (ids, revisions, dtype, quantization, device,
+    load time) and environment facts (library versions: :data:`ENVIRONMENT_KEYS` and
+    any ``*_version`` key), to which Python and the platform are added.
+    ``environment`` adds extra facts such as ``resumed_from``.
     """
+    import platform
+    import sys
+
     info = _jsonable(info or {})
-    models = {k: v for k, v in info.items() if not k.endswith("_version")}
-    env = {k: v for k, v in info.items() if k.endswith("_version")}
+    is_env = lambda k: k in ENVIRONMENT_KEYS or k.endswith("_version")  # noqa: E731
+    models = {k: v for k, v in info.items() if not is_env(k)}
+    env = {k: v for k, v in info.items() if is_env(k)}
+    env.setdefault("python", sys.version.split()[0])
+    env.setdefault("platform", platform.platform(terse=True))
     env.update(_jsonable(environment))
     profile_dict = _jsonable(profile) if profile is not None else {}
     return SessionHeader(
