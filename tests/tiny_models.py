@@ -37,7 +37,7 @@ _CORPUS = [
 ]
 
 
-def _train_tokenizer(vocab_size: int):
+def _train_tokenizer(vocab_size: int, corpus=None):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -49,18 +49,21 @@ def _train_tokenizer(vocab_size: int):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tok.train_from_iterator(list(corpus or _CORPUS) * 4, trainer=trainer)
     return tok
 
 
-def build_tiny_tokenizer(directory, vocab_size: int = 400):
-    """Train, wrap and save a chat tokenizer into ``directory``; returns it."""
+def build_tiny_tokenizer(directory, vocab_size: int = 400, corpus=None):
+    """Train, wrap and save a chat tokenizer into ``directory``; returns it.
+
+    A different ``corpus`` gives different merges: a tokenizer whose ids mean other
+    tokens (for vocabulary-mismatch tests)."""
     from transformers import PreTrainedTokenizerFast
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_train_tokenizer(vocab_size),
+        tokenizer_object=_train_tokenizer(vocab_size, corpus),
         bos_token=None,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
