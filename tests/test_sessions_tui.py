@@ -113,3 +113,39 @@ def test_tui_replay_runs_where_torch_cannot_be_imported(tmp_path):
     result = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT=")][-1][7:])
     assert result["heavy"] == [] and result["profile"] == "tiny"
     assert result["replies"][0] == "Hello, world\n! bye"
+
+
+def test_history_screen_lists_sessions_and_returns_the_choice(tmp_path):
+    from sessions_helpers import sample_events
+    from specchat.sessions.recorder import Recorder, build_header
+    from specchat.ui.screens.history import HistoryScreen
+    from textual.app import App
+    from textual.widgets import DataTable
+
+    for name, events in (("a.jsonl", sample_events()), ("b.jsonl", sample_events()[:1])):
+        with Recorder(tmp_path / name) as rec:
+            rec.start(build_header({"name": "tiny"}))
+            for ev in events:
+                rec.record(ev)
+    (tmp_path / "b.jsonl").touch()
+    results = []
+
+    class Host(App):
+        def on_mount(self) -> None:
+            self.push_screen(HistoryScreen(tmp_path), results.append)
+
+    async def run():
+        app = Host()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.sessions, what="the list")
+            table = screen.query_one(DataTable)
+            assert table.row_count == 2
+            cells = [table.get_row_at(i) for i in range(2)]
+            assert "Say hello in two lines" in cells[1] and "3.00" in cells[1] and "10" in cells[1]
+            assert "middle of turn 1" in cells[0][-1]
+            await pilot.press("down", "o")
+            await pilot.pause(0.1)
+
+    asyncio.run(run())
+    assert results == [(tmp_path / "a.jsonl", "resume")]

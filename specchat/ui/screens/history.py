@@ -1,0 +1,85 @@
+"""Past sessions: pick one to replay (no model needed) or to reopen and keep chatting.
+
+Dismisses with ``(path, "replay")``, ``(path, "resume")`` or None; the app decides how to
+load it (``specchat.ui.backend.replay_loader`` / ``specchat.sessions.resume.resume_loader``).
+The list is read in a thread worker: recordings are parsed in full for their figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import ModalScreen
+from textual.containers import Vertical
+from textual.widgets import DataTable, Footer
+
+from specchat.sessions.history import SessionSummary, list_sessions
+
+COLUMNS = ("date", "profile", "first prompt", "turns", "tokens", "mean acc. len", "note")
+
+
+def row(s: SessionSummary) -> tuple[str, ...]:
+    mal = f"{s.mean_acceptance_length:.2f}" if s.mean_acceptance_length is not None else "–"
+    prompt = s.first_prompt if len(s.first_prompt) <= 40 else s.first_prompt[:39] + "…"
+    return (s.date, s.profile, prompt, str(s.turns), str(s.tokens), mal, s.problem or "")
+
+
+class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
+    DEFAULT_CSS = """
+    HistoryScreen { align: center middle; }
+    HistoryScreen > #history-box { width: 90%; height: 80%; border: round $primary; background: $panel; }
+    HistoryScreen DataTable { height: 1fr; }
+    """
+    BINDINGS = [
+        Binding("enter", "choose('replay')", "Replay"),
+        Binding("o", "choose('resume')", "Reopen"),
+        Binding("escape", "dismiss_none", "Close"),
+    ]
+
+    def __init__(self, directory: Path | None = None) -> None:
+        super().__init__()
+        self.directory = directory
+        self.sessions: list[SessionSummary] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="history-box") as box:
+            box.border_title = "sessions — Enter replays, o reopens"
+            yield DataTable(cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns(*COLUMNS)
+        table.loading = True
+        self._load()
+
+    @work(thread=True, exclusive=True)
+    def _load(self) -> None:
+        sessions = list_sessions(self.directory)
+        self.app.call_from_thread(self._show, sessions)
+
+    def _show(self, sessions: list[SessionSummary]) -> None:
+        self.sessions = sessions
+        table = self.query_one(DataTable)
+        table.loading = False
+        for s in sessions:
+            table.add_row(*row(s), key=str(s.path))
+        if not sessions:
+            self.notify("no recorded sessions yet", severity="warning")
+        table.focus()
+
+    def action_choose(self, action: str) -> None:
+        table = self.query_one(DataTable)
+        if not self.sessions or table.cursor_row is None:
+            return
+        chosen = self.sessions[table.cursor_row]
+        if not chosen.replayable:
+            self.notify(f"cannot open {chosen.path.name}: {chosen.problem}", severity="error")
+            return
+        self.dismiss((chosen.path, action))
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)
