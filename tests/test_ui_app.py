@@ -219,3 +219,30 @@ def test_themes_good_bad_and_switch(tmp_path, tiny_profile_path):
             assert app.theme_variables["spec-accepted"]
 
     asyncio.run(run())
+
+
+def test_recorded_live_session_replays_identically(tiny_profile_path):
+    from specchat.ui.backend import replay_loader
+
+    async def live():
+        app = SpecchatApp(str(tiny_profile_path), record=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot, app)
+            assert app.info.recording is not None
+            await send(pilot, app, "def add(a, b):")
+            reply = app.chat.query(ReplyView).last()
+            return app.info.recording, [(t.kind, t.text) for t in reply.tokens], app.chat.figures.turn
+
+    async def replay(path):
+        app = SpecchatApp(None, loader=replay_loader(path, "max"))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.turns_ended >= 1, what="the replay")
+            await pilot.pause(0.1)
+            reply = app.chat.query(ReplyView).last()
+            assert app.info.method == "draft_model"
+            return [(t.kind, t.text) for t in reply.tokens], app.chat.figures.turn
+
+    path, live_tokens, live_figures = asyncio.run(live())
+    replay_tokens, replay_figures = asyncio.run(replay(path))
+    assert replay_tokens == live_tokens
+    assert isinstance(replay_figures, MetricsSnapshot) and replay_figures == live_figures

@@ -20,10 +20,9 @@ from textual.screen import Screen
 from specchat.events import ErrorEvent, Loaded, LoadProgress, UserMessage
 from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader, load_backend
 from specchat.ui.commands import profile_commands, system_commands
+from specchat.ui.controls import Controls
 from specchat.ui.pump import EventPump, EventsReady
 from specchat.ui.screens.chat import ChatScreen
-from specchat.ui.screens.help import HelpScreen
-from specchat.ui.screens.inspector import InspectorScreen
 from specchat.ui.themes import SPEC_VARIABLE_DEFAULTS, load_themes, theme_dirs
 from specchat.ui.widgets.chat_input import ChatInput
 
@@ -52,22 +51,24 @@ class _TurnEnded:
     delivered: bool
 
 
-class SpecchatApp(App):
+class SpecchatApp(Controls, App):
     CSS_PATH = "specchat.tcss"
     TITLE = "specchat"
+    # Priority so the focused TextArea's own F6/F7 (select line/all) and Ctrl+Y do not
+    # shadow them; Esc is not, so modal screens and the palette still close with it.
     BINDINGS = [
-        Binding("escape", "cancel", "Cancel"),
-        Binding("f1", "help", "Keys"),
-        Binding("f2", "toggle_panel", "Panel"),
-        Binding("f3", "toggle_markdown", "Markdown"),
-        Binding("f4", "inspect", "Inspect"),
+        Binding("f1", "help", "Keys", priority=True),
+        Binding("f2", "toggle_panel", "Panel", priority=True),
+        Binding("f3", "toggle_markdown", "Markdown", priority=True),
+        Binding("f4", "inspect", "Inspect", priority=True),
         Binding("f5", "gamma_down", "γ−", priority=True),
         Binding("f6", "gamma_up", "γ+", priority=True),
         Binding("f7", "temperature_down", "T−", priority=True),
         Binding("f8", "temperature_up", "T+", priority=True),
-        Binding("f9", "toggle_thinking", "Think"),
-        Binding("ctrl+n", "new_chat", "New chat"),
-        Binding("ctrl+o", "copy_reply", "Copy reply"),
+        Binding("f9", "toggle_thinking", "Think", priority=True),
+        Binding("ctrl+n", "new_chat", "New chat", priority=True),
+        Binding("ctrl+o", "copy_reply", "Copy", priority=True),
+        Binding("escape", "cancel", "Cancel"),
     ]
 
     def __init__(
@@ -78,6 +79,7 @@ class SpecchatApp(App):
         theme: str | None = None,
         themes_from: Iterable[Path] | None = None,
         deterministic: bool = False,
+        hide_timing: bool | None = None,
         record: bool = True,
     ) -> None:
         super().__init__()
@@ -93,11 +95,16 @@ class SpecchatApp(App):
         self.markdown = False
         self.theme_failures: list[str] = []
         self.max_lag_s = 0.0  # worst delay between a worker's put and the UI applying it
+        self.loaded_at = 0.0  # perf_counter when the backend was installed
+        self.last_put_at = 0.0  # perf_counter when the latest drained event was produced
         self.events_applied = 0
         self.turns_ended = 0  # turns (or replays) whose worker has finished
         self._reset_after_turn = False
         self._pending: LoadedBackend | None = None
-        self.chat = ChatScreen(hide_timing=deterministic, cursor_blink=not deterministic)
+        # Deterministic mode (snapshots): no cursor blink, and wall-clock figures hidden
+        # unless the caller's events carry fixed timings (hide_timing=False).
+        hidden = deterministic if hide_timing is None else hide_timing
+        self.chat = ChatScreen(hide_timing=hidden, cursor_blink=not deterministic)
 
     # --- setup --------------------------------------------------------------------
     def get_default_screen(self) -> Screen:
@@ -170,6 +177,7 @@ class SpecchatApp(App):
 
     def _install(self, loaded: LoadedBackend) -> None:
         previous, self.loaded = self.loaded, loaded
+        self.loaded_at = time.perf_counter()
         if previous is not None:
             previous.close()
         info = loaded.info
@@ -241,6 +249,7 @@ class SpecchatApp(App):
         batch: list[Any] = []
         for put_at, event in self.pump.drain():
             self.max_lag_s = max(self.max_lag_s, now - put_at)
+            self.last_put_at = put_at
             if isinstance(event, LoadProgress):
                 self.chat.status.show_progress(event, self.loading or "profile")
             elif isinstance(event, (_LoadDone, _TurnEnded)):
@@ -252,121 +261,6 @@ class SpecchatApp(App):
                 batch.append(event)
         self.chat.apply_events(batch)
         self.events_applied += len(batch)
-
-    # --- controls -----------------------------------------------------------------
-    def _update_status(self) -> None:
-        info = self.info
-        if info is None:
-            return
-        parts = [info.profile_name]
-        if info.method != "none":
-            parts.append(f"{info.method} γ {info.num_speculative_tokens}")
-        parts.append(f"T {info.temperature:.1f}")
-        if info.thinking is not None:
-            parts.append(f"thinking {'on' if info.thinking else 'off'}")
-        if self.loading:
-            parts.append(f"loading {self.loading}…")
-        parts.append("answering… Esc cancels" if self.generating else "ready")
-        self.chat.status.set_text(" · ".join(parts))
-
-    def action_cancel(self) -> None:
-        if self.generating and self.loaded is not None:
-            self.loaded.backend.cancel()
-            self.chat.status.set_text("cancelling…")
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen(list(self.BINDINGS)))
-
-    def action_toggle_panel(self) -> None:
-        self.chat.panel.display = not self.chat.panel.display
-
-    def action_toggle_markdown(self) -> None:
-        self.markdown = not self.markdown
-        self.chat.transcript.set_markdown(self.markdown)
-        self.chat.query_one("#legend").set_view("markdown" if self.markdown else "provenance")  # type: ignore[attr-defined]
-
-    def action_inspect(self) -> None:
-        self.push_screen(InspectorScreen(self.chat.last_tokens))
-
-    def action_new_chat(self) -> None:
-        if self.generating:
-            self._reset_after_turn = True
-            self.action_cancel()
-            return
-        if self.loaded is not None and hasattr(self.loaded.backend, "reset"):
-            self.loaded.backend.reset()
-        self.chat.current = None
-        self.call_later(self.chat.transcript.clear_chat)
-        self.notify("new chat")
-
-    def action_copy_reply(self) -> None:
-        reply = self.chat.transcript.last_reply
-        if reply is None:
-            self.notify("no reply to copy yet", severity="warning")
-            return
-        self.copy_to_clipboard(reply.text)
-        self.notify(f"copied the last reply ({len(reply.text)} characters)")
-
-    def _live_backend(self) -> Any | None:
-        if self.loaded is None or not hasattr(self.loaded.backend, "send"):
-            self.notify("no live model to change", severity="warning")
-            return None
-        return self.loaded.backend
-
-    def set_gamma(self, gamma: int | str) -> None:
-        backend, info = self._live_backend(), self.info
-        if backend is None or info is None:
-            return
-        if info.method == "none":
-            self.notify("this profile does not speculate (method = none)", severity="warning")
-            return
-        backend.set_num_speculative_tokens(gamma)
-        info.num_speculative_tokens = gamma
-        self._update_status()
-
-    def action_gamma(self, delta: int) -> None:
-        info = self.info
-        if info is None:
-            return
-        choices: list[int | str] = [*range(1, info.max_gamma + 1), "auto"]
-        current = info.num_speculative_tokens
-        index = choices.index(current) if current in choices else 0
-        self.set_gamma(choices[max(0, min(len(choices) - 1, index + delta))])
-
-    def action_gamma_down(self) -> None:
-        self.action_gamma(-1)
-
-    def action_gamma_up(self) -> None:
-        self.action_gamma(1)
-
-    def set_temperature(self, temperature: float) -> None:
-        backend, info = self._live_backend(), self.info
-        if backend is None or info is None:
-            return
-        info.temperature = round(max(0.0, min(2.0, temperature)), 2)
-        backend.set_temperature(info.temperature)
-        self._update_status()
-
-    def action_temperature(self, delta: float) -> None:
-        if self.info is not None:
-            self.set_temperature(self.info.temperature + delta)
-
-    def action_temperature_down(self) -> None:
-        self.action_temperature(-0.1)
-
-    def action_temperature_up(self) -> None:
-        self.action_temperature(0.1)
-
-    def action_toggle_thinking(self) -> None:
-        backend, info = self._live_backend(), self.info
-        if backend is None or info is None:
-            return
-        if info.thinking is None:
-            self.notify("this model's chat template has no thinking switch", severity="warning")
-            return
-        info.thinking = not info.thinking
-        backend.set_thinking(info.thinking)
-        self._update_status()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

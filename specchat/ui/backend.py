@@ -171,6 +171,6 @@ def replay_loader(path: str | Path, speed: float | str = 1.0) -> Loader:
         progress(LoadProgress(stage="replay", message=f"reading {path}"))
         source = ReplayBackend(path, speed=speed)
         name = getattr(source, "profile_name", None) or Path(path).stem
-        return LoadedBackend(source, BackendInfo(profile_name=str(name), description=f"replay of {path}", **source.backend_info()))
+        return LoadedBackend(source, BackendInfo(profile_name=str(name), description=f"replay of {Path(path).name}", **source.backend_info()))
 
     return load

@@ -1,0 +1,135 @@
+"""The app's user controls (keys and palette commands), kept out of app.py.
+
+A mixin of :class:`specchat.ui.app.SpecchatApp`: it reads ``self.loaded``,
+``self.info``, ``self.chat`` and ``self.generating`` and changes the live backend's
+settings between (or during) turns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specchat.ui.screens.help import HelpScreen
+from specchat.ui.screens.inspector import InspectorScreen
+
+
+class Controls:
+    def _update_status(self) -> None:
+        info = self.info
+        if info is None:
+            return
+        parts = [info.profile_name]
+        if info.method != "none":
+            parts.append(f"{info.method} γ {info.num_speculative_tokens}")
+        parts.append(f"T {info.temperature:.1f}")
+        if info.thinking is not None:
+            parts.append(f"thinking {'on' if info.thinking else 'off'}")
+        if self.loading:
+            parts.append(f"loading {self.loading}…")
+        parts.append("answering… Esc cancels" if self.generating else "ready")
+        self.chat.status.set_text(" · ".join(parts))
+
+    def action_cancel(self) -> None:
+        if self.generating and self.loaded is not None:
+            self.loaded.backend.cancel()
+            self.chat.status.set_text("cancelling…")
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):  # F1 toggles
+            self.screen.dismiss(None)
+            return
+        self.push_screen(HelpScreen(list(self.BINDINGS)))
+
+    def action_toggle_panel(self) -> None:
+        self.chat.panel.display = not self.chat.panel.display
+
+    def action_toggle_markdown(self) -> None:
+        self.markdown = not self.markdown
+        self.chat.transcript.set_markdown(self.markdown)
+        self.chat.query_one("#legend").set_view("markdown" if self.markdown else "provenance")  # type: ignore[attr-defined]
+
+    def action_inspect(self) -> None:
+        if isinstance(self.screen, InspectorScreen):  # F4 toggles
+            self.screen.dismiss(None)
+            return
+        self.push_screen(InspectorScreen(self.chat.last_tokens))
+
+    def action_new_chat(self) -> None:
+        if self.generating:
+            self._reset_after_turn = True
+            self.action_cancel()
+            return
+        if self.loaded is not None and hasattr(self.loaded.backend, "reset"):
+            self.loaded.backend.reset()
+        self.chat.current = None
+        self.call_later(self.chat.transcript.clear_chat)
+        self.notify("new chat")
+
+    def action_copy_reply(self) -> None:
+        reply = self.chat.transcript.last_reply
+        if reply is None:
+            self.notify("no reply to copy yet", severity="warning")
+            return
+        self.copy_to_clipboard(reply.text)
+        self.notify(f"copied the last reply ({len(reply.text)} characters)")
+
+    def _live_backend(self) -> Any | None:
+        if self.loaded is None or not hasattr(self.loaded.backend, "send"):
+            self.notify("no live model to change", severity="warning")
+            return None
+        return self.loaded.backend
+
+    def set_gamma(self, gamma: int | str) -> None:
+        backend, info = self._live_backend(), self.info
+        if backend is None or info is None:
+            return
+        if info.method == "none":
+            self.notify("this profile does not speculate (method = none)", severity="warning")
+            return
+        backend.set_num_speculative_tokens(gamma)
+        info.num_speculative_tokens = gamma
+        self._update_status()
+
+    def action_gamma(self, delta: int) -> None:
+        info = self.info
+        if info is None:
+            return
+        choices: list[int | str] = [*range(1, info.max_gamma + 1), "auto"]
+        current = info.num_speculative_tokens
+        index = choices.index(current) if current in choices else 0
+        self.set_gamma(choices[max(0, min(len(choices) - 1, index + delta))])
+
+    def action_gamma_down(self) -> None:
+        self.action_gamma(-1)
+
+    def action_gamma_up(self) -> None:
+        self.action_gamma(1)
+
+    def set_temperature(self, temperature: float) -> None:
+        backend, info = self._live_backend(), self.info
+        if backend is None or info is None:
+            return
+        info.temperature = round(max(0.0, min(2.0, temperature)), 2)
+        backend.set_temperature(info.temperature)
+        self._update_status()
+
+    def action_temperature(self, delta: float) -> None:
+        if self.info is not None:
+            self.set_temperature(self.info.temperature + delta)
+
+    def action_temperature_down(self) -> None:
+        self.action_temperature(-0.1)
+
+    def action_temperature_up(self) -> None:
+        self.action_temperature(0.1)
+
+    def action_toggle_thinking(self) -> None:
+        backend, info = self._live_backend(), self.info
+        if backend is None or info is None:
+            return
+        if info.thinking is None:
+            self.notify("this model's chat template has no thinking switch", severity="warning")
+            return
+        info.thinking = not info.thinking
+        backend.set_thinking(info.thinking)
+        self._update_status()
