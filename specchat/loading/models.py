@@ -47,10 +47,15 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
     base = profile.source_path.parent if profile.source_path else None
     target_source = resolve_source(profile.target, "target", base, report)
 
-    report(LoadProgress("tokenizer", 0, 0, f"loading tokenizer of {profile.target.source}"))
-    tokenizer = load_tokenizer(target_source, profile, "target.source")
-    report(LoadProgress("target", 0, 0, f"loading target {profile.target.source}"))
-    target, target_info = load_model(profile.target, target_source, profile, "target")
+    try:
+        report(LoadProgress("tokenizer", 0, 0, f"loading tokenizer of {profile.target.source}"))
+        tokenizer = load_tokenizer(target_source, profile, "target.source")
+        report(LoadProgress("target", 0, 0, f"loading target {profile.target.source}"))
+        target, target_info = load_model(profile.target, target_source, profile, "target")
+    except ModelLoadError as error:
+        if embedded.is_embedded(profile.target.source) and not target_source.local:
+            raise embedded.missing_error(error) from None
+        raise
 
     draft, draft_info = None, None
     draft_spec = profile.speculation.draft
