@@ -45,12 +45,13 @@ def token_details(token: Token, index: int, total: int) -> str:
 
 
 class InspectorScreen(ModalScreen[None]):
+    # Priority: the scrollable reply above would otherwise take Home/End and arrows.
     BINDINGS = [
-        Binding("left", "move(-1)", "Prev token"),
-        Binding("right", "move(1)", "Next token"),
-        Binding("home", "jump(0)", "First", show=False),
-        Binding("end", "jump(-1)", "Last", show=False),
-        Binding("n", "next_event", "Next non-accepted"),
+        Binding("left", "move(-1)", "Prev token", priority=True),
+        Binding("right", "move(1)", "Next token", priority=True),
+        Binding("home", "jump(0)", "First", show=False, priority=True),
+        Binding("end", "jump(-1)", "Last", show=False, priority=True),
+        Binding("n", "next_event", "Next resampled/bonus", priority=True),
         Binding("escape,f4", "close", "Close"),
     ]
 
