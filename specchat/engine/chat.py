@@ -1,0 +1,151 @@
+"""A multi-turn chat over the engine: chat templates, detokenisation, chat-level events.
+
+This is the live backend the UI, the recorder, ``specchat run`` and bench consume;
+replay yields the same events from a file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from specchat.engine.controller import make_controller
+from specchat.engine.engine import SpeculativeEngine
+from specchat.engine.sampling import SamplingParams
+from specchat.events import ErrorEvent, Step, StepEvent, Token, TurnFinished, TurnStarted, UserMessage
+from specchat.telemetry import MetricsSnapshot
+
+# end-of-turn markers of common chat templates, stopped on when the vocabulary has them
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "</s>", "<|endoftext|>")
+
+
+class IncrementalDecoder:
+    """Text for each new token id, holding back incomplete UTF-8 sequences (the offset
+    scheme vLLM and TGI use, so a reply of n tokens costs O(n) decode work)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.prefix_offset = 0
+        self.read_offset = 0
+        self.text = ""
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    def add(self, token_id: int) -> str:
+        self.ids.append(token_id)
+        prefix = self._decode(self.ids[self.prefix_offset:self.read_offset])
+        full = self._decode(self.ids[self.prefix_offset:])
+        if len(full) > len(prefix) and not full.endswith("\ufffd"):
+            new = full[len(prefix):]
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+            self.text += new
+            return new
+        return ""
+
+
+class ChatSession:
+    """One conversation with a target model through a :class:`SpeculativeEngine`."""
+
+    def __init__(self, engine: SpeculativeEngine, tokenizer: Any, *, sampling: SamplingParams = SamplingParams(),
+                 max_new_tokens: int = 512, system_prompt: str | None = None,
+                 enable_thinking: bool | None = None, stop_token_ids: tuple[int, ...] = ()) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        self.max_new_tokens = max_new_tokens
+        self.system_prompt = system_prompt
+        self.enable_thinking = enable_thinking
+        vocab = tokenizer.get_vocab()
+        self.stop_token_ids = set(stop_token_ids) | {vocab[t] for t in END_OF_TURN if t in vocab}
+        if tokenizer.eos_token_id is not None:
+            self.stop_token_ids.add(tokenizer.eos_token_id)
+        self.history: list[dict[str, str]] = []
+        self.turn = 0
+        self._alt_text: dict[int, str] = {}
+
+    # --- controls (safe to call between turns; γ and temperature also mid-turn for the next turn)
+    def cancel(self) -> None:
+        self.engine.cancel()
+
+    def reset(self) -> None:
+        self.history = []
+        self.engine.reset()
+
+    def set_num_speculative_tokens(self, gamma: int | str) -> None:
+        proposer = self.engine.proposer
+        if proposer is None:
+            return
+        if gamma != "auto":
+            gamma = max(1, int(gamma))
+            proposer.max_speculative_tokens = max(proposer.max_speculative_tokens, gamma)
+        proposer.num_speculative_tokens = gamma
+        self.engine.controller = make_controller(proposer)
+
+    def set_temperature(self, temperature: float) -> None:
+        self.sampling = replace(self.sampling, temperature=max(0.0, float(temperature)))
+
+    def set_thinking(self, enabled: bool) -> None:
+        self.enable_thinking = enabled
+
+    @property
+    def num_speculative_tokens(self) -> int | str:
+        proposer = self.engine.proposer
+        return proposer.num_speculative_tokens if proposer is not None else 0
+
+    @property
+    def turn_metrics(self) -> MetricsSnapshot:
+        return self.engine.turn_metrics
+
+    @property
+    def session_metrics(self) -> MetricsSnapshot:
+        return self.engine.metrics
+
+    # --- the conversation
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        kwargs = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
+        if self.tokenizer.chat_template:
+            out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs)
+            ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
+            return list(ids)
+        text = "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
+        return self.tokenizer(text)["input_ids"]
+
+    def send(self, text: str) -> Iterator[Any]:
+        """Runs one turn, yielding UserMessage, TurnStarted, StepEvent…, TurnFinished
+        (and ErrorEvent before TurnFinished if generation failed). The user message and
+        whatever was generated — also when cancelled or failed — stay in ``history``."""
+        self.turn += 1
+        turn = self.turn
+        yield UserMessage(turn, text)
+        messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
+        messages += self.history + [{"role": "user", "content": text}]
+        self.history.append({"role": "user", "content": text})
+        start = time.perf_counter()
+        decoder = IncrementalDecoder(self.tokenizer)
+        finish = "error"
+        try:
+            ids = self.prompt_ids(messages)
+            yield TurnStarted(turn, len(ids), self.num_speculative_tokens)
+            for step in self.engine.generate(ids, self.sampling, self.max_new_tokens, self.stop_token_ids):
+                tokens = tuple(self._with_text(t, decoder) for t in step.tokens)
+                yield StepEvent(turn, Step(tokens, step.stats, step.finish_reason), time.perf_counter() - start)
+                finish = step.finish_reason or finish
+        except Exception as exc:  # shown in the UI as one line; the chat goes on
+            yield ErrorEvent(f"generation failed: {type(exc).__name__}: {exc}", turn)
+        self.history.append({"role": "assistant", "content": decoder.text})
+        metrics = {"turn": self.turn_metrics.to_dict(), "session": self.session_metrics.to_dict()}
+        yield TurnFinished(turn, finish, decoder.text, metrics, time.perf_counter() - start)
+
+    def _with_text(self, token: Token, decoder: IncrementalDecoder) -> Token:
+        alternatives = tuple(replace(a, text=self._token_text(a.id)) for a in token.alternatives)
+        return replace(token, text=decoder.add(token.id), alternatives=alternatives)
+
+    def _token_text(self, token_id: int) -> str:
+        text = self._alt_text.get(token_id)
+        if text is None:
+            text = self._alt_text[token_id] = self.tokenizer.decode([token_id])
+        return text

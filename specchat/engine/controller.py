@@ -1,0 +1,161 @@
+"""Choosing γ, the number of drafts, before each step.
+
+Exactness does not depend on the choice as long as it uses only the past (tokens so
+far and timings), which both controllers here do.
+
+* :class:`FixedGamma` always asks for γ, except for occasional plain calibration steps
+  that measure the single-token target time the cost model needs.
+* :class:`AdaptiveGamma` picks the k in 0..max that maximises expected tokens per
+  millisecond, E(k) / T(k), from online estimates of the conditional acceptance of each
+  draft position (for n-gram lookup: per matched n-gram length, and no drafts at all
+  without a match) and of the measured step time T(k) (draft + verify + overhead).
+  When no k beats a plain step it decodes plainly and probes again from time to time.
+"""
+
+from __future__ import annotations
+
+from specchat.events import StepStats
+from specchat.telemetry import Telemetry
+
+
+class Controller:
+    def start_turn(self) -> None:
+        """A new ``generate`` call begins."""
+
+    def choose(self, telemetry: Telemetry, ids: list[int]) -> tuple[int, float | None]:
+        """(γ for the next step, predicted gain over a plain step or None)."""
+        raise NotImplementedError
+
+    def observe(self, stats: StepStats, proposal: object) -> None:
+        """The finished step's measurements."""
+
+
+class FixedGamma(Controller):
+    """γ every step; a plain step every ``calibrate_every`` steps while fewer than
+    ``min_plain`` plain steps have been timed (n-gram misses count), then every
+    ``recalibrate_every`` steps, so c and v(k) are always measured, never assumed."""
+
+    def __init__(self, gamma: int, calibrate_every: int = 16, min_plain: int = 4, recalibrate_every: int = 256):
+        self.gamma = gamma
+        self.calibrate_every = calibrate_every
+        self.min_plain = min_plain
+        self.recalibrate_every = recalibrate_every
+        self.steps = 0
+
+    def choose(self, telemetry: Telemetry, ids: list[int]) -> tuple[int, float | None]:
+        self.steps += 1
+        every = self.calibrate_every if telemetry.plain_verify.count < self.min_plain else self.recalibrate_every
+        return (0 if self.steps % every == 1 else self.gamma), None
+
+
+class _Ewma:
+    """Exponentially weighted mean that starts as a plain mean (no bias toward the prior
+    once real observations exist)."""
+
+    __slots__ = ("value", "weight", "decay")
+
+    def __init__(self, prior: float | None = None, decay: float = 0.05) -> None:
+        # a prior counts as one observation, so the first real one only halves its pull
+        self.value, self.weight, self.decay = prior, (1.0 if prior is not None else 0.0), decay
+
+    def add(self, x: float) -> None:
+        self.weight = min(self.weight + 1.0, 1.0 / self.decay)
+        self.value = x if self.value is None else self.value + (x - self.value) / self.weight
+
+
+class AdaptiveGamma(Controller):
+    """Picks k ∈ 0..max_gamma maximising E(k)/T(k) (see the module docstring).
+
+    E(k) = 1 + Σ_{j=1..k} Π_{i<j} a_i, where a_i is the estimated probability that draft i
+    is accepted given the drafts before it were; T(k) = k·d + w(k) is the step time in ms,
+    d the draft time per drafted token and w(k) the rest of a step that verifies k drafts
+    (measured per k; a line fitted through the measured k elsewhere).
+    """
+
+    def __init__(self, max_gamma: int, proposer: object | None = None, probe_every: int = 24,
+                 prior_acceptance: float = 0.6) -> None:
+        self.max_gamma = max_gamma
+        self.proposer = proposer
+        self.probe_every = probe_every
+        self.prior = prior_acceptance
+        self.accept: dict[int, list[_Ewma]] = {}  # match length (0 for a draft model) → per-position a_i
+        self.step_ms: dict[int, _Ewma] = {}  # k → w(k)
+        self.draft_ms = _Ewma()  # per drafted token
+        self.plain_run = 0
+        self._key = 0
+
+    def _acceptance(self, key: int) -> list[_Ewma]:
+        if key not in self.accept:
+            self.accept[key] = [_Ewma(self.prior) for _ in range(self.max_gamma)]
+        return self.accept[key]
+
+    def _w(self, k: int) -> float | None:
+        if k in self.step_ms:
+            return self.step_ms[k].value
+        pts = [(kk, e.value) for kk, e in self.step_ms.items()]
+        if len(pts) < 2:
+            return None
+        n = len(pts)
+        mx = sum(x for x, _ in pts) / n
+        my = sum(y for _, y in pts) / n
+        sxx = sum((x - mx) ** 2 for x, _ in pts)
+        slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
+        return max(1e-3, my + max(0.0, slope) * (k - mx))
+
+    def predicted_rates(self, key: int, limit: int) -> list[float | None]:
+        """Expected tokens per ms for k = 0..limit (None where T(k) is unknown)."""
+        acc = self._acceptance(key)
+        rates: list[float | None] = []
+        expected, survive = 1.0, 1.0
+        for k in range(limit + 1):
+            if k:
+                survive *= acc[k - 1].value
+                expected += survive
+            w = self._w(k)
+            d = self.draft_ms.value if k else 0.0
+            rates.append(None if w is None or (k and d is None) else expected / (k * d + w))
+        return rates
+
+    def choose(self, telemetry: Telemetry, ids: list[int]) -> tuple[int, float | None]:
+        limit = self.max_gamma
+        self._key = 0
+        lookup = getattr(self.proposer, "lookup", None)
+        if lookup is not None:  # n-gram: a miss means nothing to verify; the match length informs a_i
+            continuation, match = lookup(ids, limit)
+            if not continuation:
+                return 0, None
+            limit, self._key = len(continuation), match
+        if 0 not in self.step_ms:
+            return 0, None  # first measure a plain step
+        rates = self.predicted_rates(self._key, limit)
+        known = [(r, k) for k, r in enumerate(rates) if r is not None]
+        if len(known) < 2:  # explore: measure one speculative step size
+            return min(limit, 2 + len(self.step_ms) - 1), None
+        best_rate, best_k = max(known)
+        plain = rates[0]
+        if best_k == 0:
+            self.plain_run += 1
+            if self.plain_run % self.probe_every == 0:  # conditions change: look again
+                return 1, None
+            return 0, 1.0
+        self.plain_run = 0
+        return best_k, best_rate / plain
+
+    def observe(self, stats: StepStats, proposal: object) -> None:
+        k, n = stats.num_draft_tokens, stats.num_accepted_tokens
+        self.step_ms.setdefault(k, _Ewma()).add(stats.total_ms - stats.draft_ms)
+        if k == 0:
+            return
+        self.draft_ms.add(stats.draft_ms / k)
+        acc = self._acceptance(self._key)
+        for i in range(min(k, n + 1)):  # positions verified on the kept path
+            acc[i].add(1.0 if i < n else 0.0)
+
+
+def make_controller(proposer: object | None) -> Controller:
+    if proposer is None:
+        return FixedGamma(0)
+    gamma = getattr(proposer, "num_speculative_tokens", 5)
+    if gamma == "auto":
+        return AdaptiveGamma(proposer.max_speculative_tokens, proposer)
+    return FixedGamma(int(gamma))

@@ -1,0 +1,193 @@
+"""The speculative decoding loop: propose → verify → accept/resample/bonus → roll back → emit."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from specchat.engine.controller import Controller, make_controller
+from specchat.engine.kvcache import CachedLM, Stopwatch, common_prefix_length
+from specchat.engine.proposers import Proposal, Proposer
+from specchat.engine.sampling import SamplingParams, rejection_sample, warp
+from specchat.events import Alternative, Step, StepStats, Token
+from specchat.telemetry import MetricsSnapshot, Telemetry
+
+NUM_ALTERNATIVES = 5
+
+
+@dataclass
+class _Verified:
+    tokens: list[Token]
+    num_accepted: int
+    alpha_sum: float
+    verify_ms: float
+    sample_ms: float
+
+
+def eos_ids_of(model: torch.nn.Module) -> set[int]:
+    """All end-of-sequence ids the model's generation config (or config) names."""
+    ids: set[int] = set()
+    for cfg in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(cfg, "eos_token_id", None)
+        if eos is not None:
+            ids.update([eos] if isinstance(eos, int) else eos)
+    return ids
+
+
+class SpeculativeEngine:
+    """Exact speculative decoding of one sequence with a transformers causal LM.
+
+    ``proposer=None`` is plain decoding through the same code path (k = 0 every step).
+    ``generate`` yields a :class:`~specchat.events.Step` per round; ``metrics`` and
+    ``turn_metrics`` summarise all steps so far and those of the last ``generate``.
+    """
+
+    def __init__(self, target_model: torch.nn.Module, proposer: Proposer | None = None, *,
+                 controller: Controller | None = None, eos_token_ids: Iterable[int] | None = None) -> None:
+        self.target = CachedLM(target_model)
+        self.device = self.target.device
+        self.proposer = proposer
+        if proposer is not None and hasattr(proposer, "device"):
+            proposer.device = self.device
+        self.eos_token_ids = set(eos_token_ids) if eos_token_ids is not None else eos_ids_of(target_model)
+        max_gamma = proposer.max_speculative_tokens if proposer else 1
+        self.telemetry = Telemetry(max_gamma=max_gamma)
+        self.turn_telemetry = Telemetry(max_gamma=max_gamma)
+        self.controller = controller or make_controller(proposer)
+        self._cancel = threading.Event()
+
+    @property
+    def metrics(self) -> MetricsSnapshot:
+        return self.telemetry.snapshot()
+
+    @property
+    def turn_metrics(self) -> MetricsSnapshot:
+        return self.turn_telemetry.snapshot()
+
+    def cancel(self) -> None:
+        """Thread-safe: the running ``generate`` stops before its next step."""
+        self._cancel.set()
+
+    def reset(self) -> None:
+        """Drops cached KV state (a new chat); telemetry is kept."""
+        self.target.reset()
+        if self.proposer:
+            self.proposer.reset()
+
+    def generate(self, input_ids: Iterable[int] | torch.Tensor, params: SamplingParams = SamplingParams(),
+                 max_new_tokens: int = 256, stop_token_ids: Iterable[int] = ()) -> Iterator[Step]:
+        ids = input_ids.tolist() if isinstance(input_ids, torch.Tensor) else list(input_ids)
+        if not ids:
+            raise ValueError("input_ids is empty: give at least one token")
+        self._cancel.clear()
+        with torch.inference_mode():
+            yield from self._generate(ids, params, max_new_tokens, set(stop_token_ids))
+
+    def _generate(self, ids: list[int], params: SamplingParams, max_new_tokens: int, stops: set[int]) -> Iterator[Step]:
+        generator = torch.Generator(device=self.device)
+        if params.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(params.seed)
+        self.turn_telemetry.reset()
+        self.telemetry.start_turn()
+        self.controller.start_turn()
+        watch = Stopwatch(self.device)
+        reused = min(common_prefix_length(self.target.ids, ids), len(ids) - 1)
+        if len(ids) >= self.target.max_length or max_new_tokens <= 0:
+            yield Step((), StepStats(0, 0, 0), "context" if max_new_tokens > 0 else "length")
+            return
+        if reused < len(ids) - 1:
+            self.target.forward(ids[:-1])
+        if self.proposer:
+            self.proposer.prefill(ids)
+        prefill = {"prefill_ms": watch.lap(), "prefill_tokens": len(ids) - 1 - reused, "reused_tokens": reused}
+        emitted = 0
+        while True:
+            if self._cancel.is_set():
+                yield Step((), StepStats(0, 0, 0), "cancelled")
+                return
+            room = self.target.max_length - len(ids)
+            gamma, gain = self.controller.choose(self.telemetry, ids) if self.proposer else (0, None)
+            gamma = max(0, min(gamma, max_new_tokens - emitted - 1, room - 1))
+            proposal = (self.proposer.propose(ids, gamma, params, generator) if gamma > 0
+                        else Proposal(torch.empty(0, dtype=torch.long), None))
+            draft_ms = watch.lap()
+            result = self._verify(ids, proposal, params, generator)
+            tokens, finish = result.tokens, None
+            for i, token in enumerate(tokens):
+                if token.id in stops or token.id in self.eos_token_ids:
+                    finish = "eos" if token.id in self.eos_token_ids else "stop"
+                    tokens = tokens[: i + 1]
+                    break
+            ids.extend(t.id for t in tokens)
+            emitted += len(tokens)
+            if finish is None and emitted >= max_new_tokens:
+                finish = "length"
+            elif finish is None and len(ids) >= self.target.max_length:
+                finish = "context"
+            k, n = len(proposal.tokens), result.num_accepted  # n: the verdict, before any stop cut
+            if self.proposer:
+                self.proposer.observe(n)
+            step_stats = StepStats(
+                num_speculative_tokens=gamma,
+                num_draft_tokens=k,
+                num_accepted_tokens=n,
+                alpha_sum=result.alpha_sum,
+                alpha_count=min(k, n + 1),
+                draft_forwards=proposal.forwards,
+                draft_ms=draft_ms,
+                verify_ms=result.verify_ms,
+                total_ms=draft_ms + result.verify_ms + result.sample_ms + watch.lap(),
+                predicted_gain=gain,
+                **prefill,
+            )
+            prefill = {}
+            for telemetry in (self.telemetry, self.turn_telemetry):
+                telemetry.update(step_stats, len(tokens))
+            self.controller.observe(step_stats, proposal)
+            yield Step(tuple(tokens), step_stats, finish)
+            if finish:
+                return
+
+    def _verify(self, ids: list[int], proposal: Proposal, params: SamplingParams,
+                generator: torch.Generator) -> _Verified:
+        """One target pass over the last token and k drafts → the emitted tokens
+        (accepted drafts, then one resampled/bonus/target token)."""
+        watch = Stopwatch(self.device)
+        drafts = proposal.tokens.to(self.device)  # [k]
+        k = drafts.numel()
+        logits = self.target.forward(ids, extra=drafts, num_logits=k + 1)  # [k+1, V]
+        verify_ms = watch.lap()
+        p = warp(logits, params)  # [k+1, V]
+        q = proposal.q.to(self.device) if proposal.q is not None else None  # [k, V] | None
+        verdict = rejection_sample(p, q, drafts, generator)
+        positions = torch.arange(k + 1, device=self.device)
+        p_next = p[positions, verdict.next_tokens]  # [k+1] p of each candidate next token
+        top_p, top_ids = torch.topk(p, min(NUM_ALTERNATIVES, p.shape[-1]), dim=-1)  # [k+1, A]
+        # the step's single host sync
+        accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl = (
+            t.tolist() for t in (verdict.accepted, verdict.next_tokens, verdict.alpha_terms, verdict.p_draft,
+                                 verdict.q_draft, p_next, top_p, top_ids, drafts)
+        )
+        n = 0
+        while n < k and accepted[n]:
+            n += 1
+
+        def alternatives(i: int) -> tuple[Alternative, ...]:
+            return tuple(Alternative(id=a, p=b) for a, b in zip(ti[i], tp[i]) if b > 0)
+
+        tokens = [Token(id=dl[i], kind="accepted", p=p_draft[i], q=q_draft[i], alternatives=alternatives(i))
+                  for i in range(n)]
+        if k == 0:
+            tokens.append(Token(id=nxt[0], kind="target", p=p_nxt[0], alternatives=alternatives(0)))
+        elif n == k:
+            tokens.append(Token(id=nxt[k], kind="bonus", p=p_nxt[k], alternatives=alternatives(k)))
+        else:
+            tokens.append(Token(id=nxt[n], kind="resampled", p=p_nxt[n], alternatives=alternatives(n),
+                                rejected_id=dl[n], rejected_p=p_draft[n], rejected_q=q_draft[n]))
+        # α is measured on the positions verification actually judged on the kept path
+        return _Verified(tokens, n, float(sum(alpha[: min(k, n + 1)])), verify_ms, watch.lap())

@@ -1,0 +1,127 @@
+"""Proposers draft up to k tokens ahead of the target.
+
+One small interface (transformers' get_candidates / update_candidate_strategy pair,
+without returning the whole sequence): ``propose(ids, k, params, generator)`` returns
+the drafts and, for a draft model, the distributions q they were sampled from (None
+for point-mass drafts); ``observe(num_accepted)`` reports the verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specchat.engine.kvcache import CachedLM
+from specchat.engine.sampling import SamplingParams, sample, warp
+
+
+@dataclass
+class Proposal:
+    """tokens: [k'] drafted ids on the target's device (k' ≤ k, possibly 0).
+    q: [k', V] the distributions they were drawn from, or None for point masses.
+    forwards: draft-model forward passes spent. match_length: n-gram length matched."""
+
+    tokens: torch.Tensor
+    q: torch.Tensor | None
+    forwards: int = 0
+    match_length: int = 0
+
+
+class Proposer:
+    """Base class; ``num_speculative_tokens`` is the default γ (an int, or "auto" for the
+    adaptive controller with ``max_speculative_tokens`` as its ceiling)."""
+
+    kind = "none"
+
+    def __init__(self, num_speculative_tokens: int | str = 5, max_speculative_tokens: int | None = None) -> None:
+        if num_speculative_tokens == "auto":
+            self.max_speculative_tokens = int(max_speculative_tokens or 8)
+        else:
+            self.max_speculative_tokens = int(max_speculative_tokens or num_speculative_tokens)
+            if not 1 <= int(num_speculative_tokens) <= 64:
+                raise ValueError(f"num_speculative_tokens must be 1..64 or 'auto', got {num_speculative_tokens!r}")
+        self.num_speculative_tokens = num_speculative_tokens
+
+    def prefill(self, ids: list[int]) -> None:
+        """Warms any state on the prompt (timed as prefill, not as drafting)."""
+
+    def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
+        raise NotImplementedError
+
+    def observe(self, num_accepted: int) -> None:
+        """Told how many of the last proposal's drafts the target kept."""
+
+    def reset(self) -> None:
+        """Forgets cached state (a new chat)."""
+
+
+class DraftModelProposer(Proposer):
+    """A smaller causal LM of the same tokenizer drafts k tokens autoregressively,
+    sampling each from q = warp(draft logits) with the target's sampling settings."""
+
+    kind = "draft_model"
+
+    def __init__(self, draft_model: torch.nn.Module, num_speculative_tokens: int | str = 5,
+                 max_speculative_tokens: int | None = None) -> None:
+        super().__init__(num_speculative_tokens, max_speculative_tokens)
+        self.lm = CachedLM(draft_model)
+        self.max_length = self.lm.max_length
+
+    def prefill(self, ids: list[int]) -> None:
+        if len(ids) > 1 and len(ids) <= self.max_length:
+            self.lm.forward(ids[:-1], num_logits=1)
+
+    def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
+        k = min(k, self.max_length - len(ids))
+        if k <= 0:
+            return Proposal(torch.empty(0, dtype=torch.long), None)
+        logits = self.lm.forward(ids)  # [1, V]
+        drafts, qs = [], []
+        for i in range(k):
+            q = warp(logits, params)  # [1, V]
+            token = sample(q, generator)  # [1]
+            drafts.append(token)
+            qs.append(q)
+            if i + 1 < k:  # the last draft is verified, never run through the draft
+                logits = self.lm.extend(token)
+        return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k)
+
+    def reset(self) -> None:
+        self.lm.reset()
+
+
+class NgramProposer(Proposer):
+    """Prompt lookup: find the most recent earlier occurrence of the context's last n
+    tokens (n from prompt_lookup_max down to prompt_lookup_min) and propose the tokens
+    that followed it. Drafts are point masses (q = 1 on the drafted token)."""
+
+    kind = "ngram"
+
+    def __init__(self, num_speculative_tokens: int | str = 5, prompt_lookup_min: int = 1,
+                 prompt_lookup_max: int = 3, max_speculative_tokens: int | None = None,
+                 device: torch.device | str = "cpu") -> None:
+        super().__init__(num_speculative_tokens, max_speculative_tokens)
+        if not 1 <= prompt_lookup_min <= prompt_lookup_max:
+            raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+        self.prompt_lookup_min = prompt_lookup_min
+        self.prompt_lookup_max = prompt_lookup_max
+        self.device = torch.device(device)
+
+    def lookup(self, ids: list[int], k: int) -> tuple[list[int], int]:
+        """(continuation of at most k ids, matched n-gram length); ([], 0) without a match."""
+        size = len(ids)
+        for n in range(min(self.prompt_lookup_max, size - 1), self.prompt_lookup_min - 1, -1):
+            tail = ids[size - n:]
+            last = tail[-1]
+            # scan right to left for an earlier end of the same n-gram
+            j = size - 2
+            while j >= n - 1:
+                if ids[j] == last and ids[j - n + 1:j + 1] == tail:
+                    return ids[j + 1:j + 1 + k], n
+                j -= 1
+        return [], 0
+
+    def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
+        tokens, n = self.lookup(ids, k) if k > 0 else ([], 0)
+        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), None, match_length=n)

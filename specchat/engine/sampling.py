@@ -1,0 +1,116 @@
+"""Pure tensor helpers: warp logits into the distribution we sample from, sample, and
+the exact rejection sampler of Leviathan et al. (2023) / Chen et al. (2023).
+
+The same :func:`warp` is applied to the target's logits (giving p) and the draft's
+(giving q), so q is exactly the distribution the draft sampled from and p exactly the
+one plain decoding samples from. Greedy (temperature 0) is the limit case where the
+warped distribution is one-hot at the argmax: the same rejection rule then keeps a
+draft iff it equals the target's argmax, and "resamples" the argmax otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 = greedy. top_k 0 and top_p 1.0 disable those filters.
+    seed None = fresh randomness each call; an int makes generation reproducible."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Logits [n, V] → probabilities [n, V] (float32 at least) after temperature,
+    top-k then top-p — the order transformers applies them in."""
+    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    if params.greedy:
+        # ties go to the lowest id, as torch.argmax does for plain greedy decoding
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    logits = logits / params.temperature
+    vocab = logits.shape[-1]
+    if 0 < params.top_k < vocab:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]  # [n, 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=False)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)  # ascending: the tail comes first
+        remove_sorted = cumulative <= 1.0 - params.top_p
+        remove_sorted[..., -1] = False  # always keep the most likely token
+        remove = remove_sorted.scatter(-1, order, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    return logits.softmax(-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row of probs [n, V] → ids [n]."""
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(p − q, 0)) row-wise; p, q: [k, V] → [k, V].
+
+    The mass is 0 only where p == q, where a rejection cannot happen; such rows are
+    filled with p so that sampling them stays valid (their draw is never used)."""
+    residual = (p - q.to(p.dtype)).clamp_min(0.0)
+    mass = residual.sum(-1, keepdim=True)  # [k, 1]
+    return torch.where(mass > 0, residual / mass.clamp_min(1e-30), p)
+
+
+@dataclass
+class Verdict:
+    """Outcome of verifying k drafts, still on the device (one sync reads it all).
+
+    accepted: [k] bool, whether each draft passed its own test (only the leading run counts).
+    next_tokens: [k+1] candidate next token for each stopping point: position i < k holds a
+        draw from norm(max(p_i − q_i, 0)) (used if the first rejection is at i); position k a
+        bonus draw from p_k.
+    alpha_terms: [k] Σ_x min(p_i(x), q_i(x)) per draft position (p_i(draft) for point masses).
+    p_draft / q_draft: [k] p and q of each drafted token. p_next: [k+1, V] is p itself.
+    """
+
+    accepted: torch.Tensor
+    next_tokens: torch.Tensor
+    alpha_terms: torch.Tensor
+    p_draft: torch.Tensor
+    q_draft: torch.Tensor
+
+
+def rejection_sample(
+    p: torch.Tensor,
+    q: torch.Tensor | None,
+    drafts: torch.Tensor,
+    generator: torch.Generator | None,
+) -> Verdict:
+    """Exact speculative sampling for one sequence.
+
+    p: [k+1, V] target distributions (position i conditions on the drafts before it).
+    q: [k, V] draft distributions the drafts were sampled from, or None for point-mass
+       drafts (n-gram lookup), where q_i = one_hot(drafts[i]).
+    drafts: [k] drafted ids.
+    A draft x is kept with probability min(1, p(x)/q(x)); the first rejection is replaced by
+    a draw from norm(max(p − q, 0)); if all pass, the bonus is drawn from p[k].
+    """
+    k = drafts.shape[0]
+    pos = torch.arange(k, device=p.device)
+    p_draft = p[pos, drafts]  # [k]
+    if q is None:
+        q = torch.nn.functional.one_hot(drafts, p.shape[-1]).to(p.dtype)  # [k, V]
+    q_draft = q[pos, drafts].to(p.dtype)  # [k]
+    u = torch.rand(k, generator=generator, device=p.device, dtype=p.dtype)
+    # u < p/q without dividing (q_draft > 0: the draft was sampled from q)
+    accepted = u * q_draft < p_draft
+    next_dists = torch.cat([residual_distribution(p[:k], q), p[k:]], dim=0)  # [k+1, V]
+    next_tokens = sample(next_dists, generator)  # [k+1]
+    alpha_terms = torch.minimum(p[:k], q.to(p.dtype)).sum(-1)  # [k]
+    return Verdict(accepted, next_tokens, alpha_terms, p_draft, q_draft)

@@ -1,0 +1,132 @@
+"""The one-step rejection sampler and the logit warpers, against closed forms."""
+
+import pytest
+import torch
+from scipy import stats
+
+from specchat.engine.sampling import SamplingParams, rejection_sample, residual_distribution, warp
+
+V = 12
+
+
+def random_dist(gen: torch.Generator, zeros: int = 0) -> torch.Tensor:
+    """A random distribution over V ids with ``zeros`` ids of probability exactly 0."""
+    x = torch.rand(V, generator=gen, dtype=torch.float64) ** 3
+    if zeros:
+        x[torch.randperm(V, generator=gen)[:zeros]] = 0.0
+    return x / x.sum()
+
+
+def closed_form_output(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Exact distribution of the first emitted token for one draft x ~ q:
+    P(y) = q(y)·min(1, p(y)/q(y)) + Σ_x q(x)(1 − min(1, p(x)/q(x)))·residual(y),
+    built from the sampler's own residual."""
+    accept = torch.where(q > 0, torch.clamp(p / q.clamp_min(1e-300), max=1.0), torch.zeros_like(q))
+    residual = residual_distribution(p[None], q[None])[0]
+    return q * accept + (q * (1 - accept)).sum() * residual
+
+
+@pytest.mark.parametrize("case", range(200))
+def test_one_step_output_is_p_in_closed_form(case):
+    gen = torch.Generator().manual_seed(case)
+    # q with zeros where p is not, and p with zeros where q is not
+    p = random_dist(gen, zeros=case % 4)
+    q = random_dist(gen, zeros=(case // 4) % 4)
+    if case % 17 == 0:
+        q = p.clone()  # p == q: never rejects
+    assert torch.allclose(closed_form_output(p, q), p, atol=1e-12)
+
+
+def test_one_step_sampler_matches_p_statistically():
+    """The whole sampler (draft ~ q, accept/reject, resample/bonus) drawn 20,000 times.
+    Chi-square at a false-alarm rate of 1e-4 (seeded, so the run is deterministic)."""
+    gen = torch.Generator().manual_seed(0)
+    p0, p1 = random_dist(gen, zeros=2), random_dist(gen)
+    q = random_dist(gen, zeros=3)
+    p = torch.stack([p0, p1])
+    n = 20_000
+    drafts = torch.multinomial(q, n, replacement=True, generator=gen)
+    counts = torch.zeros(V)
+    for d in drafts.tolist():
+        v = rejection_sample(p, q[None], torch.tensor([d]), gen)
+        first = d if bool(v.accepted[0]) else int(v.next_tokens[0])
+        counts[first] += 1
+    expected = p0 * n
+    keep = expected > 0
+    assert counts[~keep].sum() == 0, "emitted a token the target gives probability 0"
+    chi2 = stats.chisquare(counts[keep].numpy(), expected[keep].numpy())
+    assert chi2.pvalue > 1e-4, chi2
+
+
+def test_point_mass_drafts_accept_with_p_and_resample_without_the_draft():
+    p = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
+    res = residual_distribution(p[:1], torch.nn.functional.one_hot(torch.tensor([0]), 4).double())
+    assert torch.allclose(res[0], torch.tensor([0.0, 0.6, 0.4, 0.0], dtype=torch.float64))
+    gen = torch.Generator().manual_seed(1)
+    accepted = sum(bool(rejection_sample(p, None, torch.tensor([0]), gen).accepted[0]) for _ in range(4000))
+    assert abs(accepted / 4000 - 0.5) < 0.04
+    # a draft the target gives probability 0 is always rejected
+    assert not any(bool(rejection_sample(p, None, torch.tensor([3]), gen).accepted[0]) for _ in range(200))
+
+
+@pytest.mark.parametrize(
+    "p_rows, drafts, expect_accepted",
+    [
+        # greedy: one-hot p; drafts kept while they equal the argmax
+        ([[0, 1, 0], [1, 0, 0], [0, 0, 1]], [1, 0], [True, True]),
+        ([[0, 1, 0], [1, 0, 0], [0, 0, 1]], [1, 2], [True, False]),
+        ([[0, 1, 0], [1, 0, 0], [0, 0, 1]], [0, 0], [False, True]),
+    ],
+)
+def test_greedy_table(p_rows, drafts, expect_accepted):
+    p = torch.tensor(p_rows, dtype=torch.float64)
+    q = torch.nn.functional.one_hot(torch.tensor(drafts), 3).double()
+    v = rejection_sample(p, q, torch.tensor(drafts), torch.Generator().manual_seed(0))
+    assert v.accepted.tolist() == expect_accepted
+    # wherever a rejection happens, the replacement is the target's argmax
+    for i, ok in enumerate(expect_accepted):
+        if not ok:
+            assert int(v.next_tokens[i]) == int(p[i].argmax())
+    assert int(v.next_tokens[-1]) == int(p[-1].argmax())
+
+
+def test_seeded_sampler_is_deterministic():
+    gen_a, gen_b = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    p = torch.softmax(torch.randn(4, V, dtype=torch.float64), -1)
+    q = torch.softmax(torch.randn(3, V, dtype=torch.float64), -1)
+    d = torch.tensor([1, 2, 3])
+    a, b = rejection_sample(p, q, d, gen_a), rejection_sample(p, q, d, gen_b)
+    assert a.accepted.tolist() == b.accepted.tolist() and a.next_tokens.tolist() == b.next_tokens.tolist()
+
+
+def hf_reference(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """transformers' own warpers, the reference for what plain sampling means."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    x = TemperatureLogitsWarper(params.temperature)(None, logits)
+    if params.top_k:
+        x = TopKLogitsWarper(params.top_k)(None, x)
+    if params.top_p < 1:
+        x = TopPLogitsWarper(params.top_p)(None, x)
+    return x.softmax(-1)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1.0),
+        SamplingParams(temperature=0.6, top_k=4),
+        SamplingParams(temperature=1.3, top_p=0.7),
+        SamplingParams(temperature=0.8, top_k=6, top_p=0.9),
+        SamplingParams(temperature=1.0, top_p=0.05),  # keeps only the argmax
+    ],
+)
+def test_warp_matches_transformers_warpers(params):
+    logits = torch.randn(5, 40, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    assert torch.allclose(warp(logits, params), hf_reference(logits, params), atol=1e-12)
+
+
+def test_greedy_warp_is_one_hot_argmax():
+    logits = torch.tensor([[0.1, 2.0, -1.0], [3.0, 3.0, 0.0]])
+    p = warp(logits, SamplingParams(temperature=0))
+    assert p.tolist() == [[0, 1, 0], [1, 0, 0]]  # ties go to the lowest id, like torch.argmax
