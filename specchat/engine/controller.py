@@ -31,21 +31,22 @@ class Controller:
 
 
 class FixedGamma(Controller):
-    """γ every step; a plain step every ``calibrate_every`` steps while fewer than
-    ``min_plain`` plain steps have been timed (n-gram misses count), then every
-    ``recalibrate_every`` steps, so c and v(k) are always measured, never assumed."""
+    """γ every step, except a plain calibration step first in every turn and then every
+    ``calibrate_every`` steps, so the single-token target time behind c and v(k) is always
+    measured, never assumed. The schedule depends only on the step's index in the turn,
+    so a seed reproduces a sampled reply exactly."""
 
-    def __init__(self, gamma: int, calibrate_every: int = 16, min_plain: int = 4, recalibrate_every: int = 256):
+    def __init__(self, gamma: int, calibrate_every: int = 64) -> None:
         self.gamma = gamma
         self.calibrate_every = calibrate_every
-        self.min_plain = min_plain
-        self.recalibrate_every = recalibrate_every
+        self.steps = 0
+
+    def start_turn(self) -> None:
         self.steps = 0
 
     def choose(self, telemetry: Telemetry, ids: list[int]) -> tuple[int, float | None]:
         self.steps += 1
-        every = self.calibrate_every if telemetry.plain_verify.count < self.min_plain else self.recalibrate_every
-        return (0 if self.steps % every == 1 else self.gamma), None
+        return (0 if self.steps % self.calibrate_every == 1 else self.gamma), None
 
 
 class _Ewma:
