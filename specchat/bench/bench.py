@@ -1,0 +1,70 @@
+"""One benchmark from start to files: configurations → runs → aggregates → outputs."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+from pathlib import Path
+from typing import Any
+
+from specchat.bench.configs import BenchConfig
+from specchat.bench.prompt_sets import PromptSet
+from specchat.bench.report import write_json, write_markdown
+from specchat.bench.stats import aggregate
+
+
+def benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], *, repeat: int = 1,
+              max_new_tokens: int | None = None, concurrency: int = 1, progress=None, warmup: bool = True) -> dict:
+    """Runs everything and returns the results document written to results.json."""
+    import torch
+    import transformers
+
+    from specchat import __version__
+    from specchat.bench.runner import run_benchmark
+
+    raw = run_benchmark(loaded, profile, sets, configs, repeat=repeat, max_new_tokens=max_new_tokens,
+                        progress=progress, warmup=warmup)
+    names = [c.name for c in configs]
+    info = loaded.info or {}
+    sampling = profile.sampling
+    return {
+        "created": _dt.datetime.now().isoformat(timespec="seconds"),
+        "environment": {
+            "profile": profile.name, "specchat": __version__, "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "device": info.get("device", str(loaded.target.device)),
+            "device_name": info.get("device_name", ""), "cpu_threads": torch.get_num_threads(),
+            "target_source": profile.target.source, "draft_source": (profile.speculation.draft.source
+                                                                     if profile.speculation.draft else None),
+            "models": {"target": info.get("target"), "draft": info.get("draft")},
+        },
+        "settings": {
+            "sampling": f"temperature {sampling.temperature}, top_p {sampling.top_p}, top_k {sampling.top_k}",
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+            "base_seed": sampling.seed if sampling.seed is not None else 0, "repeat": repeat,
+            "max_new_tokens": max_new_tokens, "concurrency": concurrency, "warmup": warmup,
+            "speculation": {"prompt_lookup_min": profile.speculation.prompt_lookup_min,
+                            "prompt_lookup_max": profile.speculation.prompt_lookup_max,
+                            "max_speculative_tokens": profile.speculation.max_speculative_tokens},
+        },
+        "prompt_sets": {s.name: {"description": s.description, "prompts": len(s.prompts), "source": s.source,
+                                 "max_new_tokens": max_new_tokens or s.max_new_tokens} for s in sets},
+        "configs": [c.to_dict() for c in configs],
+        "requests": raw["requests"],
+        "rows": raw["rows"],
+        "peak_rss_bytes": raw["peak_rss_bytes"],
+        "aggregates": aggregate(raw["rows"], [s.name for s in sets], names, concurrency),
+    }
+
+
+def write_outputs(out_dir: Path, results: dict) -> dict[str, Path | None]:
+    from specchat.bench.plot import write_plot
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path | None] = {"json": out_dir / "results.json", "markdown": out_dir / "report.md",
+                                     "plot": out_dir / "speedup_vs_gamma.png"}
+    write_json(paths["json"], results)
+    write_markdown(paths["markdown"], results)
+    if not write_plot(paths["plot"], results):
+        paths["plot"] = None
+    return paths

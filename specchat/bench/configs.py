@@ -1,0 +1,76 @@
+"""What a benchmark compares: (runner, method, γ) configurations, parsed from the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specchat.errors import SpecchatError
+
+METHODS = ("draft", "ngram", "none")
+MAX_GAMMA = 16
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """method: "none" (plain decoding through the same engine), "draft" or "ngram".
+    gamma: drafts per step (an int) or "auto" (the engine's adaptive controller); 0 for none.
+    runner: "specchat" (our engine) or "peer" (transformers' own assisted generation)."""
+
+    method: str
+    gamma: int | str = 0
+    runner: str = "specchat"
+
+    @property
+    def name(self) -> str:
+        if self.method == "none":
+            return "none" if self.runner == "specchat" else "peer:none"
+        prefix = "peer:" if self.runner == "peer" else ""
+        return f"{prefix}{self.method} γ={self.gamma}"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "method": self.method, "gamma": self.gamma, "runner": self.runner}
+
+
+def parse_gammas(text: str) -> list[int | str]:
+    gammas: list[int | str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if part == "auto":
+            value: int | str = "auto"
+        elif part.isdigit() and 1 <= int(part) <= MAX_GAMMA:
+            value = int(part)
+        else:
+            raise SpecchatError(f"--gamma value {part!r} is not valid", key="--gamma",
+                                hint=f'give a comma-separated list of integers 1..{MAX_GAMMA} and/or "auto"')
+        if value not in gammas:
+            gammas.append(value)
+    return gammas
+
+
+def parse_methods(text: str) -> list[str]:
+    methods = []
+    for part in (p.strip() for p in text.split(",")):
+        if part not in METHODS:
+            raise SpecchatError(f"--methods value {part!r} is not valid", key="--methods",
+                                hint="use a comma-separated list of draft, ngram, none")
+        if part not in methods:
+            methods.append(part)
+    return methods
+
+
+def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, peer: bool,
+                  note=print) -> list[BenchConfig]:
+    """The plain baseline first (always present: every speedup is relative to it), then
+    each speculative method × γ; with ``peer``, transformers' assisted generation at the
+    same settings ("auto" maps to transformers' own dynamic schedule)."""
+    configs = [BenchConfig("none")]
+    for method in methods:
+        if method == "none":
+            continue
+        if method == "draft" and not has_draft:
+            note("bench: the profile has no draft model; skipping method 'draft' "
+                 "(use a profile with speculation.method = \"draft_model\")")
+            continue
+        configs += [BenchConfig(method, gamma) for gamma in gammas]
+    if peer:
+        configs += [BenchConfig(c.method, c.gamma, "peer") for c in list(configs) if c.method != "none"]
+    return configs

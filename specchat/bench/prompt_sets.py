@@ -1,0 +1,111 @@
+"""Prompt sets for ``specchat bench``: the shipped ones by name, or files of your own.
+
+A set is a TOML file (``description``, ``max_new_tokens``, ``[[prompts]] id/text``) or a
+JSON-lines file (one ``{"id": ..., "prompt": ...}`` or ``{"text": ...}`` per line). The
+shipped sets live in ``specchat/bench/prompts/`` and ship inside the wheel.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from specchat.errors import SpecchatError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+PROMPTS_DIR = Path(__file__).parent / "prompts"
+SHIPPED_SETS = ("repetitive", "open", "unusual", "long")
+DEFAULT_MAX_NEW_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    name: str
+    description: str
+    max_new_tokens: int
+    prompts: tuple[Prompt, ...]
+    source: str
+
+
+def load_prompt_sets(specs: list[str]) -> list[PromptSet]:
+    """Each spec is a shipped set name, ``all``, or a path to a .toml / .jsonl file."""
+    sets: list[PromptSet] = []
+    for spec in specs:
+        names = SHIPPED_SETS if spec == "all" else (spec,)
+        for name in names:
+            prompt_set = load_prompt_set(name)
+            if any(s.name == prompt_set.name for s in sets):
+                raise SpecchatError(f"prompt set '{prompt_set.name}' is given twice", key="--prompts")
+            sets.append(prompt_set)
+    return sets
+
+
+def load_prompt_set(spec: str) -> PromptSet:
+    path = Path(spec).expanduser()
+    if spec in SHIPPED_SETS:
+        path = PROMPTS_DIR / f"{spec}.toml"
+    elif not path.is_file():
+        raise SpecchatError(f"--prompts {spec!r} is neither a shipped set nor a file", key="--prompts",
+                            hint=f"use one of {', '.join(SHIPPED_SETS)}, all, or a path to a .toml or .jsonl file")
+    if path.suffix == ".toml":
+        return _from_toml(path)
+    if path.suffix in (".jsonl", ".json"):
+        return _from_jsonl(path)
+    raise SpecchatError(f"prompt file {path} has an unknown extension", file=str(path),
+                        hint="use .toml ([[prompts]] id/text) or .jsonl (one {\"prompt\": ...} per line)")
+
+
+def _from_toml(path: Path) -> PromptSet:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise SpecchatError(f"cannot read prompt set: {error}", file=str(path)) from None
+    items = data.get("prompts")
+    if not isinstance(items, list) or not items:
+        raise SpecchatError("no [[prompts]] entries", file=str(path), key="prompts",
+                            hint='add [[prompts]] tables with id = "..." and text = "..."')
+    prompts = []
+    for i, item in enumerate(items):
+        text = item.get("text") if isinstance(item, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            raise SpecchatError(f"prompt {i + 1} has no text", file=str(path), key=f"prompts[{i}].text")
+        prompts.append(Prompt(str(item.get("id", f"{path.stem}-{i + 1}")), text))
+    max_new = data.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+    if not isinstance(max_new, int) or max_new < 1:
+        raise SpecchatError(f"max_new_tokens = {max_new!r} is not a positive integer", file=str(path),
+                            key="max_new_tokens")
+    return PromptSet(path.stem, str(data.get("description", "")), max_new, tuple(prompts), str(path))
+
+
+def _from_jsonl(path: Path) -> PromptSet:
+    prompts = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpecchatError(f"cannot read prompt set: {error}", file=str(path)) from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise SpecchatError(f"line {number} is not JSON: {error.msg}", file=str(path)) from None
+        text = item.get("prompt", item.get("text")) if isinstance(item, dict) else item
+        if not isinstance(text, str) or not text.strip():
+            raise SpecchatError(f"line {number} has no \"prompt\" string", file=str(path))
+        prompts.append(Prompt(str(item.get("id", f"{path.stem}-{number}")) if isinstance(item, dict)
+                              else f"{path.stem}-{number}", text))
+    if not prompts:
+        raise SpecchatError("the file holds no prompts", file=str(path))
+    return PromptSet(path.stem, "", DEFAULT_MAX_NEW_TOKENS, tuple(prompts), str(path))

@@ -1,0 +1,113 @@
+"""Writes a benchmark's results: ``results.json`` (raw rows, aggregates, environment) and
+``report.md`` (the tables a reader needs, with the definitions)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specchat.bench.stats import ALL_SETS
+
+METHOD_NOTE = """\
+- Order: request-major — for every prompt and repeat, each configuration runs once, in an order
+  rotated by one per request, so drift of the machine falls on all configurations alike.
+- Every run starts from an empty KV cache; no state is reused across configurations.
+- Sampling: the profile's settings ({sampling}); each request has its own seed (base seed {seed} +
+  1009 · prompt number + repeat), the same for every configuration, including the peer row.
+- `none` is plain decoding through the same engine (no proposer), on the same target.
+- tokens/s = Σ emitted tokens / Σ request wall time (from the generate call to the last token,
+  prefill included). Speed-up = tokens/s ÷ tokens/s of `none` on the same requests; its 95 % CI is
+  a paired percentile bootstrap over requests (2,000 resamples).
+- TTFT: prefill + first step. Inter-token latency: a step emitting m tokens Δt after the previous one
+  counts m tokens of Δt/m; p50/p95 over all tokens after the first.
+- Acceptance metrics follow vLLM: mean acceptance length = 1 + accepted / drafting steps, draft
+  acceptance rate = accepted / drafted, histogram = drafting steps by number of drafts kept.
+  α = mean Σ min(p, q) over verified positions; c = draft forward time / target token time;
+  v(γ) = target time to verify γ drafts / target token time (measured on the engine's calibration
+  steps); predicted speed-up E(γ)/(γc + v(γ)), and the paper's E(γ)/(γc + 1).
+- Peer rows (`peer:…`): transformers' `generate` with `assistant_model` (constant γ assistant tokens,
+  confidence stopping off; γ = auto runs transformers' own dynamic defaults) or
+  `prompt_lookup_num_tokens = γ`, same max_new_tokens, stop ids and sampling.
+- Concurrency {concurrency}: {concurrency_note}
+- Memory: draft parameters and the draft's KV cache at the end of a request (largest over requests);
+  peak GPU memory on CUDA (per request, largest shown); on CPU the resident set after each request and
+  the process's lifetime peak RSS ({peak_rss})."""
+
+
+def concurrency_note(concurrency: int) -> str:
+    if concurrency <= 1:
+        return "requests run one at a time (no queueing)."
+    return (f"the engine decodes one sequence at a time, so batched speculation is not measured: requests "
+            f"arrive {concurrency} at a time and are served as a FIFO queue; 'latency' includes the wait "
+            f"(sum of the measured service times ahead of a request), throughput is unchanged by queueing.")
+
+
+def write_json(path: Path, results: dict[str, Any]) -> None:
+    path.write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+
+
+def _fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _mib(value: Any) -> str:
+    return "–" if not value else f"{value / 2**20:.1f} MiB"
+
+
+def speedup_text(figures: dict[str, Any]) -> str:
+    if figures.get("speedup") is None:
+        return "–"
+    ci = figures.get("speedup_ci")
+    text = f"{figures['speedup']:.2f}×"
+    return text + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def markdown(results: dict[str, Any]) -> str:
+    env = results["environment"]
+    settings = results["settings"]
+    peak_rss = _mib(results.get("peak_rss_bytes"))
+    lines = [
+        f"# specchat bench — profile `{env['profile']}`", "",
+        f"{results['created']} · device {env['device']} ({env.get('device_name', '')}) · target "
+        f"`{env.get('target_source')}` · draft `{env.get('draft_source')}` · torch {env['torch']} · "
+        f"transformers {env['transformers']} · specchat {env['specchat']}", "",
+        "## Method", "",
+        METHOD_NOTE.format(sampling=settings["sampling"], seed=settings["base_seed"],
+                           concurrency=settings["concurrency"],
+                           concurrency_note=concurrency_note(settings["concurrency"]), peak_rss=peak_rss),
+        "", f"![measured speed-up vs γ](speedup_vs_gamma.png)", "",
+    ]
+    for set_name, configs in results["aggregates"]["sets"].items():
+        title = "all sets (mixed total)" if set_name == ALL_SETS else f"set `{set_name}`"
+        info = results["prompt_sets"].get(set_name, {})
+        lines += [f"## {title}", ""]
+        if info:
+            lines += [f"{info['description']} — {info['prompts']} prompts, max_new_tokens {info['max_new_tokens']}.", ""]
+        lines += [
+            "| config | tok/s | speed-up [95% CI] | TTFT ms | ITL p50 / p95 ms | latency mean / p95 ms "
+            "| mean acc. len | accept rate | α | c | v(γ) | predicted | paper | draft mem (params + KV) | peak mem |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, f in configs.items():
+            gamma = round(f["gamma"]) if f.get("gamma") else None
+            v = f.get("verify_cost", {}).get(str(gamma)) if gamma else None
+            peak = f.get("peak_gpu_bytes_max") or f.get("rss_bytes_max")
+            lines.append(
+                f"| {name} | {_fmt(f['tokens_per_s'], '.1f')} | {speedup_text(f)} | {_fmt(f['ttft_ms'], '.0f')} "
+                f"| {_fmt(f['itl_ms_p50'], '.1f')} / {_fmt(f['itl_ms_p95'], '.1f')} "
+                f"| {_fmt(f['latency_ms_mean'], '.0f')} / {_fmt(f['latency_ms_p95'], '.0f')} "
+                f"| {_fmt(f.get('mean_acceptance_length') or None)} | {_fmt(f.get('draft_acceptance_rate'), '.0%')} "
+                f"| {_fmt(f.get('alpha'))} | {_fmt(f.get('cost_ratio'), '.3f')} | {_fmt(v)} "
+                f"| {_fmt(f.get('predicted_speedup'), '.2f', '×')} | {_fmt(f.get('predicted_speedup_paper'), '.2f', '×')} "
+                f"| {_mib(f['draft_param_bytes'])} + {_mib(f['draft_kv_bytes_max'])} | {_mib(peak)} |")
+        histograms = [(n, f["acceptance_histogram"]) for n, f in configs.items() if f.get("num_drafts")]
+        if histograms:
+            lines += ["", "Acceptance histograms (drafting steps that kept 0, 1, 2, … drafts):", ""]
+            lines += [f"- {n}: {list(h)}" for n, h in histograms]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_markdown(path: Path, results: dict[str, Any]) -> None:
+    path.write_text(markdown(results), encoding="utf-8")

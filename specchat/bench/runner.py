@@ -1,0 +1,146 @@
+"""Runs the request set under every configuration and records raw per-request rows.
+
+Order is request-major: for each prompt and repeat, every configuration runs once, in
+an order rotated by one per request, so slow drift of the machine (thermal throttling,
+other processes) lands on all configurations alike instead of on whichever ran last.
+Every run starts from an empty KV cache (``engine.reset()``): no reuse across configs.
+All configurations of a request share one sampling seed.
+
+Timing: ``t0`` is taken just before ``generate`` is called; each yielded step is stamped
+on arrival (the engine synchronises the device per step, so stamps are true on CUDA).
+A row keeps the emissions ``[[t_ms, tokens], ...]``, from which stats derives time to
+first token and inter-token latency, and every step's StepStats, from which it rebuilds
+the acceptance metrics with a :class:`~specchat.telemetry.Telemetry`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from specchat.bench import memory
+from specchat.bench.configs import BenchConfig
+from specchat.bench.prompt_sets import PromptSet
+
+Progress = Callable[[int, int, str], None]
+
+SEED_STRIDE = 1009  # request seeds: base + SEED_STRIDE · prompt number + repeat
+WARMUP_TOKENS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    set_name: str
+    prompt_id: str
+    repeat: int
+    seed: int
+    ids: tuple[int, ...]
+    max_new_tokens: int
+
+
+def build_requests(sets: list[PromptSet], chat: Any, repeat: int, base_seed: int,
+                   max_new_tokens: int | None) -> list[Request]:
+    """Chat-templated prompt ids for every (prompt, repeat); ``chat`` is a ChatSession
+    (its template, system prompt and thinking setting are the profile's)."""
+    requests = []
+    number = 0
+    for prompt_set in sets:
+        limit = max_new_tokens or prompt_set.max_new_tokens
+        for prompt in prompt_set.prompts:
+            messages = ([{"role": "system", "content": chat.system_prompt}] if chat.system_prompt else [])
+            ids = tuple(chat.prompt_ids(messages + [{"role": "user", "content": prompt.text}]))
+            for r in range(repeat):
+                requests.append(Request(prompt_set.name, prompt.id, r, base_seed + SEED_STRIDE * number + r, ids, limit))
+            number += 1
+    return requests
+
+
+def make_engine(config: BenchConfig, loaded: Any, speculation: Any) -> Any:
+    from specchat.engine import DraftModelProposer, NgramProposer, SpeculativeEngine
+
+    ceiling = speculation.max_speculative_tokens if config.gamma == "auto" else None
+    proposer = None
+    if config.method == "draft":
+        proposer = DraftModelProposer(loaded.draft, config.gamma, ceiling)
+    elif config.method == "ngram":
+        proposer = NgramProposer(config.gamma, speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
+    return SpeculativeEngine(loaded.target, proposer)
+
+
+def run_specchat(engine: Any, request: Request, params: Any, stops: set[int], max_new_tokens: int) -> dict:
+    """One request through our engine → a raw row (see the module docstring)."""
+    engine.reset()
+    memory.reset_peak(engine.device)
+    emissions: list[list[float]] = []
+    steps: list[dict] = []
+    out: list[int] = []
+    finish = None
+    t0 = time.perf_counter()
+    for step in engine.generate(list(request.ids), params, max_new_tokens, stops):
+        now = (time.perf_counter() - t0) * 1000.0
+        if step.tokens:
+            emissions.append([now, len(step.tokens)])
+            out.extend(t.id for t in step.tokens)
+            steps.append(dataclasses.asdict(step.stats))
+        finish = step.finish_reason or finish
+    wall_ms = (time.perf_counter() - t0) * 1000.0
+    row = {
+        "new_tokens": len(out), "finish_reason": finish, "wall_ms": wall_ms, "emissions": emissions,
+        "steps": steps, "draft_kv_bytes": memory.draft_kv_bytes(engine),
+        "peak_gpu_bytes": memory.peak_gpu_bytes(engine.device), "rss_bytes": memory.rss_bytes(), "output_ids": out,
+    }
+    engine.reset()  # free this configuration's caches before the next one runs
+    return row
+
+
+def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], *,
+                  repeat: int = 1, max_new_tokens: int | None = None, progress: Progress | None = None,
+                  warmup: bool = True) -> dict:
+    """Every request under every configuration → ``{"requests": [...], "rows": [...]}``."""
+    from specchat.bench.peer import PeerRunner
+    from specchat.engine.chat import ChatSession
+    from specchat.engine.factory import sampling_params
+
+    report = progress or (lambda done, total, text: None)
+    base = sampling_params(profile.sampling)
+    chat = ChatSession(make_engine(BenchConfig("none"), loaded, profile.speculation), loaded.tokenizer,
+                       system_prompt=profile.chat.system_prompt, enable_thinking=profile.chat.enable_thinking)
+    stops = set(chat.stop_token_ids)
+    requests = build_requests(sets, chat, repeat, base.seed if base.seed is not None else 0, max_new_tokens)
+    engines = {c: make_engine(c, loaded, profile.speculation) for c in configs if c.runner == "specchat"}
+    peer = PeerRunner(loaded, profile.speculation, stops) if any(c.runner == "peer" for c in configs) else None
+    draft_bytes = memory.parameter_bytes(loaded.draft)
+
+    def run_one(config: BenchConfig, request: Request, limit: int) -> dict:
+        params = dataclasses.replace(base, seed=request.seed)
+        if config.runner == "peer":
+            return peer.run(config, request, params, limit)
+        return run_specchat(engines[config], request, params, stops, limit)
+
+    if warmup and requests:  # first calls pay one-off costs (allocator, kernels, lazy init)
+        for i, config in enumerate(configs):
+            report(0, 0, f"warm-up {config.name}")
+            run_one(config, requests[0], WARMUP_TOKENS)
+    rows = []
+    total = len(requests) * len(configs)
+    for r, request in enumerate(requests):
+        shift = r % len(configs)
+        for config in configs[shift:] + configs[:shift]:
+            report(len(rows), total, f"{request.set_name}/{request.prompt_id} #{request.repeat} · {config.name}")
+            row = run_one(config, request, request.max_new_tokens)
+            uses_draft = config.method == "draft"
+            rows.append({
+                "set": request.set_name, "prompt_id": request.prompt_id, "repeat": request.repeat,
+                "seed": request.seed, "config": config.name, "runner": config.runner, "method": config.method,
+                "gamma": config.gamma, "prompt_tokens": len(request.ids), "max_new_tokens": request.max_new_tokens,
+                "order": len(rows), "draft_param_bytes": draft_bytes if uses_draft else 0, **row,
+            })
+    report(total, total, "done")
+    return {
+        "requests": [{"set": q.set_name, "prompt_id": q.prompt_id, "repeat": q.repeat, "seed": q.seed,
+                      "prompt_tokens": len(q.ids), "max_new_tokens": q.max_new_tokens} for q in requests],
+        "rows": rows,
+        "peak_rss_bytes": memory.peak_rss_bytes(),
+    }

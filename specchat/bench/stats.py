@@ -1,0 +1,156 @@
+"""Aggregates raw benchmark rows into the reported figures. Definitions:
+
+* ``tokens_per_s`` = Σ emitted tokens / Σ request wall time, over a configuration's
+  requests. A request's wall time runs from the ``generate`` call to its last token, so
+  prefill is included (the same clock for our engine and the peer row).
+* ``speedup`` = tokens_per_s(config) / tokens_per_s(none) on the same requests (same
+  prompts, repeats and seeds). ``speedup_ci`` is a 95 % paired percentile bootstrap over
+  requests (2,000 resamples of whole requests, each resample's ratio of
+  Σtokens/Σtime of both configurations; seeded, so reproducible). None with < 2 requests.
+* ``ttft_ms``: time from the call to the first emitted token (prefill + first step), mean.
+* inter-token latency: a step that emits m tokens Δt ms after the previous emission
+  counts as m tokens of Δt/m ms each; the first emission is TTFT, not ITL.
+  ``itl_ms_p50`` / ``itl_ms_p95`` are percentiles over all such per-token latencies.
+* ``latency_ms_*`` (queueing included): the engine serves one sequence at a time, so with
+  ``--concurrency N`` requests arrive N at once and wait in a FIFO queue; a request's
+  latency is the sum of the service times (measured walls) of those before it in its
+  group plus its own.
+* acceptance metrics, α, c, v(k) and the predicted speedups are those of
+  :mod:`specchat.telemetry`, rebuilt by feeding every recorded step into a Telemetry.
+* ``predicted_speedup`` = E(γ)/(γc + v(γ)); ``predicted_speedup_paper`` = E(γ)/(γc + 1).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from specchat.events import StepStats
+from specchat.telemetry import MetricsSnapshot, Telemetry, fit_verify_cost, predicted_speedup
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+ALL_SETS = "all"
+TELEMETRY_KEYS = (
+    "num_steps", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "acceptance_histogram",
+    "per_position_acceptance", "mean_acceptance_length", "draft_acceptance_rate", "alpha", "alpha_empirical",
+    "target_token_ms", "draft_forward_ms", "cost_ratio", "verify_cost", "gamma", "expected_tokens_per_round",
+    "predicted_speedup", "predicted_speedup_paper", "breakeven", "best_gamma",
+)
+
+
+def per_token_latencies(emissions: list[list[float]]) -> list[float]:
+    out: list[float] = []
+    for (t_prev, _), (t, m) in zip(emissions, emissions[1:]):
+        out += [(t - t_prev) / m] * int(m)
+    return out
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def telemetry_of(rows: list[dict]) -> MetricsSnapshot:
+    telemetry = Telemetry(max_gamma=1)
+    for row in rows:
+        telemetry.start_turn()
+        for step in row["steps"]:
+            stats = StepStats(**step)
+            telemetry.update(stats, 0)  # token counts are ours (below); the figures used here ignore them
+    return telemetry.snapshot()
+
+
+def bootstrap_speedup_ci(pairs: list[tuple[float, float, float, float]]) -> list[float] | None:
+    """pairs: (tokens, wall_ms) of the configuration and of ``none`` per request → [lo, hi]."""
+    if len(pairs) < 2:
+        return None
+    a = np.asarray(pairs, dtype=float)  # [n, 4]
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    idx = rng.integers(0, len(a), size=(BOOTSTRAP_RESAMPLES, len(a)))
+    sums = a[idx].sum(axis=1)  # [B, 4]
+    ratios = (sums[:, 0] / sums[:, 1]) / (sums[:, 2] / sums[:, 3])
+    return [float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))]
+
+
+def queue_latencies(walls: list[float], concurrency: int) -> list[float]:
+    out: list[float] = []
+    for start in range(0, len(walls), max(1, concurrency)):
+        waited = 0.0
+        for wall in walls[start:start + concurrency]:
+            waited += wall
+            out.append(waited)
+    return out
+
+
+def aggregate_rows(rows: list[dict], baseline: list[dict], concurrency: int) -> dict[str, Any]:
+    tokens = sum(r["new_tokens"] for r in rows)
+    wall_ms = sum(r["wall_ms"] for r in rows)
+    tps = tokens / (wall_ms / 1000.0) if wall_ms > 0 else None
+    base_by_key = {(r["set"], r["prompt_id"], r["repeat"]): r for r in baseline}
+    pairs = [(r["new_tokens"], r["wall_ms"], b["new_tokens"], b["wall_ms"])
+             for r in rows if (b := base_by_key.get((r["set"], r["prompt_id"], r["repeat"])))]
+    base_tokens = sum(p[2] for p in pairs)
+    base_wall = sum(p[3] for p in pairs)
+    base_tps = base_tokens / (base_wall / 1000.0) if base_wall > 0 else None
+    itl = [x for r in rows for x in per_token_latencies(r["emissions"])]
+    ttfts = [r["emissions"][0][0] for r in rows if r["emissions"]]
+    ordered = sorted(rows, key=lambda r: r["order"])
+    latencies = queue_latencies([r["wall_ms"] for r in ordered], concurrency)
+    result: dict[str, Any] = {
+        "requests": len(rows), "tokens": tokens, "wall_ms": wall_ms, "tokens_per_s": tps,
+        "speedup": (tps / base_tps) if (tps and base_tps and pairs) else None,
+        "speedup_ci": bootstrap_speedup_ci(pairs),
+        "ttft_ms": float(np.mean(ttfts)) if ttfts else None, "ttft_ms_p50": percentile(ttfts, 50),
+        "itl_ms_p50": percentile(itl, 50), "itl_ms_p95": percentile(itl, 95),
+        "latency_ms_mean": float(np.mean(latencies)) if latencies else None,
+        "latency_ms_p95": percentile(latencies, 95),
+        "draft_param_bytes": max((r["draft_param_bytes"] for r in rows), default=0),
+        "draft_kv_bytes_max": max((r["draft_kv_bytes"] or 0 for r in rows), default=0),
+        "peak_gpu_bytes_max": max((r["peak_gpu_bytes"] for r in rows if r["peak_gpu_bytes"]), default=None),
+        "rss_bytes_max": max((r["rss_bytes"] for r in rows if r["rss_bytes"]), default=None),
+    }
+    if any(r["steps"] for r in rows):  # our engine: acceptance figures from the recorded steps
+        snapshot = telemetry_of(rows).to_dict()
+        result.update({key: snapshot[key] for key in TELEMETRY_KEYS})
+    return result
+
+
+def predicted_curve(rows: list[dict], max_gamma: int) -> dict[str, Any] | None:
+    """α, c and v(k) pooled over a method's fixed-γ runs, and E(γ)/(γc + v(γ)) for γ = 1..max."""
+    snapshot = telemetry_of(rows)
+    if snapshot.alpha is None or snapshot.cost_ratio is None:
+        return None
+    gammas = list(range(1, max_gamma + 1))
+    alpha, c = snapshot.alpha, snapshot.cost_ratio
+    return {
+        "alpha": alpha, "cost_ratio": c, "verify_cost": {str(k): v for k, v in snapshot.verify_cost.items()},
+        "gammas": gammas,
+        "predicted": [predicted_speedup(alpha, g, c, fit_verify_cost(snapshot.verify_cost, g)) for g in gammas],
+        "paper": [predicted_speedup(alpha, g, c) for g in gammas],
+    }
+
+
+def aggregate(rows: list[dict], set_names: list[str], config_names: list[str], concurrency: int = 1) -> dict:
+    """{"sets": {set: {config: figures}}, "curves": {set: {method: curve}}}; the set
+    ``all`` pools every set (the mixed total)."""
+    by_set: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_set[row["set"]].append(row)
+    by_set[ALL_SETS] = list(rows)
+    sets: dict[str, dict] = {}
+    curves: dict[str, dict] = {}
+    for name in [*set_names, ALL_SETS]:
+        set_rows = by_set.get(name, [])
+        baseline = [r for r in set_rows if r["config"] == "none"]
+        sets[name] = {config: aggregate_rows(cfg_rows, baseline, concurrency)
+                      for config in config_names if (cfg_rows := [r for r in set_rows if r["config"] == config])}
+        curves[name] = {}
+        for method in ("draft", "ngram"):
+            fixed = [r for r in set_rows if r["runner"] == "specchat" and r["method"] == method
+                     and isinstance(r["gamma"], int)]
+            top = max((r["gamma"] for r in fixed), default=0)
+            if fixed and (curve := predicted_curve(fixed, max(top, 8))):
+                curves[name][method] = curve
+    return {"sets": sets, "curves": curves}

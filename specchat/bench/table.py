@@ -1,0 +1,31 @@
+"""The terminal summary: one Rich table per prompt set (the full figures are in report.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specchat.bench.report import _fmt, speedup_text
+from specchat.bench.stats import ALL_SETS
+
+
+def render_tables(console: Any, results: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    for set_name, configs in results["aggregates"]["sets"].items():
+        title = "all sets (mixed total)" if set_name == ALL_SETS else f"set: {set_name}"
+        table = Table(title=title, title_justify="left")
+        for header in ("config", "tok/s", "speed-up [95% CI]", "TTFT ms", "ITL p50/p95 ms", "mean acc. len",
+                       "accept", "α", "c", "predicted"):
+            table.add_column(header, justify="left" if header == "config" else "right")
+        for name, f in configs.items():
+            speedup = speedup_text(f)
+            if f.get("speedup") is not None and name != "none":
+                speedup = f"[{'green' if f['speedup'] > 1 else 'red'}]{speedup}[/]"
+            table.add_row(
+                name, _fmt(f["tokens_per_s"], ".1f"), speedup, _fmt(f["ttft_ms"], ".0f"),
+                f"{_fmt(f['itl_ms_p50'], '.1f')}/{_fmt(f['itl_ms_p95'], '.1f')}",
+                _fmt(f.get("mean_acceptance_length") or None), _fmt(f.get("draft_acceptance_rate"), ".0%"),
+                _fmt(f.get("alpha")), _fmt(f.get("cost_ratio"), ".3f"),
+                _fmt(f.get("predicted_speedup"), ".2f", "×"),
+            )
+        console.print(table)

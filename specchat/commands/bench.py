@@ -1,0 +1,98 @@
+"""``specchat bench``: does speculation pay on this machine, these models, these prompts?
+
+Runs the same requests with and without speculation (and with transformers' own
+assisted generation as a peer) and writes results.json, report.md and
+speedup_vs_gamma.png; prints a table per prompt set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure speed-up (tokens/s, TTFT, ITL, acceptance) with vs without speculation",
+        description="Benchmark speculative decoding against plain decoding (and transformers' assisted "
+                    "generation) on shipped or custom prompt sets. Results go to --out.",
+    )
+    parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
+    parser.add_argument("--prompts", nargs="+", default=["all"], metavar="SET|FILE",
+                        help="prompt sets: repetitive, open, unusual, long, all (default), or .toml/.jsonl files")
+    parser.add_argument("--gamma", default="auto,1,2,3,5,8", metavar="LIST",
+                        help="γ values, comma-separated integers and/or auto (default: auto,1,2,3,5,8)")
+    parser.add_argument("--methods", default="draft,ngram,none", metavar="LIST",
+                        help="proposers to compare (draft, ngram, none; default: all; none always runs)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per prompt and configuration")
+    parser.add_argument("--max-new-tokens", type=int, metavar="N",
+                        help="tokens per reply (default: per set, e.g. 256; long: 1200)")
+    parser.add_argument("--concurrency", type=int, default=1, metavar="N",
+                        help="requests arriving at once (served as a queue: the engine is single-sequence)")
+    parser.add_argument("--no-peer", action="store_true", help="skip transformers' assisted-generation rows")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run per configuration")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="output directory (default: ./bench-results/<timestamp>)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from specchat.bench.configs import build_configs, parse_gammas, parse_methods
+    from specchat.bench.prompt_sets import load_prompt_sets
+    from specchat.config import load_profile
+    from specchat.errors import SpecchatError
+
+    for name in ("repeat", "concurrency", "max_new_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise SpecchatError(f"--{name.replace('_', '-')} must be ≥ 1, got {value}", key=f"--{name}")
+    profile = load_profile(args.profile)
+    gammas = parse_gammas(args.gamma)
+    methods = parse_methods(args.methods)
+    sets = load_prompt_sets(args.prompts)
+    out_dir = args.out or Path("bench-results") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+    from rich.console import Console
+
+    from specchat.loading import load_models
+
+    console = Console(stderr=True)
+    # the loader loads a draft only for a draft_model profile; without one, 'draft' is skipped
+    loaded = load_models(profile, progress=lambda e: e.message and console.print(f"[dim][{e.stage}] {e.message}[/]"))
+    configs = build_configs(methods, gammas, loaded.draft is not None, not args.no_peer,
+                            note=lambda text: console.print(f"[yellow]{text}[/]"))
+    return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
+
+
+def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from specchat.bench.bench import benchmark, write_outputs
+    from specchat.bench.report import concurrency_note
+    from specchat.bench.table import render_tables
+
+    console.print(f"bench: {len(configs)} configurations × "
+                  f"{sum(len(s.prompts) for s in sets) * args.repeat} requests "
+                  f"({', '.join(c.name for c in configs)})")
+    if args.concurrency > 1:
+        console.print(f"[yellow]--concurrency {args.concurrency}: {concurrency_note(args.concurrency)}[/]")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("bench", total=None)
+
+        def progress(done: int, total: int, text: str) -> None:
+            bar.update(task, completed=done, total=total or None, description=text[:60])
+
+        results = benchmark(loaded, profile, sets, configs, repeat=args.repeat, max_new_tokens=args.max_new_tokens,
+                            concurrency=args.concurrency, progress=progress, warmup=not args.no_warmup)
+    paths = write_outputs(out_dir, results)
+    # piped output keeps the full table rather than wrapping at 80 columns
+    stdout = Console(file=sys.stdout)
+    render_tables(stdout if stdout.is_terminal else Console(file=sys.stdout, width=160), results)
+    console.print(f"results: {paths['json']}\nreport:  {paths['markdown']}")
+    console.print(f"plot:    {paths['plot']}" if paths["plot"] else "plot:    skipped (matplotlib is not installed)")
+    return 0
