@@ -19,6 +19,8 @@ examples:
                                             (embedded SmolLM2-135M, n-gram speculation, CPU)
   specchat --profile smollm2-draft          chat using a draft model
   specchat --profile ./my-profile.toml      a profile file of your own
+  specchat --resume last                    reopen the newest recorded chat and carry on
+  specchat --no-record                      chat without recording the session
   specchat run --prompt "Explain KV caches" one reply on stdout, coloured by provenance
   specchat run --json --prompt "Hi"         JSON lines: one per token, then a summary
   specchat profiles list                    the shipped and user profiles
@@ -43,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specchat {__version__}")
     parser.add_argument("-p", "--profile", dest="tui_profile", metavar="NAME|PATH",
                         help="profile for the TUI (default: 'default')")
+    parser.add_argument("--resume", metavar="FILE",
+                        help="reopen a recorded chat (a path, a name in the sessions dir, or 'last') and carry on")
+    parser.add_argument("--no-record", action="store_true", help="do not record this chat")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in available_commands():
         before = set(subparsers.choices)
@@ -57,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command is None:
-            return open_tui(args.tui_profile)
+            return open_tui(args.tui_profile, resume=args.resume, record=not args.no_record)
         return args._run(args)
     except SpecchatError as error:
         print(f"specchat: error: {error}", file=sys.stderr)
@@ -69,18 +74,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def open_tui(profile: str | None) -> int:
-    """The TUI on a profile (validated first, so a bad one fails here in one line)."""
+def open_tui(profile: str | None, *, resume: str | None = None, record: bool = True) -> int:
+    """The TUI on a profile, or carrying on a recorded chat. The profile and the
+    recording are checked first, so a bad one fails here in one line."""
     from .config import DEFAULT_PROFILE, load_profile
 
-    load_profile(profile or DEFAULT_PROFILE)
+    if profile is not None or resume is None:
+        load_profile(profile or DEFAULT_PROFILE)
     try:
         from .ui.app import run_app
     except ModuleNotFoundError as error:
         if error.name and error.name.startswith("specchat.ui"):
             raise SpecchatError("the TUI is not available in this build", hint="use `specchat run --prompt TEXT`") from None
         raise SpecchatError(f"the TUI needs the '{error.name}' package", hint="pip install textual") from None
-    return run_app(profile or DEFAULT_PROFILE)
+    from .live import LiveLoader, resume_loader
+
+    def reopen(path):  # the history screen's "reopen"
+        return resume_loader(path, record=record, quiet=True)
+
+    # --resume without --profile: the profile the recording names
+    loader = resume_loader(resume, profile, record=record, quiet=True) if resume else LiveLoader(record=record, quiet=True)
+    return run_app(profile if resume else profile or DEFAULT_PROFILE, loader=loader, reopen=reopen)
 
 
 if __name__ == "__main__":

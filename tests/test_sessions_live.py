@@ -16,7 +16,8 @@ from specchat.events import ErrorEvent, StepEvent, TurnFinished, to_json
 from specchat.sessions.ansi import clean
 from specchat.sessions.reader import read_recording
 from specchat.sessions.replay_backend import ReplayBackend
-from specchat.sessions.resume import resume_from, resume_loader
+from specchat.live import resume_loader
+from specchat.sessions.resume import resume_from
 from tiny_models import write_tiny_profile
 
 
@@ -33,7 +34,7 @@ def long_profile(tmp_path_factory, tiny_model_dir, tiny_draft_dir):
 
 
 def _load(profile):
-    from specchat.ui.backend import load_backend
+    from specchat.live import load_backend
 
     return load_backend(str(profile), lambda _: None, record=True)
 
@@ -65,7 +66,7 @@ CHILD = """
 import json, sys
 from specchat.sessions.ansi import clean
 from specchat.events import to_json
-from specchat.ui.backend import load_backend
+from specchat.live import load_backend
 loaded = load_backend(sys.argv[1], lambda e: None, record=True)
 print("RECORDING " + str(loaded.info.recording), flush=True)
 for prompt in ("first prompt", "second prompt"):

@@ -12,6 +12,7 @@ import textwrap
 import time
 
 from sessions_helpers import ROOT
+from specchat.live import LiveLoader
 from specchat.ui.app import SpecchatApp
 from specchat.ui.backend import replay_loader
 from specchat.ui.figures import figure_rows
@@ -47,7 +48,7 @@ def screen_state(app: SpecchatApp) -> dict:
 
 def test_replay_drives_the_ui_exactly_like_the_live_chat(tiny_profile_path):
     async def live():
-        app = SpecchatApp(str(tiny_profile_path), record=True, deterministic=True)
+        app = SpecchatApp(str(tiny_profile_path), loader=LiveLoader(record=True), deterministic=True)
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: app.loaded is not None and app.loading is None, what="the profile")
             for prompt in ("def add(a, b):", "and subtract?"):

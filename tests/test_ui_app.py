@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from specchat.telemetry import MetricsSnapshot
+from specchat.live import LiveLoader
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.inspector import InspectorScreen
 from specchat.ui.widgets.reply import ReplyView
@@ -52,7 +53,7 @@ def test_ui_never_imports_torch():
 
 def test_conversation_streams_provenance_tokens_and_panel_matches_engine(tiny_profile_path):
     async def run():
-        app = SpecchatApp(str(tiny_profile_path), record=False)
+        app = SpecchatApp(str(tiny_profile_path), loader=LiveLoader(record=False))
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot, app)
             assert app.info.method == "draft_model"
@@ -86,7 +87,7 @@ def test_cancel_mid_reply_keeps_partial_text(tmp_path, tiny_model_dir, tiny_draf
     )
 
     async def run():
-        app = SpecchatApp(str(profile), record=False)
+        app = SpecchatApp(str(profile), loader=LiveLoader(record=False))
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot, app)
             app.chat.input.text = "tell me a long story"
@@ -112,7 +113,7 @@ def test_switch_profile_bad_keeps_old_good_replaces(tiny_profile_path, tiny_ngra
     broken.write_text('[speculation]\nmethod = "draft_modle"\n', encoding="utf-8")
 
     async def run():
-        app = SpecchatApp(str(tiny_profile_path), record=False)
+        app = SpecchatApp(str(tiny_profile_path), loader=LiveLoader(record=False))
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot, app)
             first = app.loaded
@@ -136,7 +137,7 @@ def test_switch_profile_bad_keeps_old_good_replaces(tiny_profile_path, tiny_ngra
 
 def test_inspector_controls_and_markdown(tiny_profile_path):
     async def run():
-        app = SpecchatApp(str(tiny_profile_path), record=False)
+        app = SpecchatApp(str(tiny_profile_path), loader=LiveLoader(record=False))
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot, app)
             await send(pilot, app, "hello")
@@ -179,7 +180,7 @@ def test_inspector_controls_and_markdown(tiny_profile_path):
 
 def test_typing_while_loading_and_newlines(tiny_profile_path):
     async def run():
-        app = SpecchatApp(str(tiny_profile_path), record=False)
+        app = SpecchatApp(str(tiny_profile_path), loader=LiveLoader(record=False))
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("h", "i", "ctrl+j", "x")
             assert app.chat.input.text == "hi\nx"
@@ -203,7 +204,7 @@ def test_themes_good_bad_and_switch(tmp_path, tiny_profile_path):
     (themes / "zz-bad.toml").write_text('name = "bad"\nprimary = "not-a-colour"\n', encoding="utf-8")
 
     async def run():
-        app = SpecchatApp(str(tiny_profile_path), themes_from=[themes], record=False)
+        app = SpecchatApp(str(tiny_profile_path), themes_from=[themes], loader=LiveLoader(record=False))
         async with app.run_test(size=SIZE) as pilot:
             assert app.theme == "specchat-dark"
             assert any("zz-bad.toml" in f and "primary" in f for f in app.theme_failures)
@@ -225,7 +226,7 @@ def test_recorded_live_session_replays_identically(tiny_profile_path):
     from specchat.ui.backend import replay_loader
 
     async def live():
-        app = SpecchatApp(str(tiny_profile_path), record=True)
+        app = SpecchatApp(str(tiny_profile_path), loader=LiveLoader(record=True))
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot, app)
             assert app.info.recording is not None

@@ -27,11 +27,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def demo_loader(steps, record: bool):
     """A UI loader: the profile's live backend (recording as usual) played by the script."""
+    from specchat.live import LiveLoader
     from specchat.sessions.demo import ScriptedBackend
-    from specchat.ui.backend import LoadedBackend, load_backend
+    from specchat.ui.backend import LoadedBackend
+
+    live = LiveLoader(record=record, quiet=True)
 
     def load(ref, progress) -> LoadedBackend:
-        loaded = load_backend(ref, progress, record=record)
+        loaded = live(ref, progress)
         return LoadedBackend(ScriptedBackend(loaded.backend, steps), loaded.info)
 
     return load
@@ -39,8 +42,8 @@ def demo_loader(steps, record: bool):
 
 def _headless(args: argparse.Namespace, steps) -> int:
     from specchat.sessions.ansi import render, strip_sgr
+    from specchat.live import load_backend
     from specchat.sessions.demo import ScriptedBackend
-    from specchat.ui.backend import load_backend
 
     colour = sys.stdout.isatty()
 

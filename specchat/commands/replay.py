@@ -68,10 +68,12 @@ def _headless(path, speed: str) -> int:
 
 
 def _tui(path, speed: str) -> int:
+    from specchat.live import resume_loader
     from specchat.ui.app import run_app
     from specchat.ui.backend import replay_loader
 
-    return run_app(None, loader=replay_loader(path, speed))
+    # The history key can reopen a session (that loads its model); a replay itself never does.
+    return run_app(None, loader=replay_loader(path, speed), reopen=lambda p: resume_loader(p, quiet=True))
 
 
 def run(args: argparse.Namespace) -> int:

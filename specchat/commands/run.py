@@ -30,6 +30,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--temperature", type=float, metavar="T", help="override sampling.temperature (0 = greedy)")
     parser.add_argument("--num-speculative-tokens", metavar="K|auto", help="override speculation.num_speculative_tokens")
     parser.add_argument("--system", metavar="TEXT", help="override chat.system_prompt")
+    parser.add_argument("--no-record", action="store_true", help="do not record this reply (profiles record by default)")
     return parser
 
 
@@ -41,10 +42,26 @@ def run(args: argparse.Namespace) -> int:
 
     from specchat.engine.factory import build_chat
     from specchat.loading import load_models
+    from specchat.sessions.recording_backend import RecordingBackend
 
     loaded = load_models(profile, progress=_progress_to_stderr)
     chat = build_chat(profile, loaded)
-    return stream_reply(chat, prompt, profile, loaded.info, as_json=args.json)
+    recorder = _recorder(profile, loaded.info, enabled=not args.no_record)
+    try:
+        return stream_reply(RecordingBackend(chat, recorder), prompt, profile, loaded.info, as_json=args.json)
+    finally:
+        recorder.close()
+        if recorder.path is not None:
+            print(f"recorded to {recorder.path}", file=sys.stderr)
+
+
+def _recorder(profile, info: dict, enabled: bool):
+    """The session recorder, as the TUI's (disabled by --no-record or ``record = false``)."""
+    from specchat.sessions.recorder import Recorder, build_header
+
+    recorder = Recorder.for_profile(profile, enabled=enabled)
+    recorder.start(build_header(profile, info))
+    return recorder
 
 
 def apply_overrides(profile, args: argparse.Namespace):

@@ -1,7 +1,8 @@
 """Rebuilding a conversation from its recording, to carry on chatting where it stopped.
 
 Torch-free: the result is the plain ``[{"role", "content"}]`` list that
-``ChatSession.history`` accepts.
+``ChatSession.history`` accepts. Loading the models to carry on is the composition
+root's job (:func:`specchat.live.resume_loader`), so this package never reaches torch.
 """
 
 from __future__ import annotations
@@ -49,48 +50,7 @@ def resume_from(path: str | os.PathLike[str]) -> Resumed:
     return Resumed(history=history, pending=pending, damage=recording.damage, profile_name=recording.profile_name)
 
 
-def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, *, record: bool = True):
-    """A UI loader (see ``specchat.ui.backend.Loader``) that loads the recording's
-    profile (or ``profile_ref``), restores the conversation, and keeps recording into
-    the same file — one conversation, one file. A damaged file is left as it is and
-    the continuation goes to a new recording whose header names it (``resumed_from``).
-    ``LoadedBackend.pending`` carries an unanswered prompt for the input box.
-    """
-    from specchat.sessions.locate import locate
-
-    path = locate(str(path))
-    resumed = resume_from(path)
-
-    def load(ref: str | None, progress):
-        from specchat.config import load_profile
-        from specchat.sessions.reader import read_recording
-        from specchat.sessions.recorder import Recorder, build_header
-        from specchat.ui.backend import RecordingBackend, load_backend
-
-        recording = read_recording(path)
-        chosen = ref or profile_ref or _recorded_profile_ref(recording.header.profile)
-        loaded = load_backend(chosen, progress, record=False)
-        session = loaded.backend
-        session.history = list(resumed.history)
-        session.turn = max((t.event.turn for t in recording.events if isinstance(t.event, UserMessage)), default=0)
-        profile = load_profile(chosen)
-        if record and getattr(profile, "record", True):
-            if recording.damage is None:
-                recorder = Recorder(path)  # start() appends; the reader keeps this header aside
-                header = build_header(profile, loaded.info.details)
-            else:
-                recorder = Recorder.for_profile(profile)
-                header = build_header(profile, loaded.info.details, resumed_from=str(path))
-            recorder.start(header)
-            loaded.backend = RecordingBackend(session, recorder)
-            loaded.info.recording = recorder.path
-        loaded.pending = resumed.pending  # type: ignore[attr-defined]
-        return loaded
-
-    return load
-
-
-def _recorded_profile_ref(profile: dict) -> str | None:
+def recorded_profile_ref(profile: dict) -> str | None:
     """The profile file the session ran with if it still exists, else its name."""
     source = profile.get("source_path")
     if source and os.path.isfile(str(source)):

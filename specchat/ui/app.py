@@ -1,8 +1,9 @@
 """The specchat Textual app: owns the backend, the settings and the workers.
 
 Widgets live in :mod:`specchat.ui.widgets`, screens in :mod:`specchat.ui.screens`;
-this file wires them. Nothing here imports torch: models load inside a thread
-worker through the ``loader`` (by default :func:`specchat.ui.backend.load_backend`).
+this file wires them. Nothing here imports torch or the engine: models load inside a
+thread worker through the ``loader`` the caller injects (the CLI builds live ones in
+:mod:`specchat.live`; a replay's comes from :func:`specchat.ui.backend.replay_loader`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from textual import on, work
 from textual.app import App, SystemCommand
@@ -18,11 +19,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from specchat.events import ErrorEvent, Loaded, LoadProgress, UserMessage
-from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader, load_backend
+from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader, replay_loader
 from specchat.ui.commands import profile_commands, system_commands
 from specchat.ui.controls import Controls
 from specchat.ui.pump import EventPump, EventsReady
 from specchat.ui.screens.chat import ChatScreen
+from specchat.ui.session_controls import SessionControls
 from specchat.ui.themes import SPEC_VARIABLE_DEFAULTS, load_themes, theme_dirs
 from specchat.ui.widgets.chat_input import ChatInput
 
@@ -43,6 +45,7 @@ class _LoadDone:
     ref: str | None
     loaded: LoadedBackend | None
     error: str | None = None
+    adopt: Loader | None = None  # becomes the app's loader once this load succeeds
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class _TurnEnded:
     delivered: bool
 
 
-class SpecchatApp(Controls, App):
+class SpecchatApp(Controls, SessionControls, App):
     CSS_PATH = "specchat.tcss"
     TITLE = "specchat"
     # Priority so the focused TextArea's own F6/F7 (select line/all) and Ctrl+Y do not
@@ -68,6 +71,8 @@ class SpecchatApp(Controls, App):
         Binding("f9", "toggle_thinking", "Think", priority=True),
         Binding("ctrl+n", "new_chat", "New chat", priority=True),
         Binding("ctrl+o", "copy_reply", "Copy", priority=True),
+        Binding("ctrl+r", "history", "Sessions", priority=True),
+        Binding("ctrl+s", "screenshot", "Screenshot", priority=True),
         Binding("escape", "cancel", "Cancel"),
     ]
 
@@ -76,15 +81,19 @@ class SpecchatApp(Controls, App):
         profile_ref: str | None = None,
         *,
         loader: Loader | None = None,
+        reopen: Callable[[Path], Loader] | None = None,
         theme: str | None = None,
         themes_from: Iterable[Path] | None = None,
         deterministic: bool = False,
         hide_timing: bool | None = None,
-        record: bool = True,
     ) -> None:
+        """``loader`` loads a profile (or a recording) in a worker thread; ``reopen``
+        turns a recording path into a loader that carries on its conversation (the
+        history screen's "reopen"; None: only replays can be opened there)."""
         super().__init__()
         self.profile_ref = profile_ref
-        self.loader: Loader = loader or (lambda ref, progress: load_backend(ref, progress, record=record))
+        self.loader: Loader = loader or _no_loader
+        self.reopen = reopen
         self.requested_theme = theme
         self.themes_from = list(themes_from) if themes_from is not None else None
         self.deterministic = deterministic
@@ -123,6 +132,10 @@ class SpecchatApp(Controls, App):
             self.notify(f"theme skipped — {failure}", severity="warning", timeout=8)
         self.switch_theme(self.requested_theme or DEFAULT_THEME)
 
+    def on_unmount(self) -> None:
+        if self.loaded is not None:
+            self.loaded.close()  # the recording is synced and closed on the way out
+
     @on(ChatScreen.Ready)
     def _start(self) -> None:
         self.switch_profile(self.profile_ref)
@@ -139,36 +152,41 @@ class SpecchatApp(Controls, App):
         return self.loaded.info if self.loaded else None
 
     # --- loading ------------------------------------------------------------------
-    def switch_profile(self, ref: str | None) -> None:
+    def switch_profile(self, ref: str | None, *, loader: Loader | None = None, label: str | None = None,
+                       adopt: bool = False) -> None:
+        """Loads ``ref`` in the background (with ``loader`` instead of the app's own,
+        e.g. a replay); the current chat stays usable until the new one is ready."""
         if self.loading is not None:
             self.notify(f"already loading {self.loading}", severity="warning")
             return
-        self.loading = ref or "default"
+        self.loading = label or ref or "default"
         self.sub_title = f"loading {self.loading}…" if self.loaded is None else self.sub_title
         self.chat.status.set_text(f"loading {self.loading}…")
-        self._load(ref)
+        self._load(ref, loader, adopt)
 
     def pick_profile(self) -> None:
         self.search_commands(profile_commands(self), "profile…")
 
     @work(thread=True, exclusive=True, group="load")
-    def _load(self, ref: str | None) -> None:
+    def _load(self, ref: str | None, loader: Loader | None = None, adopt: bool = False) -> None:
         try:
-            loaded = self.loader(ref, self.pump.put)
+            loaded = (loader or self.loader)(ref, self.pump.put)
         except Exception as exc:  # every failure becomes one line in the app
             self.pump.put(_LoadDone(ref, None, one_line(exc)))
             return
-        self.pump.put(_LoadDone(ref, loaded))
+        self.pump.put(_LoadDone(ref, loaded, adopt=loader if adopt else None))
 
     def _finish_load(self, done: _LoadDone) -> None:
-        self.loading = None
+        what, self.loading = self.loading or done.ref or "default", None
         self.chat.status.hide_progress()
         if done.loaded is None:
             keeping = f" — still using {self.info.profile_name}" if self.info else ""
-            self.chat.transcript.add_note(f"could not load profile {done.ref or 'default'}: {done.error}{keeping}", "error")
+            self.chat.transcript.add_note(f"could not load {what}: {done.error}{keeping}", "error")
             self.notify(done.error or "load failed", title="profile not loaded", severity="error", timeout=10)
             self._update_status()
             return
+        if done.adopt is not None:
+            self.loader = done.adopt
         if self.generating:  # the old model finishes its reply first
             self._pending = done.loaded
             self.loaded.backend.cancel()  # type: ignore[union-attr]
@@ -184,6 +202,8 @@ class SpecchatApp(Controls, App):
         self.sub_title = info.profile_name
         self.chat.reset_figures(info.max_gamma, info.method)
         self.chat.apply_events([Loaded(info.profile_name, info.description)])
+        if loaded.pending and not self.chat.input.text:
+            self.chat.input.text = loaded.pending  # the prompt that never got its reply
         self._update_status()
         if isinstance(loaded.backend, EventSource) and not hasattr(loaded.backend, "send"):
             self.generating = True
@@ -265,6 +285,12 @@ class SpecchatApp(Controls, App):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield from system_commands(self)
+
+
+def _no_loader(ref: str | None, progress: Any) -> LoadedBackend:
+    from specchat.errors import SpecchatError
+
+    raise SpecchatError("this app was started without a model loader", hint="start it with `specchat`")
 
 
 def run_app(profile_ref: str | None = None, **options: Any) -> int:

@@ -2,9 +2,9 @@
 
 The UI never imports torch; it sees only this protocol. Two kinds exist:
 
-* a live chat (:class:`ChatBackend`) — the engine's ``ChatSession`` is one as it is;
-  :func:`load_backend` builds it from a profile, importing the heavy modules lazily
-  inside the loading worker thread;
+* a live chat (:class:`ChatBackend`) — the engine's ``ChatSession`` is one as it is.
+  The UI never builds one: the CLI passes a :data:`Loader` from the composition root
+  (:mod:`specchat.live`), which the app calls inside its loading worker thread;
 * a self-playing source (:class:`EventSource`) — a recorded session replayed with its
   timing, which needs no model and no user input.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
-from specchat.events import ChatReset, LoadProgress
+from specchat.events import LoadProgress
 
 ProgressCallback = Callable[[LoadProgress], None]
 
@@ -70,8 +70,12 @@ class BackendInfo:
 
 @dataclass
 class LoadedBackend:
+    """``pending``: a prompt that never got its reply (a reopened session), which the
+    app puts back in the input box."""
+
     backend: ChatBackend | EventSource
     info: BackendInfo
+    pending: str | None = None
 
     def close(self) -> None:
         close = getattr(self.backend, "close", None)
@@ -80,86 +84,6 @@ class LoadedBackend:
 
 
 Loader = Callable[[str | None, ProgressCallback], LoadedBackend]
-
-
-class RecordingBackend:
-    """A ChatBackend that appends every event it yields to a session recording."""
-
-    def __init__(self, inner: ChatBackend, recorder: Any) -> None:
-        self.inner = inner
-        self.recorder = recorder
-
-    def send(self, text: str) -> Iterator[Any]:
-        for event in self.inner.send(text):
-            self.recorder.record(event)
-            yield event
-
-    def cancel(self) -> None:
-        self.inner.cancel()
-
-    def reset(self) -> None:
-        self.inner.reset()
-        self.recorder.record(ChatReset())
-
-    def set_num_speculative_tokens(self, k: int | str) -> None:
-        self.inner.set_num_speculative_tokens(k)
-
-    def set_temperature(self, temperature: float) -> None:
-        self.inner.set_temperature(temperature)
-
-    def set_thinking(self, enabled: bool) -> None:
-        self.inner.set_thinking(enabled)
-
-    def close(self) -> None:
-        self.recorder.close()
-
-    def __getattr__(self, name: str) -> Any:
-        # turn_metrics, session_metrics, history… come from the wrapped session.
-        return getattr(self.inner, name)
-
-
-def _template_has_thinking(tokenizer: Any) -> bool:
-    template = getattr(tokenizer, "chat_template", None) or ""
-    return isinstance(template, str) and "enable_thinking" in template
-
-
-def load_backend(profile_ref: str | None, progress: ProgressCallback, *, record: bool = True) -> LoadedBackend:
-    """Resolve a profile, load its models and build a ChatSession. Runs in a worker
-    thread; raises :class:`specchat.errors.SpecchatError` (one line) on bad input."""
-    from specchat.config import DEFAULT_PROFILE, load_profile
-    from specchat.engine.factory import build_chat
-    from specchat.loading import load_models
-
-    profile = load_profile(profile_ref or DEFAULT_PROFILE)
-    loaded = load_models(profile, progress=progress)
-    session = build_chat(profile, loaded)
-    spec = profile.speculation
-    thinking: bool | None = None
-    if _template_has_thinking(loaded.tokenizer):
-        thinking = bool(profile.chat.enable_thinking) if profile.chat.enable_thinking is not None else True
-    backend: ChatBackend = session
-    recording = None
-    if record and getattr(profile, "record", False):
-        from specchat.sessions.recorder import Recorder, build_header
-
-        recorder = Recorder.for_profile(profile)
-        recorder.start(build_header(profile, loaded.info))
-        backend = RecordingBackend(session, recorder)
-        recording = recorder.path
-    gamma = spec.num_speculative_tokens if spec.method != "none" else 0
-    info = BackendInfo(
-        profile_name=profile.name,
-        description=profile.description or "",
-        method=spec.method,
-        num_speculative_tokens=gamma,
-        max_gamma=int(spec.max_speculative_tokens or 8),
-        temperature=float(profile.sampling.temperature),
-        thinking=thinking,
-        profile_ref=str(profile.source_path) if profile.source_path else profile_ref,
-        recording=recording,
-        details=dict(loaded.info or {}),
-    )
-    return LoadedBackend(session if recording is None else backend, info)
 
 
 def replay_loader(path: str | Path, speed: float | str = 1.0) -> Loader:

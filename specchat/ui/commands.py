@@ -59,4 +59,6 @@ def system_commands(app: SpecchatApp) -> Iterable[SystemCommand]:
     yield SystemCommand("Toggle speculation panel", "Show or hide the side panel", app.action_toggle_panel)
     yield SystemCommand("Toggle thinking", "Qwen3-style thinking on/off (next turn)", app.action_toggle_thinking)
     yield SystemCommand("Inspect tokens", "Provenance, p, q and alternatives of the last reply", app.action_inspect)
+    yield SystemCommand("Sessions…", "Past recordings: replay one, or reopen it and keep chatting", app.action_history)
+    yield SystemCommand("Save screenshot", "An SVG of the screen, in the data dir's screenshots/", app.action_screenshot)
     yield SystemCommand("Keys", "Show every key", app.action_help)

@@ -1,0 +1,146 @@
+"""The composition root for live chats: profile → models → ChatSession → recording.
+
+This is the one place that joins the engine, the model loader and the session
+recorder into the UI's backend protocol (:mod:`specchat.ui.backend`). It sits outside
+``specchat.ui`` and ``specchat.engine`` so neither reaches into the other: the CLI
+builds a loader here and hands it to ``run_app(..., loader=...)``; the UI only ever
+calls it, inside its loading thread. Heavy imports happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from specchat.ui.backend import BackendInfo, LoadedBackend, Loader, ProgressCallback
+
+
+def quiet_transformers() -> None:
+    """No progress bars or info lines from transformers / huggingface_hub on stderr.
+
+    They write straight to the terminal, which garbles a Textual screen while a model
+    loads; the loader's own LoadProgress events feed the app's status line instead.
+    """
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    disable_progress_bars()
+
+
+def template_has_thinking(tokenizer: Any) -> bool:
+    """Qwen3-style chat templates read an ``enable_thinking`` variable; others have no switch."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return isinstance(template, str) and "enable_thinking" in template
+
+
+def _build(profile_ref: str | None, progress: ProgressCallback):
+    """(profile, LoadedModels, ChatSession, BackendInfo) for a profile name or path."""
+    from specchat.config import DEFAULT_PROFILE, load_profile
+    from specchat.engine.factory import build_chat
+    from specchat.loading import load_models
+
+    profile = load_profile(profile_ref or DEFAULT_PROFILE)
+    models = load_models(profile, progress=progress)
+    session = build_chat(profile, models)
+    spec = profile.speculation
+    thinking: bool | None = None
+    if template_has_thinking(models.tokenizer):
+        thinking = bool(profile.chat.enable_thinking) if profile.chat.enable_thinking is not None else True
+    info = BackendInfo(
+        profile_name=profile.name,
+        description=profile.description or "",
+        method=spec.method,
+        num_speculative_tokens=spec.num_speculative_tokens if spec.method != "none" else 0,
+        max_gamma=int(spec.max_speculative_tokens or 8),
+        temperature=float(profile.sampling.temperature),
+        thinking=thinking,
+        profile_ref=str(profile.source_path) if profile.source_path else profile_ref,
+        details=dict(models.info or {}),
+    )
+    return profile, models, session, info
+
+
+def load_backend(profile_ref: str | None, progress: ProgressCallback, *, record: bool = True) -> LoadedBackend:
+    """One live chat on a profile, recorded to a new file when ``record`` and the
+    profile's ``record`` key allow. Raises SpecchatError (one line) on bad input."""
+    return LiveLoader(record=record)(profile_ref, progress)
+
+
+class LiveLoader:
+    """The TUI's loader: each call loads a profile. Later calls (profile switches) keep
+    the conversation — its history and its recording file — going with the new models."""
+
+    def __init__(self, *, record: bool = True, quiet: bool = False) -> None:
+        self.record = record
+        self.quiet = quiet
+        self.current: Any = None  # the last RecordingBackend handed out
+
+    def __call__(self, profile_ref: str | None, progress: ProgressCallback) -> LoadedBackend:
+        from specchat.sessions.recorder import Recorder, build_header
+        from specchat.sessions.recording_backend import RecordingBackend
+
+        if self.quiet:
+            quiet_transformers()
+        profile, models, session, info = _build(profile_ref, progress)
+        previous = self.current
+        if previous is not None and not previous.closed:  # closed: replaced by a replay
+            header = build_header(profile, models.info)
+            backend = RecordingBackend(session, previous.recorder, takes_over=(previous, header))
+        else:
+            recorder = Recorder.for_profile(profile, enabled=self.record)
+            recorder.start(build_header(profile, models.info))
+            backend = RecordingBackend(session, recorder)
+        info.recording = backend.recorder.path
+        self.current = backend
+        return LoadedBackend(backend, info)
+
+
+def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, *, record: bool = True,
+                  quiet: bool = False) -> Loader:
+    """A loader that reopens a recorded conversation: the recording's profile (or
+    ``profile_ref``) with its history restored, recording on into the same file — one
+    conversation, one file. A damaged file is left as it is and the continuation goes
+    to a new recording whose header names it (``resumed_from``). ``LoadedBackend.pending``
+    carries a prompt that never got its reply, for the input box.
+    """
+    from specchat.sessions.locate import locate
+    from specchat.sessions.resume import recorded_profile_ref, resume_from
+
+    path = locate(str(path))
+    resumed = resume_from(path)  # a bad file fails here, before any model loads
+    loader = LiveLoader(record=False, quiet=quiet)
+
+    def load(ref: str | None, progress: ProgressCallback) -> LoadedBackend:
+        from specchat.events import UserMessage
+        from specchat.sessions.reader import read_recording
+        from specchat.sessions.recorder import Recorder, build_header
+        from specchat.sessions.recording_backend import RecordingBackend
+
+        if loader.current is not None:  # a profile switch after the resume: same conversation
+            return loader(ref, progress)
+        if quiet:
+            quiet_transformers()
+        recording = read_recording(path)
+        chosen = ref or profile_ref or recorded_profile_ref(recording.header.profile)
+        profile, models, session, info = _build(chosen, progress)
+        session.history = list(resumed.history)
+        session.turn = max((t.event.turn for t in recording.events if isinstance(t.event, UserMessage)), default=0)
+        recorder = Recorder(None)
+        if record and getattr(profile, "record", True):
+            if recording.damage is None:
+                recorder = Recorder(path)  # start() appends; the reader keeps this header aside
+                header = build_header(profile, models.info)
+            else:
+                recorder = Recorder.for_profile(profile)
+                header = build_header(profile, models.info, resumed_from=str(path))
+            recorder.start(header)
+        backend = RecordingBackend(session, recorder)
+        loader.current = backend
+        info.recording = recorder.path
+        return LoadedBackend(backend, info, pending=resumed.pending)
+
+    return load

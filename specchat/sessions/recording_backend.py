@@ -1,0 +1,79 @@
+"""A live chat that records itself: every event it yields is appended to a recording.
+
+Torch-free: it wraps any ChatBackend (the UI's protocol, which the engine's
+``ChatSession`` satisfies) and a :class:`~specchat.sessions.recorder.Recorder`.
+
+One conversation, one file: when the user switches profile, the new backend is built
+with ``takes_over=(previous, header)``. It does not touch the file until it is first
+used, so the previous backend can finish the reply it is streaming without a
+ProfileSwitched landing in the middle of it; then it writes the switch and the new
+models' header, and carries the conversation's history over.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterator
+
+from specchat.events import ChatReset, SessionHeader
+
+
+class RecordingBackend:
+    """A ChatBackend that appends every event it yields to ``recorder``."""
+
+    def __init__(self, inner: Any, recorder: Any, *, takes_over: tuple[RecordingBackend, SessionHeader] | None = None) -> None:
+        self.inner = inner
+        self.recorder = recorder
+        self._takes_over = takes_over
+        self._lock = threading.Lock()
+        self.closed = False
+        # Whoever owns the recorder closes it; ownership moves to a successor as soon as
+        # it is built, so closing the replaced backend leaves the shared file open.
+        self._owner = [self]
+        if takes_over is not None:
+            self._owner = takes_over[0]._owner
+            self._owner[0] = self
+
+    def _activate(self) -> None:
+        with self._lock:
+            takes_over, self._takes_over = self._takes_over, None
+        if takes_over is None:
+            return
+        previous, header = takes_over
+        self.recorder.switch_profile(header)
+        history = getattr(previous.inner, "history", None)
+        if history:
+            self.inner.history = list(history)
+            self.inner.turn = getattr(previous.inner, "turn", 0)
+
+    def send(self, text: str) -> Iterator[Any]:
+        self._activate()
+        for event in self.inner.send(text):
+            self.recorder.record(event)
+            yield event
+
+    def cancel(self) -> None:
+        self.inner.cancel()
+
+    def reset(self) -> None:
+        self._activate()
+        self.inner.reset()
+        self.recorder.record(ChatReset())
+
+    def set_num_speculative_tokens(self, k: int | str) -> None:
+        self.inner.set_num_speculative_tokens(k)
+
+    def set_temperature(self, temperature: float) -> None:
+        self.inner.set_temperature(temperature)
+
+    def set_thinking(self, enabled: bool) -> None:
+        self.inner.set_thinking(enabled)
+
+    def close(self) -> None:
+        self.closed = True
+        if self._owner[0] is self:
+            self.recorder.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # turn_metrics, session_metrics, history… come from the wrapped session.
+        return getattr(self.inner, name)

@@ -1,0 +1,58 @@
+"""The app's session keys: the history of recordings (replay or reopen) and screenshots.
+
+A mixin of :class:`specchat.ui.app.SpecchatApp`, like :mod:`specchat.ui.controls`.
+Reopening a session loads models, which the UI cannot do itself: the app is given a
+``reopen`` callable (path → loader) by whoever started it; replays need no model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specchat.ui.backend import replay_loader
+from specchat.ui.screens.history import HistoryScreen
+
+
+def screenshots_dir() -> Path:
+    from specchat.paths import data_dir
+
+    return data_dir() / "screenshots"
+
+
+class SessionControls:
+    def action_history(self) -> None:
+        if isinstance(self.screen, HistoryScreen):  # the key toggles
+            self.screen.dismiss(None)
+            return
+        self.push_screen(HistoryScreen(), self.open_recording)
+
+    def open_recording(self, choice: tuple[Path, str] | None) -> None:
+        """The history screen's result: ``(path, "replay" | "resume")`` or None."""
+        if choice is None:
+            return
+        path, action = choice
+        if action == "replay":
+            self.switch_profile(None, loader=replay_loader(path), label=f"replay of {path.name}")
+            return
+        if self.reopen is None:
+            self.notify("reopening a session needs a live model — use Enter to replay it", severity="warning")
+            return
+        try:
+            loader = self.reopen(path)  # reads the file: a damaged one is reported here
+        except Exception as exc:
+            from specchat.ui.app import one_line
+
+            self.notify(f"cannot reopen {path.name}: {one_line(exc)}", severity="error", timeout=10)
+            return
+        # Later profile switches carry this conversation on, so the reopen loader stays.
+        self.switch_profile(None, loader=loader, label=path.name, adopt=True)
+
+    def action_screenshot(self) -> None:
+        directory = screenshots_dir()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            saved = self.save_screenshot(path=str(directory))
+        except OSError as exc:
+            self.notify(f"screenshot not saved: {exc}", severity="error")
+            return
+        self.notify(f"screenshot saved to {saved}", timeout=8)

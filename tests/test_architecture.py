@@ -1,0 +1,56 @@
+"""The direction of the program (STYLE.md), checked two ways.
+
+``lint-imports`` reads the contracts in pyproject.toml and follows every import,
+lazy ones inside functions too. The subprocess checks then confirm what a user
+feels: importing a layer really leaves the heavy packages unloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def test_import_contracts_are_kept():
+    assert LINT_IMPORTS.exists(), "import-linter is in the test extras: pip install -e '.[test]'"
+    result = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "3 kept, 0 broken" in result.stdout
+
+
+def loaded_after(statement: str, watched: tuple[str, ...]) -> list[str]:
+    """Which of ``watched`` are in sys.modules after running ``statement`` in a fresh Python."""
+    code = f"import sys, json\n{statement}\nprint(json.dumps([m for m in {watched!r} if m in sys.modules]))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_engine_runs_without_a_terminal_ui():
+    assert loaded_after("import specchat.engine, specchat.engine.chat, specchat.engine.factory", ("textual", "rich")) == []
+
+
+@pytest.mark.parametrize("module", [
+    "specchat.ui.app", "specchat.sessions.replay", "specchat.sessions.replay_backend", "specchat.sessions.recorder",
+    "specchat.sessions.history", "specchat.events", "specchat.telemetry", "specchat.live",
+])
+def test_module_does_not_import_torch(module):
+    assert loaded_after(f"import {module}", ("torch", "transformers")) == []
+
+
+def test_help_and_profiles_do_not_import_torch():
+    statement = (
+        "from specchat.cli import main\n"
+        "import contextlib, io\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+        "    main(['profiles', 'list'])"
+    )
+    assert loaded_after(statement, ("torch", "transformers", "textual")) == []
