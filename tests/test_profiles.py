@@ -122,3 +122,4 @@ def test_profiles_ship_inside_the_wheel(tmp_path):
     assert "specchat/profiles/default.toml" in names
     assert "specchat/profiles/qwen3-8b.toml" in names
     assert any(n.startswith("specchat/themes/") and n.endswith(".toml") for n in names)
+    assert "specchat/demos/tour.txt" in names  # `specchat demo` without --script

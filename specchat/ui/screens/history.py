@@ -81,5 +81,10 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
             return
         self.dismiss((chosen.path, action))
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        # The focused table takes Enter for itself (select_cursor), before the screen's binding.
+        event.stop()
+        self.action_choose("replay")
+
     def action_dismiss_none(self) -> None:
         self.dismiss(None)
