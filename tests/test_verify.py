@@ -1,0 +1,110 @@
+"""``specchat verify`` on tiny real models: it passes on the engine as written, and it
+fails when a wrong sampler is planted through its ``proposer_factory`` hook."""
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from specchat.bench.verify import verify
+from specchat.bench.verify_stats import goodness_of_fit, two_sample
+from specchat.cli import main
+from specchat.config import load_profile
+from specchat.engine import DraftModelProposer, Proposal, SamplingParams
+from specchat.engine.sampling import sample, warp
+from specchat.loading import load_models
+
+SAMPLES = 400
+PARAMS = SamplingParams(temperature=0.7, top_p=0.95)
+
+
+@pytest.fixture(scope="module")
+def peaked(tiny_profile_path):
+    """The tiny pair with output heads scaled up: a random 32-wide model is nearly uniform over
+    its 400 tokens, which no sample size could tell apart; real chat models are peaked."""
+    profile = load_profile(str(tiny_profile_path))
+    loaded = load_models(profile)
+    with torch.no_grad():
+        head = loaded.target.get_output_embeddings().weight
+        head.mul_(25.0)
+        # a draft close to the target (α high but < 1), as a good real draft is: its
+        # drafts land where p has mass, so a wrong q visibly changes what is kept
+        draft = copy.deepcopy(loaded.target)
+        generator = torch.Generator().manual_seed(0)
+        draft_head = draft.get_output_embeddings().weight
+        draft_head.add_(torch.randn(draft_head.shape, generator=generator) * head.std() * 0.5)
+    return profile, dataclasses.replace(loaded, draft=draft)
+
+
+class UnwarpedQ(DraftModelProposer):
+    """Planted bug: drafts are sampled from warp(draft logits) but the q handed to the
+    verifier is softmax of the raw logits (temperature and top-p ignored)."""
+
+    def propose(self, ids, k, params, generator):
+        k = min(k, self.max_length - len(ids))
+        logits = self.lm.forward(ids)
+        drafts, qs = [], []
+        for i in range(k):
+            token = sample(warp(logits, params), generator)
+            drafts.append(token)
+            qs.append(logits.float().softmax(-1))
+            if i + 1 < k:
+                logits = self.lm.extend(token)
+        return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k)
+
+
+def test_verify_passes_on_the_engine(peaked):
+    profile, loaded = peaked
+    report = verify(loaded, profile, samples=SAMPLES, tokens=2, params=PARAMS, gamma=3)
+    assert report.speculation["drafted"] >= SAMPLES  # the rejection sampler ran on every sample
+    assert report.speculation["rejected"] > 20
+    for check in report.checks:
+        if check.p_value is not None:
+            assert check.cells >= 3, check.line()  # a test over one pooled cell would be vacuous
+    assert report.passed, "\n".join(c.line() for c in report.checks)
+
+
+def test_verify_catches_a_planted_sampler_bug(peaked):
+    profile, loaded = peaked
+    report = verify(loaded, profile, samples=SAMPLES, tokens=2, params=PARAMS, gamma=3,
+                    proposer_factory=lambda loaded, profile, gamma: UnwarpedQ(loaded.draft, gamma))
+    assert not report.passed
+    failed = [c.name for c in report.checks if not c.passed]
+    assert any("speculative" in name for name in failed)
+    assert not any(name.startswith("plain first token") for name in failed)  # the reference is sound
+
+
+def test_goodness_of_fit_and_two_sample_on_known_distributions():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    exact = {0: 0.5, 1: 0.3, 2: 0.2}
+    good = rng.choice(3, size=4000, p=[0.5, 0.3, 0.2])
+    bad = rng.choice(3, size=4000, p=[0.45, 0.35, 0.2])
+    assert goodness_of_fit("good", good, exact).passed
+    assert not goodness_of_fit("bad", bad, exact).passed
+    assert two_sample("same", good, rng.choice(3, size=4000, p=[0.5, 0.3, 0.2])).passed
+    assert not two_sample("different", good, bad).passed
+    impossible = goodness_of_fit("impossible", np.array([0] * 100 + [7]), exact)
+    assert not impossible.passed and "p = 0" in impossible.detail
+
+
+def test_greedy_profile_runs_only_the_diff(peaked):
+    profile, loaded = peaked
+    report = verify(loaded, profile, samples=100, params=dataclasses.replace(PARAMS, temperature=0.0), gamma=2)
+    assert [c.name.split(" (")[0] for c in report.checks] == ["greedy token-by-token diff"]
+    assert report.passed, report.checks[0].line()
+
+
+def test_cli_exit_codes(tiny_profile_path, tmp_path, capsys):
+    assert main(["verify", "--profile", str(tiny_profile_path), "--samples", "10"]) == 2
+    assert "--samples" in capsys.readouterr().err
+    assert main(["verify", "--profile", str(tmp_path / "missing.toml")]) == 2
+    none = tmp_path / "none.toml"
+    none.write_text(tiny_profile_path.read_text().replace('method = "draft_model"', 'method = "none"'))
+    assert main(["verify", "--profile", str(none)]) == 2
+    assert "does not speculate" in capsys.readouterr().err
+    # the tiny profile is greedy: verify runs the token-by-token diff and passes
+    assert main(["verify", "--profile", str(tiny_profile_path), "--samples", "50"]) == 0
+    assert "verdict: PASS" in capsys.readouterr().out
