@@ -66,14 +66,15 @@ class SpecchatApp(Controls, SessionControls, App):
         Binding("f4", "inspect", "Inspect", priority=True),
         Binding("f5", "gamma_down", "γ−", priority=True),
         Binding("f6", "gamma_up", "γ+", priority=True),
-        Binding("f7", "temperature_down", "T−", priority=True),
-        Binding("f8", "temperature_up", "T+", priority=True),
+        # Not in the footer (it would overflow 140 columns); F1 and the palette list them.
+        Binding("f7", "temperature_down", "T−", priority=True, show=False),
+        Binding("f8", "temperature_up", "T+", priority=True, show=False),
         Binding("f9", "toggle_thinking", "Think", priority=True),
         Binding("ctrl+n", "new_chat", "New chat", priority=True),
         Binding("ctrl+o", "copy_reply", "Copy", priority=True),
         Binding("ctrl+r", "history", "Sessions", priority=True),
         Binding("ctrl+s", "screenshot", "Screenshot", priority=True),
-        Binding("escape", "cancel", "Cancel"),
+        Binding("escape", "cancel", "Cancel", show=False),  # the status line says "Esc cancels" while answering
     ]
 
     def __init__(

@@ -34,7 +34,8 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
     HistoryScreen DataTable { height: 1fr; }
     """
     BINDINGS = [
-        Binding("enter", "choose('replay')", "Replay"),
+        # Priority: the focused table would take Enter for itself, and hide it from the footer.
+        Binding("enter", "choose('replay')", "Replay", priority=True),
         Binding("o", "choose('resume')", "Reopen"),
         Binding("escape", "dismiss_none", "Close"),
     ]
@@ -82,7 +83,7 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
         self.dismiss((chosen.path, action))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        # The focused table takes Enter for itself (select_cursor), before the screen's binding.
+        # A click on the selected row.
         event.stop()
         self.action_choose("replay")
 
