@@ -1,0 +1,148 @@
+"""``specchat bench`` on tiny real models: files with the right structure, and figures that
+agree with each other and with the raw per-request rows. No speed is asserted."""
+
+import json
+
+import pytest
+
+from specchat.bench.configs import build_configs, parse_gammas
+from specchat.bench.prompt_sets import SHIPPED_SETS, load_prompt_set, load_prompt_sets
+from specchat.bench.stats import per_token_latencies, queue_latencies, telemetry_of
+from specchat.cli import main
+
+
+@pytest.fixture(scope="module")
+def bench_run(tiny_profile_path, tmp_path_factory):
+    """One tiny benchmark through the CLI: two sets, fixed and auto γ, draft + ngram, the peer
+    rows, concurrency 2."""
+    out = tmp_path_factory.mktemp("bench") / "out"
+    code = main(["bench", "--profile", str(tiny_profile_path), "--prompts", "repetitive", "unusual",
+                 "--gamma", "auto,2", "--methods", "draft,ngram,none", "--repeat", "1", "--max-new-tokens", "6",
+                 "--concurrency", "2", "--out", str(out)])
+    assert code == 0
+    return out, json.loads((out / "results.json").read_text())
+
+
+def test_outputs_exist_with_structure(bench_run):
+    out, results = bench_run
+    assert (out / "report.md").read_text().startswith("# specchat bench")
+    assert (out / "speedup_vs_gamma.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    names = [c["name"] for c in results["configs"]]
+    assert names == ["none", "draft γ=auto", "draft γ=2", "ngram γ=auto", "ngram γ=2",
+                     "peer:draft γ=auto", "peer:draft γ=2", "peer:ngram γ=auto", "peer:ngram γ=2"]
+    assert set(results["aggregates"]["sets"]) == {"repetitive", "unusual", "all"}
+    requests = len(results["requests"])
+    assert requests == 5 + 5
+    assert len(results["rows"]) == requests * len(names)
+    for key in ("torch", "transformers", "device", "profile"):
+        assert results["environment"][key]
+    report = (out / "report.md").read_text()
+    for heading in ("## set `repetitive`", "## set `unusual`", "## all sets (mixed total)", "FIFO queue"):
+        assert heading in report
+
+
+def test_order_is_request_major_and_rotated(bench_run):
+    _, results = bench_run
+    rows = results["rows"]
+    n = len(results["configs"])
+    first = [r["config"] for r in rows[:n]]
+    second = [r["config"] for r in rows[n:2 * n]]
+    assert sorted(first) == sorted(second) and second == first[1:] + first[:1]
+    assert len({(r["prompt_id"], r["repeat"]) for r in rows[:n]}) == 1
+    for block in range(0, len(rows), n):  # one seed per request, shared by every configuration
+        assert len({r["seed"] for r in rows[block:block + n]}) == 1
+
+
+def test_figures_are_consistent_with_the_rows(bench_run):
+    _, results = bench_run
+    rows = results["rows"]
+    for set_name, configs in results["aggregates"]["sets"].items():
+        set_rows = [r for r in rows if set_name == "all" or r["set"] == set_name]
+        none = configs["none"]
+        for name, figures in configs.items():
+            mine = [r for r in set_rows if r["config"] == name]
+            tokens, wall = sum(r["new_tokens"] for r in mine), sum(r["wall_ms"] for r in mine)
+            assert figures["tokens"] == tokens and figures["requests"] == len(mine)
+            assert figures["tokens_per_s"] == pytest.approx(tokens / wall * 1000)
+            assert figures["speedup"] == pytest.approx(figures["tokens_per_s"] / none["tokens_per_s"])
+            lo, hi = figures["speedup_ci"]
+            assert lo <= hi
+            assert figures["ttft_ms"] == pytest.approx(sum(r["emissions"][0][0] for r in mine) / len(mine))
+            if figures.get("num_drafts"):
+                drafts = sum(1 for r in mine for s in r["steps"] if s["num_draft_tokens"])
+                accepted = sum(s["num_accepted_tokens"] for r in mine for s in r["steps"])
+                drafted = sum(s["num_draft_tokens"] for r in mine for s in r["steps"])
+                assert figures["num_drafts"] == drafts
+                assert sum(figures["acceptance_histogram"]) == drafts
+                assert figures["mean_acceptance_length"] == pytest.approx(1 + accepted / drafts)
+                assert figures["draft_acceptance_rate"] == pytest.approx(accepted / drafted)
+        assert none["speedup"] == pytest.approx(1.0)
+    for row in rows:  # the emissions account for every emitted token
+        assert sum(m for _, m in row["emissions"]) == row["new_tokens"] == len(row["output_ids"])
+
+
+def test_exactness_shows_in_the_benchmark(bench_run):
+    """The tiny profile is greedy: with or without speculation, ours or transformers',
+    every configuration emits the same tokens for a request."""
+    _, results = bench_run
+    by_request = {}
+    for row in results["rows"]:
+        by_request.setdefault((row["set"], row["prompt_id"], row["repeat"]), set()).add(tuple(row["output_ids"]))
+    assert all(len(outputs) == 1 for outputs in by_request.values())
+
+
+def test_draft_memory_is_reported(bench_run):
+    _, results = bench_run
+    figures = results["aggregates"]["sets"]["all"]
+    assert figures["draft γ=2"]["draft_param_bytes"] > 0 and figures["draft γ=2"]["draft_kv_bytes_max"] > 0
+    assert figures["ngram γ=2"]["draft_param_bytes"] == 0
+
+
+def test_latency_and_queue_definitions():
+    assert per_token_latencies([[10.0, 1], [16.0, 3], [20.0, 1]]) == [2.0, 2.0, 2.0, 4.0]
+    assert queue_latencies([5.0, 7.0, 1.0], 2) == [5.0, 12.0, 1.0]
+    assert queue_latencies([5.0, 7.0], 1) == [5.0, 7.0]
+    steps = [{"num_speculative_tokens": 2, "num_draft_tokens": 2, "num_accepted_tokens": n} for n in (0, 2, 1)]
+    snapshot = telemetry_of([{"steps": steps}])
+    assert snapshot.acceptance_histogram[:3] == (1, 1, 1) and snapshot.mean_acceptance_length == 2.0
+
+
+def test_prompt_sets_ship_and_parse(tmp_path):
+    for name in SHIPPED_SETS:
+        prompt_set = load_prompt_set(name)
+        assert 4 <= len(prompt_set.prompts) <= 6
+    assert load_prompt_set("long").max_new_tokens >= 1000
+    custom = tmp_path / "mine.jsonl"
+    custom.write_text('{"id": "a", "prompt": "hi"}\n\n{"text": "there"}\n')
+    assert [p.text for p in load_prompt_sets([str(custom)])[0].prompts] == ["hi", "there"]
+    assert [s.name for s in load_prompt_sets(["all"])] == list(SHIPPED_SETS)
+
+
+def test_config_parsing_and_draftless_profiles():
+    assert parse_gammas("auto,1,3,3") == ["auto", 1, 3]
+    notes = []
+    configs = build_configs(["draft", "ngram"], [2], has_draft=False, peer=False, note=notes.append)
+    assert [c.name for c in configs] == ["none", "ngram γ=2"] and "no draft model" in notes[0]
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--gamma", "0"], "--gamma value '0'"),
+    (["--methods", "draft,magic"], "--methods value 'magic'"),
+    (["--prompts", "nosuchset"], "neither a shipped set nor a file"),
+    (["--repeat", "0"], "--repeat must be"),
+])
+def test_bad_arguments_exit_2(tiny_ngram_profile_path, capsys, argv, fragment):
+    assert main(["bench", "--profile", str(tiny_ngram_profile_path), *argv]) == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_ngram_profile_skips_draft_and_runs(tiny_ngram_profile_path, tmp_path, capsys):
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text('{"prompt": "say hello hello hello"}\n')
+    code = main(["bench", "--profile", str(tiny_ngram_profile_path), "--prompts", str(prompts), "--gamma", "3",
+                 "--max-new-tokens", "4", "--no-peer", "--no-warmup", "--out", str(tmp_path / "o")])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "skipping method 'draft'" in captured.err and "results:" in captured.err
+    results = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert [c["name"] for c in results["configs"]] == ["none", "ngram γ=3"]
