@@ -15,10 +15,12 @@ figures. Definitions (vLLM's names where vLLM has one):
 * ``alpha``: mean over verified draft positions of Σ_x min(p(x), q(x)) (for point-mass
   drafts, p of the drafted token) — the paper's α, measured. ``alpha_empirical``: the
   fraction of verified positions whose draft was accepted.
-* ``target_token_ms``: mean target forward time of plain steps (one token fed).
-* ``draft_forward_ms``: mean time of one draft-model forward (n-gram: proposal time).
+* ``target_token_ms``: target forward time of plain steps (one token fed).
+* ``draft_forward_ms``: time of one draft-model forward (n-gram: the lookup's time).
 * ``cost_ratio`` c = draft_forward_ms / target_token_ms.
-* ``verify_cost[k]`` v(k) = mean target time to verify k drafts (k+1 tokens) / target_token_ms.
+* ``verify_cost[k]`` v(k) = target time to verify k drafts (k+1 tokens) / target_token_ms,
+  at least 1.
+  (Timings are medians of the last 64 measurements: robust to a cold first call.)
 * ``expected_tokens_per_round`` E(γ) = (1 − α^(γ+1)) / (1 − α).
 * ``predicted_speedup_paper`` = E / (γ·c + 1); ``predicted_speedup`` = E / (γ·c + v(γ)).
 * ``breakeven``: α > c (some γ then speeds up, by at least (1 + α)/(1 + c): ``speedup_lower_bound``).
@@ -139,6 +141,31 @@ class _Mean:
         return self.total / self.count if self.count else None
 
 
+class _Recent:
+    """Median of the last ``size`` timings: robust to a cold first call, a GC pause or a
+    busy neighbour, and it follows the machine when its speed changes."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, size: int = 64) -> None:
+        self.values: deque[float] = deque(maxlen=size)
+
+    def add(self, value: float, count: int = 1) -> None:
+        self.values.append(value / count)
+
+    @property
+    def count(self) -> int:
+        return len(self.values)
+
+    @property
+    def value(self) -> float | None:
+        if not self.values:
+            return None
+        ordered = sorted(self.values)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 class Telemetry:
     """Accumulates :class:`StepStats` into a :class:`MetricsSnapshot`.
 
@@ -163,10 +190,10 @@ class Telemetry:
         self.position_accepted: list[int] = [0] * self.max_gamma
         self.alpha = _Mean()
         self.verified_positions = 0
-        self.plain_verify = _Mean()
-        self.plain_total = _Mean()
-        self.draft_forward = _Mean()
-        self.verify_by_k: dict[int, _Mean] = {}
+        self.plain_verify = _Recent()
+        self.plain_total = _Recent()
+        self.draft_forward = _Recent()
+        self.verify_by_k: dict[int, _Recent] = {}
         self.gamma_used = _Mean()
         self.elapsed_ms = 0.0
         self.ttft_ms: float | None = None
@@ -217,7 +244,7 @@ class Telemetry:
             self.draft_forward.add(stats.draft_ms, stats.draft_forwards)
         elif stats.draft_ms:
             self.draft_forward.add(stats.draft_ms)
-        self.verify_by_k.setdefault(k, _Mean()).add(stats.verify_ms)
+        self.verify_by_k.setdefault(k, _Recent()).add(stats.verify_ms)
 
     def snapshot(self) -> MetricsSnapshot:
         t_plain = self.plain_verify.value
@@ -225,8 +252,9 @@ class Telemetry:
         verified = self.verified_positions
         alpha_emp = self.num_accepted_tokens / verified if verified else None
         c = self.draft_forward.value / t_plain if (t_plain and self.draft_forward.value is not None) else None
+        # verifying k+1 tokens never really costs less than one: below 1 is timing noise
         verify_cost = (
-            {k: m.value / t_plain for k, m in sorted(self.verify_by_k.items()) if m.value is not None}
+            {k: max(1.0, m.value / t_plain) for k, m in sorted(self.verify_by_k.items()) if m.value is not None}
             if t_plain
             else {}
         )
