@@ -10,6 +10,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+# One math thread per process: pytest-xdist runs one worker per core, and torch's default
+# of a thread per core in every worker (and in every CLI subprocess a test starts)
+# oversubscribes the cores, where OpenMP's spinning makes everything many times slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 from tiny_models import build_tiny_model, build_tiny_tokenizer, write_tiny_profile  # noqa: E402
 
 
