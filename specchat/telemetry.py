@@ -30,6 +30,8 @@ figures. Definitions (vLLM's names where vLLM has one):
   ``rolling_tokens_per_s`` the same over the last ``window`` steps;
   ``measured_speedup``: tokens_per_s over the plain-step rate (1000 / mean plain-step ms).
 * ``ttft_ms``: prefill plus first step of the latest turn.
+* ``last_gamma`` / ``predicted_gain``: the γ asked for in the latest step and, with the
+  adaptive controller, its predicted tokens-per-time gain over a plain step (why that γ).
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ class MetricsSnapshot:
     measured_speedup: float | None = None
     ttft_ms: float | None = None
     elapsed_ms: float = 0.0
+    last_gamma: int | None = None
+    predicted_gain: float | None = None
     gamma_history: tuple[int, ...] = ()
     acceptance_history: tuple[float, ...] = ()
 
@@ -197,6 +201,8 @@ class Telemetry:
         self.gamma_used = _Mean()
         self.elapsed_ms = 0.0
         self.ttft_ms: float | None = None
+        self.last_gamma: int | None = None
+        self.predicted_gain: float | None = None
         self._recent: deque[tuple[int, float]] = deque(maxlen=self.window)
         self._gamma_history: deque[int] = deque(maxlen=self._history)
         self._acceptance_history: deque[float] = deque(maxlen=self._history)
@@ -223,6 +229,7 @@ class Telemetry:
             self.ttft_ms = stats.prefill_ms + stats.total_ms
         self._recent.append((num_tokens, stats.total_ms))
         self._gamma_history.append(k)
+        self.last_gamma, self.predicted_gain = stats.num_speculative_tokens, stats.predicted_gain
         if k == 0:
             self.plain_verify.add(stats.verify_ms)
             self.plain_total.add(stats.total_ms)
@@ -313,6 +320,8 @@ class Telemetry:
             measured_speedup=measured,
             ttft_ms=self.ttft_ms,
             elapsed_ms=self.elapsed_ms,
+            last_gamma=self.last_gamma,
+            predicted_gain=self.predicted_gain,
             gamma_history=tuple(self._gamma_history),
             acceptance_history=tuple(self._acceptance_history),
         )

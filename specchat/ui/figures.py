@@ -144,6 +144,17 @@ def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing:
     return (f"costs more than it saves (α {alpha:.2f} ≤ c {c:.2f}): lower γ or {advice}", "bad")
 
 
+def controller_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
+    """The γ the engine is using now and, for γ = auto, why (its predicted gain)."""
+    if m.last_gamma is None:
+        return "γ now: –"
+    if m.predicted_gain is None or hide_timing:
+        return f"γ now: {m.last_gamma}"
+    if m.last_gamma == 0:
+        return "γ now: 0 (auto: no γ beats plain decoding; probing now and then)"
+    return f"γ now: {m.last_gamma} (auto: predicted {m.predicted_gain:.2f}× plain)"
+
+
 def recommended_gamma_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
     if hide_timing or m.best_gamma is None:
         return "recommended γ: –"

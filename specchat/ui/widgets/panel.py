@@ -14,6 +14,7 @@ from textual.widgets import Collapsible, Sparkline, Static
 from specchat.telemetry import MetricsSnapshot
 from specchat.ui.figures import (
     breakeven_text,
+    controller_text,
     figure_rows,
     histogram_lines,
     position_lines,
@@ -45,6 +46,7 @@ class SpecPanel(VerticalScroll):
         yield Static("", id="figures")
         yield Static("", id="breakeven")
         yield Static("", id="recommend")
+        yield Static("", id="controller")
         with Collapsible(title="Acceptance histogram (turn)", collapsed=False, id="hist-section"):
             yield Static("", id="histogram")
         with Collapsible(title="Per-position acceptance (turn)", collapsed=False, id="pos-section"):
@@ -66,6 +68,7 @@ class SpecPanel(VerticalScroll):
         breakeven.update(Content(text))
         breakeven.set_classes(f"-{level}")
         self.query_one("#recommend", Static).update(Content(recommended_gamma_text(session, self.hide_timing)))
+        self.query_one("#controller", Static).update(Content(controller_text(session, self.hide_timing)))
         hist = histogram_lines(turn.acceptance_histogram, max(turn.gamma_history, default=0)) or ["no drafting steps yet"]
         self.query_one("#histogram", Static).update(Content("\n".join(hist)))
         pos = position_lines(turn.per_position_acceptance) or ["–"]
