@@ -74,7 +74,7 @@ class AdaptiveGamma(Controller):
     """
 
     def __init__(self, max_gamma: int, proposer: object | None = None, probe_every: int = 24,
-                 prior_acceptance: float = 0.6) -> None:
+                 prior_acceptance: float = 0.6, calibrate_every: int = 64) -> None:
         self.max_gamma = max_gamma
         self.proposer = proposer
         self.probe_every = probe_every
@@ -83,6 +83,8 @@ class AdaptiveGamma(Controller):
         self.step_ms: dict[int, _Ewma] = {}  # k → w(k)
         self.draft_ms = _Ewma()  # per drafted token
         self.plain_run = 0
+        self.calibrate_every = calibrate_every
+        self.since_plain = 0
         self._key = 0
 
     def _acceptance(self, key: int) -> list[_Ewma]:
@@ -126,8 +128,9 @@ class AdaptiveGamma(Controller):
             if not continuation:
                 return 0, None
             limit, self._key = len(continuation), match
-        if 0 not in self.step_ms:
-            return 0, None  # first measure a plain step
+        self.since_plain += 1
+        if 0 not in self.step_ms or self.since_plain >= self.calibrate_every:
+            return 0, None  # (re)measure a plain step: the baseline every gain is relative to
         rates = self.predicted_rates(self._key, limit)
         known = [(r, k) for k, r in enumerate(rates) if r is not None]
         if len(known) < 2:  # explore: measure one speculative step size
@@ -146,6 +149,7 @@ class AdaptiveGamma(Controller):
         k, n = stats.num_draft_tokens, stats.num_accepted_tokens
         self.step_ms.setdefault(k, _Ewma()).add(stats.total_ms - stats.draft_ms)
         if k == 0:
+            self.since_plain = 0
             return
         self.draft_ms.add(stats.draft_ms / k)
         acc = self._acceptance(self._key)

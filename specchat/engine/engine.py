@@ -110,6 +110,7 @@ class SpeculativeEngine:
             if self._cancel.is_set():
                 yield Step((), StepStats(0, 0, 0), "cancelled")
                 return
+            watch = Stopwatch(self.device)  # the step's own time, not the consumer's
             room = self.target.max_length - len(ids)
             gamma, gain = self.controller.choose(self.telemetry, ids) if self.proposer else (0, None)
             gamma = max(0, min(gamma, max_new_tokens - emitted - 1, room - 1))
@@ -141,7 +142,7 @@ class SpeculativeEngine:
                 draft_forwards=proposal.forwards,
                 draft_ms=draft_ms,
                 verify_ms=result.verify_ms,
-                total_ms=draft_ms + result.verify_ms + result.sample_ms + watch.lap(),
+                total_ms=draft_ms + watch.lap(),  # verify, sampling and bookkeeping
                 predicted_gain=gain,
                 **prefill,
             )
@@ -164,7 +165,7 @@ class SpeculativeEngine:
         verify_ms = watch.lap()
         p = warp(logits, params)  # [k+1, V]
         q = proposal.q.to(self.device) if proposal.q is not None else None  # [k, V] | None
-        verdict = rejection_sample(p, q, drafts, generator)
+        verdict = rejection_sample(p, q, drafts, generator, greedy=params.greedy)
         positions = torch.arange(k + 1, device=self.device)
         p_next = p[positions, verdict.next_tokens]  # [k+1] p of each candidate next token
         top_p, top_ids = torch.topk(p, min(NUM_ALTERNATIVES, p.shape[-1]), dim=-1)  # [k+1, A]

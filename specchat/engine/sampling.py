@@ -43,13 +43,29 @@ def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]  # [n, 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if params.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=False)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)  # ascending: the tail comes first
-        remove_sorted = cumulative <= 1.0 - params.top_p
-        remove_sorted[..., -1] = False  # always keep the most likely token
-        remove = remove_sorted.scatter(-1, order, remove_sorted)
-        logits = logits.masked_fill(remove, float("-inf"))
+        logits = top_p_filter(logits, params.top_p)
     return logits.softmax(-1)
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float, window: int = 1024) -> torch.Tensor:
+    """Nucleus filter with transformers' rule (drop a token when the mass of the tokens
+    at most as likely as it is ≤ 1 − top_p; the most likely token always stays).
+
+    Equivalently a token stays iff the mass strictly above it is < top_p. Sorting the
+    whole vocabulary each step costs more than the rest of sampling, so the nucleus is
+    looked for among the ``window`` most likely tokens first, sorting everything only for
+    rows whose nucleus is wider than that."""
+    vocab = logits.shape[-1]
+    width = min(window, vocab)
+    top_logits, top_ids = torch.topk(logits, width, dim=-1)  # [n, w], descending
+    probs = (top_logits - torch.logsumexp(logits, -1, keepdim=True)).exp()  # [n, w]
+    above = probs.cumsum(-1) - probs  # mass strictly above each
+    if width < vocab and bool((above[:, -1] + probs[:, -1] < top_p).any()):
+        return top_p_filter(logits, top_p, window=vocab)  # a row's nucleus is wider than the window
+    keep = above < top_p
+    keep[:, 0] = True
+    filtered = torch.full_like(logits, float("-inf"))
+    return filtered.scatter(-1, top_ids, top_logits.masked_fill(~keep, float("-inf")))
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -91,6 +107,7 @@ def rejection_sample(
     q: torch.Tensor | None,
     drafts: torch.Tensor,
     generator: torch.Generator | None,
+    greedy: bool = False,
 ) -> Verdict:
     """Exact speculative sampling for one sequence.
 
@@ -111,6 +128,7 @@ def rejection_sample(
     # u < p/q without dividing (q_draft > 0: the draft was sampled from q)
     accepted = u * q_draft < p_draft
     next_dists = torch.cat([residual_distribution(p[:k], q), p[k:]], dim=0)  # [k+1, V]
-    next_tokens = sample(next_dists, generator)  # [k+1]
+    # greedy rows are one-hot (p, or the residual of one-hot p and q): argmax is the draw
+    next_tokens = next_dists.argmax(-1) if greedy else sample(next_dists, generator)  # [k+1]
     alpha_terms = torch.minimum(p[:k], q.to(p.dtype)).sum(-1)  # [k]
     return Verdict(accepted, next_tokens, alpha_terms, p_draft, q_draft)
