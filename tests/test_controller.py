@@ -1,0 +1,64 @@
+"""The γ controllers, driven by synthetic step measurements (pure logic, no model)."""
+
+from specchat.engine.controller import AdaptiveGamma, FixedGamma
+from specchat.events import StepStats
+from specchat.telemetry import Telemetry
+
+
+def drive(controller, steps, accept_rate, draft_ms_per_token, verify_ms, plain_ms=10.0, proposer_match=None):
+    """Runs ``steps`` choices against a world where each draft is accepted with
+    ``accept_rate`` (deterministically: the first round(accept_rate·k) drafts pass) and a
+    step verifying k drafts costs verify_ms(k)."""
+    telemetry = Telemetry(max_gamma=8)
+    chosen = []
+    for _ in range(steps):
+        k, _gain = controller.choose(telemetry, [1, 2, 3])
+        chosen.append(k)
+        n = min(k, int(accept_rate * k + 0.5)) if accept_rate < 1 else k
+        stats = StepStats(
+            num_speculative_tokens=k, num_draft_tokens=k, num_accepted_tokens=n,
+            draft_ms=draft_ms_per_token * k, draft_forwards=k,
+            verify_ms=plain_ms if k == 0 else verify_ms(k),
+            total_ms=(plain_ms if k == 0 else verify_ms(k)) + draft_ms_per_token * k,
+        )
+        telemetry.update(stats, n + 1)
+        controller.observe(stats, None)
+    return chosen
+
+
+def test_falls_back_to_plain_when_speculation_cannot_pay_and_probes_now_and_then():
+    chosen = drive(AdaptiveGamma(6), 300, accept_rate=0.0, draft_ms_per_token=5.0, verify_ms=lambda k: 10 + 4 * k)
+    tail = chosen[100:]
+    assert tail.count(0) / len(tail) > 0.9, "kept speculating although nothing was ever accepted"
+    assert any(k > 0 for k in tail), "never probed again: could not notice conditions changing"
+
+
+def test_speculates_deep_when_drafts_are_cheap_and_accepted():
+    chosen = drive(AdaptiveGamma(6), 200, accept_rate=1.0, draft_ms_per_token=0.2, verify_ms=lambda k: 10 + 0.5 * k)
+    tail = chosen[50:]
+    assert sum(k == 6 for k in tail) / len(tail) > 0.9
+
+
+def test_prefers_short_drafts_when_verification_is_expensive():
+    # CPU-like: verifying k drafts costs ~0.3 plain steps each; acceptance 0.5
+    chosen = drive(AdaptiveGamma(8), 300, accept_rate=0.5, draft_ms_per_token=0.1, verify_ms=lambda k: 10 + 3 * k)
+    tail = [k for k in chosen[100:] if k]
+    assert tail and max(set(tail), key=tail.count) <= 3
+
+
+def test_ngram_without_a_match_is_a_plain_step():
+    class Lookup:
+        def lookup(self, ids, k):
+            return [], 0
+
+    controller = AdaptiveGamma(5, Lookup())
+    assert controller.choose(Telemetry(), [1, 2, 3]) == (0, None)
+
+
+def test_fixed_gamma_calibrates_on_the_first_step_of_each_turn_only():
+    controller = FixedGamma(4, calibrate_every=64)
+    t = Telemetry()
+    for _ in range(2):
+        controller.start_turn()
+        ks = [controller.choose(t, [1])[0] for _ in range(70)]
+        assert ks[0] == 0 and ks[64] == 0 and set(ks[1:64]) == {4}
