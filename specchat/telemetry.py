@@ -23,6 +23,10 @@ figures. Definitions (vLLM's names where vLLM has one):
   (Timings are medians of the last 64 measurements: robust to a cold first call.)
 * ``expected_tokens_per_round`` E(γ) = (1 − α^(γ+1)) / (1 − α).
 * ``predicted_speedup_paper`` = E / (γ·c + 1); ``predicted_speedup`` = E / (γ·c + v(γ)).
+* ``predicted_speedup_steps``: the same formula applied to the draft count each step
+  actually used (a plain step counts 1 token for 1 unit):
+  Σ_steps E(k_i) / Σ_steps (k_i·c + v(k_i)). This is the prediction to hold the measured
+  speed-up against when γ varies (n-gram misses, calibration steps, γ = auto).
 * ``breakeven``: α > c (some γ then speeds up, by at least (1 + α)/(1 + c): ``speedup_lower_bound``).
 * ``best_gamma``: the γ in 1..max that maximises predicted_speedup (0 if none beats 1).
 * ``arithmetic_increase`` = (1 − α)(γ·c + γ + 1) / (1 − α^(γ+1)).
@@ -99,6 +103,7 @@ class MetricsSnapshot:
     expected_tokens_per_round: float | None = None
     predicted_speedup_paper: float | None = None
     predicted_speedup: float | None = None
+    predicted_speedup_steps: float | None = None
     breakeven: bool | None = None
     speedup_lower_bound: float | None = None
     best_gamma: int | None = None
@@ -199,6 +204,7 @@ class Telemetry:
         self.draft_forward = _Recent()
         self.verify_by_k: dict[int, _Recent] = {}
         self.gamma_used = _Mean()
+        self.steps_by_k: dict[int, int] = {}
         self.elapsed_ms = 0.0
         self.ttft_ms: float | None = None
         self.last_gamma: int | None = None
@@ -229,6 +235,7 @@ class Telemetry:
             self.ttft_ms = stats.prefill_ms + stats.total_ms
         self._recent.append((num_tokens, stats.total_ms))
         self._gamma_history.append(k)
+        self.steps_by_k[k] = self.steps_by_k.get(k, 0) + 1
         self.last_gamma, self.predicted_gain = stats.num_speculative_tokens, stats.predicted_gain
         if k == 0:
             self.plain_verify.add(stats.verify_ms)
@@ -267,7 +274,7 @@ class Telemetry:
         )
         gamma_mean = self.gamma_used.value or 0.0
         gamma = max(1, round(gamma_mean)) if gamma_mean else 0
-        expected = paper = cost_aware = lower = increase = None
+        expected = paper = cost_aware = lower = increase = by_steps = None
         best = None
         breakeven = None
         if alpha is not None and gamma:
@@ -276,6 +283,10 @@ class Telemetry:
             paper = predicted_speedup(alpha, gamma, c)
             cost_aware = predicted_speedup(alpha, gamma, c, fit_verify_cost(verify_cost, gamma))
             breakeven = alpha > c
+            tokens = sum(n * expected_tokens_per_round(alpha, k) for k, n in self.steps_by_k.items())
+            cost = sum(n * (k * c + (fit_verify_cost(verify_cost, k) if k else 1.0))
+                       for k, n in self.steps_by_k.items())
+            by_steps = tokens / cost
             lower = (1 + alpha) / (1 + c)
             increase = arithmetic_increase(alpha, gamma, c)
             best_value, best = 1.0, 0
@@ -310,6 +321,7 @@ class Telemetry:
             expected_tokens_per_round=expected,
             predicted_speedup_paper=paper,
             predicted_speedup=cost_aware,
+            predicted_speedup_steps=by_steps,
             breakeven=breakeven,
             speedup_lower_bound=lower,
             best_gamma=best,

@@ -25,7 +25,7 @@ METHOD_NOTE = """\
   acceptance rate = accepted / drafted, histogram = drafting steps by number of drafts kept.
   α = mean Σ min(p, q) over verified positions; c = draft forward time / target token time;
   v(γ) = target time to verify γ drafts / target token time (measured on the engine's calibration
-  steps); predicted speed-up E(γ)/(γc + v(γ)), and the paper's E(γ)/(γc + 1).
+  steps); predicted speed-up as run Σ E(k)/Σ (k·c + v(k)) over the γ each step used, at the mean γ E(γ)/(γc + v(γ)), and the paper's E(γ)/(γc + 1).
 - Peer rows (`peer:…`): transformers' `generate` with `assistant_model` (constant γ assistant tokens,
   confidence stopping off; γ = auto runs transformers' own dynamic defaults) or
   `prompt_lookup_num_tokens = γ`, same max_new_tokens, stop ids and sampling.
@@ -86,8 +86,8 @@ def markdown(results: dict[str, Any]) -> str:
             lines += [f"{info['description']} — {info['prompts']} prompts, max_new_tokens {info['max_new_tokens']}.", ""]
         lines += [
             "| config | tok/s | speed-up [95% CI] | TTFT ms | ITL p50 / p95 ms | latency mean / p95 ms "
-            "| mean acc. len | accept rate | α | c | v(γ) | predicted | paper | draft mem (params + KV) | peak mem |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| mean acc. len | accept rate | α | c | v(γ) | predicted (as run) | predicted at γ | paper | draft mem (params + KV) | peak mem |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, f in configs.items():
             gamma = round(f["gamma"]) if f.get("gamma") else None
@@ -99,6 +99,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_fmt(f['latency_ms_mean'], '.0f')} / {_fmt(f['latency_ms_p95'], '.0f')} "
                 f"| {_fmt(f.get('mean_acceptance_length') or None)} | {_fmt(f.get('draft_acceptance_rate'), '.0%')} "
                 f"| {_fmt(f.get('alpha'))} | {_fmt(f.get('cost_ratio'), '.3f')} | {_fmt(v)} "
+                f"| {_fmt(f.get('predicted_speedup_steps'), '.2f', '×')} "
                 f"| {_fmt(f.get('predicted_speedup'), '.2f', '×')} | {_fmt(f.get('predicted_speedup_paper'), '.2f', '×')} "
                 f"| {_mib(f['draft_param_bytes'])} + {_mib(f['draft_kv_bytes_max'])} | {_mib(peak)} |")
         histograms = [(n, f["acceptance_histogram"]) for n, f in configs.items() if f.get("num_drafts")]

@@ -37,7 +37,7 @@ TELEMETRY_KEYS = (
     "num_steps", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "acceptance_histogram",
     "per_position_acceptance", "mean_acceptance_length", "draft_acceptance_rate", "alpha", "alpha_empirical",
     "target_token_ms", "draft_forward_ms", "cost_ratio", "verify_cost", "gamma", "expected_tokens_per_round",
-    "predicted_speedup", "predicted_speedup_paper", "breakeven", "best_gamma",
+    "predicted_speedup", "predicted_speedup_steps", "predicted_speedup_paper", "breakeven", "best_gamma",
 )
 
 

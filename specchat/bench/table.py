@@ -15,7 +15,7 @@ def render_tables(console: Any, results: dict[str, Any]) -> None:
         title = "all sets (mixed total)" if set_name == ALL_SETS else f"set: {set_name}"
         table = Table(title=title, title_justify="left")
         for header in ("config", "tok/s", "speed-up [95% CI]", "TTFT ms", "ITL p50/p95 ms", "mean acc. len",
-                       "accept", "α", "c", "predicted"):
+                       "accept", "α", "c", "predicted (as run)"):
             table.add_column(header, justify="left" if header == "config" else "right")
         for name, f in configs.items():
             speedup = speedup_text(f)
@@ -26,6 +26,6 @@ def render_tables(console: Any, results: dict[str, Any]) -> None:
                 f"{_fmt(f['itl_ms_p50'], '.1f')}/{_fmt(f['itl_ms_p95'], '.1f')}",
                 _fmt(f.get("mean_acceptance_length") or None), _fmt(f.get("draft_acceptance_rate"), ".0%"),
                 _fmt(f.get("alpha")), _fmt(f.get("cost_ratio"), ".3f"),
-                _fmt(f.get("predicted_speedup"), ".2f", "×"),
+                _fmt(f.get("predicted_speedup_steps"), ".2f", "×"),
             )
         console.print(table)

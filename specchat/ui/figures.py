@@ -110,6 +110,7 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
         row("E tokens/round", lambda m: m.expected_tokens_per_round),
         row("speedup (paper)", lambda m: speedup(m, "predicted_speedup_paper"), 2, "×", timing=True),
         row("speedup (cost)", lambda m: speedup(m, "predicted_speedup"), 2, "×", timing=True),
+        row("predicted, as run", lambda m: speedup(m, "predicted_speedup_steps"), 2, "×", timing=True),
         row("measured tok/s", lambda m: m.tokens_per_s, 1, timing=True),
         row("measured speedup", lambda m: m.measured_speedup, 2, "×", timing=True),
         row("time to 1st tok", lambda m: m.ttft_ms, 0, " ms", timing=True),
