@@ -20,7 +20,9 @@ figures. Definitions (vLLM's names where vLLM has one):
 * ``cost_ratio`` c = draft_forward_ms / target_token_ms.
 * ``verify_cost[k]`` v(k) = target time to verify k drafts (k+1 tokens) / target_token_ms,
   at least 1.
-  (Timings are medians of the last 64 measurements: robust to a cold first call.)
+  c and v(k) pair every drafting step with the plain steps just before it (verification
+  cost grows with the context, so session-wide means would compare unlike contexts);
+  each is the median of its last 64 such ratios, robust to a cold call or a busy moment.
 * ``expected_tokens_per_round`` E(γ) = (1 − α^(γ+1)) / (1 − α).
 * ``predicted_speedup_paper`` = E / (γ·c + 1); ``predicted_speedup`` = E / (γ·c + v(γ)).
 * ``predicted_speedup_steps``: the same formula applied to the draft count each step
@@ -202,7 +204,9 @@ class Telemetry:
         self.plain_verify = _Recent()
         self.plain_total = _Recent()
         self.draft_forward = _Recent()
-        self.verify_by_k: dict[int, _Recent] = {}
+        self.verify_by_k: dict[int, _Recent] = {}  # v(k) samples: ratios to the latest plain time
+        self.cost_ratios = _Recent()  # c samples, likewise paired in time
+        self._plain_now: float | None = None  # the latest plain verify time, smoothed
         self.gamma_used = _Mean()
         self.steps_by_k: dict[int, int] = {}
         self.elapsed_ms = 0.0
@@ -239,6 +243,11 @@ class Telemetry:
         self.last_gamma, self.predicted_gain = stats.num_speculative_tokens, stats.predicted_gain
         if k == 0:
             self.plain_verify.add(stats.verify_ms)
+            # verification cost depends on the context length (on a CPU a multi-token
+            # pass takes the masked attention path), so each drafting step is compared
+            # with the plain steps around it, not with a mean over the whole session
+            self._plain_now = stats.verify_ms if self._plain_now is None else (
+                0.7 * self._plain_now + 0.3 * stats.verify_ms)
             self.plain_total.add(stats.total_ms)
             return
         self._grow(k)
@@ -254,23 +263,21 @@ class Telemetry:
         self.verified_positions += min(k, n + 1)
         self.gamma_used.add(k)
         self._acceptance_history.append(n / k)
-        if stats.draft_forwards:
-            self.draft_forward.add(stats.draft_ms, stats.draft_forwards)
-        elif stats.draft_ms:
-            self.draft_forward.add(stats.draft_ms)
-        self.verify_by_k.setdefault(k, _Recent()).add(stats.verify_ms)
+        per_forward = stats.draft_ms / stats.draft_forwards if stats.draft_forwards else stats.draft_ms
+        self.draft_forward.add(per_forward)
+        if self._plain_now:
+            self.cost_ratios.add(per_forward / self._plain_now)
+            self.verify_by_k.setdefault(k, _Recent()).add(stats.verify_ms / self._plain_now)
 
     def snapshot(self) -> MetricsSnapshot:
         t_plain = self.plain_verify.value
         alpha = self.alpha.value
         verified = self.verified_positions
         alpha_emp = self.num_accepted_tokens / verified if verified else None
-        c = self.draft_forward.value / t_plain if (t_plain and self.draft_forward.value is not None) else None
+        c = self.cost_ratios.value
         # verifying k+1 tokens never really costs less than one: below 1 is timing noise
         verify_cost = (
-            {k: max(1.0, m.value / t_plain) for k, m in sorted(self.verify_by_k.items()) if m.value is not None}
-            if t_plain
-            else {}
+            {k: max(1.0, m.value) for k, m in sorted(self.verify_by_k.items()) if m.value is not None}
         )
         gamma_mean = self.gamma_used.value or 0.0
         gamma = max(1, round(gamma_mean)) if gamma_mean else 0
