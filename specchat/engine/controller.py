@@ -64,6 +64,26 @@ class _Ewma:
         self.value = x if self.value is None else self.value + (x - self.value) / self.weight
 
 
+class _RecentMedian:
+    """Median of the last few step times: one cold or interrupted step (a first call's
+    kernel set-up, a busy neighbour) cannot make a draft length look slow for good."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, size: int = 9) -> None:
+        from collections import deque
+
+        self.values = deque(maxlen=size)
+
+    def add(self, x: float) -> None:
+        self.values.append(x)
+
+    @property
+    def value(self) -> float:
+        ordered = sorted(self.values)
+        return ordered[len(ordered) // 2]
+
+
 class AdaptiveGamma(Controller):
     """Picks k ∈ 0..max_gamma maximising E(k)/T(k) (see the module docstring).
 
@@ -80,9 +100,11 @@ class AdaptiveGamma(Controller):
         self.probe_every = probe_every
         self.prior = prior_acceptance
         self.accept: dict[int, list[_Ewma]] = {}  # match length (0 for a draft model) → per-position a_i
-        self.step_ms: dict[int, _Ewma] = {}  # k → w(k)
+        self.step_ms: dict[int, _RecentMedian] = {}  # k → w(k)
         self.draft_ms = _Ewma()  # per drafted token
         self.plain_run = 0
+        self.probe_after = probe_every  # plain steps before the next probe (backs off)
+        self.speculative_run = 0
         self.calibrate_every = calibrate_every
         self.since_plain = 0
         self._key = 0
@@ -139,15 +161,26 @@ class AdaptiveGamma(Controller):
         plain = rates[0]
         if best_k == 0:
             self.plain_run += 1
-            if self.plain_run % self.probe_every == 0:  # conditions change: look again
+            if self.plain_run >= self.probe_after:  # conditions change: look again
+                self.plain_run = 0
+                # each probe that does not pay waits twice as long for the next one
+                self.probe_after = min(self.probe_after * 2, 16 * self.probe_every)
                 return 1, None
             return 0, 1.0
         self.plain_run = 0
+        self.probe_after = self.probe_every
+        self.speculative_run += 1
+        if self.speculative_run % self.probe_every == 0:
+            # keep the neighbours' estimates fresh: a length measured badly once (or on
+            # another context length) would otherwise never be tried again
+            neighbour = best_k + 1 if best_k < limit else best_k - 1
+            if neighbour >= 1:
+                return neighbour, rates[neighbour] / plain if rates[neighbour] else None
         return best_k, best_rate / plain
 
     def observe(self, stats: StepStats, proposal: object) -> None:
         k, n = stats.num_draft_tokens, stats.num_accepted_tokens
-        self.step_ms.setdefault(k, _Ewma()).add(stats.total_ms - stats.draft_ms)
+        self.step_ms.setdefault(k, _RecentMedian()).add(stats.total_ms - stats.draft_ms)
         if k == 0:
             self.since_plain = 0
             return
