@@ -98,13 +98,16 @@ class Recorder:
 
     ``Recorder(path)`` records to ``path``; ``Recorder(None)`` is a disabled recorder
     whose methods do nothing (so callers need no ``if recording:`` branches).
-    The file is created, with its parent directories, by :meth:`start`. Thread-safe:
+    The file is created, with its parent directories, when the first event after
+    :meth:`start` is recorded, so a session in which nothing happened leaves no file
+    behind (no empty entries in the history). Thread-safe:
     the UI's engine worker and its main thread may both record.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
         self.path = Path(path) if path is not None else None
         self._file: IO[str] | None = None
+        self._header: SessionHeader | None = None  # written with the first event
         self._lock = threading.Lock()
         self.events_written = 0
 
@@ -121,20 +124,26 @@ class Recorder:
         return self.path is not None
 
     def start(self, header: SessionHeader) -> None:
-        """Creates the file and writes the header line. Appends if the file exists."""
+        """Sets the header line, written (appending if the file exists) with the first event."""
         if self.path is None:
             return
+        self._header = header
+
+    def _open(self) -> None:
+        if self._file is not None:
+            return
+        if self._header is None:
+            raise RuntimeError("Recorder.record() called before start(header)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             self._file = open(self.path, "a", encoding="utf-8", newline="\n")
-        self._write(header, {"format": FORMAT_VERSION})
+        self._write(self._header, {"format": FORMAT_VERSION})
 
     def record(self, event: Any) -> None:
         """Appends one event (any :mod:`specchat.events` dataclass) and flushes it."""
         if self.path is None:
             return
-        if self._file is None:
-            raise RuntimeError("Recorder.record() called before start(header)")
+        self._open()
         self._write(event, {})
 
     def _write(self, event: Any, extra: dict[str, Any]) -> None:
