@@ -83,3 +83,22 @@ def embedded_model_dir() -> Path:
     from specchat.loading.embedded import ensure_embedded_model
 
     return ensure_embedded_model()
+
+
+# --- vocabulary-16 float64 models for the exactness and engine tests ----------------
+
+
+@pytest.fixture(scope="session")
+def target():
+    """A sharp random target whose distributions can be enumerated (tests/vocab16.py)."""
+    from vocab16 import tiny_lm
+
+    return tiny_lm(0, scale=12)
+
+
+@pytest.fixture(scope="session")
+def draft(target):
+    """A draft that often agrees with ``target``: its weights plus noise."""
+    from vocab16 import perturbed
+
+    return perturbed(target, seed=1, noise=0.4)

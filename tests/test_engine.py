@@ -6,20 +6,10 @@ import pytest
 import torch
 
 from specchat.engine import DraftModelProposer, NgramProposer, SamplingParams, SpeculativeEngine
-from vocab16 import perturbed, tiny_lm
+from vocab16 import tiny_lm
 
 GREEDY = SamplingParams(temperature=0)
 PROMPTS = [[1, 2, 3, 1, 2, 3, 1, 2], [5], [7, 7, 7, 7], [0, 15, 3, 9, 0, 15, 3]]
-
-
-@pytest.fixture(scope="module")
-def target():
-    return tiny_lm(0, scale=12)
-
-
-@pytest.fixture(scope="module")
-def draft(target):
-    return perturbed(target, seed=1, noise=0.4)
 
 
 def generate(engine, prompt, params=GREEDY, n=40, **kw):

@@ -14,7 +14,7 @@ from scipy import stats
 
 from specchat.engine import AdaptiveGamma, DraftModelProposer, NgramProposer, Proposal, SamplingParams, SpeculativeEngine
 from specchat.engine.proposers import Proposer
-from vocab16 import exact_joint, perturbed, tiny_lm
+from vocab16 import exact_joint
 
 ALPHA = 1e-3
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
@@ -27,16 +27,6 @@ SETTINGS = {
     "t1.2-topp0.8": SamplingParams(temperature=1.2, top_p=0.8),
     "t0.9-topk6-topp0.9": SamplingParams(temperature=0.9, top_k=6, top_p=0.9),
 }
-
-
-@pytest.fixture(scope="module")
-def target():
-    return tiny_lm(0, scale=12)
-
-
-@pytest.fixture(scope="module")
-def draft(target):
-    return perturbed(target, seed=1, noise=0.4)
 
 
 class GreedyDraftPointMass(Proposer):

@@ -12,21 +12,13 @@ import textwrap
 import time
 
 from sessions_helpers import ROOT
+from pilot import SIZE, wait_for
 from specchat.live import LiveLoader
 from specchat.ui.app import SpecchatApp
 from specchat.ui.backend import replay_loader
 from specchat.ui.figures import figure_rows
 from specchat.ui.widgets.reply import ReplyView
 
-SIZE = (130, 40)
-
-
-async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.05)
 
 
 def screen_state(app: SpecchatApp) -> dict:

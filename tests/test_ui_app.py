@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from pilot import SIZE, wait_for
 from specchat.telemetry import MetricsSnapshot
 from specchat.live import LiveLoader
 from specchat.ui.app import SpecchatApp
@@ -17,15 +17,6 @@ from specchat.ui.screens.inspector import InspectorScreen
 from specchat.ui.widgets.reply import ReplyView
 from tiny_models import write_tiny_profile
 
-SIZE = (130, 40)
-
-
-async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.05)
 
 
 async def ready(pilot, app: SpecchatApp) -> None:

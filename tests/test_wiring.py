@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from pilot import SIZE, wait_for
 from specchat.events import ProfileSwitched, TurnFinished, UserMessage, to_json
 from specchat.live import LiveLoader, load_backend, resume_loader
 from specchat.paths import data_dir
@@ -22,19 +23,10 @@ from specchat.sessions.resume import resume_from
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.history import HistoryScreen
 
-SIZE = (130, 40)
 
 
 def noop(_event) -> None:
     pass
-
-
-async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.05)
 
 
 def specchat(*args: str) -> subprocess.CompletedProcess:
