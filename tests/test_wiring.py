@@ -53,10 +53,13 @@ def test_profile_switch_keeps_one_conversation_in_one_recording(tiny_profile_pat
     assert any(t.event == ProfileSwitched("tiny-ngram") for t in recording.events)
     assert resume_from(path).history == second.backend.history
 
-    # After the chat was closed (a replay replaced it), a new profile starts a new file.
+    # After the chat was closed (a replay replaced it), a new profile starts a new file —
+    # created with its first event: a session in which nothing happens leaves no file.
     third = loader(str(tiny_ngram_profile_path), noop)
+    assert third.info.recording != path and len(list(sessions_dir().iterdir())) == 1
+    list(third.backend.send("hello"))
     third.close()
-    assert third.info.recording != path and len(list(sessions_dir().iterdir())) == 2
+    assert len(list(sessions_dir().iterdir())) == 2
 
 
 def _recording_with_unanswered_prompt(profile: Path) -> tuple[Path, list]:
