@@ -88,11 +88,15 @@ def make_proposer(kind, target, draft):
     return GreedyDraftPointMass(draft, 2)
 
 
-@pytest.mark.parametrize("setting", list(SETTINGS))
-@pytest.mark.parametrize("kind", ["draft", "ngram", "point-mass", "draft-auto"])
+# every proposer under every setting would double the suite's longest file; n-gram and the
+# adaptive controller run under the plainest and the most filtered setting
+CASES = [(kind, setting) for kind in ("draft", "point-mass") for setting in SETTINGS] + [
+    (kind, setting) for kind in ("ngram", "draft-auto") for setting in ("t1", "t0.9-topk6-topp0.9")
+]
+
+
+@pytest.mark.parametrize("kind, setting", CASES)
 def test_joint_distribution_is_the_targets(target, draft, kind, setting):
-    if kind in ("ngram", "draft-auto") and setting not in ("t1", "t0.9-topk6-topp0.9"):
-        pytest.skip("covered by the other settings; keeps the suite within its time budget")
     params = SETTINGS[setting]
     engine = SpeculativeEngine(target, make_proposer(kind, target, draft), eos_token_ids=[])
     if kind == "draft-auto":  # make the controller actually vary γ, including 0
