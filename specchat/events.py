@@ -76,7 +76,8 @@ class StepStats:
     draft_ms: time spent proposing. verify_ms: the target forward over k+1 tokens.
     total_ms: the whole step, sampling and bookkeeping included.
     prefill_ms / prefill_tokens / reused_tokens: only on a turn's first step: the
-        prompt tokens run through the target and those whose KV cache was reused.
+        proposer's prefill time, the prompt tokens the target ran in this step's forward
+        (so its verify_ms includes them) and those whose KV cache was reused.
     predicted_gain: the controller's predicted tokens per unit of plain-step time for
         the γ it chose (None for a fixed γ).
     """

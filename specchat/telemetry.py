@@ -32,7 +32,8 @@ figures. Definitions (vLLM's names where vLLM has one):
 * ``breakeven``: α > c (some γ then speeds up, by at least (1 + α)/(1 + c): ``speedup_lower_bound``).
 * ``best_gamma``: the γ in 1..max that maximises predicted_speedup (0 if none beats 1).
 * ``arithmetic_increase`` = (1 − α)(γ·c + γ + 1) / (1 − α^(γ+1)).
-* ``tokens_per_s``: emitted tokens / wall time of the steps (prefill excluded);
+* ``tokens_per_s``: emitted tokens / wall time of the steps (the target's prefill runs
+  inside a turn's first step, so it is included; the first step gives no timing samples);
   ``rolling_tokens_per_s`` the same over the last ``window`` steps;
   ``measured_speedup``: tokens_per_s over the plain-step rate (1000 / mean plain-step ms).
 * ``ttft_ms``: prefill plus first step of the latest turn.
@@ -241,7 +242,10 @@ class Telemetry:
         self._gamma_history.append(k)
         self.steps_by_k[k] = self.steps_by_k.get(k, 0) + 1
         self.last_gamma, self.predicted_gain = stats.num_speculative_tokens, stats.predicted_gain
+        timed = stats.prefill_tokens == 0  # a step that also ran the prompt is no timing sample
         if k == 0:
+            if not timed:
+                return
             self.plain_verify.add(stats.verify_ms)
             # verification cost depends on the context length (on a CPU a multi-token
             # pass takes the masked attention path), so each drafting step is compared
@@ -263,6 +267,8 @@ class Telemetry:
         self.verified_positions += min(k, n + 1)
         self.gamma_used.add(k)
         self._acceptance_history.append(n / k)
+        if not timed:
+            return
         per_forward = stats.draft_ms / stats.draft_forwards if stats.draft_forwards else stats.draft_ms
         self.draft_forward.add(per_forward)
         if self._plain_now:

@@ -31,7 +31,7 @@ class Controller:
 
 
 class FixedGamma(Controller):
-    """γ every step, except a plain calibration step first in every turn and then every
+    """γ every step, except a plain calibration step second in every turn and then every
     ``calibrate_every`` steps, so the single-token target time behind c and v(k) is always
     measured, never assumed. The schedule depends only on the step's index in the turn,
     so a seed reproduces a sampled reply exactly."""
@@ -46,7 +46,8 @@ class FixedGamma(Controller):
 
     def choose(self, telemetry: Telemetry, ids: list[int]) -> tuple[int, float | None]:
         self.steps += 1
-        return (0 if self.steps % self.calibrate_every == 1 else self.gamma), None
+        # step 1 also runs the prompt, so it cannot time a plain step: calibrate on step 2
+        return (0 if self.steps % self.calibrate_every == 2 else self.gamma), None
 
 
 class _Ewma:
@@ -180,11 +181,13 @@ class AdaptiveGamma(Controller):
 
     def observe(self, stats: StepStats, proposal: object) -> None:
         k, n = stats.num_draft_tokens, stats.num_accepted_tokens
-        self.step_ms.setdefault(k, _RecentMedian()).add(stats.total_ms - stats.draft_ms)
+        if stats.prefill_tokens == 0:  # a step that also ran the prompt says nothing of T(k)
+            self.step_ms.setdefault(k, _RecentMedian()).add(stats.total_ms - stats.draft_ms)
         if k == 0:
             self.since_plain = 0
             return
-        self.draft_ms.add(stats.draft_ms / k)
+        if stats.prefill_tokens == 0:
+            self.draft_ms.add(stats.draft_ms / k)
         acc = self._acceptance(self._key)
         for i in range(min(k, n + 1)):  # positions verified on the kept path
             acc[i].add(1.0 if i < n else 0.0)

@@ -100,8 +100,9 @@ class SpeculativeEngine:
         if len(ids) >= self.target.max_length or max_new_tokens <= 0:
             yield Step((), StepStats(0, 0, 0), "context" if max_new_tokens > 0 else "length")
             return
-        if reused < len(ids) - 1:
-            self.target.forward(ids[:-1])
+        # the target's prefill is folded into the first step's forward (one pass over the
+        # prompt and the first drafts, as plain generate does); that step's times are then
+        # not used as verification timings (see StepStats.prefill_tokens)
         if self.proposer:
             self.proposer.prefill(ids)
         prefill = {"prefill_ms": watch.lap(), "prefill_tokens": len(ids) - 1 - reused, "reused_tokens": reused}
