@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,10 +75,16 @@ def test_conversation_streams_provenance_tokens_and_panel_matches_engine(tiny_pr
 
 
 def test_cancel_mid_reply_keeps_partial_text(tmp_path, tiny_model_dir, tiny_draft_dir):
-    # seed 1 samples a reply that runs to the tiny model's context limit (~500 tokens),
-    # long enough to be cancelled in the middle; a reply that still ends first is retried
+    # The tiny target with an 8k context: seed 1 samples a reply of thousands of tokens,
+    # seconds of work to cancel in the middle of (the 512-token original fills its context
+    # in well under a second); a reply that still ends first is retried.
+    long_dir = tmp_path / "long-context"
+    shutil.copytree(tiny_model_dir, long_dir)
+    config = json.loads((long_dir / "config.json").read_text())
+    config["max_position_embeddings"] = 8192
+    (long_dir / "config.json").write_text(json.dumps(config))
     profile = write_tiny_profile(
-        tmp_path / "long.toml", tiny_model_dir, tiny_draft_dir, temperature=1.0, max_new_tokens=4000, seed=1
+        tmp_path / "long.toml", long_dir, tiny_draft_dir, temperature=1.0, max_new_tokens=4000, seed=1
     )
 
     async def run():
