@@ -90,9 +90,7 @@ class CachedLM:
         except BaseException:
             self.reset()  # a half-updated cache must never be trusted again
             raise
-        if host_ids is not None:
-            if self._pending:
-                self.ids  # noqa: B018 - materialise pending ids in order
+        if host_ids is not None:  # forward() read self.ids first, so nothing is pending
             self._ids += host_ids
             if new.numel() > len(host_ids):
                 self._pending.append(new[len(host_ids):])

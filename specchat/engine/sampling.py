@@ -92,7 +92,7 @@ class Verdict:
         draw from norm(max(p_i − q_i, 0)) (used if the first rejection is at i); position k a
         bonus draw from p_k.
     alpha_terms: [k] Σ_x min(p_i(x), q_i(x)) per draft position (p_i(draft) for point masses).
-    p_draft / q_draft: [k] p and q of each drafted token. p_next: [k+1, V] is p itself.
+    p_draft / q_draft: [k] p and q of each drafted token.
     """
 
     accepted: torch.Tensor
