@@ -4,7 +4,14 @@ import pytest
 import torch
 from scipy import stats
 
-from specchat.engine.sampling import SamplingParams, rejection_sample, residual_distribution, warp
+from specchat.engine.sampling import (
+    SamplingParams,
+    position_uniforms,
+    rejection_sample,
+    residual_distribution,
+    sample_at,
+    warp,
+)
 
 V = 12
 
@@ -130,3 +137,50 @@ def test_greedy_warp_is_one_hot_argmax():
     logits = torch.tensor([[0.1, 2.0, -1.0], [3.0, 3.0, 0.0]])
     p = warp(logits, SamplingParams(temperature=0))
     assert p.tolist() == [[0, 1, 0], [1, 0, 0]]  # ties go to the lowest id, like torch.argmax
+
+
+def _stratified(n: int) -> torch.Tensor:
+    """n uniforms at the midpoints of n equal cells: frequencies computed from them are
+    exact up to 1/n, with no sampling noise."""
+    return (torch.arange(n, dtype=torch.float64) + 0.5) / n
+
+
+def test_sample_at_is_the_inverse_cdf_and_never_draws_zero_mass():
+    p = torch.tensor([0.0, 0.2, 0.0, 0.5, 0.3, 0.0], dtype=torch.float64)
+    n = 10_000
+    ids = sample_at(p.repeat(n, 1), _stratified(n))
+    freq = torch.bincount(ids, minlength=6).double() / n
+    assert torch.allclose(freq, p, atol=1.5 / n), freq
+    # the extremes of [0, 1) land on ids with mass
+    ends = sample_at(p.repeat(2, 1), torch.tensor([0.0, 1 - 2.0**-53], dtype=torch.float64)).tolist()
+    assert ends == [1, 4]
+
+
+def test_position_uniforms_depend_only_on_seed_and_position():
+    whole = position_uniforms(42, 10, 6)
+    assert position_uniforms(42, 10, 2) + position_uniforms(42, 12, 4) == whole  # grouping is irrelevant
+    assert all(0.0 <= u < 1.0 for u in whole)
+    assert position_uniforms(43, 10, 6) != whole and position_uniforms(42, 11, 6)[:5] == whole[1:]
+    many = position_uniforms(7, 0, 20_000)
+    assert stats.kstest(many, "uniform").pvalue > 1e-3
+
+
+@pytest.mark.parametrize("draft", [0, 1, 3])
+def test_coupled_point_mass_rule_has_the_textbook_law(draft):
+    """Point-mass drafts with per-position uniforms: over a stratified grid of uniforms the
+    draft is kept with frequency p(x) and, after a rejection, the emitted token follows
+    norm(max(p − one_hot(x), 0)) — exactly, up to the grid's 1/n."""
+    p = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)
+    n = 20_000
+    kept, emitted = 0, torch.zeros(4, dtype=torch.float64)
+    for u in _stratified(n).tolist():
+        v = rejection_sample(p, None, torch.tensor([draft]), None, uniforms=torch.tensor([u, 0.5]))
+        if bool(v.accepted[0]):
+            kept += 1
+        else:
+            emitted[int(v.next_tokens[0])] += 1
+        assert float(v.alpha_terms[0]) == float(p[0, draft])
+    assert abs(kept / n - float(p[0, draft])) < 1.5 / n
+    residual = residual_distribution(p[:1], torch.nn.functional.one_hot(torch.tensor([draft]), 4).double())[0]
+    if n - kept:
+        assert torch.allclose(emitted / (n - kept), residual, atol=2.0 / (n - kept))

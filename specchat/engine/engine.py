@@ -11,7 +11,7 @@ import torch
 from specchat.engine.controller import Controller, make_controller
 from specchat.engine.kvcache import CachedLM, Stopwatch, common_prefix_length
 from specchat.engine.proposers import Proposal, Proposer
-from specchat.engine.sampling import SamplingParams, rejection_sample, warp
+from specchat.engine.sampling import SamplingParams, position_uniforms, rejection_sample, warp
 from specchat.events import Alternative, Step, StepStats, Token
 from specchat.telemetry import MetricsSnapshot, Telemetry
 
@@ -92,6 +92,7 @@ class SpeculativeEngine:
             generator.seed()
         else:
             generator.manual_seed(params.seed)
+        seed = generator.initial_seed()  # also keys the per-position draws (sampling.position_uniforms)
         self.turn_telemetry.reset()
         self.telemetry.start_turn()
         self.controller.start_turn()
@@ -118,7 +119,7 @@ class SpeculativeEngine:
             proposal = (self.proposer.propose(ids, gamma, params, generator) if gamma > 0
                         else Proposal(torch.empty(0, dtype=torch.long), None))
             draft_ms = watch.lap()
-            result = self._verify(ids, proposal, params, generator)
+            result = self._verify(ids, proposal, params, generator, seed)
             tokens, finish = result.tokens, None
             for i, token in enumerate(tokens):
                 if token.id in stops or token.id in self.eos_token_ids:
@@ -156,7 +157,7 @@ class SpeculativeEngine:
                 return
 
     def _verify(self, ids: list[int], proposal: Proposal, params: SamplingParams,
-                generator: torch.Generator) -> _Verified:
+                generator: torch.Generator, seed: int) -> _Verified:
         """One target pass over the last token and k drafts → the emitted tokens
         (accepted drafts, then one resampled/bonus/target token)."""
         watch = Stopwatch(self.device)
@@ -166,7 +167,11 @@ class SpeculativeEngine:
         verify_ms = watch.lap()
         p = warp(logits, params)  # [k+1, V]
         q = proposal.q.to(self.device) if proposal.q is not None else None  # [k, V] | None
-        verdict = rejection_sample(p, q, drafts, generator, greedy=params.greedy)
+        # point-mass drafts and plain steps draw each position's token from a uniform fixed
+        # by (seed, position): a seed then gives one reply whatever the γ (sampling.py)
+        uniforms = (torch.tensor(position_uniforms(seed, len(ids), k + 1), dtype=torch.float64)
+                    if q is None else None)
+        verdict = rejection_sample(p, q, drafts, generator, greedy=params.greedy, uniforms=uniforms)
         positions = torch.arange(k + 1, device=self.device)
         p_next = p[positions, verdict.next_tokens]  # [k+1] p of each candidate next token
         top_p, top_ids = torch.topk(p, min(NUM_ALTERNATIVES, p.shape[-1]), dim=-1)  # [k+1, A]
