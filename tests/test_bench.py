@@ -84,11 +84,16 @@ def test_figures_are_consistent_with_the_rows(bench_run):
 def test_exactness_shows_in_the_benchmark(bench_run):
     """The tiny profile is greedy: with or without speculation, ours or transformers',
     every configuration emits the same tokens for a request."""
-    _, results = bench_run
+    out, results = bench_run
     by_request = {}
     for row in results["rows"]:
         by_request.setdefault((row["set"], row["prompt_id"], row["repeat"]), set()).add(tuple(row["output_ids"]))
     assert all(len(outputs) == 1 for outputs in by_request.values())
+    # ... and the figures say so
+    for configs in results["aggregates"]["sets"].values():
+        for figures in configs.values():
+            assert figures["same_tokens_as_none"] == figures["paired_requests"] == figures["requests"]
+    assert "Replies identical to `none`'s (same seed): draft γ=auto 10/10" in (out / "report.md").read_text()
 
 
 def test_draft_memory_is_reported(bench_run):

@@ -102,6 +102,10 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_fmt(f.get('predicted_speedup_steps'), '.2f', '×')} "
                 f"| {_fmt(f.get('predicted_speedup'), '.2f', '×')} | {_fmt(f.get('predicted_speedup_paper'), '.2f', '×')} "
                 f"| {_mib(f['draft_param_bytes'])} + {_mib(f['draft_kv_bytes_max'])} | {_mib(peak)} |")
+        paired = [f"{n} {f['same_tokens_as_none']}/{f['paired_requests']}" for n, f in configs.items()
+                  if n != "none" and f.get("paired_requests")]
+        if paired:
+            lines += ["", "Replies identical to `none`'s (same seed): " + ", ".join(paired) + "."]
         histograms = [(n, f["acceptance_histogram"]) for n, f in configs.items() if f.get("num_drafts")]
         if histograms:
             lines += ["", "Acceptance histograms (drafting steps that kept 0, 1, 2, … drafts):", ""]

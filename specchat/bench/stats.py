@@ -15,6 +15,10 @@
   ``--concurrency N`` requests arrive N at once and wait in a FIFO queue; a request's
   latency is the sum of the service times (measured walls) of those before it in its
   group plus its own.
+* ``same_tokens_as_none``: of the ``paired_requests``, how many emitted exactly the
+  tokens ``none`` did (same seed; always, up to float ties, for greedy decoding and for
+  n-gram lookup, whose drafts are verified in the coupled form — then the speed-up
+  compares the same replies).
 * acceptance metrics, α, c, v(k) and the predicted speedups are those of
   :mod:`specchat.telemetry`, rebuilt by feeding every recorded step into a Telemetry.
 * ``predicted_speedup`` = E(γ)/(γc + v(γ)); ``predicted_speedup_paper`` = E(γ)/(γc + 1).
@@ -91,6 +95,8 @@ def aggregate_rows(rows: list[dict], baseline: list[dict], concurrency: int) -> 
     base_by_key = {(r["set"], r["prompt_id"], r["repeat"]): r for r in baseline}
     pairs = [(r["new_tokens"], r["wall_ms"], b["new_tokens"], b["wall_ms"])
              for r in rows if (b := base_by_key.get((r["set"], r["prompt_id"], r["repeat"])))]
+    same = sum(r.get("output_ids") is not None and r.get("output_ids") == b.get("output_ids")
+               for r in rows if (b := base_by_key.get((r["set"], r["prompt_id"], r["repeat"]))))
     base_tokens = sum(p[2] for p in pairs)
     base_wall = sum(p[3] for p in pairs)
     base_tps = base_tokens / (base_wall / 1000.0) if base_wall > 0 else None
@@ -102,6 +108,7 @@ def aggregate_rows(rows: list[dict], baseline: list[dict], concurrency: int) -> 
         "requests": len(rows), "tokens": tokens, "wall_ms": wall_ms, "tokens_per_s": tps,
         "speedup": (tps / base_tps) if (tps and base_tps and pairs) else None,
         "speedup_ci": bootstrap_speedup_ci(pairs),
+        "paired_requests": len(pairs), "same_tokens_as_none": same,
         "ttft_ms": float(np.mean(ttfts)) if ttfts else None, "ttft_ms_p50": percentile(ttfts, 50),
         "itl_ms_p50": percentile(itl, 50), "itl_ms_p95": percentile(itl, 95),
         "latency_ms_mean": float(np.mean(latencies)) if latencies else None,
