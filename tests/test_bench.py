@@ -81,6 +81,22 @@ def test_figures_are_consistent_with_the_rows(bench_run):
         assert sum(m for _, m in row["emissions"]) == row["new_tokens"] == len(row["output_ids"])
 
 
+def test_auto_is_compared_with_the_best_fixed_gamma(bench_run):
+    out, results = bench_run
+    rows = results["rows"]
+    for set_name, methods in results["aggregates"]["auto_vs_best"].items():
+        assert set(methods) == {"draft", "ngram"}
+        for method, compared in methods.items():
+            assert compared["best_fixed"] == f"{method} γ=2"  # the only fixed γ of this run
+            mine = [r for r in rows if set_name == "all" or r["set"] == set_name]
+            auto = [r for r in mine if r["config"] == f"{method} γ=auto"]
+            fixed = [r for r in mine if r["config"] == f"{method} γ=2"]
+            rate = lambda rs: sum(r["new_tokens"] for r in rs) / sum(r["wall_ms"] for r in rs)  # noqa: E731
+            assert compared["ratio"] == pytest.approx(rate(auto) / rate(fixed))
+            assert compared["requests"] == len(auto) and compared["ci"][0] <= compared["ci"][1]
+    assert "ngram γ=auto vs the best fixed γ on these requests (ngram γ=2" in (out / "report.md").read_text()
+
+
 def test_exactness_shows_in_the_benchmark(bench_run):
     """The tiny profile is greedy: with or without speculation, ours or transformers',
     every configuration emits the same tokens for a request."""

@@ -57,6 +57,24 @@ def test_smollm2_greedy_speculative_equals_plain(smol, kind):
         assert gap < 1e-3, f"{kind} diverged at token {i} with a top-two logit gap of {gap:.3f}: not a near-tie"
 
 
+@pytest.mark.parametrize("gamma", [3, "auto"])
+def test_smollm2_seeded_sampled_ngram_reply_equals_plain(smol, gamma):
+    """The default profile's sampling (temperature 0.6, top-p 0.9): with a seed, n-gram
+    speculation emits plain decoding's reply token for token (drafts verified in the
+    coupled form), here on the real model in float32 with batched verification."""
+    model, tokenizer = smol
+    ids = chat_ids(tokenizer, CODE_PROMPT)
+    stop = [tokenizer.eos_token_id]
+    plain = SpeculativeEngine(model, None)
+    spec = SpeculativeEngine(model, NgramProposer(gamma, 1, 3, max_speculative_tokens=5))
+    for seed in (0, 1):
+        params = SamplingParams(temperature=0.6, top_p=0.9, seed=seed)
+        want = [t.id for s in plain.generate(ids, params, 48, stop) for t in s.tokens]
+        got = [t.id for s in spec.generate(ids, params, 48, stop) for t in s.tokens]
+        assert got == want, f"seed {seed}: speculative reply differs from plain"
+    assert spec.metrics.num_accepted_tokens > 10, "speculation never kicked in; the test would prove nothing"
+
+
 def test_chat_session_events_text_and_history(smol):
     model, tokenizer = smol
     session = ChatSession(SpeculativeEngine(model, NgramProposer(3, 1, 3)), tokenizer,

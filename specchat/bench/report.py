@@ -63,6 +63,11 @@ def speedup_text(figures: dict[str, Any]) -> str:
     return text + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
+def auto_vs_best_text(compared: dict[str, Any]) -> str:
+    ci = compared.get("ci")
+    return f"{compared['ratio']:.3f}×" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
 def markdown(results: dict[str, Any]) -> str:
     env = results["environment"]
     settings = results["settings"]
@@ -102,6 +107,9 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_fmt(f.get('predicted_speedup_steps'), '.2f', '×')} "
                 f"| {_fmt(f.get('predicted_speedup'), '.2f', '×')} | {_fmt(f.get('predicted_speedup_paper'), '.2f', '×')} "
                 f"| {_mib(f['draft_param_bytes'])} + {_mib(f['draft_kv_bytes_max'])} | {_mib(peak)} |")
+        for method, c in results["aggregates"].get("auto_vs_best", {}).get(set_name, {}).items():
+            lines += ["", f"{c['auto']} vs the best fixed γ on these requests ({c['best_fixed']}, chosen in "
+                          f"hindsight): {auto_vs_best_text(c)}."]
         paired = [f"{n} {f['same_tokens_as_none']}/{f['paired_requests']}" for n, f in configs.items()
                   if n != "none" and f.get("paired_requests")]
         if paired:

@@ -21,6 +21,9 @@
   compares the same replies).
 * acceptance metrics, α, c, v(k) and the predicted speedups are those of
   :mod:`specchat.telemetry`, rebuilt by feeding every recorded step into a Telemetry.
+* ``auto_vs_best``: per set and method, the fixed γ with the highest tokens/s on that
+  set (chosen in hindsight) and the paired ratio of γ=auto's tokens/s to it, with the
+  same bootstrap CI as ``speedup_ci``.
 * ``predicted_speedup`` = E(γ)/(γc + v(γ)); ``predicted_speedup_paper`` = E(γ)/(γc + 1).
 """
 
@@ -139,20 +142,52 @@ def predicted_curve(rows: list[dict], max_gamma: int) -> dict[str, Any] | None:
     }
 
 
+def paired_ratio(rows: list[dict], other: list[dict]) -> dict[str, Any] | None:
+    """tokens/s of ``rows`` over that of ``other`` on the requests both ran, with the
+    paired bootstrap CI: {"ratio", "ci", "requests"}; None without common requests."""
+    def key(r: dict) -> tuple:
+        return (r["set"], r["prompt_id"], r["repeat"])
+
+    theirs = {key(r): r for r in other}
+    pairs = [(r["new_tokens"], r["wall_ms"], b["new_tokens"], b["wall_ms"]) for r in rows if (b := theirs.get(key(r)))]
+    if not pairs or not sum(p[1] for p in pairs) or not sum(p[2] for p in pairs):
+        return None
+    ratio = (sum(p[0] for p in pairs) / sum(p[1] for p in pairs)) / (sum(p[2] for p in pairs) / sum(p[3] for p in pairs))
+    return {"ratio": ratio, "ci": bootstrap_speedup_ci(pairs), "requests": len(pairs)}
+
+
+def auto_vs_best_fixed(set_rows: list[dict], figures: dict[str, dict]) -> dict[str, dict]:
+    """Per method with a γ=auto configuration and fixed ones: the fixed γ that was fastest
+    on these requests (chosen in hindsight) and auto's paired ratio to it."""
+    out: dict[str, dict] = {}
+    for method in ("draft", "ngram"):
+        mine = [r for r in set_rows if r["runner"] == "specchat" and r["method"] == method]
+        auto = [r for r in mine if r["gamma"] == "auto"]
+        fixed = {r["config"] for r in mine if isinstance(r["gamma"], int)}
+        if not auto or not fixed:
+            continue
+        best = max(fixed, key=lambda name: figures[name]["tokens_per_s"] or 0.0)
+        if (compared := paired_ratio(auto, [r for r in mine if r["config"] == best])) is not None:
+            out[method] = {"auto": auto[0]["config"], "best_fixed": best, **compared}
+    return out
+
+
 def aggregate(rows: list[dict], set_names: list[str], config_names: list[str], concurrency: int = 1) -> dict:
-    """{"sets": {set: {config: figures}}, "curves": {set: {method: curve}}}; the set
-    ``all`` pools every set (the mixed total)."""
+    """{"sets": {set: {config: figures}}, "curves": {set: {method: curve}},
+    "auto_vs_best": {set: {method: ...}}}; the set ``all`` pools every set (the mixed total)."""
     by_set: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_set[row["set"]].append(row)
     by_set[ALL_SETS] = list(rows)
     sets: dict[str, dict] = {}
     curves: dict[str, dict] = {}
+    auto_vs_best: dict[str, dict] = {}
     for name in [*set_names, ALL_SETS]:
         set_rows = by_set.get(name, [])
         baseline = [r for r in set_rows if r["config"] == "none"]
         sets[name] = {config: aggregate_rows(cfg_rows, baseline, concurrency)
                       for config in config_names if (cfg_rows := [r for r in set_rows if r["config"] == config])}
+        auto_vs_best[name] = auto_vs_best_fixed(set_rows, sets[name])
         curves[name] = {}
         for method in ("draft", "ngram"):
             fixed = [r for r in set_rows if r["runner"] == "specchat" and r["method"] == method
@@ -160,4 +195,4 @@ def aggregate(rows: list[dict], set_names: list[str], config_names: list[str], c
             top = max((r["gamma"] for r in fixed), default=0)
             if fixed and (curve := predicted_curve(fixed, max(top, 8))):
                 curves[name][method] = curve
-    return {"sets": sets, "curves": curves}
+    return {"sets": sets, "curves": curves, "auto_vs_best": auto_vs_best}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specchat.bench.report import _fmt, speedup_text
+from specchat.bench.report import _fmt, auto_vs_best_text, speedup_text
 from specchat.bench.stats import ALL_SETS
 
 
@@ -29,3 +29,5 @@ def render_tables(console: Any, results: dict[str, Any]) -> None:
                 _fmt(f.get("predicted_speedup_steps"), ".2f", "×"),
             )
         console.print(table)
+        for c in results["aggregates"].get("auto_vs_best", {}).get(set_name, {}).values():
+            console.print(f"  {c['auto']} vs the best fixed γ here ({c['best_fixed']}): {auto_vs_best_text(c)}")

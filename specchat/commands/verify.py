@@ -20,7 +20,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--samples", type=int, default=2000, metavar="N", help="samples of each kind (default 2000)")
     parser.add_argument("--tokens", type=int, default=3, metavar="K", help="tokens per sample (default 3)")
-    parser.add_argument("--prompt", metavar="TEXT", help="the user message to continue")
+    parser.add_argument("--prompt", metavar="TEXT",
+                        help="the user message (default: a yes/no question whose reply repeats itself)")
+    parser.add_argument("--reply-start", metavar="TEXT",
+                        help="the beginning of the assistant's reply, which the samples continue (default: the "
+                             "default prompt's own start; none with --prompt)")
     parser.add_argument("--gamma", type=int, metavar="K", help="drafts per step (default: the profile's γ)")
     parser.add_argument("--temperature", type=float, metavar="T", help="override sampling.temperature")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -47,12 +51,13 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature is not None:
         profile = profile.replace(sampling={"temperature": args.temperature})
 
-    from specchat.bench.verify import DEFAULT_PROMPT, verify
+    from specchat.bench.verify import DEFAULT_PROMPT, DEFAULT_REPLY_START, verify
     from specchat.loading import load_models
 
     loaded = load_models(profile, progress=_to_stderr)
+    reply_start = args.reply_start if args.reply_start is not None else ("" if args.prompt else DEFAULT_REPLY_START)
     report = verify(loaded, profile, samples=args.samples, tokens=args.tokens, prompt=args.prompt or DEFAULT_PROMPT,
-                    gamma=args.gamma, progress=_progress)
+                    reply_start=reply_start, gamma=args.gamma, progress=_progress)
     print("", file=sys.stderr)
     if args.json:
         print(json.dumps(_as_dict(report), ensure_ascii=False, default=str))
@@ -65,7 +70,8 @@ def render(report) -> str:
     s = report.settings
     lines = [
         f"verify: {s['method']} γ={s['gamma']}, temperature {s['temperature']}, top_p {s['top_p']}, top_k {s['top_k']}, "
-        f"{s['dtype']}; {s['samples']} samples × {s['tokens']} tokens of each kind; prompt {s['prompt_tokens']} tokens",
+        f"{s['dtype']}; {s['samples']} samples × {s['tokens']} tokens of each kind; prompt {s['prompt_tokens']} tokens"
+        + (f" (reply so far: {s['reply_start']!r})" if s.get("reply_start") else ""),
     ]
     sp = report.speculation
     if sp.get("drafted"):

@@ -1,7 +1,8 @@
 """Choosing γ, the number of drafts, before each step.
 
 Exactness does not depend on the choice as long as it uses only the past (tokens so
-far and timings), which both controllers here do.
+far and timings), which both controllers here do. With n-gram lookup the choice does
+not even change a seeded reply, only its speed (the coupled form in sampling.py).
 
 * :class:`FixedGamma` always asks for γ, except for occasional plain calibration steps
   that measure the single-token target time the cost model needs.

@@ -130,8 +130,9 @@ class Verdict:
 
     accepted: [k] bool, whether each draft passed its own test (only the leading run counts).
     next_tokens: [k+1] candidate next token for each stopping point: position i < k holds a
-        draw from norm(max(p_i − q_i, 0)) (used if the first rejection is at i); position k a
-        bonus draw from p_k.
+        draw from norm(max(p_i − q_i, 0)) (used if the first rejection is at i; in the coupled
+        form a draw from p_i, which differs from the draft exactly when it is rejected);
+        position k a bonus draw from p_k.
     alpha_terms: [k] Σ_x min(p_i(x), q_i(x)) per draft position (p_i(draft) for point masses).
     p_draft / q_draft: [k] p and q of each drafted token.
     """
