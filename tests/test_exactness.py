@@ -4,9 +4,12 @@ For each sampling setting and proposer, thousands of seeded 3-token generations 
 tiny float64 target (vocabulary 16) are compared with the exact joint distribution,
 enumerated from the target alone, by a chi-square test over the cells with an expected
 count of at least 5 (the rest pooled into one cell). The false-alarm rate of each test is
-ALPHA = 1e-3; every test is seeded, so a run is deterministic. ``test_the_check_has_power``
+ALPHA = 1e-3; every test is seeded, so a run is deterministic (the adaptive controller is
+fed a fixed cost model rather than wall-clock times for that reason). ``test_the_check_has_power``
 shows the same check rejects a planted sampler bug.
 """
+
+import dataclasses
 
 import pytest
 import torch
@@ -44,6 +47,23 @@ class GreedyDraftPointMass(Proposer):
         for _ in range(k):
             seq.append(int(self.model(input_ids=torch.tensor([seq])).logits[0, -1].argmax()))
         return Proposal(torch.tensor(seq[len(ids):]), None)
+
+
+class SteadyClockAdaptive(AdaptiveGamma):
+    """The adaptive controller fed a fixed cost model instead of wall-clock times (plain
+    step 10 ms, +1 ms per verified draft, 1 ms per drafted token): its choices then depend
+    on the past tokens alone, so the test is deterministic, and they still vary with the
+    acceptance it has seen. ``used`` counts the draft lengths the steps had."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.used = {}
+
+    def observe(self, stats, proposal):
+        k = stats.num_draft_tokens
+        self.used[k] = self.used.get(k, 0) + 1
+        steady = dataclasses.replace(stats, draft_ms=1.0 * k, total_ms=10.0 + 1.0 * k + 1.0 * k)
+        super().observe(steady, proposal)
 
 
 class WrongQ(DraftModelProposer):
@@ -98,11 +118,14 @@ CASES = [(kind, setting) for kind in ("draft", "point-mass") for setting in SETT
 @pytest.mark.parametrize("kind, setting", CASES)
 def test_joint_distribution_is_the_targets(target, draft, kind, setting):
     params = SETTINGS[setting]
-    engine = SpeculativeEngine(target, make_proposer(kind, target, draft), eos_token_ids=[])
-    if kind == "draft-auto":  # make the controller actually vary γ, including 0
-        assert isinstance(engine.controller, AdaptiveGamma)
+    proposer = make_proposer(kind, target, draft)
+    controller = SteadyClockAdaptive(3, proposer) if kind == "draft-auto" else None
+    engine = SpeculativeEngine(target, proposer, controller=controller, eos_token_ids=[])
     joint = exact_joint(target, PROMPT, LENGTH, params)
     counts = sample_counts(engine, params)
+    if controller is not None:  # the controller really varied γ, plain steps included
+        assert controller.used.get(0, 0) >= 50 and sum(n >= 50 for k, n in controller.used.items() if k) >= 2, \
+            controller.used
     metrics = engine.metrics
     assert metrics.num_draft_tokens > 0, "the proposer never drafted: the test would prove nothing"
     if kind != "ngram":
