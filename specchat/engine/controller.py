@@ -68,7 +68,8 @@ class _Ewma:
 
 class _RecentMedian:
     """Median of the last few step times: one cold or interrupted step (a first call's
-    kernel set-up, a busy neighbour) cannot make a draft length look slow for good."""
+    kernel set-up, a busy neighbour, a draft model catching up on the tokens it missed
+    while the controller decoded plainly) cannot make a draft length look slow for good."""
 
     __slots__ = ("values",)
 
@@ -81,9 +82,9 @@ class _RecentMedian:
         self.values.append(x)
 
     @property
-    def value(self) -> float:
+    def value(self) -> float | None:
         ordered = sorted(self.values)
-        return ordered[len(ordered) // 2]
+        return ordered[len(ordered) // 2] if ordered else None
 
 
 class AdaptiveGamma(Controller):
@@ -103,7 +104,7 @@ class AdaptiveGamma(Controller):
         self.prior = prior_acceptance
         self.accept: dict[int, list[_Ewma]] = {}  # match length (0 for a draft model) → per-position a_i
         self.step_ms: dict[int, _RecentMedian] = {}  # k → w(k)
-        self.draft_ms = _Ewma()  # per drafted token
+        self.draft_ms = _RecentMedian()  # per drafted token
         self.plain_run = 0
         self.probe_after = probe_every  # plain steps before the next probe (backs off)
         self.speculative_run = 0
