@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from specchat.engine import DraftModelProposer, NgramProposer, SamplingParams, SpeculativeEngine
+from specchat.engine.controller import AdaptiveGamma, FixedGamma
 from vocab16 import tiny_lm
 
 GREEDY = SamplingParams(temperature=0)
@@ -94,6 +95,28 @@ def test_seeded_ngram_reply_is_the_seeded_plain_reply_for_every_gamma(target, te
             assert got == expected, f"{name} diverged from plain on {prompt} with seed {seed}"
             accepted += sum(s.stats.num_accepted_tokens for s in steps)
     assert accepted > 0  # drafts were kept, so the equality covers verified steps too
+
+
+def test_draft_is_prefilled_only_when_the_controller_may_draft(target, draft):
+    """A draft model's pass over the prompt is skipped while the adaptive controller is in
+    a plain stretch (it would only delay the first token); a later probe catches up."""
+    params = SamplingParams(temperature=1.0, seed=1)
+    proposer = DraftModelProposer(draft, "auto", 3)
+    engine = SpeculativeEngine(target, proposer, eos_token_ids=[])
+    assert isinstance(engine.controller, AdaptiveGamma) and engine.controller.prefills_proposer()
+    generate(engine, PROMPTS[0], params, n=3)
+    assert len(proposer.lm.ids) >= len(PROMPTS[0]) - 1  # prefilled (and maybe drafted)
+
+    cold = DraftModelProposer(draft, "auto", 3)
+    controller = AdaptiveGamma(3, cold)
+    controller.plain_run = 5  # as after five steps where no draft length beat a plain step
+    engine = SpeculativeEngine(target, cold, controller=controller, eos_token_ids=[])
+    generate(engine, PROMPTS[0], params, n=3)
+    assert cold.lm.ids == []  # the draft never ran
+    got, _ = generate(SpeculativeEngine(target, DraftModelProposer(draft, 2), eos_token_ids=[]), PROMPTS[0], GREEDY)
+    cold_engine = SpeculativeEngine(target, DraftModelProposer(draft, 2), controller=FixedGamma(2), eos_token_ids=[])
+    cold_engine.proposer.prefill = lambda ids: None  # never prefilled: drafting catches up by itself
+    assert generate(cold_engine, PROMPTS[0], GREEDY)[0] == got
 
 
 @pytest.mark.parametrize("kind", ["plain", "draft", "ngram"])

@@ -30,6 +30,11 @@ class Controller:
     def observe(self, stats: StepStats, proposal: object) -> None:
         """The finished step's measurements."""
 
+    def prefills_proposer(self) -> bool:
+        """Whether the proposer should run over the prompt before the first step (a draft
+        model's KV cache); a proposer that is not prefilled catches up when next asked."""
+        return True
+
 
 class FixedGamma(Controller):
     """γ every step, except a plain calibration step second in every turn and then every
@@ -49,6 +54,9 @@ class FixedGamma(Controller):
         self.steps += 1
         # step 1 also runs the prompt, so it cannot time a plain step: calibrate on step 2
         return (0 if self.steps % self.calibrate_every == 2 else self.gamma), None
+
+    def prefills_proposer(self) -> bool:
+        return self.gamma > 0
 
 
 class _Ewma:
@@ -180,6 +188,11 @@ class AdaptiveGamma(Controller):
             if neighbour >= 1:
                 return neighbour, rates[neighbour] / plain if rates[neighbour] else None
         return best_k, best_rate / plain
+
+    def prefills_proposer(self) -> bool:
+        # while speculation does not pay, a draft model's pass over each new prompt is
+        # wasted time to first token; the next probe lets it catch up instead
+        return self.plain_run == 0
 
     def observe(self, stats: StepStats, proposal: object) -> None:
         k, n = stats.num_draft_tokens, stats.num_accepted_tokens

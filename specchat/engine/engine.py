@@ -104,7 +104,7 @@ class SpeculativeEngine:
         # the target's prefill is folded into the first step's forward (one pass over the
         # prompt and the first drafts, as plain generate does); that step's times are then
         # not used as verification timings (see StepStats.prefill_tokens)
-        if self.proposer:
+        if self.proposer and self.controller.prefills_proposer():
             self.proposer.prefill(ids)
         prefill = {"prefill_ms": watch.lap(), "prefill_tokens": len(ids) - 1 - reused, "reused_tokens": reused}
         emitted = 0
