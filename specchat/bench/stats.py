@@ -91,15 +91,24 @@ def queue_latencies(walls: list[float], concurrency: int) -> list[float]:
     return out
 
 
+def matched_requests(rows: list[dict], other: list[dict]) -> list[tuple[dict, dict]]:
+    """(row, other's row of the same request: set, prompt and repeat) for every row that has one."""
+    theirs = {(r["set"], r["prompt_id"], r["repeat"]): r for r in other}
+    return [(r, b) for r in rows if (b := theirs.get((r["set"], r["prompt_id"], r["repeat"])))]
+
+
+def timing_pairs(matched: list[tuple[dict, dict]]) -> list[tuple[float, float, float, float]]:
+    """(tokens, wall_ms) of both rows of each matched request, as bootstrap_speedup_ci takes them."""
+    return [(r["new_tokens"], r["wall_ms"], b["new_tokens"], b["wall_ms"]) for r, b in matched]
+
+
 def aggregate_rows(rows: list[dict], baseline: list[dict], concurrency: int) -> dict[str, Any]:
     tokens = sum(r["new_tokens"] for r in rows)
     wall_ms = sum(r["wall_ms"] for r in rows)
     tps = tokens / (wall_ms / 1000.0) if wall_ms > 0 else None
-    base_by_key = {(r["set"], r["prompt_id"], r["repeat"]): r for r in baseline}
-    pairs = [(r["new_tokens"], r["wall_ms"], b["new_tokens"], b["wall_ms"])
-             for r in rows if (b := base_by_key.get((r["set"], r["prompt_id"], r["repeat"])))]
-    same = sum(r.get("output_ids") is not None and r.get("output_ids") == b.get("output_ids")
-               for r in rows if (b := base_by_key.get((r["set"], r["prompt_id"], r["repeat"]))))
+    matched = matched_requests(rows, baseline)
+    pairs = timing_pairs(matched)
+    same = sum(r.get("output_ids") is not None and r.get("output_ids") == b.get("output_ids") for r, b in matched)
     base_tokens = sum(p[2] for p in pairs)
     base_wall = sum(p[3] for p in pairs)
     base_tps = base_tokens / (base_wall / 1000.0) if base_wall > 0 else None
@@ -145,11 +154,7 @@ def predicted_curve(rows: list[dict], max_gamma: int) -> dict[str, Any] | None:
 def paired_ratio(rows: list[dict], other: list[dict]) -> dict[str, Any] | None:
     """tokens/s of ``rows`` over that of ``other`` on the requests both ran, with the
     paired bootstrap CI: {"ratio", "ci", "requests"}; None without common requests."""
-    def key(r: dict) -> tuple:
-        return (r["set"], r["prompt_id"], r["repeat"])
-
-    theirs = {key(r): r for r in other}
-    pairs = [(r["new_tokens"], r["wall_ms"], b["new_tokens"], b["wall_ms"]) for r in rows if (b := theirs.get(key(r)))]
+    pairs = timing_pairs(matched_requests(rows, other))
     if not pairs or not sum(p[1] for p in pairs) or not sum(p[2] for p in pairs):
         return None
     ratio = (sum(p[0] for p in pairs) / sum(p[1] for p in pairs)) / (sum(p[2] for p in pairs) / sum(p[3] for p in pairs))
