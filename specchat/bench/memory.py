@@ -1,8 +1,9 @@
 """Memory figures for the benchmark: what the draft costs, and the process's peaks.
 
-* draft parameter bytes: Σ numel · element_size over the draft model's parameters.
-* draft KV bytes: Σ nbytes of the draft CachedLM's key/value tensors at the end of a
-  request (the cache then holds the whole prompt and reply).
+* draft parameter bytes: the draft backend's weights (Σ numel · element_size for a
+  transformers model, the GGUF tensors for llama.cpp).
+* draft KV bytes: the draft backend's KV cache at the end of a request (it then holds
+  the whole prompt and reply).
 * peak GPU bytes (CUDA): ``torch.cuda.max_memory_allocated`` since the request began.
 * RSS (CPU): the process's resident set after a request (psutil), and its lifetime
   peak (``resource.getrusage``) — a CPU has no per-request peak counter to reset.
@@ -17,26 +18,15 @@ from typing import Any
 def parameter_bytes(model: Any) -> int:
     if model is None:
         return 0
-    return int(sum(p.numel() * p.element_size() for p in model.parameters()))
+    from specchat.engine.backends import as_backend
 
-
-def cache_bytes(cache: Any) -> int:
-    """Bytes held by a transformers Cache's key/value tensors (0 for None)."""
-    if cache is None:
-        return 0
-    total = 0
-    for layer in getattr(cache, "layers", ()):
-        for name in ("keys", "values"):
-            tensor = getattr(layer, name, None)
-            if tensor is not None and hasattr(tensor, "nbytes"):
-                total += int(tensor.nbytes)
-    return total
+    return as_backend(model).parameter_bytes()
 
 
 def draft_kv_bytes(engine: Any) -> int:
     proposer = getattr(engine, "proposer", None)
     lm = getattr(proposer, "lm", None)
-    return cache_bytes(getattr(lm, "cache", None))
+    return lm.cache_bytes() if lm is not None else 0
 
 
 def reset_peak(device: Any) -> None:

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import torch
 
+from specchat.engine.backends import Backend, as_backend, common_prefix_length
 from specchat.engine.controller import Controller, make_controller
-from specchat.engine.kvcache import CachedLM, Stopwatch, common_prefix_length
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, position_uniforms, rejection_sample, warp
+from specchat.engine.timing import Stopwatch
 from specchat.events import Alternative, Step, StepStats, Token
 from specchat.telemetry import MetricsSnapshot, Telemetry
 
@@ -27,32 +28,25 @@ class _Verified:
     sample_ms: float
 
 
-def eos_ids_of(model: torch.nn.Module) -> set[int]:
-    """All end-of-sequence ids the model's generation config (or config) names."""
-    ids: set[int] = set()
-    for cfg in (getattr(model, "generation_config", None), model.config):
-        eos = getattr(cfg, "eos_token_id", None)
-        if eos is not None:
-            ids.update([eos] if isinstance(eos, int) else eos)
-    return ids
-
-
 class SpeculativeEngine:
-    """Exact speculative decoding of one sequence with a transformers causal LM.
+    """Exact speculative decoding of one sequence.
+
+    ``target``: a :class:`~specchat.engine.backends.Backend` (transformers, llama.cpp, …)
+    or a transformers causal LM, which is wrapped in the transformers backend.
 
     ``proposer=None`` is plain decoding through the same code path (k = 0 every step).
     ``generate`` yields a :class:`~specchat.events.Step` per round; ``metrics`` and
     ``turn_metrics`` summarise all steps so far and those of the last ``generate``.
     """
 
-    def __init__(self, target_model: torch.nn.Module, proposer: Proposer | None = None, *,
+    def __init__(self, target: Backend | torch.nn.Module, proposer: Proposer | None = None, *,
                  controller: Controller | None = None, eos_token_ids: Iterable[int] | None = None) -> None:
-        self.target = CachedLM(target_model)
+        self.target = as_backend(target)
         self.device = self.target.device
         self.proposer = proposer
         if proposer is not None and hasattr(proposer, "device"):
             proposer.device = self.device
-        self.eos_token_ids = set(eos_token_ids) if eos_token_ids is not None else eos_ids_of(target_model)
+        self.eos_token_ids = set(eos_token_ids) if eos_token_ids is not None else set(self.target.eos_token_ids)
         max_gamma = proposer.max_speculative_tokens if proposer else 1
         self.telemetry = Telemetry(max_gamma=max_gamma)
         self.turn_telemetry = Telemetry(max_gamma=max_gamma)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specchat.engine.kvcache import CachedLM
+from specchat.engine.backends import Backend, as_backend
 from specchat.engine.sampling import SamplingParams, sample, warp
 
 
@@ -62,10 +62,10 @@ class DraftModelProposer(Proposer):
 
     kind = "draft_model"
 
-    def __init__(self, draft_model: torch.nn.Module, num_speculative_tokens: int | str = 5,
+    def __init__(self, draft_model: Backend | torch.nn.Module, num_speculative_tokens: int | str = 5,
                  max_speculative_tokens: int | None = None) -> None:
         super().__init__(num_speculative_tokens, max_speculative_tokens)
-        self.lm = CachedLM(draft_model)
+        self.lm = as_backend(draft_model)
         self.max_length = self.lm.max_length
 
     def prefill(self, ids: list[int]) -> None:

@@ -1,49 +1,49 @@
-"""A causal LM with a KV cache keyed by the token ids it holds.
-
-Rollback is bookkeeping, as in gpt-fast's position-keyed cache: the cache remembers
-which ids it has seen; a forward over a new sequence first crops the cache to the
-longest common prefix, then runs only the rest. Rejected drafts are thus dropped at
-the next call, a draft cache catches up after a bonus token by running the tokens it
-missed, and a new chat turn reuses the KV of the shared conversation prefix.
-"""
+"""The transformers backend: a causal LM with a DynamicCache keyed by the ids it holds
+(see base.py); rollback crops the cache."""
 
 from __future__ import annotations
-
-import time
 
 import torch
 from transformers import DynamicCache
 
-
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:  # the usual case, compared at C speed
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+from specchat.engine.backends.base import Backend, common_prefix_length
 
 
-def synchronize(device: torch.device) -> None:
-    """Waits for queued device work so wall-clock timings are true on CUDA."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def eos_ids_of(model: torch.nn.Module) -> frozenset[int]:
+    """All end-of-sequence ids the model's generation config (or config) names."""
+    ids: set[int] = set()
+    for cfg in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(cfg, "eos_token_id", None)
+        if eos is not None:
+            ids.update([eos] if isinstance(eos, int) else eos)
+    return frozenset(ids)
 
 
-class CachedLM:
-    """Wraps a transformers causal LM; ``forward(ids)`` returns logits for the last
-    positions of ``ids``, reusing the KV cache of the longest cached prefix."""
+def precision_of(model: torch.nn.Module) -> str:
+    """"4bit-nf4" / "8bit" for bitsandbytes models, else the parameters' dtype."""
+    quant = getattr(model.config, "quantization_config", None)
+    if quant is not None:
+        get = quant.get if isinstance(quant, dict) else lambda key, default=None: getattr(quant, key, default)
+        if get("load_in_4bit"):
+            return f"4bit-{get('bnb_4bit_quant_type', 'nf4')}"
+        if get("load_in_8bit"):
+            return "8bit"
+    dtype = next(model.parameters()).dtype
+    return str(dtype).replace("torch.", "")
+
+
+class TransformersBackend(Backend):
+    """A transformers causal LM with a DynamicCache keyed by the ids it holds."""
+
+    name = "transformers"
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self.device = next(model.parameters()).device
         self.max_length = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self.vocab_size = int(model.config.vocab_size)
+        self.eos_token_ids = eos_ids_of(model)
+        self.precision = precision_of(model)
         self.cache: DynamicCache | None = None
         self._ids: list[int] = []
         self._pending: list[torch.Tensor] = []  # ids fed as device tensors, not yet read back
@@ -60,11 +60,7 @@ class CachedLM:
         self.cache, self._ids, self._pending = None, [], []
 
     def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
-        """Logits [num_logits, V] for the last positions of ``ids + extra``.
-
-        ids: the sequence on the host; extra: [m] more ids already on the device (drafts),
-        appended without a host round trip.
-        """
+        # drafts (``extra``) stay on the device: appended without a host round trip
         cached = self.ids
         # the last host id is always run: its logits judge the first of ``extra``
         keep = min(common_prefix_length(cached, ids), len(ids) - 1)
@@ -79,7 +75,6 @@ class CachedLM:
         return self._run(ids[keep:], new, num_logits)
 
     def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
-        """Runs device-side ``tokens`` [m] after what the cache holds; logits [num_logits, V]."""
         return self._run(None, tokens.to(self.device), num_logits)
 
     def _run(self, host_ids: list[int] | None, new: torch.Tensor, num_logits: int) -> torch.Tensor:
@@ -98,17 +93,14 @@ class CachedLM:
             self._pending.append(new)
         return out.logits[0, -num_logits:]
 
+    def cache_bytes(self) -> int:
+        total = 0
+        for layer in getattr(self.cache, "layers", ()):
+            for name in ("keys", "values"):
+                tensor = getattr(layer, name, None)
+                if tensor is not None and hasattr(tensor, "nbytes"):
+                    total += int(tensor.nbytes)
+        return total
 
-class Stopwatch:
-    """Wall-clock milliseconds with a device sync at each read."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.start = time.perf_counter()
-
-    def lap(self) -> float:
-        synchronize(self.device)
-        now = time.perf_counter()
-        ms = (now - self.start) * 1000.0
-        self.start = now
-        return ms
+    def parameter_bytes(self) -> int:
+        return int(sum(p.numel() * p.element_size() for p in self.model.parameters()))

@@ -1,0 +1,92 @@
+"""The one seam between the engine and a model.
+
+The engine asks a backend for "the logits of the last k+1 positions of these ids,
+reusing what you cached" and nothing else (vLLM's split of sampler and model runner).
+Each backend keeps a KV cache keyed by the token ids it holds: a call over a new
+sequence first rolls the cache back to the longest common prefix, then runs only the
+rest. Rejected drafts are thus dropped at the next call, a draft catches up after a
+bonus token by running the tokens it missed, and a new chat turn reuses the KV of the
+shared conversation prefix. Rollback is bookkeeping: transformers crops its cache,
+llama.cpp removes a position range (``llama_memory_seq_rm``).
+
+A backend is a file of its own (``transformers.py``, ``llamacpp.py``); the engine never
+asks which one it has. What differs between them is declared as data here, not probed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # the usual case, compared at C speed
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class Backend:
+    """A causal LM behind the engine's seam.
+
+    Declared by each backend (attributes, set in ``__init__``):
+      name: "transformers", "llama.cpp", …
+      device: where the returned logits live (and where drafts are passed in).
+      max_length: the context size in tokens.
+      vocab_size: V, the width of a logits row.
+      eos_token_ids: the end-of-sequence ids the model's own config names.
+      precision: what the logits are computed in, e.g. "float32", "bfloat16",
+        "4bit-nf4", "gguf:Q4_1" — near-tie rules for greedy comparisons depend on it.
+    """
+
+    name = "backend"
+    device: torch.device = torch.device("cpu")
+    max_length: int = 1 << 30
+    vocab_size: int = 0
+    eos_token_ids: frozenset[int] = frozenset()
+    precision: str = "float32"
+
+    @property
+    def ids(self) -> list[int]:
+        """The ids whose KV the cache holds."""
+        raise NotImplementedError
+
+    def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
+        """Logits [num_logits, V] for the last positions of ``ids + extra``, reusing the
+        cache of the longest common prefix of ``ids`` and what it holds (the last id of
+        ``ids`` always runs: its logits judge the first of ``extra``).
+
+        ids: the sequence on the host; extra: [m] more ids (drafts) on ``device``."""
+        raise NotImplementedError
+
+    def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
+        """Runs ``tokens`` [m] after what the cache holds → logits [num_logits, V]."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Drops all cached state (a new chat)."""
+        raise NotImplementedError
+
+    def cache_bytes(self) -> int:
+        """Bytes the KV cache holds now (0 when unknown)."""
+        return 0
+
+    def parameter_bytes(self) -> int:
+        """Bytes of the model's weights (0 when unknown)."""
+        return 0
+
+
+def as_backend(model: object) -> Backend:
+    """A backend as it is; a transformers model wrapped in :class:`TransformersBackend`
+    (the engine's public API takes either)."""
+    if isinstance(model, Backend):
+        return model
+    from specchat.engine.backends.transformers import TransformersBackend
+
+    return TransformersBackend(model)
