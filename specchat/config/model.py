@@ -16,6 +16,7 @@ EMBEDDED_SOURCE = "embedded:smollm2-135m-instruct"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "8bit", "4bit-nf4", "4bit-fp4")
 METHODS = ("draft_model", "ngram", "none")
+BACKENDS = ("transformers", "llama.cpp")
 MAX_SPECULATIVE_TOKENS = 16
 
 
@@ -26,6 +27,9 @@ class ModelSpec:
     source: a Hub id (``org/name``), a local directory, a path to a ``.gguf`` file,
         or ``embedded:smollm2-135m-instruct``.
     num_layers: keep only the first N decoder layers (a cheap derived draft).
+    backend: "transformers" or "llama.cpp" (a GGUF file run in-process; then
+        n_gpu_layers / n_ctx / n_threads apply, 0 = all-CPU / the model's context / one
+        thread per core, and dtype / quantization / num_layers do not).
     """
 
     source: str
@@ -35,6 +39,10 @@ class ModelSpec:
     quantization: str = "none"
     device: str = "auto"
     num_layers: int | None = None
+    backend: str = "transformers"
+    n_gpu_layers: int = 0
+    n_ctx: int = 0
+    n_threads: int = 0
 
 
 @dataclass(frozen=True)

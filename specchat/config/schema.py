@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from ..errors import ProfileError
 from .model import (
+    BACKENDS,
     DTYPES,
     MAX_SPECULATIVE_TOKENS,
     METHODS,
@@ -68,6 +69,10 @@ MODEL_KEYS = {
     "quantization": Key(*_STR, choices=QUANTIZATIONS),
     "device": Key(*_STR, check=_device),
     "num_layers": Key(*_INT, check=_at_least(1)),
+    "backend": Key(*_STR, choices=BACKENDS),
+    "n_gpu_layers": Key(*_INT, check=_at_least(-1)),
+    "n_ctx": Key(*_INT, check=_at_least(0)),
+    "n_threads": Key(*_INT, check=_at_least(0)),
 }
 SPECULATION_KEYS = {
     "method": Key(*_STR, choices=METHODS),
@@ -211,6 +216,17 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
 
 def _model(raw: dict, where: str, err) -> ModelSpec:
     spec = ModelSpec(**raw)
+    if spec.backend == "llama.cpp":
+        for key, default in (("quantization", "none"), ("num_layers", None)):
+            if getattr(spec, key) != default:
+                raise err(f"key '{where}.{key}' does not apply to backend 'llama.cpp'", f"{where}.{key}",
+                          "a GGUF file carries its own quantisation and layers: remove the key, "
+                          "or use backend = \"transformers\"")
+        return spec
+    for key in ("n_gpu_layers", "n_threads", "n_ctx"):
+        if getattr(spec, key):
+            raise err(f"key '{where}.{key}' applies only to backend 'llama.cpp'", f"{where}.{key}",
+                      'set backend = "llama.cpp" (a GGUF file), or remove the key')
     if spec.quantization != "none" and spec.device == "cpu":
         raise err(f"quantization '{spec.quantization}' cannot run with device 'cpu'", f"{where}.quantization",
                   "bitsandbytes 4/8-bit needs CUDA here: use device = \"auto\" or quantization = \"none\"")

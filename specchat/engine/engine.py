@@ -12,7 +12,7 @@ from specchat.engine.backends import Backend, as_backend, common_prefix_length
 from specchat.engine.controller import Controller, make_controller
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, position_uniforms, rejection_sample, warp
-from specchat.engine.timing import Stopwatch
+from specchat.engine.timing import Stopwatch, StepTimer
 from specchat.events import Alternative, Step, StepStats, Token
 from specchat.telemetry import MetricsSnapshot, Telemetry
 
@@ -24,8 +24,6 @@ class _Verified:
     tokens: list[Token]
     num_accepted: int
     alpha_sum: float
-    verify_ms: float
-    sample_ms: float
 
 
 class SpeculativeEngine:
@@ -106,14 +104,14 @@ class SpeculativeEngine:
             if self._cancel.is_set():
                 yield Step((), StepStats(0, 0, 0), "cancelled")
                 return
-            watch = Stopwatch(self.device)  # the step's own time, not the consumer's
+            timer = StepTimer(self.device)  # the step's own time, not the consumer's
             room = self.target.max_length - len(ids)
             gamma, gain = self.controller.choose(self.telemetry, ids) if self.proposer else (0, None)
             gamma = max(0, min(gamma, max_new_tokens - emitted - 1, room - 1))
             proposal = (self.proposer.propose(ids, gamma, params, generator) if gamma > 0
                         else Proposal(torch.empty(0, dtype=torch.long), None))
-            draft_ms = watch.lap()
-            result = self._verify(ids, proposal, params, generator, seed)
+            drafted = timer.mark()
+            result = self._verify(ids, proposal, params, generator, seed, timer)
             tokens, finish = result.tokens, None
             for i, token in enumerate(tokens):
                 if token.id in stops or token.id in self.eos_token_ids:
@@ -136,9 +134,9 @@ class SpeculativeEngine:
                 alpha_sum=result.alpha_sum,
                 alpha_count=min(k, n + 1),
                 draft_forwards=proposal.forwards,
-                draft_ms=draft_ms,
-                verify_ms=result.verify_ms,
-                total_ms=draft_ms + watch.lap(),  # verify, sampling and bookkeeping
+                draft_ms=timer.ms(0, drafted),
+                verify_ms=timer.ms(drafted, drafted + 1),  # the target's forward
+                total_ms=timer.ms(0, timer.mark()),  # + sampling, verification and bookkeeping
                 predicted_gain=gain,
                 **prefill,
             )
@@ -151,14 +149,13 @@ class SpeculativeEngine:
                 return
 
     def _verify(self, ids: list[int], proposal: Proposal, params: SamplingParams,
-                generator: torch.Generator, seed: int) -> _Verified:
+                generator: torch.Generator, seed: int, timer: StepTimer) -> _Verified:
         """One target pass over the last token and k drafts → the emitted tokens
         (accepted drafts, then one resampled/bonus/target token)."""
-        watch = Stopwatch(self.device)
         drafts = proposal.tokens.to(self.device)  # [k]
         k = drafts.numel()
         logits = self.target.forward(ids, extra=drafts, num_logits=k + 1)  # [k+1, V]
-        verify_ms = watch.lap()
+        timer.mark()
         p = warp(logits, params)  # [k+1, V]
         q = proposal.q.to(self.device) if proposal.q is not None else None  # [k, V] | None
         # point-mass drafts and plain steps draw each position's token from a uniform fixed
@@ -169,11 +166,17 @@ class SpeculativeEngine:
         positions = torch.arange(k + 1, device=self.device)
         p_next = p[positions, verdict.next_tokens]  # [k+1] p of each candidate next token
         top_p, top_ids = torch.topk(p, min(NUM_ALTERNATIVES, p.shape[-1]), dim=-1)  # [k+1, A]
-        # the step's single host sync
-        accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl = (
-            t.tolist() for t in (verdict.accepted, verdict.next_tokens, verdict.alpha_terms, verdict.p_draft,
-                                 verdict.q_draft, p_next, top_p, top_ids, drafts)
-        )
+        # the step's single host sync: everything read back in one float64 copy (ids are
+        # exact in float64 below 2^53)
+        parts = (verdict.accepted, verdict.next_tokens, verdict.alpha_terms, verdict.p_draft, verdict.q_draft,
+                 p_next, top_p.flatten(), top_ids.flatten(), drafts)
+        flat = torch.cat([t.to(torch.float64) for t in parts]).tolist()
+        sizes = [t.numel() for t in parts]
+        accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl = _split(flat, sizes)
+        nxt, ti, dl = [int(x) for x in nxt], [int(x) for x in ti], [int(x) for x in dl]
+        width = top_p.shape[-1]
+        tp = [tp[i:i + width] for i in range(0, len(tp), width)]
+        ti = [ti[i:i + width] for i in range(0, len(ti), width)]
         n = 0
         while n < k and accepted[n]:
             n += 1
@@ -191,4 +194,12 @@ class SpeculativeEngine:
             tokens.append(Token(id=nxt[n], kind="resampled", p=p_nxt[n], alternatives=alternatives(n),
                                 rejected_id=dl[n], rejected_p=p_draft[n], rejected_q=q_draft[n]))
         # α is measured on the positions verification actually judged on the kept path
-        return _Verified(tokens, n, float(sum(alpha[: min(k, n + 1)])), verify_ms, watch.lap())
+        return _Verified(tokens, n, float(sum(alpha[: min(k, n + 1)])))
+
+
+def _split(flat: list[float], sizes: list[int]) -> list[list[float]]:
+    out, start = [], 0
+    for size in sizes:
+        out.append(flat[start:start + size])
+        start += size
+    return out

@@ -107,9 +107,30 @@ class NgramProposer(Proposer):
         self.prompt_lookup_min = prompt_lookup_min
         self.prompt_lookup_max = prompt_lookup_max
         self.device = torch.device(device)
+        self._memo: tuple | None = None  # this step's lookup, shared by the controller and propose
 
     def lookup(self, ids: list[int], k: int) -> tuple[list[int], int]:
-        """(continuation of at most k ids, matched n-gram length); ([], 0) without a match."""
+        """(continuation of at most k ids, matched n-gram length); ([], 0) without a match.
+
+        The adaptive controller looks before it chooses γ and propose looks again: the
+        second look reuses the first (a shorter continuation is a prefix of a longer one).
+        The memo lives for one step (``observe`` clears it); a stale one could only cost
+        speed, never exactness — drafts are verified."""
+        key = (id(ids), len(ids))
+        if self._memo is not None and self._memo[0] == key and self._memo[1] >= k:
+            continuation, n = self._memo[2]
+            return continuation[:k], n
+        found = self._scan(ids, k)
+        self._memo = (key, k, found)
+        return found
+
+    def observe(self, num_accepted: int) -> None:
+        self._memo = None
+
+    def reset(self) -> None:
+        self._memo = None
+
+    def _scan(self, ids: list[int], k: int) -> tuple[list[int], int]:
         size = len(ids)
         for n in range(min(self.prompt_lookup_max, size - 1), self.prompt_lookup_min - 1, -1):
             tail = ids[size - n:]

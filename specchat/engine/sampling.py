@@ -51,30 +51,36 @@ def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if 0 < params.top_k < vocab:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]  # [n, 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.softmax(-1)
     if params.top_p < 1.0:
-        logits = top_p_filter(logits, params.top_p)
-    return logits.softmax(-1)
+        probs = probs.masked_fill(probs < nucleus_threshold(probs, params.top_p), 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
 
 
-def top_p_filter(logits: torch.Tensor, top_p: float, window: int = 1024) -> torch.Tensor:
-    """Nucleus filter with transformers' rule (drop a token when the mass of the tokens
-    at most as likely as it is ≤ 1 − top_p; the most likely token always stays).
+def nucleus_threshold(probs: torch.Tensor, top_p: float, first: int = 16) -> torch.Tensor:
+    """The smallest probability inside each row's nucleus, [n, 1].
 
-    Equivalently a token stays iff the mass strictly above it is < top_p. Sorting the
-    whole vocabulary each step costs more than the rest of sampling, so the nucleus is
-    looked for among the ``window`` most likely tokens first, sorting everything only for
-    rows whose nucleus is wider than that."""
-    vocab = logits.shape[-1]
-    width = min(window, vocab)
-    top_logits, top_ids = torch.topk(logits, width, dim=-1)  # [n, w], descending
-    probs = (top_logits - torch.logsumexp(logits, -1, keepdim=True)).exp()  # [n, w]
-    above = probs.cumsum(-1) - probs  # mass strictly above each
-    if width < vocab and bool((above[:, -1] + probs[:, -1] < top_p).any()):
-        return top_p_filter(logits, top_p, window=vocab)  # a row's nucleus is wider than the window
+    transformers' rule drops a token when the mass of the tokens at most as likely as
+    it is ≤ 1 − top_p, i.e. a token stays iff the mass strictly above it is < top_p
+    (the most likely token always stays). That is a threshold: a token stays iff its
+    probability is ≥ θ, the smallest kept one. θ is found among the ``first`` most likely
+    tokens, widening eightfold while they hold less than top_p of the mass (then a
+    token outside them could still be in the nucleus) — sorting the whole vocabulary
+    each step costs more than the rest of the step."""
+    vocab = probs.shape[-1]
+    width = min(first, vocab)
+    while True:
+        top = torch.topk(probs, width, dim=-1).values  # [n, w], descending
+        if width == vocab or bool((top.sum(-1) >= top_p).all()):
+            break
+        width = min(width * 8, vocab)
+    above = top.cumsum(-1) - top  # mass before each in this order (ties: see below)
     keep = above < top_p
     keep[:, 0] = True
-    filtered = torch.full_like(logits, float("-inf"))
-    return filtered.scatter(-1, top_ids, top_logits.masked_fill(~keep, float("-inf")))
+    # with ties, a later copy of a kept value may look excluded here; the threshold keeps
+    # every token as likely as the smallest kept one, which is the rule above
+    return top.masked_fill(~keep, float("inf")).amin(-1, keepdim=True)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

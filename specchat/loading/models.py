@@ -15,6 +15,7 @@ from . import embedded
 from .compat import check_draft_compatible
 from .devices import quantization_config, resolve_device, resolve_dtype
 from .hub_errors import friendly_load_errors
+from .llamacpp import check_vocabularies, load_gguf_model, load_gguf_tokenizer
 
 Progress = Callable[[LoadProgress], None] | None
 
@@ -42,11 +43,56 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
     import torch
     import transformers
 
+    from specchat.engine.backends import as_backend
+
     started = time.perf_counter()
     report = progress or (lambda event: None)
     base = profile.source_path.parent if profile.source_path else None
-    target_source = resolve_source(profile.target, "target", base, report)
+    if profile.target.backend == "llama.cpp":
+        report(LoadProgress("target", 0, 0, f"loading target {profile.target.source} (llama.cpp)"))
+        target, target_info = load_gguf_model(profile.target, "target", base)
+        tokenizer = load_gguf_tokenizer(target)
+    else:
+        tokenizer, target, target_info = _load_transformers_target(profile, base, report)
 
+    draft, draft_info = None, None
+    draft_spec = profile.speculation.draft
+    if profile.speculation.method == "draft_model" and draft_spec is not None:
+        report(LoadProgress("draft", 0, 0, f"loading draft {draft_spec.source}"))
+        if draft_spec.backend == "llama.cpp":
+            draft, draft_info = load_gguf_model(draft_spec, "speculation.draft", base)
+            draft_tokenizer = load_gguf_tokenizer(draft)
+        else:
+            draft_source = resolve_source(draft_spec, "speculation.draft", base, report)
+            draft, draft_info = load_model(draft_spec, draft_source, profile, "speculation.draft")
+            draft_tokenizer = None
+            same = (draft_source.path, draft_source.gguf_file) == (target_info.get("resolved"), target_info.get("gguf_file"))
+            if not same:
+                draft_tokenizer = load_tokenizer(draft_source, profile, "speculation.draft.source")
+        if profile.target.backend == "transformers" and draft_spec.backend == "transformers":
+            check_draft_compatible(target, tokenizer, draft, draft_tokenizer, profile)
+        else:
+            check_vocabularies(tokenizer, draft_tokenizer, as_backend(draft).vocab_size,
+                               as_backend(target).vocab_size, profile.source_path, profile.target.source,
+                               draft_spec.source)
+
+    info = {
+        "profile": profile.name,
+        "target": target_info,
+        "draft": draft_info,
+        "device": target_info["device"],
+        "device_name": _device_name(target_info["device"]),
+        "backend": target_info.get("backend", "transformers"),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "load_seconds": round(time.perf_counter() - started, 2),
+    }
+    report(LoadProgress("done", 1, 1, f"loaded in {info['load_seconds']:.1f} s"))
+    return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info)
+
+
+def _load_transformers_target(profile: Profile, base: Path | None, report) -> tuple[Any, Any, dict[str, Any]]:
+    target_source = resolve_source(profile.target, "target", base, report)
     try:
         report(LoadProgress("tokenizer", 0, 0, f"loading tokenizer of {profile.target.source}"))
         tokenizer = load_tokenizer(target_source, profile, "target.source")
@@ -56,30 +102,7 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         if embedded.is_embedded(profile.target.source) and not target_source.local:
             raise embedded.missing_error(error) from None
         raise
-
-    draft, draft_info = None, None
-    draft_spec = profile.speculation.draft
-    if profile.speculation.method == "draft_model" and draft_spec is not None:
-        draft_source = resolve_source(draft_spec, "speculation.draft", base, report)
-        report(LoadProgress("draft", 0, 0, f"loading draft {draft_spec.source}"))
-        draft, draft_info = load_model(draft_spec, draft_source, profile, "speculation.draft")
-        draft_tokenizer = None
-        if draft_source != target_source:
-            draft_tokenizer = load_tokenizer(draft_source, profile, "speculation.draft.source")
-        check_draft_compatible(target, tokenizer, draft, draft_tokenizer, profile)
-
-    info = {
-        "profile": profile.name,
-        "target": target_info,
-        "draft": draft_info,
-        "device": target_info["device"],
-        "device_name": _device_name(target_info["device"]),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "load_seconds": round(time.perf_counter() - started, 2),
-    }
-    report(LoadProgress("done", 1, 1, f"loaded in {info['load_seconds']:.1f} s"))
-    return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info)
+    return tokenizer, target, target_info
 
 
 def resolve_source(spec: ModelSpec, key: str, base: Path | None, report=None) -> ResolvedSource:
@@ -144,6 +167,7 @@ def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: s
     model.eval()
     info = {
         "source": spec.source,
+        "backend": "transformers",
         "resolved": source.path,
         "gguf_file": source.gguf_file,
         "revision": source.revision or getattr(config, "_commit_hash", None),

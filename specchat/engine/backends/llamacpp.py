@@ -1,0 +1,176 @@
+"""The llama.cpp backend: a GGUF model run in-process through llama-cpp-python's
+low-level API.
+
+One ``llama_decode`` runs the tokens the cache lacks (the last host token and the
+drafts) and asks for logits at the last ``num_logits`` positions only; rollback removes
+a position range from the KV cache (``llama_memory_seq_rm``). The cache is keyed by
+the ids it holds, exactly as in the transformers backend (base.py). Logits come back
+as float32 host tensors, so sampling runs in torch on the CPU whatever llama.cpp ran on.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specchat.engine.backends.base import Backend, common_prefix_length
+
+
+def default_threads() -> int:
+    """llama.cpp decodes fastest with one thread per core it may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+class LlamaCppBackend(Backend):
+    """A GGUF model. ``n_ctx`` 0 = the model's trained context (capped at ``max_ctx``);
+    ``n_gpu_layers`` layers are offloaded where llama.cpp was built with a GPU backend."""
+
+    name = "llama.cpp"
+
+    def __init__(self, model_path: str | Path, *, n_ctx: int = 0, n_threads: int | None = None,
+                 n_gpu_layers: int = 0, n_batch: int = 512, max_ctx: int = 8192, verbose: bool = False) -> None:
+        import llama_cpp
+        from llama_cpp import _internals
+
+        self._llama_cpp = llama_cpp
+        if not verbose:
+            quiet_logs(llama_cpp)
+        threads = n_threads or default_threads()
+        trained = trained_context(llama_cpp, model_path) or max_ctx
+        self.llm = llama_cpp.Llama(
+            model_path=str(model_path), n_ctx=n_ctx or min(trained, max_ctx), n_batch=n_batch, n_ubatch=n_batch,
+            n_threads=threads, n_threads_batch=threads, n_gpu_layers=n_gpu_layers, logits_all=False,
+            verbose=verbose,
+        )
+        self.model_path = str(model_path)
+        self.n_threads = threads
+        self.n_gpu_layers = n_gpu_layers
+        self._ctx = self.llm._ctx.ctx
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._n_batch = n_batch
+        self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=verbose)
+        self.device = torch.device("cpu")  # logits land on the host
+        self.max_length = int(self.llm.n_ctx())
+        self.vocab_size = int(self.llm.n_vocab())
+        vocab = llama_cpp.llama_model_get_vocab(self.llm._model.model)
+        self.eos_token_ids = frozenset(i for i in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, i))
+        self.precision = "gguf:" + model_file_type(self.llm)
+        self._ids: list[int] = []
+
+    @property
+    def ids(self) -> list[int]:
+        return self._ids
+
+    def reset(self) -> None:
+        self._llama_cpp.llama_memory_clear(self._memory, True)
+        self._ids = []
+
+    def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
+        keep = min(common_prefix_length(self._ids, ids), len(ids) - 1)
+        new = ids[keep:]
+        if extra is not None and extra.numel():
+            new = new + extra.tolist()
+        return self._run(keep, new, num_logits)
+
+    def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
+        return self._run(len(self._ids), tokens.tolist(), num_logits)
+
+    def _run(self, keep: int, new: list[int], num_logits: int) -> torch.Tensor:
+        """Rolls the cache back to ``keep`` ids, then decodes ``new`` after them in
+        batches of at most n_batch, with logits for the last ``num_logits`` tokens."""
+        llama_cpp = self._llama_cpp
+        try:
+            if len(self._ids) > keep:
+                if not llama_cpp.llama_memory_seq_rm(self._memory, 0, keep, -1):
+                    raise RuntimeError("llama.cpp could not roll its KV cache back")
+                del self._ids[keep:]
+            if len(self._ids) + len(new) > self.max_length:
+                raise RuntimeError(f"{len(self._ids) + len(new)} tokens exceed the context of {self.max_length}")
+            # the final batch is the last n_batch tokens, so it holds every position that
+            # needs logits (num_logits ≤ k+1 ≤ n_batch); the prompt before it runs without
+            bounds = list(range(0, max(len(new) - self._n_batch, 0), self._n_batch)) + [max(len(new) - self._n_batch, 0)]
+            for start, end in zip(bounds, bounds[1:] + [len(new)]):
+                chunk = new[start:end]
+                self._decode(chunk, len(self._ids), num_logits if end == len(new) else 0)
+                self._ids += chunk
+        except BaseException:
+            self.reset()  # a half-updated cache must never be trusted again
+            raise
+        pointer = llama_cpp.llama_get_logits(self._ctx)
+        rows = np.ctypeslib.as_array(pointer, shape=(num_logits, self.vocab_size))
+        return torch.from_numpy(rows.copy())  # [num_logits, V]; the buffer is reused by the next decode
+
+    def _decode(self, tokens: list[int], n_past: int, num_logits: int) -> None:
+        batch = self._batch.batch
+        n = len(tokens)
+        batch.n_tokens = n
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = n_past + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i >= n - num_logits
+        code = self._llama_cpp.llama_decode(self._ctx, batch)
+        if code != 0:
+            raise RuntimeError(f"llama_decode failed (code {code})")
+
+    def cache_bytes(self) -> int:
+        if not self._ids:
+            return 0
+        return int(self._llama_cpp.llama_state_seq_get_size(self._ctx, 0))
+
+    def parameter_bytes(self) -> int:
+        return int(self._llama_cpp.llama_model_size(self.llm._model.model))
+
+
+_log_lines: list[str] = []
+_log_callback = None
+
+
+def quiet_logs(llama_cpp) -> None:
+    """llama.cpp logs to stderr, where the TUI draws: keep its lines in memory instead
+    (the last few are named in load errors, see :func:`last_log_lines`)."""
+    global _log_callback
+    if _log_callback is not None:
+        return
+
+    @llama_cpp.llama_log_callback
+    def callback(level, text, user_data):
+        _log_lines.append(text.decode("utf-8", errors="replace"))
+        del _log_lines[:-40]
+
+    _log_callback = callback  # keep the ctypes callback alive
+    llama_cpp.llama_log_set(callback, None)
+
+
+def last_log_lines(n: int = 3) -> str:
+    lines = [line.strip() for line in "".join(_log_lines).splitlines() if line.strip()]
+    return " | ".join(lines[-n:])
+
+
+def trained_context(llama_cpp, model_path: str | Path) -> int:
+    """The context length the model was trained with (0 if the file cannot say)."""
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), params)
+    if not model:
+        raise ValueError(f"llama.cpp cannot read the model file ({last_log_lines()})")
+    try:
+        return int(llama_cpp.llama_model_n_ctx_train(model))
+    finally:
+        llama_cpp.llama_model_free(model)
+
+
+def model_file_type(llm) -> str:
+    """The GGUF's weight format as llama.cpp names it, e.g. "Q4_1", "BF16"."""
+    desc = llm.metadata.get("general.file_type")
+    names = {"0": "F32", "1": "F16", "2": "Q4_0", "3": "Q4_1", "7": "Q8_0", "8": "Q5_0", "9": "Q5_1",
+             "10": "Q2_K", "11": "Q3_K_S", "12": "Q3_K_M", "13": "Q3_K_L", "14": "Q4_K_S", "15": "Q4_K_M",
+             "16": "Q5_K_S", "17": "Q5_K_M", "18": "Q6_K", "32": "BF16"}
+    return names.get(str(desc), f"type {desc}" if desc is not None else "unknown")

@@ -1,0 +1,83 @@
+"""The tokenizer a GGUF file carries, read through llama.cpp, with the small part of the
+transformers tokenizer interface the chat layer, bench and verify use.
+
+The chat template is the GGUF's own ``tokenizer.chat_template``, rendered with Jinja in
+a sandbox with transformers' settings (trim_blocks, lstrip_blocks, ``raise_exception``),
+so a GGUF model sees the prompt its authors wrote for it, tokenised by llama.cpp's own
+tokenizer exactly as llama.cpp's tools would.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+
+class GgufTokenizer:
+    def __init__(self, llm: Any) -> None:
+        import llama_cpp
+
+        self._llama_cpp = llama_cpp
+        self.llm = llm
+        self._vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
+        self.chat_template = llm.metadata.get("tokenizer.chat_template")
+        eos = llama_cpp.llama_vocab_eos(self._vocab)
+        self.eos_token_id = eos if eos >= 0 else None
+        pad = llama_cpp.llama_vocab_pad(self._vocab)
+        self.pad_token_id = pad if pad >= 0 else None
+        bos = llama_cpp.llama_vocab_bos(self._vocab)
+        self.bos_token_id = bos if bos >= 0 else None
+
+    def _text(self, token_id: int) -> str:
+        raw = self._llama_cpp.llama_vocab_get_text(self._vocab, token_id)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    @cached_property
+    def _vocabulary(self) -> dict[str, int]:
+        vocab: dict[str, int] = {}
+        for i in range(self.llm.n_vocab()):
+            vocab.setdefault(self._text(i), i)
+        return vocab
+
+    def get_vocab(self) -> dict[str, int]:
+        """Token text → id (the GGUF's token strings, as transformers' get_vocab gives)."""
+        return dict(self._vocabulary)
+
+    @property
+    def eos_token(self) -> str:
+        return self._text(self.eos_token_id) if self.eos_token_id is not None else ""
+
+    @property
+    def bos_token(self) -> str:
+        return self._text(self.bos_token_id) if self.bos_token_id is not None else ""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=add_special_tokens, special=True)
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": self.encode(text, add_special_tokens)}
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False,
+               clean_up_tokenization_spaces: bool = False) -> str:
+        data = self.llm.detokenize(list(ids), special=not skip_special_tokens)
+        return data.decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True,
+                            tokenize: bool = True, **kwargs: Any) -> list[int] | str:
+        if not self.chat_template:
+            raise ValueError("this GGUF file has no chat template (tokenizer.chat_template)")
+        text = self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                     bos_token=self.bos_token, eos_token=self.eos_token, **kwargs)
+        return self.encode(text) if tokenize else text
+
+    @cached_property
+    def _template(self):
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message: str):
+            raise ValueError(message)
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
+        env.globals["raise_exception"] = raise_exception
+        return env.from_string(self.chat_template)

