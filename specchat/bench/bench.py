@@ -33,10 +33,13 @@ def benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Be
             "profile": profile.name, "specchat": __version__, "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(),
             "platform": platform.platform(), "device": info.get("device", str(loaded.target.device)),
-            "device_name": info.get("device_name", ""), "cpu_threads": torch.get_num_threads(),
+            "device_name": info.get("device_name", ""), "cpu_threads": (info.get("target") or {}).get("n_threads") or torch.get_num_threads(),
             "target_source": profile.target.source, "draft_source": (profile.speculation.draft.source
                                                                      if profile.speculation.draft else None),
             "models": {"target": info.get("target"), "draft": info.get("draft")},
+            "backend": info.get("backend", "transformers"),
+            "target_format": (info.get("target") or {}).get("dtype"),
+            "llama_cpp_python": (info.get("target") or {}).get("llama_cpp_python"),
         },
         "settings": {
             "sampling": f"temperature {sampling.temperature}, top_p {sampling.top_p}, top_k {sampling.top_k}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from specchat.errors import SpecchatError
 
@@ -14,21 +15,28 @@ MAX_GAMMA = 16
 class BenchConfig:
     """method: "none" (plain decoding through the same engine), "draft" or "ngram".
     gamma: drafts per step (an int) or "auto" (the engine's adaptive controller); 0 for none.
-    runner: "specchat" (our engine) or "peer" (transformers' own assisted generation)."""
+    runner: "specchat" (our engine) or "peer" (the engine a user would pick instead on
+        the same model: transformers' generate, or llama-cpp-python for a GGUF target).
+    model: for a plain peer, another model file to run instead of the profile's (a GGUF
+        of another format, compared in the same run); None = the profile's target."""
 
     method: str
     gamma: int | str = 0
     runner: str = "specchat"
+    model: str | None = None
 
     @property
     def name(self) -> str:
         if self.method == "none":
-            return "none" if self.runner == "specchat" else "peer:none"
+            if self.runner == "specchat":
+                return "none"
+            return "peer:none" if self.model is None else f"peer:none ({Path(self.model).name})"
         prefix = "peer:" if self.runner == "peer" else ""
         return f"{prefix}{self.method} γ={self.gamma}"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "method": self.method, "gamma": self.gamma, "runner": self.runner}
+        return {"name": self.name, "method": self.method, "gamma": self.gamma, "runner": self.runner,
+                "model": self.model}
 
 
 def parse_gammas(text: str) -> list[int | str]:
@@ -58,10 +66,12 @@ def parse_methods(text: str) -> list[str]:
 
 
 def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, peer: bool,
-                  note=print) -> list[BenchConfig]:
+                  note=print, peer_methods: tuple[str, ...] = ("none", "draft", "ngram"),
+                  peer_models: tuple[str, ...] = ()) -> list[BenchConfig]:
     """The plain baseline first (always present: every speedup is relative to it), then
-    each speculative method × γ; with ``peer``, transformers' assisted generation at the
-    same settings ("auto" maps to transformers' own dynamic schedule)."""
+    each speculative method × γ; with ``peer``, the peer engine's own plain generation
+    and its speculation at the same settings, for the methods it has (``peer_methods``),
+    and plain generation on each of ``peer_models``."""
     configs = [BenchConfig("none")]
     for method in methods:
         if method == "none":
@@ -72,5 +82,11 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
             continue
         configs += [BenchConfig(method, gamma) for gamma in gammas]
     if peer:
-        configs += [BenchConfig(c.method, c.gamma, "peer") for c in list(configs) if c.method != "none"]
+        ours = list(configs)
+        configs += [BenchConfig("none", 0, "peer")] if "none" in peer_methods else []
+        configs += [BenchConfig("none", 0, "peer", model) for model in peer_models]
+        for method in sorted({c.method for c in ours if c.method != "none"} - set(peer_methods)):
+            note(f"bench: the peer engine has no '{method}' speculation; no peer row for it")
+        configs += [BenchConfig(c.method, c.gamma, "peer") for c in ours
+                    if c.method != "none" and c.method in peer_methods]
     return configs

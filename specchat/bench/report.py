@@ -26,9 +26,14 @@ METHOD_NOTE = """\
   α = mean Σ min(p, q) over verified positions; c = draft forward time / target token time;
   v(γ) = target time to verify γ drafts / target token time (measured on the engine's calibration
   steps); predicted speed-up as run Σ E(k)/Σ (k·c + v(k)) over the γ each step used, at the mean γ E(γ)/(γc + v(γ)), and the paper's E(γ)/(γc + 1).
-- Peer rows (`peer:…`): transformers' `generate` with `assistant_model` (constant γ assistant tokens,
-  confidence stopping off; γ = auto runs transformers' own dynamic defaults) or
-  `prompt_lookup_num_tokens = γ`, same max_new_tokens, stop ids and sampling.
+- Peer rows (`peer:…`), the engine a user would pick instead on the same weights, same prompt ids,
+  max_new_tokens, stop ids, sampling and seeds. transformers targets: `generate` plain (`peer:none`), with
+  `assistant_model` (constant γ assistant tokens, confidence stopping off; γ = auto runs transformers' own
+  dynamic defaults) or `prompt_lookup_num_tokens = γ`. llama.cpp targets: llama-cpp-python's `generate`
+  plain (`peer:none`, and `peer:none (FILE)` for other GGUF files) and with `LlamaPromptLookupDecoding`
+  (`num_pred_tokens = γ`; auto = max_speculative_tokens), same thread count.
+- Overhead: median step time outside the proposer and the target's forward (sampling, verification,
+  bookkeeping), and its share of a plain step.
 - Concurrency {concurrency}: {concurrency_note}
 - Memory: draft parameters and the draft's KV cache at the end of a request (largest over requests);
   peak GPU memory on CUDA (per request, largest shown); on CPU the resident set after each request and
@@ -68,6 +73,10 @@ def auto_vs_best_text(compared: dict[str, Any]) -> str:
     return f"{compared['ratio']:.3f}×" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
+def vs_peer_text(name: str, ratios: dict[str, Any]) -> str:
+    return f"{name}: " + ", ".join(f"{auto_vs_best_text(r)} vs {peer}" for peer, r in ratios.items())
+
+
 def markdown(results: dict[str, Any]) -> str:
     env = results["environment"]
     settings = results["settings"]
@@ -76,7 +85,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"# specchat bench — profile `{env['profile']}`", "",
         f"{results['created']} · device {env['device']} ({env.get('device_name', '')}) · target "
         f"`{env.get('target_source')}` · draft `{env.get('draft_source')}` · torch {env['torch']} · "
-        f"transformers {env['transformers']} · specchat {env['specchat']}", "",
+        f"transformers {env['transformers']} · specchat {env['specchat']}"
+        + (f" · llama-cpp-python {env['llama_cpp_python']}" if env.get("llama_cpp_python") else "")
+        + (f" · target {env['target_format']}" if env.get("target_format") else ""), "",
         "## Method", "",
         METHOD_NOTE.format(sampling=settings["sampling"], seed=settings["base_seed"],
                            concurrency=settings["concurrency"],
@@ -91,8 +102,9 @@ def markdown(results: dict[str, Any]) -> str:
             lines += [f"{info['description']} — {info['prompts']} prompts, max_new_tokens {info['max_new_tokens']}.", ""]
         lines += [
             "| config | tok/s | speed-up [95% CI] | TTFT ms | ITL p50 / p95 ms | latency mean / p95 ms "
-            "| mean acc. len | accept rate | α | c | v(γ) | predicted (as run) | predicted at γ | paper | draft mem (params + KV) | peak mem |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| mean acc. len | accept rate | α | c | v(γ) | predicted (as run) | predicted at γ | paper "
+            "| overhead ms/step (share of a plain step) | draft mem (params + KV) | peak mem |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, f in configs.items():
             gamma = round(f["gamma"]) if f.get("gamma") else None
@@ -106,10 +118,15 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_fmt(f.get('alpha'))} | {_fmt(f.get('cost_ratio'), '.3f')} | {_fmt(v)} "
                 f"| {_fmt(f.get('predicted_speedup_steps'), '.2f', '×')} "
                 f"| {_fmt(f.get('predicted_speedup'), '.2f', '×')} | {_fmt(f.get('predicted_speedup_paper'), '.2f', '×')} "
+                f"| {_fmt(f.get('overhead_ms'), '.2f')} ({_fmt(f.get('overhead_share'), '.1%')}) "
                 f"| {_mib(f['draft_param_bytes'])} + {_mib(f['draft_kv_bytes_max'])} | {_mib(peak)} |")
         for method, c in results["aggregates"].get("auto_vs_best", {}).get(set_name, {}).items():
             lines += ["", f"{c['auto']} vs the best fixed γ on these requests ({c['best_fixed']}, chosen in "
                           f"hindsight): {auto_vs_best_text(c)}."]
+        peers = results["aggregates"].get("vs_peers", {}).get(set_name, {})
+        if peers:
+            lines += ["", "tokens/s against the plain peer rows (paired, 95% CI):", ""]
+            lines += [f"- {vs_peer_text(n, r)}" for n, r in peers.items() if not n.startswith("peer:none")]
         paired = [f"{n} {f['same_tokens_as_none']}/{f['paired_requests']}" for n, f in configs.items()
                   if n != "none" and f.get("paired_requests")]
         if paired:

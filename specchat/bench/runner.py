@@ -95,11 +95,31 @@ def run_specchat(engine: Any, request: Request, params: Any, stops: set[int], ma
     return row
 
 
+def peer_kind(loaded: Any) -> str:
+    """Which engine a user would pick instead on this target: "llama.cpp" for a GGUF
+    run through the llama.cpp backend, else "transformers"."""
+    from specchat.engine.backends import as_backend
+
+    return "llama.cpp" if as_backend(loaded.target).name == "llama.cpp" else "transformers"
+
+
+PEER_METHODS = {"llama.cpp": ("none", "ngram"), "transformers": ("none", "draft", "ngram")}
+
+
+def make_peer(loaded: Any, speculation: Any, stops: set[int]) -> Any:
+    if peer_kind(loaded) == "llama.cpp":
+        from specchat.bench.peer_llamacpp import LlamaCppPeerRunner
+
+        return LlamaCppPeerRunner(loaded, speculation, stops)
+    from specchat.bench.peer import PeerRunner
+
+    return PeerRunner(loaded, speculation, stops)
+
+
 def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], *,
                   repeat: int = 1, max_new_tokens: int | None = None, progress: Progress | None = None,
                   warmup: bool = True) -> dict:
     """Every request under every configuration → ``{"requests": [...], "rows": [...]}``."""
-    from specchat.bench.peer import PeerRunner
     from specchat.engine.chat import ChatSession
     from specchat.engine.factory import sampling_params
 
@@ -110,7 +130,7 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
     stops = set(chat.stop_token_ids)
     requests = build_requests(sets, chat, repeat, base.seed if base.seed is not None else 0, max_new_tokens)
     engines = {c: make_engine(c, loaded, profile.speculation) for c in configs if c.runner == "specchat"}
-    peer = PeerRunner(loaded, profile.speculation, stops) if any(c.runner == "peer" for c in configs) else None
+    peer = make_peer(loaded, profile.speculation, stops) if any(c.runner == "peer" for c in configs) else None
     draft_bytes = memory.parameter_bytes(loaded.draft)
 
     def run_one(config: BenchConfig, request: Request, limit: int) -> dict:

@@ -25,6 +25,13 @@
   set (chosen in hindsight) and the paired ratio of γ=auto's tokens/s to it, with the
   same bootstrap CI as ``speedup_ci``.
 * ``predicted_speedup`` = E(γ)/(γc + v(γ)); ``predicted_speedup_paper`` = E(γ)/(γc + 1).
+* ``overhead_ms``: median over a configuration's steps (the prompt's step excluded) of
+  the step time outside the proposer and the target's forward — sampling, verification
+  and bookkeeping, the Python that a fast backend's step must not drown in;
+  ``overhead_share`` = overhead_ms / the median plain step (``target_token_ms``).
+* ``vs_peers``: per set and configuration, the paired ratio (with the same bootstrap CI)
+  of its tokens/s to each plain peer row (``peer:none``, ``peer:none (FILE)``): how we
+  stand against the engine a user would run instead, without speculation.
 """
 
 from __future__ import annotations
@@ -133,6 +140,11 @@ def aggregate_rows(rows: list[dict], baseline: list[dict], concurrency: int) -> 
     if any(r["steps"] for r in rows):  # our engine: acceptance figures from the recorded steps
         snapshot = telemetry_of(rows).to_dict()
         result.update({key: snapshot[key] for key in TELEMETRY_KEYS})
+        overheads = [s["total_ms"] - s["verify_ms"] - s["draft_ms"] for r in rows for s in r["steps"]
+                     if not s.get("prefill_tokens")]
+        result["overhead_ms"] = percentile(overheads, 50)
+        plain = snapshot["target_token_ms"]
+        result["overhead_share"] = result["overhead_ms"] / plain if overheads and plain else None
     return result
 
 
@@ -177,9 +189,23 @@ def auto_vs_best_fixed(set_rows: list[dict], figures: dict[str, dict]) -> dict[s
     return out
 
 
+def vs_plain_peers(set_rows: list[dict]) -> dict[str, dict]:
+    """{config: {plain peer: paired_ratio}} for every configuration (see ``vs_peers``)."""
+    peers = sorted({r["config"] for r in set_rows if r["runner"] == "peer" and r["method"] == "none"})
+    out: dict[str, dict] = {}
+    for config in dict.fromkeys(r["config"] for r in set_rows):
+        mine = [r for r in set_rows if r["config"] == config]
+        ratios = {p: ratio for p in peers if p != config
+                  and (ratio := paired_ratio(mine, [r for r in set_rows if r["config"] == p])) is not None}
+        if ratios:
+            out[config] = ratios
+    return out
+
+
 def aggregate(rows: list[dict], set_names: list[str], config_names: list[str], concurrency: int = 1) -> dict:
     """{"sets": {set: {config: figures}}, "curves": {set: {method: curve}},
-    "auto_vs_best": {set: {method: ...}}}; the set ``all`` pools every set (the mixed total)."""
+    "auto_vs_best": {set: {method: ...}}, "vs_peers": {set: {config: {peer: ratio}}}};
+    the set ``all`` pools every set (the mixed total)."""
     by_set: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_set[row["set"]].append(row)
@@ -187,12 +213,14 @@ def aggregate(rows: list[dict], set_names: list[str], config_names: list[str], c
     sets: dict[str, dict] = {}
     curves: dict[str, dict] = {}
     auto_vs_best: dict[str, dict] = {}
+    vs_peers: dict[str, dict] = {}
     for name in [*set_names, ALL_SETS]:
         set_rows = by_set.get(name, [])
         baseline = [r for r in set_rows if r["config"] == "none"]
         sets[name] = {config: aggregate_rows(cfg_rows, baseline, concurrency)
                       for config in config_names if (cfg_rows := [r for r in set_rows if r["config"] == config])}
         auto_vs_best[name] = auto_vs_best_fixed(set_rows, sets[name])
+        vs_peers[name] = vs_plain_peers(set_rows)
         curves[name] = {}
         for method in ("draft", "ngram"):
             fixed = [r for r in set_rows if r["runner"] == "specchat" and r["method"] == method
@@ -200,4 +228,4 @@ def aggregate(rows: list[dict], set_names: list[str], config_names: list[str], c
             top = max((r["gamma"] for r in fixed), default=0)
             if fixed and (curve := predicted_curve(fixed, max(top, 8))):
                 curves[name][method] = curve
-    return {"sets": sets, "curves": curves, "auto_vs_best": auto_vs_best}
+    return {"sets": sets, "curves": curves, "auto_vs_best": auto_vs_best, "vs_peers": vs_peers}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specchat.bench.report import _fmt, auto_vs_best_text, speedup_text
+from specchat.bench.report import _fmt, auto_vs_best_text, speedup_text, vs_peer_text
 from specchat.bench.stats import ALL_SETS
 
 
@@ -15,7 +15,7 @@ def render_tables(console: Any, results: dict[str, Any]) -> None:
         title = "all sets (mixed total)" if set_name == ALL_SETS else f"set: {set_name}"
         table = Table(title=title, title_justify="left")
         for header in ("config", "tok/s", "speed-up [95% CI]", "TTFT ms", "ITL p50/p95 ms", "mean acc. len",
-                       "accept", "α", "c", "predicted (as run)"):
+                       "accept", "α", "c", "predicted (as run)", "overhead ms"):
             table.add_column(header, justify="left" if header == "config" else "right")
         for name, f in configs.items():
             speedup = speedup_text(f)
@@ -27,7 +27,11 @@ def render_tables(console: Any, results: dict[str, Any]) -> None:
                 _fmt(f.get("mean_acceptance_length") or None), _fmt(f.get("draft_acceptance_rate"), ".0%"),
                 _fmt(f.get("alpha")), _fmt(f.get("cost_ratio"), ".3f"),
                 _fmt(f.get("predicted_speedup_steps"), ".2f", "×"),
+                _fmt(f.get("overhead_ms"), ".2f") + (f" ({f['overhead_share']:.0%})" if f.get("overhead_share") else ""),
             )
         console.print(table)
         for c in results["aggregates"].get("auto_vs_best", {}).get(set_name, {}).values():
             console.print(f"  {c['auto']} vs the best fixed γ here ({c['best_fixed']}): {auto_vs_best_text(c)}")
+        for name, ratios in results["aggregates"].get("vs_peers", {}).get(set_name, {}).items():
+            if not name.startswith("peer:none"):
+                console.print(f"  {vs_peer_text(name, ratios)}")

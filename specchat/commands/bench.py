@@ -32,7 +32,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="tokens per reply (default: per set, e.g. 256; long: 1200)")
     parser.add_argument("--concurrency", type=int, default=1, metavar="N",
                         help="requests arriving at once (served as a queue: the engine is single-sequence)")
-    parser.add_argument("--no-peer", action="store_true", help="skip transformers' assisted-generation rows")
+    parser.add_argument("--no-peer", action="store_true",
+                        help="skip the peer rows (transformers' generate, or llama-cpp-python for a GGUF target)")
+    parser.add_argument("--peer-model", action="append", default=[], metavar="GGUF",
+                        help="also run llama-cpp-python's plain generation on this GGUF file (another format of "
+                             "the same weights, say); repeatable; llama.cpp targets only")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run per configuration")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="output directory (default: ./bench-results/<timestamp>)")
@@ -62,8 +66,19 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     # the loader loads a draft only for a draft_model profile; without one, 'draft' is skipped
     loaded = load_models(profile, progress=lambda e: e.message and console.print(f"[dim][{e.stage}] {e.message}[/]"))
+    from specchat.bench.runner import PEER_METHODS, peer_kind
+
+    kind = peer_kind(loaded)
+    for path in args.peer_model:
+        if kind != "llama.cpp":
+            raise SpecchatError("--peer-model needs a profile whose target runs on backend 'llama.cpp'",
+                                key="--peer-model", hint='use a GGUF profile (e.g. the default), or drop --peer-model')
+        if not Path(path).is_file():
+            raise SpecchatError(f"--peer-model file '{path}' does not exist", key="--peer-model",
+                                hint="give the path of a .gguf file")
     configs = build_configs(methods, gammas, loaded.draft is not None, not args.no_peer,
-                            note=lambda text: console.print(f"[yellow]{text}[/]"))
+                            note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=PEER_METHODS[kind],
+                            peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model))
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
 
 

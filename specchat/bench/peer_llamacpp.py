@@ -1,0 +1,75 @@
+"""Peer rows for a llama.cpp target: llama-cpp-python's own generation on the same GGUF.
+
+* ``peer:none`` — ``Llama.generate`` with llama.cpp's own sampler chain (temperature,
+  top-k, top-p; min-p and penalties off), what a llama-cpp-python user runs.
+* ``peer:ngram γ`` — the same with ``draft_model=LlamaPromptLookupDecoding(
+  num_pred_tokens=γ, max_ngram_size=prompt_lookup_max)``, llama-cpp-python's prompt
+  lookup decoding (γ = auto drafts ``max_speculative_tokens``: it has no adaptive mode).
+* ``peer:none (FILE)`` (``--peer-model FILE``) — plain generation on another GGUF file,
+  e.g. another quantisation of the same weights, to compare formats in one run.
+
+Same prompt ids, max_new_tokens, stop ids and thread count as our engine; each request
+sets llama.cpp's seed to the request's seed. Each Llama instance starts every request
+from an empty KV cache (``reset``). Tokens are stamped as ``generate`` yields them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from specchat.bench import memory
+from specchat.bench.peer import clip_emissions
+
+
+class LlamaCppPeerRunner:
+    def __init__(self, loaded: Any, speculation: Any, stops: set[int]) -> None:
+        target = loaded.target
+        self.model_path = target.model_path
+        self.settings = {"n_ctx": target.max_length, "n_threads": target.n_threads,
+                         "n_threads_batch": target.n_threads, "n_gpu_layers": target.n_gpu_layers, "verbose": False}
+        self.speculation = speculation
+        self.stops = set(stops)
+        self._instances: dict[tuple[str, bool], Any] = {}
+
+    def _llama(self, path: str, lookup: bool) -> Any:
+        """One Llama per (file, prompt lookup or not): a draft model needs logits for every
+        position, fixed when the context is created."""
+        key = (path, lookup)
+        if key not in self._instances:
+            from llama_cpp import Llama
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+            draft = LlamaPromptLookupDecoding(max_ngram_size=self.speculation.prompt_lookup_max) if lookup else None
+            self._instances[key] = Llama(model_path=path, draft_model=draft, **self.settings)
+        return self._instances[key]
+
+    def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
+        lookup = config.method == "ngram"
+        llm = self._llama(config.model or self.model_path, lookup)
+        if lookup:
+            gamma = config.gamma
+            llm.draft_model.num_pred_tokens = self.speculation.max_speculative_tokens if gamma == "auto" else int(gamma)
+        llm.reset()
+        llm.set_seed(request.seed if params.seed is None else params.seed)
+        out: list[int] = []
+        emissions: list[list[float]] = []
+        finish = "length"
+        t0 = time.perf_counter()
+        tokens = llm.generate(list(request.ids), temp=params.temperature, top_p=params.top_p, top_k=params.top_k,
+                              min_p=0.0, repeat_penalty=1.0, reset=True)
+        for token in tokens:
+            emissions.append([(time.perf_counter() - t0) * 1000.0, 1])
+            out.append(int(token))
+            if token in self.stops:
+                finish = "eos"
+                break
+            if len(out) >= max_new_tokens:
+                break
+        tokens.close()
+        wall_ms = (time.perf_counter() - t0) * 1000.0
+        return {
+            "new_tokens": len(out), "finish_reason": finish, "wall_ms": wall_ms,
+            "emissions": clip_emissions(emissions, len(out)), "steps": [], "draft_kv_bytes": None,
+            "peak_gpu_bytes": None, "rss_bytes": memory.rss_bytes(), "output_ids": out,
+        }
