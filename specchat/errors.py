@@ -6,6 +6,8 @@ CLI and the UI as-is, never with a traceback.
 
 from __future__ import annotations
 
+from .sanitize import clean_line
+
 
 class SpecchatError(Exception):
     """A user-facing error. ``str()`` is one line, e.g.
@@ -36,8 +38,9 @@ class SpecchatError(Exception):
             text = f"{self.file}: {text}"
         if self.hint:
             text += f" — {self.hint}"
-        # One line, whatever a wrapped library put in the message.
-        return " ".join(text.split())
+        # One line of inert text, whatever a wrapped library (or a recording's file
+        # name, key or value quoted in the message) put in it.
+        return clean_line(text)
 
 
 class ProfileError(SpecchatError):
