@@ -31,16 +31,15 @@ class SpecchatError(Exception):
         self.line = line
 
     def __str__(self) -> str:
-        text = self.message
-        if self.line is not None:
-            text += f" (line {self.line})"
-        if self.file:
-            text = f"{self.file}: {text}"
-        if self.hint:
-            text += f" — {self.hint}"
         # One line of inert text, whatever a wrapped library (or a recording's file
-        # name, key or value quoted in the message) put in it.
-        return clean_line(text)
+        # name, key or value quoted in the message) put in it; each part is cleaned on
+        # its own, so a broken sequence in the file name cannot hide the message.
+        parts = [f"{clean_line(self.file)}:" if self.file else "", clean_line(self.message)]
+        if self.line is not None:
+            parts.append(f"(line {self.line})")
+        if self.hint:
+            parts.append(f"— {clean_line(self.hint)}")
+        return clean_line(*parts)
 
 
 class ProfileError(SpecchatError):

@@ -27,13 +27,13 @@ import json
 import re
 from typing import Any
 
-# Escape sequences, payload included. A string command left unterminated runs to the
-# end of the text, as a terminal would swallow it.
+# Escape sequences, payload included. A string command's payload ends at its BEL or
+# ST; one left unterminated ends at the next ESC or newline, so it cannot swallow the
+# rest of a text (an error message, a transcript) — what it leaves is plain text.
 _SEQUENCE = re.compile(
     r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"  # CSI: parameters, intermediates, final
-    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]).*?(?:\x07|\x1b\\|\x9c|\Z)"  # OSC DCS SOS PM APC … BEL/ST
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"  # OSC DCS SOS PM APC
     r"|\x1b[\x20-\x2f]*[\x30-\x7e]?",  # any other escape (and a lone ESC)
-    re.DOTALL,
 )
 _FORMAT = (
     "\u00ad\u061c\u180e\u200b\u200e\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u206f"
@@ -67,9 +67,12 @@ def clean(text: str) -> str:
     return _CONTROL.sub("", _SEQUENCE.sub("", text))
 
 
-def clean_line(text: Any) -> str:
-    """:func:`clean`, on one line: runs of whitespace (newlines too) become one space."""
-    return " ".join(clean(text if isinstance(text, str) else str(text)).split())
+def clean_line(*parts: Any) -> str:
+    """:func:`clean` on one line: runs of whitespace (newlines too) become one space.
+    Several ``parts`` are cleaned one by one, then joined: a broken sequence in one
+    field never eats the next."""
+    words = (" ".join(clean(p if isinstance(p, str) else str(p)).split()) for p in parts)
+    return " ".join(w for w in words if w)
 
 
 def clean_data(value: Any) -> Any:

@@ -40,11 +40,11 @@ def _list() -> int:
     rows = list_sessions()
     if not rows:
         print(clean_line(f"no recorded sessions in {sessions_dir()}"))
-    for r in rows:
+    for r in rows:  # each recorded field cleaned on its own
         mal = f"{r.mean_acceptance_length:.2f}" if r.mean_acceptance_length is not None else "–"
-        note = f"  [{r.problem}]" if r.problem else ""
-        prompt = clean_line(r.first_prompt)
-        print(clean_line(f"{r.date}  {r.profile:<16} {r.tokens:>6} tok  MAL {mal:>5}  {r.path.name}  {prompt[:40]!r}{note}"))
+        note = f"  [{clean_line(r.problem)}]" if r.problem else ""
+        print(f"{clean_line(r.date)}  {clean_line(r.profile):<16} {r.tokens:>6} tok  MAL {mal:>5}  "
+              f"{clean_line(r.path.name)}  {clean_line(r.first_prompt)[:40]!r}{note}")
     return 0
 
 

@@ -28,7 +28,7 @@ def cast_lines(recording: Recording, width: int = WIDTH, height: int = HEIGHT) -
         "width": width,
         "height": height,
         "timestamp": int(recording.header_ts or 0),  # the reader checked it is finite
-        "title": sanitize.clean_line(f"specchat · {recording.profile_name} · {recording.header.created}"),
+        "title": sanitize.clean_line("specchat ·", recording.profile_name, "·", recording.header.created),
         "env": {"TERM": "xterm-256color", "SHELL": "/bin/sh"},
     }
     # Frames hold sanitised text (render() cleans it) and our colours; inert_json also

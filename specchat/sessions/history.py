@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.events import StepEvent, UserMessage
+from specchat.sanitize import clean_line
 from specchat.sessions.fileformat import SUFFIX, sessions_dir
 from specchat.sessions.reader import RecordingError, read_recording
 from specchat.sessions.replay import rebuild_metrics
@@ -63,12 +64,12 @@ def _summarize(path: Path) -> SessionSummary:
     try:
         date = _dt.datetime.fromisoformat(created).strftime("%Y-%m-%d %H:%M")
     except ValueError:
-        date = created[:20] or "?"
+        date = clean_line(created)[:20] or "?"
     return SessionSummary(
         path=path,
         date=date,
         profile=recording.profile_name,
-        first_prompt=" ".join(first.split()),
+        first_prompt=clean_line(first),
         turns=turns,
         tokens=tokens,
         mean_acceptance_length=metrics.mean_acceptance_length if metrics.num_drafts else None,

@@ -19,6 +19,7 @@ from specchat.sessions.fileformat import FORMAT_VERSION, RESERVED_KEYS
 from specchat.sessions.validate import FieldError, check_record, check_timestamp
 
 from specchat.errors import SpecchatError
+from specchat.sanitize import clean, clean_line
 
 
 class RecordingError(SpecchatError):
@@ -34,7 +35,7 @@ class Damage:
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.path}, line {self.line}: {self.reason}"
+        return f"{clean_line(self.path)}, line {self.line}: {clean_line(self.reason)}"
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,10 @@ def _check_header_line(data: dict[str, Any], number: int, path: Path) -> None:
             file=str(path), hint="upgrade specchat to replay it",
         )
     if fmt is not None and fmt != FORMAT_VERSION:
-        raise FieldError(f"field 'format' must be {FORMAT_VERSION}, not {str(fmt)[:40]!r}")
+        raise FieldError(f"field 'format' must be {FORMAT_VERSION}, not {clean(str(fmt))[:40]!r}")
     if data.get("type") != "SessionHeader":
         kind = data.get("type")
-        kind = f"a {kind}" if isinstance(kind, str) and kind.isidentifier() else f"{str(kind)[:40]!r}"
+        kind = f"a {kind}" if isinstance(kind, str) and kind.isidentifier() else repr(clean(str(kind))[:40])
         raise RecordingError(f"not a specchat recording: line {number} is {kind}, expected a SessionHeader",
                              file=str(path))
 

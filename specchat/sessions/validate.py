@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS
+from specchat.sanitize import clean
 from specchat.events import EVENT_TYPES, StepStats, TurnFinished
 from specchat.telemetry import MetricsSnapshot
 
@@ -31,9 +32,10 @@ class FieldError(ValueError):
 def check_record(data: dict[str, Any]) -> None:
     """Raises :class:`FieldError` for the first field of a recorded event (``type``
     included, reserved keys removed) whose type or bound is wrong."""
-    cls = EVENT_TYPES.get(data.get("type"))  # type: ignore[arg-type]
+    kind = data.get("type")
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        return  # from_json names the unknown type
+        raise FieldError(f"unknown event type {_short(kind)}")
     _check_dataclass({k: v for k, v in data.items() if k != "type"}, cls, "")
 
 
@@ -144,7 +146,8 @@ _RULES = {StepStats: _step_stats, TurnFinished: _metrics}
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    """A value quoted in a message: cleaned first, so a crafted one is not echoed."""
+    text = repr(clean(value) if isinstance(value, str) else value)
     return text if len(text) <= 40 else text[:37] + "…"
 
 
