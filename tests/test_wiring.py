@@ -53,12 +53,16 @@ def test_profile_switch_keeps_one_conversation_in_one_recording(tiny_profile_pat
     assert any(t.event == ProfileSwitched("tiny-ngram") for t in recording.events)
     assert resume_from(path).history == second.backend.history
 
-    # After the chat was closed (a replay replaced it), a new profile starts a new file —
-    # created with its first event: a session in which nothing happens leaves no file.
+    # After the chat was closed (a replay replaced it), a new profile starts a new file,
+    # created at once with its header (exclusively: no other chat can take the name);
+    # a session in which nothing happens leaves no file behind once closed.
     third = loader(str(tiny_ngram_profile_path), noop)
-    assert third.info.recording != path and len(list(sessions_dir().iterdir())) == 1
-    list(third.backend.send("hello"))
+    assert third.info.recording != path and third.info.recording.exists()
     third.close()
+    assert list(sessions_dir().iterdir()) == [path]
+    fourth = loader(str(tiny_ngram_profile_path), noop)
+    list(fourth.backend.send("hello"))
+    fourth.close()
     assert len(list(sessions_dir().iterdir())) == 2
 
 
