@@ -1,8 +1,9 @@
 """The real specchat TUI on an endless fake model, for the quit tests in a real pty.
 
-``python tests/endless_app.py chat|demo`` runs :func:`specchat.ui.app.run_app` — the
-CLI's entry point — with a recorded backend whose replies never end on their own (a
-token every 20 ms until cancelled), so a quit always lands mid-reply; no torch.
+``python tests/endless_app.py chat|demo|loading`` runs :func:`specchat.ui.app.run_app`
+— the CLI's entry point — with a recorded backend whose replies never end on their own
+(a token every 20 ms until cancelled), so a quit always lands mid-reply; no torch.
+``loading``: a model load that takes a minute and cannot be cancelled.
 """
 
 from __future__ import annotations
@@ -68,7 +69,13 @@ def main(mode: str) -> int:
     backend = RecordingBackend(EndlessChat(), recorder)
     source = ScriptedBackend(backend, parse_script(DEMO)) if mode == "demo" else backend
     info = BackendInfo(profile_name="endless", recording=recorder.path)
-    return run_app("endless", loader=lambda ref, progress: LoadedBackend(source, info))
+
+    def load(ref, progress) -> LoadedBackend:
+        if mode == "loading":
+            time.sleep(60)
+        return LoadedBackend(source, info)
+
+    return run_app("endless", loader=load)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,18 @@ def test_quit_mid_reply_cancels_records_restores_and_exits(env, how, code):
     assert b"Traceback" not in term.output
 
 
+def test_quit_while_a_model_loads_does_not_wait_for_it(env):
+    """A load cannot be cancelled (nor can one long forward pass): the process must not
+    stay alive for it once the app has quit."""
+    term = Terminal([sys.executable, str(ROOT / "tests" / "endless_app.py"), "loading"], env)
+    term.wait_for(lambda: b"loading" in term.output, "the app")
+    time.sleep(0.3)
+    term.type(b"\x11")
+    exit_code, took = term.finish(timeout=10)
+    assert exit_code == 0 and took < EXIT_WITHIN_S, f"exit {exit_code} after {took:.1f} s"
+    assert_terminal_restored(bytes(term.output))
+
+
 def test_a_demo_stops_with_the_app(env):
     term = Terminal([sys.executable, str(ROOT / "tests" / "endless_app.py"), "demo"], env)
     term.wait_for(lambda: any(e["type"] == "TurnFinished" for e in recorded(env)), "the first demo reply")

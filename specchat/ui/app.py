@@ -24,7 +24,7 @@ from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader,
 from specchat.ui.commands import profile_commands, system_commands
 from specchat.ui.controls import Controls
 from specchat.ui.pump import EventPump, EventsReady
-from specchat.ui.quitting import Quitting, exit_now_if_busy
+from specchat.ui.quitting import Quitting, run_to_exit
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.session_controls import SessionControls
 from specchat.ui.themes import SPEC_VARIABLE_DEFAULTS, load_themes, theme_dirs
@@ -320,7 +320,5 @@ def run_app(profile_ref: str | None = None, **options: Any) -> int:
     their loaders). Returns the process exit code: 0, or 128 + the signal that quit it
     (see :mod:`specchat.ui.quitting`)."""
     app = SpecchatApp(profile_ref, **options)
-    app.run()
-    code = app.return_code or 0
-    exit_now_if_busy(app, code)
-    return code
+    run_to_exit(app)
+    return app.return_code or 0

@@ -6,8 +6,8 @@ moment to record how the turn ended, exits — the recording is synced and close
 unmount, and Textual puts the terminal back (main screen, mouse and bracketed paste
 off) — and never waits on a model: thread pools are joined at interpreter exit, so a
 worker still busy then (a model loading, a forward pass that has not reached the
-engine's next cancel check) would keep the process alive; :func:`exit_now_if_busy`
-ends it at once instead, with nothing left to save.
+engine's next cancel check) would keep the process alive; :func:`run_to_exit` ends it
+at once instead, with nothing left to save.
 """
 
 from __future__ import annotations
@@ -70,10 +70,15 @@ class Quitting:
         return not (self._engine_idle.is_set() and self._load_idle.is_set())
 
 
-def exit_now_if_busy(app: Any, code: int) -> None:
-    """After ``app.run()`` returned (the terminal is restored): if a worker is still
-    busy, end the process now rather than wait for it (see the module docstring)."""
+def run_to_exit(app: Any) -> None:
+    """Runs ``app`` on a loop of our own, so that returning does not wait for the
+    worker threads (``asyncio.run`` would join its executor); then, if a worker is
+    still busy, ends the process at once (see the module docstring)."""
+    loop = asyncio.new_event_loop()
+    app.run(loop=loop)
     if app.workers_busy:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
-        os._exit(code)
+        os._exit(app.return_code or 0)
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()
