@@ -176,7 +176,7 @@ def test_a_full_disk_stops_recording_not_the_chat(monkeypatch):
     assert "middle of turn 1" in recording.damage.reason
 
 
-def test_an_unwritable_sessions_dir_is_one_warning_and_the_chat_goes_on(tmp_path, monkeypatch):
+def test_an_unwritable_sessions_dir_is_one_warning_and_the_chat_goes_on(tmp_path, monkeypatch, tiny_profile_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     monkeypatch.setenv("SPECCHAT_DATA_DIR", str(blocker / "data"))  # mkdir fails, as root too
@@ -188,6 +188,12 @@ def test_an_unwritable_sessions_dir_is_one_warning_and_the_chat_goes_on(tmp_path
     events = list(RecordingBackend(Chat(), recorder).send("hello"))
     assert isinstance(events[-1], TurnFinished) and not any(isinstance(e, Notice) for e in events)
     recorder.close()
+    from specchat.live import LiveLoader  # the TUI's loader: the warning the app shows once
+
+    loaded = LiveLoader(record=True)(str(tiny_profile_path), lambda _: None)
+    assert loaded.info.warning.startswith("not recording") and loaded.info.recording is None
+    assert isinstance(list(loaded.backend.send("hi"))[-1], TurnFinished)
+    loaded.close()
     if os.geteuid() != 0:  # a read-only dir (root writes anyway)
         ro = tmp_path / "ro"
         ro.mkdir(mode=0o500)
