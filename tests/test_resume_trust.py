@@ -91,3 +91,13 @@ def test_a_recorded_profile_is_validated_like_a_profile_file(shared, change, mes
     with pytest.raises(ProfileError) as info:
         profile_from_recording(data, str(path), trust_remote_code=True)
     assert message in str(info.value) and "--profile NAME" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_every_shipped_profile_comes_back_whole_from_a_recording_header():
+    from specchat.config import load_all_profiles
+
+    loaded, failed = load_all_profiles()
+    assert loaded and not failed
+    for profile in loaded:
+        header = build_header(profile)  # what a recording carries
+        assert profile_from_recording(header.profile, "rec.jsonl") == profile, profile.name

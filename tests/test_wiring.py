@@ -146,6 +146,7 @@ def test_screenshot_key_saves_an_svg_in_the_data_dir(tiny_profile_path):
     messages = asyncio.run(run())
     (svg,) = (data_dir() / "screenshots").glob("*.svg")
     assert svg.read_text(encoding="utf-8").lstrip().startswith("<svg")
+    assert svg.stat().st_mode & 0o777 == 0o600 and svg.parent.stat().st_mode & 0o777 == 0o700  # it shows the chat
     assert any(str(svg) in m for m in messages), messages
 
 
