@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", metavar="FILE",
                         help="reopen a recorded chat (a path, a name in the sessions dir, or 'last') and carry on")
     parser.add_argument("--no-record", action="store_true", help="do not record this chat")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let --resume run a recorded profile's trust_remote_code = true (the model repo's own "
+                             "Python code); never taken from a recording otherwise")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in available_commands():
         before = set(subparsers.choices)
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command is None:
-            return open_tui(args.tui_profile, resume=args.resume, record=not args.no_record)
+            return open_tui(args.tui_profile, resume=args.resume, record=not args.no_record,
+                            trust_remote_code=args.trust_remote_code)
         return args._run(args)
     except SpecchatError as error:
         print(f"specchat: error: {error}", file=sys.stderr)
@@ -74,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def open_tui(profile: str | None, *, resume: str | None = None, record: bool = True) -> int:
+def open_tui(profile: str | None, *, resume: str | None = None, record: bool = True,
+             trust_remote_code: bool = False) -> int:
     """The TUI on a profile, or carrying on a recorded chat. The profile and the
     recording are checked first, so a bad one fails here in one line."""
     from .config import DEFAULT_PROFILE, load_profile
@@ -90,10 +95,11 @@ def open_tui(profile: str | None, *, resume: str | None = None, record: bool = T
     from .live import LiveLoader, resume_loader
 
     def reopen(path):  # the history screen's "reopen"
-        return resume_loader(path, record=record, quiet=True)
+        return resume_loader(path, record=record, quiet=True, trust_remote_code=trust_remote_code)
 
-    # --resume without --profile: the profile the recording names
-    loader = resume_loader(resume, profile, record=record, quiet=True) if resume else LiveLoader(record=record, quiet=True)
+    # --resume without --profile: the profile the recording carries (as data)
+    loader = (resume_loader(resume, profile, record=record, quiet=True, trust_remote_code=trust_remote_code)
+              if resume else LiveLoader(record=record, quiet=True))
     return run_app(profile if resume else profile or DEFAULT_PROFILE, loader=loader, reopen=reopen)
 
 

@@ -6,6 +6,8 @@ CLI and the UI as-is, never with a traceback.
 
 from __future__ import annotations
 
+from .sanitize import clean_line
+
 
 class SpecchatError(Exception):
     """A user-facing error. ``str()`` is one line, e.g.
@@ -29,15 +31,15 @@ class SpecchatError(Exception):
         self.line = line
 
     def __str__(self) -> str:
-        text = self.message
+        # One line of inert text, whatever a wrapped library (or a recording's file
+        # name, key or value quoted in the message) put in it; each part is cleaned on
+        # its own, so a broken sequence in the file name cannot hide the message.
+        parts = [f"{clean_line(self.file)}:" if self.file else "", clean_line(self.message)]
         if self.line is not None:
-            text += f" (line {self.line})"
-        if self.file:
-            text = f"{self.file}: {text}"
+            parts.append(f"(line {self.line})")
         if self.hint:
-            text += f" — {self.hint}"
-        # One line, whatever a wrapped library put in the message.
-        return " ".join(text.split())
+            parts.append(f"— {clean_line(self.hint)}")
+        return clean_line(*parts)
 
 
 class ProfileError(SpecchatError):

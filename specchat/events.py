@@ -22,6 +22,12 @@ TOKEN_KINDS = ("accepted", "resampled", "bonus", "target")
 FINISH_REASONS = ("eos", "stop", "length", "context", "cancelled", "error")
 
 
+def context_full_message(prompt_tokens: int) -> str:
+    """Why a turn that finished with "context" produced no token at all (one line)."""
+    return (f"the prompt is {prompt_tokens:,} tokens and fills the model's context window, so nothing was "
+            "generated — shorten it, or start a new chat (the history counts too)")
+
+
 @dataclass(frozen=True)
 class Alternative:
     """One of the target's most likely tokens at a position (after warping)."""
@@ -183,6 +189,14 @@ class ErrorEvent:
     turn: int | None = None
 
 
+@dataclass(frozen=True)
+class Notice:
+    """Something the user must see that is not part of the conversation — e.g. the
+    recording stopped and the chat goes on unrecorded. Shown once; never recorded."""
+
+    message: str
+
+
 EVENT_TYPES: dict[str, type] = {
     cls.__name__: cls
     for cls in (
@@ -196,6 +210,7 @@ EVENT_TYPES: dict[str, type] = {
         ProfileSwitched,
         ChatReset,
         ErrorEvent,
+        Notice,
     )
 }
 

@@ -37,13 +37,14 @@ def template_has_thinking(tokenizer: Any) -> bool:
     return isinstance(template, str) and "enable_thinking" in template
 
 
-def _build(profile_ref: str | None, progress: ProgressCallback):
-    """(profile, LoadedModels, ChatSession, BackendInfo) for a profile name or path."""
-    from specchat.config import DEFAULT_PROFILE, load_profile
+def _build(profile_ref: Any, progress: ProgressCallback):
+    """(profile, LoadedModels, ChatSession, BackendInfo) for a profile name or path, or
+    a :class:`~specchat.config.Profile` already built (a recording's, on resume)."""
+    from specchat.config import DEFAULT_PROFILE, Profile, load_profile
     from specchat.engine.factory import build_chat
     from specchat.loading import load_models
 
-    profile = load_profile(profile_ref or DEFAULT_PROFILE)
+    profile = profile_ref if isinstance(profile_ref, Profile) else load_profile(profile_ref or DEFAULT_PROFILE)
     models = load_models(profile, progress=progress)
     session = build_chat(profile, models)
     spec = profile.speculation
@@ -58,7 +59,7 @@ def _build(profile_ref: str | None, progress: ProgressCallback):
         max_gamma=int(spec.max_speculative_tokens or 8),
         temperature=float(profile.sampling.temperature),
         thinking=thinking,
-        profile_ref=str(profile.source_path) if profile.source_path else profile_ref,
+        profile_ref=str(profile.source_path) if profile.source_path else profile.name,
         details=dict(models.info or {}),
     )
     return profile, models, session, info
@@ -95,52 +96,69 @@ class LiveLoader:
             recorder.start(build_header(profile, models.info))
             backend = RecordingBackend(session, recorder)
         info.recording = backend.recorder.path
+        info.warning = backend.recorder.take_failure()
         self.current = backend
         return LoadedBackend(backend, info)
 
 
 def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, *, record: bool = True,
-                  quiet: bool = False) -> Loader:
-    """A loader that reopens a recorded conversation: the recording's profile (or
-    ``profile_ref``) with its history restored, recording on into the same file — one
-    conversation, one file. A damaged file is left as it is and the continuation goes
-    to a new recording whose header names it (``resumed_from``). ``LoadedBackend.pending``
+                  quiet: bool = False, trust_remote_code: bool = False) -> Loader:
+    """A loader that reopens a recorded conversation: the profile the recording carries
+    (as data — no file it names is read, and its ``trust_remote_code`` only with
+    ``trust_remote_code=True``), or ``profile_ref``, with the history restored and
+    recording on into the same file — one conversation, one file. A damaged file, or
+    one another specchat is writing, is left as it is and the continuation goes to a new
+    recording whose header names it (``resumed_from``). ``LoadedBackend.pending``
     carries a prompt that never got its reply, for the input box.
+
+    The recording and its profile are checked here, before any model loads; a bad one
+    raises SpecchatError (one line).
     """
+    from specchat.config import load_profile
+    from specchat.config.recorded import profile_from_recording
     from specchat.sessions.locate import locate
-    from specchat.sessions.resume import recorded_profile_ref, resume_from
+    from specchat.sessions.reader import read_recording
+    from specchat.sessions.resume import resume_from
 
     path = locate(str(path))
     resumed = resume_from(path)  # a bad file fails here, before any model loads
+    recording = read_recording(path)
+    if profile_ref is not None:
+        chosen = load_profile(profile_ref)
+    else:
+        chosen = profile_from_recording(recording.header.profile, str(path), trust_remote_code=trust_remote_code)
     loader = LiveLoader(record=False, quiet=quiet)
 
     def load(ref: str | None, progress: ProgressCallback) -> LoadedBackend:
         from specchat.events import UserMessage
-        from specchat.sessions.reader import read_recording
-        from specchat.sessions.recorder import Recorder, build_header
+        from specchat.sessions.recorder import Recorder, RecordingBusy, build_header
         from specchat.sessions.recording_backend import RecordingBackend
 
         if loader.current is not None:  # a profile switch after the resume: same conversation
             return loader(ref, progress)
         if quiet:
             quiet_transformers()
-        recording = read_recording(path)
-        chosen = ref or profile_ref or recorded_profile_ref(recording.header.profile)
-        profile, models, session, info = _build(chosen, progress)
+        profile, models, session, info = _build(ref or chosen, progress)
         session.history = list(resumed.history)
         session.turn = max((t.event.turn for t in recording.events if isinstance(t.event, UserMessage)), default=0)
         recorder = Recorder(None)
         if record and getattr(profile, "record", True):
+            recorder = None
             if recording.damage is None:
-                recorder = Recorder(path)  # start() appends; the reader keeps this header aside
-                header = build_header(profile, models.info)
-            else:
+                last = max((t.ts for t in recording.events + recording.later_headers if t.ts is not None),
+                           default=recording.header_ts)
+                try:
+                    recorder = Recorder.append_to(path, after=last)  # the reader keeps this header aside
+                    recorder.start(build_header(profile, models.info))
+                except RecordingBusy:
+                    recorder = None
+            if recorder is None:
                 recorder = Recorder.for_profile(profile)
-                header = build_header(profile, models.info, resumed_from=str(path))
-            recorder.start(header)
+                recorder.start(build_header(profile, models.info, resumed_from=str(path)))
         backend = RecordingBackend(session, recorder)
         loader.current = backend
         info.recording = recorder.path
+        info.warning = recorder.take_failure()
         return LoadedBackend(backend, info, pending=resumed.pending)
 
     return load

@@ -63,7 +63,12 @@ def test_disabled_recorder_writes_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "sessions").exists()
     assert not Recorder.for_profile(type("Q", (), {"name": "y", "record": True})(), enabled=False).enabled
     on = Recorder.for_profile(type("Q", (), {"name": "my profile/1", "record": True})())
+    assert on.enabled and on.path is None  # named when the file is created, by start()
+    on.start(build_header({"name": "my profile/1"}))
     assert on.path.parent == tmp_path / "sessions" and on.path.name.endswith("_my-profile-1.jsonl")
+    assert json.loads(on.path.read_text())["type"] == "SessionHeader"  # the header, at creation
+    on.close()
+    assert not list((tmp_path / "sessions").iterdir())  # nothing but a header: no empty entry
 
 
 def test_truncated_last_line_replays_up_to_it_and_says_where(tmp_path):
@@ -112,7 +117,10 @@ def test_recording_cut_mid_turn_is_reported(tmp_path):
         ("", "empty recording"),
         ("hello\n", "not a specchat recording: line 1"),
         ('{"type": "UserMessage", "turn": 1, "text": "x"}\n', "expected a SessionHeader"),
-        ('{"type":"SessionHeader","specchat_version":"9","profile":{},"format":99}\n', "newer than this specchat"),
+        ('{"type":"SessionHeader","specchat_version":"9","profile":{},"format":99}\n', "written by a newer specchat"),
+        # a future header whose fields (even its type) changed is still named as one
+        ('{"type":"Header","session":{"v":3},"format":2}\n', "written by a newer specchat (recording format 2"),
+        ('{"type":"SessionHeader","specchat_version":1,"profile":{}}\n', "field 'specchat_version' must be a string"),
     ],
 )
 def test_unreadable_files_give_one_clear_line(tmp_path, content, message):

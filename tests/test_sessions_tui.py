@@ -134,7 +134,7 @@ def test_history_screen_lists_sessions_and_returns_the_choice(tmp_path):
             await wait_for(pilot, lambda: screen.sessions, what="the list")
             table = screen.query_one(DataTable)
             assert table.row_count == 2
-            cells = [table.get_row_at(i) for i in range(2)]
+            cells = [[str(cell) for cell in table.get_row_at(i)] for i in range(2)]  # Text: never markup
             assert "Say hello in two lines" in cells[1] and "3.00" in cells[1] and "10" in cells[1]
             assert "middle of turn 1" in cells[0][-1]
             await pilot.press("down", "o")

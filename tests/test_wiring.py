@@ -53,12 +53,16 @@ def test_profile_switch_keeps_one_conversation_in_one_recording(tiny_profile_pat
     assert any(t.event == ProfileSwitched("tiny-ngram") for t in recording.events)
     assert resume_from(path).history == second.backend.history
 
-    # After the chat was closed (a replay replaced it), a new profile starts a new file —
-    # created with its first event: a session in which nothing happens leaves no file.
+    # After the chat was closed (a replay replaced it), a new profile starts a new file,
+    # created at once with its header (exclusively: no other chat can take the name);
+    # a session in which nothing happens leaves no file behind once closed.
     third = loader(str(tiny_ngram_profile_path), noop)
-    assert third.info.recording != path and len(list(sessions_dir().iterdir())) == 1
-    list(third.backend.send("hello"))
+    assert third.info.recording != path and third.info.recording.exists()
     third.close()
+    assert list(sessions_dir().iterdir()) == [path]
+    fourth = loader(str(tiny_ngram_profile_path), noop)
+    list(fourth.backend.send("hello"))
+    fourth.close()
     assert len(list(sessions_dir().iterdir())) == 2
 
 
@@ -142,6 +146,7 @@ def test_screenshot_key_saves_an_svg_in_the_data_dir(tiny_profile_path):
     messages = asyncio.run(run())
     (svg,) = (data_dir() / "screenshots").glob("*.svg")
     assert svg.read_text(encoding="utf-8").lstrip().startswith("<svg")
+    assert svg.stat().st_mode & 0o777 == 0o600 and svg.parent.stat().st_mode & 0o777 == 0o700  # it shows the chat
     assert any(str(svg) in m for m in messages), messages
 
 

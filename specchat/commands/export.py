@@ -1,6 +1,7 @@
-"""``specchat export FILE --format cast|md [-o OUT]``: a recording as a shareable file.
+"""``specchat export FILE --format cast|md [-o OUT] [--force]``: a recording as a shareable file.
 
-Torch-free: needs only the recording.
+Torch-free: needs only the recording. Exports are created 0600 and never written over
+the recording itself, nor over another file without ``--force``.
 """
 
 from __future__ import annotations
@@ -21,35 +22,51 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("file", help="a recording (.jsonl), a name in the sessions dir, or 'last'")
     parser.add_argument("--format", "-f", choices=sorted(FORMATS), default="md", help="output format (default md)")
-    parser.add_argument("-o", "--output", help="output file (default: next to the recording; '-' for stdout)")
+    add_output_arguments(parser)
     return parser
 
 
-def export(ref: str, fmt: str, output: str | None) -> int:
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """-o and --force, shared with ``specchat replay --to``."""
+    parser.add_argument("-o", "--output", help="output file (default: next to the recording; '-' for stdout)")
+    parser.add_argument("--force", action="store_true", help="replace the output file if it exists")
+
+
+def default_output(recording: Path, suffix: str) -> Path:
+    """Next to the recording, with the format's suffix — never the recording itself
+    (a recording named ``chat.md`` exports to ``chat.md.md``)."""
+    out = recording.with_suffix(suffix)
+    return out if out != recording else recording.with_name(recording.name + suffix)
+
+
+def export(ref: str, fmt: str, output: str | None, force: bool = False) -> int:
     """Shared by ``specchat export`` and ``specchat replay --to``."""
-    from specchat.sessions.export_cast import cast_lines
+    from specchat.sanitize import clean_line
+    from specchat.sessions.export_cast import cast_text
     from specchat.sessions.export_markdown import to_markdown
     from specchat.sessions.locate import locate
+    from specchat.sessions.private_files import write_export
     from specchat.sessions.reader import read_recording
 
     recording = read_recording(locate(ref))
-    text = to_markdown(recording) if FORMATS[fmt] == ".md" else "\n".join(cast_lines(recording)) + "\n"
+    text = to_markdown(recording) if FORMATS[fmt] == ".md" else cast_text(recording)
     if output == "-":
         sys.stdout.write(text)
     else:
-        out = Path(output) if output else recording.path.with_suffix(FORMATS[fmt])
-        out.write_text(text, encoding="utf-8")
-        print(f"wrote {out}")
+        out = Path(output) if output else default_output(recording.path, FORMATS[fmt])
+        write_export(out, text, source=recording.path, force=force)
+        print(clean_line(f"wrote {out}"))
     if recording.damage is not None:
-        print(f"warning: exported up to the damage: {recording.damage}", file=sys.stderr)
+        print(clean_line(f"warning: exported up to the damage: {recording.damage}"), file=sys.stderr)
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
     from specchat.errors import SpecchatError
+    from specchat.sanitize import clean_line
 
     try:
-        return export(args.file, args.format, args.output)
+        return export(args.file, args.format, args.output, args.force)
     except (SpecchatError, OSError) as exc:
-        print(f"specchat export: {exc}", file=sys.stderr)
+        print(clean_line(f"specchat export: {exc}"), file=sys.stderr)
         return 2

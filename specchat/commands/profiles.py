@@ -36,12 +36,13 @@ def run(args: argparse.Namespace) -> int:
 def _list() -> int:
     from specchat import paths
     from specchat.config import load_all_profiles
+    from specchat.sanitize import clean_line
 
     loaded, failed = load_all_profiles()
     user_dir = paths.user_profiles_dir()
-    for profile in loaded:
+    for profile in loaded:  # a profile is someone's file: its text is shown inert
         where = "user" if profile.source_path and user_dir in profile.source_path.parents else "shipped"
-        print(f"{profile.name:<18} {where:<8} {profile.description}")
+        print(f"{clean_line(profile.name):<18} {where:<8} {clean_line(profile.description)}")
     for error in failed:
         print(f"{'(invalid)':<18} {'':<8} {error}")
     print(f"\nuser profiles: {user_dir}", file=sys.stderr)
@@ -55,7 +56,9 @@ def _show(name: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps(data, indent=2))
         return 0
-    print(f"# {data.pop('name')} — {data.pop('source_path')}")
+    from specchat.sanitize import clean_line
+
+    print(f"# {clean_line(data.pop('name'))} — {clean_line(data.pop('source_path'))}")  # values below: json.dumps escapes
     _print_table(data, ())
     return 0
 

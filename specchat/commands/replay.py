@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specchat.commands.export import add_output_arguments
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -22,27 +24,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--speed", default="1", help="1, 2 or max (default 1: as recorded)")
     parser.add_argument("--headless", action="store_true", help="print the replay to stdout instead of the TUI")
     parser.add_argument("--to", choices=("cast", "markdown", "md"), help="export instead of replaying")
-    parser.add_argument("-o", "--output", help="with --to: the output file ('-' for stdout)")
+    add_output_arguments(parser)
     parser.add_argument("--list", action="store_true", help="list recorded sessions and exit")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let a session reopened from the replay run its recorded trust_remote_code = true")
     return parser
 
 
 def _list() -> int:
+    """One line per recording; a bad file is listed with its problem, never stops the list."""
+    from specchat.sanitize import clean_line
     from specchat.sessions.fileformat import sessions_dir
     from specchat.sessions.history import list_sessions
 
     rows = list_sessions()
     if not rows:
-        print(f"no recorded sessions in {sessions_dir()}")
-    for r in rows:
+        print(clean_line(f"no recorded sessions in {sessions_dir()}"))
+    for r in rows:  # each recorded field cleaned on its own
         mal = f"{r.mean_acceptance_length:.2f}" if r.mean_acceptance_length is not None else "–"
-        note = f"  [{r.problem}]" if r.problem else ""
-        print(f"{r.date}  {r.profile:<16} {r.tokens:>6} tok  MAL {mal:>5}  {r.path.name}  {r.first_prompt[:40]!r}{note}")
+        note = f"  [{clean_line(r.problem)}]" if r.problem else ""
+        print(f"{clean_line(r.date)}  {clean_line(r.profile):<16} {r.tokens:>6} tok  MAL {mal:>5}  "
+              f"{clean_line(r.path.name)}  {clean_line(r.first_prompt)[:40]!r}{note}")
     return 0
 
 
 def _headless(path, speed: str) -> int:
     """The replay's event stream as text: the same ReplayBackend the TUI is driven by."""
+    from specchat.sanitize import clean_line
     from specchat.sessions.ansi import banner, render, strip_sgr
     from specchat.sessions.replay_backend import ReplayBackend
 
@@ -62,18 +70,19 @@ def _headless(path, speed: str) -> int:
         backend.cancel()
         return 130
     if backend.damage is not None:
-        print(f"specchat replay: replay stopped: {backend.damage}", file=sys.stderr)
+        print(clean_line(f"specchat replay: replay stopped: {backend.damage}"), file=sys.stderr)
         return 1
     return 0
 
 
-def _tui(path, speed: str) -> int:
+def _tui(path, speed: str, trust_remote_code: bool) -> int:
     from specchat.live import resume_loader
     from specchat.ui.app import run_app
     from specchat.ui.backend import replay_loader
 
     # The history key can reopen a session (that loads its model); a replay itself never does.
-    return run_app(None, loader=replay_loader(path, speed), reopen=lambda p: resume_loader(p, quiet=True))
+    return run_app(None, loader=replay_loader(path, speed),
+                   reopen=lambda p: resume_loader(p, quiet=True, trust_remote_code=trust_remote_code))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,13 +97,15 @@ def run(args: argparse.Namespace) -> int:
         if args.to:
             from specchat.commands.export import export
 
-            return export(args.file, "md" if args.to == "markdown" else args.to, args.output)
+            return export(args.file, "md" if args.to == "markdown" else args.to, args.output, args.force)
         from specchat.sessions.locate import locate
         from specchat.sessions.replay import parse_speed
 
         parse_speed(args.speed)  # a bad --speed fails before anything opens
         path = locate(args.file)
-        return _headless(path, args.speed) if args.headless else _tui(path, args.speed)
+        return _headless(path, args.speed) if args.headless else _tui(path, args.speed, args.trust_remote_code)
     except (SpecchatError, OSError, ValueError) as exc:
-        print(f"specchat replay: {exc}", file=sys.stderr)
+        from specchat.sanitize import clean_line
+
+        print(clean_line(f"specchat replay: {exc}"), file=sys.stderr)
         return 2

@@ -8,7 +8,6 @@ summary of the speculation metrics on stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 # ANSI colours by provenance; "target" tokens keep the terminal's colour.
@@ -36,9 +35,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from specchat.config import load_profile
+    from specchat.sanitize import decode_input
 
     profile = apply_overrides(load_profile(args.profile), args)
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    # Input is decoded once, here: bytes that are not UTF-8 become U+FFFD.
+    prompt = sys.stdin.buffer.read().decode("utf-8", "replace") if args.prompt == "-" else decode_input(args.prompt)
 
     from specchat.engine.factory import build_chat
     from specchat.loading import load_models
@@ -51,40 +52,56 @@ def run(args: argparse.Namespace) -> int:
         return stream_reply(RecordingBackend(chat, recorder), prompt, profile, loaded.info, as_json=args.json)
     finally:
         recorder.close()
-        if recorder.path is not None:
-            print(f"recorded to {recorder.path}", file=sys.stderr)
+        if recorder.path is not None and recorder.failure is None:
+            _say(f"recorded to {recorder.path}")
 
 
 def _recorder(profile, info: dict, enabled: bool):
-    """The session recorder, as the TUI's (disabled by --no-record or ``record = false``)."""
+    """The session recorder, as the TUI's (disabled by --no-record or ``record = false``).
+    One that cannot create its file says so on stderr, and the reply goes on."""
     from specchat.sessions.recorder import Recorder, build_header
 
     recorder = Recorder.for_profile(profile, enabled=enabled)
     recorder.start(build_header(profile, info))
+    failure = recorder.take_failure()
+    if failure:
+        _say(f"specchat: warning: {failure}")
     return recorder
 
 
-def apply_overrides(profile, args: argparse.Namespace):
-    """Command-line overrides, validated like the profile keys they replace."""
-    from specchat.errors import SpecchatError
+def _say(text: str) -> None:
+    """One line on stderr, inert whatever it quotes (a path, a model's error)."""
+    from specchat.sanitize import clean_line
 
+    print(clean_line(text), file=sys.stderr, flush=True)
+
+
+def apply_overrides(profile, args: argparse.Namespace):
+    """Command-line overrides, validated by the same rules as the profile keys they replace."""
     sampling = {}
-    if args.max_new_tokens is not None:
-        if args.max_new_tokens < 1:
-            raise SpecchatError("--max-new-tokens must be ≥ 1", key="--max-new-tokens")
-        sampling["max_new_tokens"] = args.max_new_tokens
-    if args.seed is not None:
-        sampling["seed"] = args.seed
-    if args.temperature is not None:
-        if args.temperature < 0:
-            raise SpecchatError("--temperature must be ≥ 0", key="--temperature", hint="use 0 for greedy decoding")
-        sampling["temperature"] = args.temperature
+    for key in ("max_new_tokens", "seed", "temperature"):
+        value = getattr(args, key)
+        if value is not None:
+            sampling[key] = checked_override(f"--{key.replace('_', '-')}", f"sampling.{key}", value)
     changes = {"sampling": sampling} if sampling else {}
     if args.num_speculative_tokens is not None:
         changes["speculation"] = {"num_speculative_tokens": _gamma(args.num_speculative_tokens)}
     if args.system is not None:
-        changes["chat"] = {"system_prompt": args.system}
+        from specchat.sanitize import decode_input
+
+        changes["chat"] = {"system_prompt": decode_input(args.system)}
     return profile.replace(**changes) if changes else profile
+
+
+def checked_override(flag: str, key: str, value):
+    """``value`` if the profile key ``key`` allows it, else a one-line SpecchatError naming ``flag``."""
+    from specchat.config.schema import value_problem
+    from specchat.errors import SpecchatError
+
+    problem = value_problem(key, value)
+    if problem:
+        raise SpecchatError(f"{flag} {value} is not valid", key=flag, hint=f"it {problem}")
+    return value
 
 
 def _gamma(text: str):
@@ -99,24 +116,32 @@ def _gamma(text: str):
 
 
 def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
-    from specchat.events import ErrorEvent, StepEvent, TurnFinished
+    """Streams one reply to stdout. Model text is untrusted (a model can emit any
+    byte): it is sanitised on a terminal or a pipe, and JSON-escaped with ``--json``."""
+    from specchat.events import ErrorEvent, Notice, StepEvent, TurnFinished, TurnStarted, context_full_message
+    from specchat.sanitize import clean, inert_json
 
     colour = not as_json and sys.stdout.isatty()
     failed = None
     finished = None
+    prompt_tokens = 0
     for event in chat.send(prompt):
         if isinstance(event, StepEvent):
             for token in event.step.tokens:
                 if as_json:
                     record = {"id": token.id, "text": token.text, "kind": token.kind, "p": token.p, "q": token.q}
-                    print(json.dumps(record, ensure_ascii=False))
+                    print(inert_json(record))
                 elif colour and token.kind in COLOURS:
-                    sys.stdout.write(COLOURS[token.kind] + token.text + RESET)
+                    sys.stdout.write(COLOURS[token.kind] + clean(token.text) + RESET)
                 else:
-                    sys.stdout.write(token.text)
+                    sys.stdout.write(clean(token.text))
             sys.stdout.flush()
+        elif isinstance(event, TurnStarted):
+            prompt_tokens = event.prompt_tokens
         elif isinstance(event, ErrorEvent):
             failed = event.message
+        elif isinstance(event, Notice):
+            _say(f"specchat: warning: {event.message}")
         elif isinstance(event, TurnFinished):
             finished = event
     turn = finished.metrics.get("turn", {}) if finished else {}
@@ -125,13 +150,15 @@ def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
                    "finish_reason": finished.finish_reason if finished else "error",
                    "text": finished.text if finished else "", "seconds": finished.t if finished else None,
                    "models": info, **turn}
-        print(json.dumps(summary, ensure_ascii=False, default=str))
+        print(inert_json(summary, default=str))
     else:
         sys.stdout.write("\n")
     sys.stdout.flush()
-    print(human_summary(turn, finished.finish_reason if finished else "error"), file=sys.stderr)
+    print(clean(human_summary(turn, finished.finish_reason if finished else "error")), file=sys.stderr)
+    if failed is None and finished is not None and finished.finish_reason == "context" and not turn.get("num_tokens"):
+        failed = context_full_message(prompt_tokens)
     if failed:
-        print(f"specchat: error: {failed}", file=sys.stderr)
+        _say(f"specchat: error: {failed}")
         return 1
     return 0
 

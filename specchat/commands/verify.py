@@ -42,8 +42,10 @@ def run(args: argparse.Namespace) -> int:
         raise SpecchatError(f"--tokens {args.tokens} is out of range", key="--tokens", hint="use 1 to 8")
     if args.gamma is not None and not 1 <= args.gamma <= 16:
         raise SpecchatError(f"--gamma {args.gamma} is out of range", key="--gamma", hint="use 1 to 16")
-    if args.temperature is not None and args.temperature < 0:
-        raise SpecchatError("--temperature must be ≥ 0", key="--temperature")
+    if args.temperature is not None:
+        from specchat.commands.run import checked_override
+
+        checked_override("--temperature", "sampling.temperature", args.temperature)
     profile = load_profile(args.profile)
     if profile.speculation.method == "none":
         raise SpecchatError(f"profile '{profile.name}' does not speculate (speculation.method = 'none')",

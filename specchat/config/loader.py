@@ -47,6 +47,9 @@ def find_profile(name_or_path: str | Path) -> Path:
     """The file for a profile name or path; unknown names get a did-you-mean."""
     if looks_like_path(name_or_path):
         path = Path(name_or_path).expanduser()
+        if path.is_dir():
+            raise ProfileError("is a directory, not a profile file", file=path,
+                               hint="give the .toml file itself, or a profile name (see `specchat profiles list`)")
         if not path.is_file():
             raise ProfileError("profile file not found", file=path,
                                hint="check the path, or give a profile name (see `specchat profiles list`)")
@@ -126,8 +129,15 @@ def _read_text(file: Path) -> str:
         return file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ProfileError("profile file not found", file=file, hint="check the path") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ProfileError(f"cannot read profile ({error})", file=file, hint="save it as UTF-8 text") from None
+    except PermissionError:
+        raise ProfileError("cannot read the profile: permission denied", file=file,
+                           hint="check the file's permissions (it must be readable by you)") from None
+    except UnicodeDecodeError as error:
+        raise ProfileError(f"the profile is not UTF-8 text (byte {error.start} is {error.object[error.start]:#04x})",
+                           file=file, hint="save it as UTF-8 text") from None
+    except OSError as error:
+        raise ProfileError(f"cannot read the profile ({error.strerror or error})", file=file,
+                           hint="check that the path names a readable .toml file") from None
 
 
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")

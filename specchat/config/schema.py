@@ -8,6 +8,7 @@ the mistake); ``build_profile`` turns the merged tables of a profile and its
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -27,6 +28,9 @@ from .model import (
 )
 
 
+MAX_SEED = 2**64 - 1  # what a torch generator takes
+
+
 @dataclass(frozen=True)
 class Key:
     types: tuple[type, ...]
@@ -38,6 +42,11 @@ class Key:
 
 def _at_least(low):
     return lambda v: None if v >= low else f"must be ≥ {low}"
+
+
+def _finite_at_least(low):
+    # TOML has inf and nan; a temperature of either would reach the sampler
+    return lambda v: None if math.isfinite(v) and v >= low else f"must be ≥ {low} and finite"
 
 
 def _between(low, high):
@@ -83,10 +92,10 @@ SPECULATION_KEYS = {
     "prompt_lookup_max": Key(*_INT, check=_at_least(1)),
 }
 SAMPLING_KEYS = {
-    "temperature": Key(*_NUM, check=_at_least(0)),
+    "temperature": Key(*_NUM, check=_finite_at_least(0)),
     "top_p": Key(*_NUM, check=lambda v: None if 0 < v <= 1 else "must be > 0 and ≤ 1"),
     "top_k": Key(*_INT, check=_at_least(0)),
-    "seed": Key(*_INT, check=_at_least(0)),
+    "seed": Key(*_INT, check=_between(0, MAX_SEED)),
     "max_new_tokens": Key(*_INT, check=_at_least(1)),
 }
 CHAT_KEYS = {"system_prompt": Key(*_STR), "enable_thinking": Key(*_BOOL)}
@@ -152,6 +161,19 @@ def _check_value(value, rule: Key, dotted: str, file: Path, line: int | None) ->
     if problem:
         raise ProfileError(f"key '{dotted}' has bad value {value!r}", file=file, key=dotted, line=line,
                            hint=f"it {problem}")
+
+
+def value_problem(dotted: str, value: Any) -> str | None:
+    """What is wrong with ``value`` for the profile key ``dotted`` (e.g.
+    ``"sampling.seed"``), or None: the one rule for the command-line flags, the demo's
+    directives and the UI that override a profile's keys."""
+    table, _, key = dotted.rpartition(".")
+    rule = TABLES[tuple(table.split("."))][key]
+    if isinstance(value, bool) and bool not in rule.types or not isinstance(value, rule.types):
+        return f"must be {rule.type_name}"
+    if rule.choices and value not in rule.choices:
+        return "must be one of " + ", ".join(f"'{c}'" for c in rule.choices)
+    return rule.check(value) if rule.check else None
 
 
 def _describe(value) -> str:

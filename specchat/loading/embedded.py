@@ -80,7 +80,9 @@ def ensure_embedded_model(progress: Progress = None) -> Path | str:
     """A loadable source for the embedded model: the converted cache directory, or the
     Hub id when the wheel is not installed (the caller's Hub errors then mention the wheel)."""
     final = converted_dir()
+    remove_stale_conversions(final)
     if (final / _COMPLETE).is_file():
+        check_cache(final)
         return final
     gguf = find_gguf()
     if gguf is None:
@@ -129,3 +131,46 @@ def _convert(gguf: Path, final: Path, progress: Progress) -> None:
                              hint="free some disk space or set SPECCHAT_CACHE_DIR to a writable directory") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale_conversions(final: Path) -> None:
+    """Deletes the temporary directories (``<final>.tmp-<pid>``) of conversions whose
+    process is gone — a conversion killed mid-save leaves ~540 MB behind otherwise."""
+    for tmp in final.parent.glob(f"{final.name}.tmp-*"):
+        pid = tmp.name.rpartition("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # someone else's process, or no way to tell: keep its files
+        return True
+    return True
+
+
+def check_cache(final: Path) -> None:
+    """Cheap integrity check of the converted cache (a few KB read): every safetensors
+    file as long as its header says, and a config that parses. A damaged cache is
+    blamed on itself, with the fix — never on the profile's source."""
+    import json
+    import struct
+
+    try:
+        json.loads((final / "config.json").read_text(encoding="utf-8"))
+        weights = sorted(final.glob("*.safetensors"))
+        if not weights:
+            raise ValueError("no weights file")
+        for path in weights:
+            with open(path, "rb") as f:
+                (size,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(size))
+            end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+            if path.stat().st_size != 8 + size + end:
+                raise ValueError(f"{path.name} is {path.stat().st_size:,} bytes, its header says {8 + size + end:,}")
+    except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error) as error:
+        raise ModelLoadError(f"the cached embedded model is damaged ({error})", file=str(final), key="target.source",
+                             hint=f"delete {final} and start again: it is rebuilt from the installed wheel") from None

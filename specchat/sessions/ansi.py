@@ -1,7 +1,9 @@
 """A recording's events as terminal text with ANSI colours by provenance.
 
-Shared by the .cast export and ``specchat replay --headless``. Raw-terminal output:
-newlines are CR LF. Torch-free.
+Shared by the .cast export, ``specchat replay --headless`` and the headless demo.
+Raw-terminal output: newlines are CR LF. Every piece of recorded text goes through
+:func:`specchat.sanitize.clean` first, so the only escape sequences in the output are
+the colours added here. Torch-free.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import math
 import re
 from typing import Any
 
+from specchat import sanitize
 from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, StepEvent, TurnFinished, UserMessage
 from specchat.sessions.reader import Recording
 
@@ -22,23 +25,22 @@ USER_SGR = "\x1b[1;35m"
 DIM_SGR = "\x1b[2m"
 ERROR_SGR = "\x1b[1;31m"
 
-# Model output can contain anything; never replay an escape sequence from it.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x9b]")
-
 
 def clean(text: str) -> str:
-    return _CONTROL.sub("", text.replace("\r\n", "\n")).replace("\n", "\r\n")
+    """Recorded or generated text, inert (see :mod:`specchat.sanitize`), with raw-terminal newlines."""
+    return sanitize.clean(text).replace("\n", "\r\n")
 
 
-def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:{spec}}{suffix}"
+def _fmt(value: Any, spec: str, suffix: str = "") -> str:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return f"{value:{spec}}{suffix}" if number and math.isfinite(value) else "–"
 
 
 def _turn_summary(ev: TurnFinished) -> str:
     turn = ev.metrics.get("turn") if isinstance(ev.metrics, dict) else None
-    parts = [f"turn {ev.turn}: {ev.finish_reason}"]
+    parts = [f"turn {ev.turn}: {sanitize.clean_line(ev.finish_reason)}"]
     if isinstance(turn, dict):
-        parts.append(f"{turn.get('num_tokens', 0)} tokens")
+        parts.append(f"{_fmt(turn.get('num_tokens', 0), 'd')} tokens")
         parts.append(_fmt(turn.get("tokens_per_s"), ".1f", " tok/s"))
         if turn.get("num_drafts"):
             parts.append("mean acceptance length " + _fmt(turn.get("mean_acceptance_length"), ".2f"))
@@ -59,7 +61,7 @@ def render(event: Any) -> str:
     if isinstance(event, TurnFinished):
         return f"\r\n{DIM_SGR}[{_turn_summary(event)}]{RESET}\r\n\r\n"
     if isinstance(event, ProfileSwitched):
-        return f"{DIM_SGR}── profile: {clean(event.name)} ──{RESET}\r\n\r\n"
+        return f"{DIM_SGR}── profile: {sanitize.clean_line(event.name)} ──{RESET}\r\n\r\n"
     if isinstance(event, ChatReset):
         return f"{DIM_SGR}── new chat ──{RESET}\r\n\r\n"
     if isinstance(event, ErrorEvent):
@@ -74,12 +76,8 @@ def banner(recording: Recording) -> str:
     legend = " ".join(
         f"{sgr}{kind}{RESET}" if sgr else kind for kind, sgr in PROVENANCE_SGR.items()
     )
-    return (
-        f"\x1b[1mspecchat\x1b[0m {header.specchat_version} · profile {recording.profile_name}"
-        f" · {name or '?'}\r\n{DIM_SGR}tokens:{RESET} {legend}\r\n\r\n"
-    )
-
-
+    about = sanitize.clean_line(header.specchat_version, "· profile", recording.profile_name, "·", name or "?")
+    return f"\x1b[1mspecchat\x1b[0m {about}\r\n{DIM_SGR}tokens:{RESET} {legend}\r\n\r\n"
 
 
 _SGR = re.compile(r"\x1b\[[0-9;]*m")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from specchat.config.schema import value_problem
 from specchat.errors import SpecchatError
 from specchat.events import ChatReset
 
@@ -57,9 +58,13 @@ def _directive(name: str, arg: str, file: str, line: int) -> DemoStep:
         return DemoStep("gamma", int(arg), line)
     if name == "temperature":
         try:
-            return DemoStep("temperature", float(arg), line)
+            value = float(arg)
         except ValueError:
             raise bad("a number, e.g. /temperature 0.7") from None
+        problem = value_problem("sampling.temperature", value)
+        if problem:
+            raise bad(f"a temperature that {problem}")
+        return DemoStep("temperature", value, line)
     if name == "thinking":
         if arg not in ("on", "off"):
             raise bad("on or off")
@@ -124,10 +129,14 @@ def run_script(
     backend: Any,
     steps: list[DemoStep],
     sleep: Callable[[float], Any] = time.sleep,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> Iterator[Any]:
     """Runs the steps against a ChatBackend, yielding every event it produces (the
-    caller renders and records them). ``sleep`` lets the TUI wait without blocking."""
+    caller renders and records them). ``sleep`` lets the TUI wait without blocking;
+    once ``stopped()`` is true no further step starts."""
     for step in steps:
+        if stopped():
+            return
         if step.action == "prompt":
             yield from backend.send(step.value)
         elif step.action == "pause":
@@ -155,7 +164,7 @@ class ScriptedBackend:
         self._cancelled = threading.Event()
 
     def events(self) -> Iterator[Any]:
-        for event in run_script(self.inner, self.steps, sleep=self._cancelled.wait):
+        for event in run_script(self.inner, self.steps, sleep=self._cancelled.wait, stopped=self._cancelled.is_set):
             yield event
             if self._cancelled.is_set() and not _in_turn(event):
                 return

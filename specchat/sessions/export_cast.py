@@ -8,12 +8,13 @@ so newlines are written as CR LF. Torch-free.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Iterator
 
+from specchat import sanitize
 from specchat.sessions.ansi import banner, render
+from specchat.sessions.private_files import write_export
 from specchat.sessions.reader import Recording, read_recording
 from specchat.sessions.replay import IDLE_LIMIT_S, timed_events
 
@@ -26,20 +27,26 @@ def cast_lines(recording: Recording, width: int = WIDTH, height: int = HEIGHT) -
         "version": 2,
         "width": width,
         "height": height,
-        "timestamp": int(recording.header_ts or 0),
-        "title": f"specchat · {recording.profile_name} · {recording.header.created}",
+        "timestamp": int(recording.header_ts or 0),  # the reader checked it is finite
+        "title": sanitize.clean_line("specchat ·", recording.profile_name, "·", recording.header.created),
         "env": {"TERM": "xterm-256color", "SHELL": "/bin/sh"},
     }
-    yield json.dumps(header, ensure_ascii=False)
-    yield json.dumps([0.0, "o", banner(recording)], ensure_ascii=False)
+    # Frames hold sanitised text (render() cleans it) and our colours; inert_json also
+    # keeps the file itself safe to `cat`.
+    yield sanitize.inert_json(header)
+    yield sanitize.inert_json([0.0, "o", banner(recording)])
     for at, event in timed_events(recording, IDLE_LIMIT_S):
         data = render(event)
         if data:
-            yield json.dumps([round(at, 6), "o", data], ensure_ascii=False)
+            yield sanitize.inert_json([round(at, 6), "o", data])
 
 
-def export_cast(source: Recording | str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
+def cast_text(recording: Recording) -> str:
+    return "\n".join(cast_lines(recording)) + "\n"
+
+
+def export_cast(source: Recording | str | os.PathLike[str], out: str | os.PathLike[str], *,
+                force: bool = False) -> Path:
+    """Writes the .cast to ``out`` (0600; see :func:`~specchat.sessions.private_files.write_export`)."""
     recording = source if isinstance(source, Recording) else read_recording(source)
-    out = Path(out)
-    out.write_text("\n".join(cast_lines(recording)) + "\n", encoding="utf-8")
-    return out
+    return write_export(out, cast_text(recording), source=recording.path, force=force)

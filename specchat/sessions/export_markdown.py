@@ -3,15 +3,23 @@
 The metrics are recomputed from the recorded per-step stats (see
 :func:`specchat.sessions.replay.rebuild_metrics`), so they exist for a crashed session
 too. Torch-free.
+
+Everything taken from the recording is untrusted: it is sanitised
+(:mod:`specchat.sanitize`) and then kept from being read as Markdown or HTML —
+short fields escaped or in code spans, the user's messages escaped inside quotes, and
+each reply verbatim in a fenced block longer than any backtick run in it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+from specchat import sanitize
 from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, TurnFinished, UserMessage
+from specchat.sessions.private_files import write_export
 from specchat.sessions.reader import Recording, read_recording
 from specchat.sessions.replay import rebuild_metrics
 from specchat.telemetry import MetricsSnapshot
@@ -48,41 +56,76 @@ def metrics_rows(m: MetricsSnapshot) -> list[tuple[str, str]]:
     ]
 
 
+# Characters Markdown (or the HTML it allows) gives a meaning anywhere in a line.
+_INLINE = re.compile(r"([\\`*_\[\]<>&|~])")
+# What makes a line start a heading, quote, list, rule or setext underline.
+_LINE_START = re.compile(r"^(\s*\d*)([#>+=-]|(?<=\d)[.)])")
+
+
+def _text(value: Any) -> str:
+    """An untrusted field as literal inline text."""
+    return _INLINE.sub(r"\\\1", sanitize.clean_line(value))
+
+
+def _code(value: Any) -> str:
+    """An untrusted field as a code span (nothing inside one is interpreted)."""
+    text = sanitize.clean_line(value)
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _quote(text: str) -> str:
-    return "\n".join("> " + line if line else ">" for line in text.splitlines() or [""])
+    """The user's message, escaped line by line inside a block quote."""
+    lines = []
+    for line in sanitize.clean(text).splitlines() or [""]:
+        line = _LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), _INLINE.sub(r"\\\1", line))
+        lines.append("> " + line if line else ">")
+    return "\n".join(lines)
+
+
+def _fenced(text: str) -> str:
+    """A reply, verbatim: a fenced block closes only on a longer backtick run than any inside."""
+    text = sanitize.clean(text)
+    fence = "`" * max(3, max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def _source(model: Any) -> Any:
+    return model.get("source", model) if isinstance(model, dict) else model
 
 
 def to_markdown(recording: Recording) -> str:
     header = recording.header
     target = header.models.get("target") or header.profile.get("target") or {}
-    draft = header.models.get("draft") or (header.profile.get("speculation") or {}).get("draft") or {}
-    spec = header.profile.get("speculation") or {}
+    spec = header.profile.get("speculation") if isinstance(header.profile.get("speculation"), dict) else {}
+    draft = header.models.get("draft") or spec.get("draft") or {}
     lines = [
-        f"# specchat session · {header.created or recording.path.name}",
+        f"# specchat session · {_text(header.created or recording.path.name)}",
         "",
-        f"- profile: `{recording.profile_name}`",
-        f"- target: `{target.get('source', target) if isinstance(target, dict) else target}`",
+        f"- profile: {_code(recording.profile_name)}",
+        f"- target: {_code(_source(target))}",
     ]
-    if isinstance(spec, dict) and spec.get("method"):
-        lines.append(f"- speculation: {spec.get('method')}, γ = {spec.get('num_speculative_tokens', '?')}")
+    if spec.get("method"):
+        lines.append(f"- speculation: {_text(spec.get('method'))}, γ = {_text(spec.get('num_speculative_tokens', '?'))}")
     if draft:
-        lines.append(f"- draft: `{draft.get('source', draft) if isinstance(draft, dict) else draft}`")
-    lines += [f"- specchat {header.specchat_version}", "", "## Transcript", ""]
+        lines.append(f"- draft: {_code(_source(draft))}")
+    lines += [f"- specchat {_text(header.specchat_version)}", "", "## Transcript", ""]
     for timed in recording.events:
         ev = timed.event
         if isinstance(ev, UserMessage):
             lines += [f"**You** (turn {ev.turn}):", "", _quote(ev.text), ""]
         elif isinstance(ev, TurnFinished):
-            note = "" if ev.finish_reason in ("eos", "stop") else f" _({ev.finish_reason})_"
-            lines += [f"**Assistant**{note}:", "", ev.text, ""]
+            note = "" if ev.finish_reason in ("eos", "stop") else f" _({_text(ev.finish_reason)})_"
+            lines += [f"**Assistant**{note}:", "", _fenced(ev.text), ""]
         elif isinstance(ev, ProfileSwitched):
-            lines += [f"_— switched to profile `{ev.name}` —_", ""]
+            lines += [f"_— switched to profile {_code(ev.name)} —_", ""]
         elif isinstance(ev, ChatReset):
             lines += ["_— new chat —_", ""]
         elif isinstance(ev, ErrorEvent):
-            lines += [f"**Error:** {ev.message}", ""]
+            lines += [f"**Error:** {_text(ev.message)}", ""]
     if recording.damage is not None:
-        lines += [f"> **Recording damaged:** {recording.damage}", ""]
+        lines += [f"> **Recording damaged:** {_text(recording.damage)}", ""]
     m = rebuild_metrics(recording)
     lines += ["## Speculation metrics", "", "| metric | value |", "|---|---|"]
     lines += [f"| {label} | {value} |" for label, value in metrics_rows(m)]
@@ -92,8 +135,8 @@ def to_markdown(recording: Recording) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def export_markdown(source: Recording | str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
+def export_markdown(source: Recording | str | os.PathLike[str], out: str | os.PathLike[str], *,
+                    force: bool = False) -> Path:
+    """Writes the Markdown to ``out`` (0600; see :func:`~specchat.sessions.private_files.write_export`)."""
     recording = source if isinstance(source, Recording) else read_recording(source)
-    out = Path(out)
-    out.write_text(to_markdown(recording), encoding="utf-8")
-    return out
+    return write_export(out, to_markdown(recording), source=recording.path, force=force)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.events import StepEvent, UserMessage
+from specchat.sanitize import clean_line
 from specchat.sessions.fileformat import SUFFIX, sessions_dir
 from specchat.sessions.reader import RecordingError, read_recording
 from specchat.sessions.replay import rebuild_metrics
@@ -38,14 +39,23 @@ class SessionSummary:
 
 
 def summarize(path: str | os.PathLike[str]) -> SessionSummary:
+    """One row; never raises — whatever is wrong with the file becomes its ``problem``."""
     path = Path(path)
     try:
-        recording = read_recording(path)
+        return _summarize(path)
     except (RecordingError, OSError) as exc:
-        mtime = _dt.datetime.fromtimestamp(path.stat().st_mtime) if path.exists() else None
-        return SessionSummary(
-            path, mtime.isoformat(sep=" ", timespec="minutes") if mtime else "?", "?", "", 0, 0, None, str(exc)
-        )
+        problem = str(exc)
+    except Exception as exc:  # noqa: BLE001 - one bad file must never hide the others
+        problem = f"{path}: unreadable ({type(exc).__name__}: {exc})"
+    try:
+        mtime = _dt.datetime.fromtimestamp(path.stat().st_mtime).isoformat(sep=" ", timespec="minutes")
+    except OSError:
+        mtime = "?"
+    return SessionSummary(path, mtime, "?", "", 0, 0, None, problem)
+
+
+def _summarize(path: Path) -> SessionSummary:
+    recording = read_recording(path)
     first = next((t.event.text for t in recording.events if isinstance(t.event, UserMessage)), "")
     turns = sum(1 for t in recording.events if isinstance(t.event, UserMessage))
     tokens = sum(len(t.event.step.tokens) for t in recording.events if isinstance(t.event, StepEvent))
@@ -54,12 +64,12 @@ def summarize(path: str | os.PathLike[str]) -> SessionSummary:
     try:
         date = _dt.datetime.fromisoformat(created).strftime("%Y-%m-%d %H:%M")
     except ValueError:
-        date = created or "?"
+        date = clean_line(created)[:20] or "?"
     return SessionSummary(
         path=path,
         date=date,
         profile=recording.profile_name,
-        first_prompt=" ".join(first.split()),
+        first_prompt=clean_line(first),
         turns=turns,
         tokens=tokens,
         mean_acceptance_length=metrics.mean_acceptance_length if metrics.num_drafts else None,
@@ -72,5 +82,12 @@ def list_sessions(directory: str | os.PathLike[str] | None = None) -> list[Sessi
     directory = Path(directory) if directory is not None else sessions_dir()
     if not directory.is_dir():
         return []
-    files = sorted(directory.glob(f"*{SUFFIX}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    files = sorted(directory.glob(f"*{SUFFIX}"), key=_mtime, reverse=True)
     return [summarize(p) for p in files]
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile, or a dangling link: listed last, with its problem
+        return 0.0

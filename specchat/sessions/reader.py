@@ -16,8 +16,10 @@ from typing import Any, Iterator
 
 from specchat.events import ErrorEvent, SessionHeader, TurnFinished, TurnStarted, UserMessage, from_json
 from specchat.sessions.fileformat import FORMAT_VERSION, RESERVED_KEYS
+from specchat.sessions.validate import FieldError, check_record, check_timestamp
 
 from specchat.errors import SpecchatError
+from specchat.sanitize import clean, clean_line
 
 
 class RecordingError(SpecchatError):
@@ -33,7 +35,7 @@ class Damage:
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.path}, line {self.line}: {self.reason}"
+        return f"{clean_line(self.path)}, line {self.line}: {clean_line(self.reason)}"
 
 
 @dataclass(frozen=True)
@@ -59,19 +61,41 @@ class Recording:
         return str(self.header.profile.get("name", "?"))
 
 
-def _parse_line(raw: str) -> tuple[Any, float | None, int | None]:
-    """(event, ts, format) or raises ValueError with a short reason."""
+def _json_object(raw: str) -> dict[str, Any]:
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
-    ts = data.pop("ts", None)
-    fmt = data.pop("format", None)
+    return data
+
+
+def _check_header_line(data: dict[str, Any], number: int, path: Path) -> None:
+    """The first line: its ``format`` is read before anything else (a newer specchat may
+    have changed every other field, and must be named as the reason), then its type."""
+    fmt = data.get("format")
+    if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT_VERSION:
+        raise RecordingError(
+            f"written by a newer specchat (recording format {fmt}; this one reads format {FORMAT_VERSION})",
+            file=str(path), hint="upgrade specchat to replay it",
+        )
+    if fmt is not None and fmt != FORMAT_VERSION:
+        raise FieldError(f"field 'format' must be {FORMAT_VERSION}, not {clean(str(fmt))[:40]!r}")
+    if data.get("type") != "SessionHeader":
+        kind = data.get("type")
+        kind = f"a {kind}" if isinstance(kind, str) and kind.isidentifier() else repr(clean(str(kind))[:40])
+        raise RecordingError(f"not a specchat recording: line {number} is {kind}, expected a SessionHeader",
+                             file=str(path))
+
+
+def _parse_event(data: dict[str, Any], previous_ts: float | None) -> tuple[Any, float | None]:
+    """(event, ts) or raises ValueError with a short reason naming the bad field."""
+    ts = check_timestamp(data.pop("ts", None), previous_ts)
     for key in RESERVED_KEYS:
         data.pop(key, None)
-    return from_json(data), ts if isinstance(ts, (int, float)) else None, fmt
+    check_record(data)
+    return from_json(data), ts
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
@@ -90,31 +114,27 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
         raise RecordingError("no such recording", file=str(path), hint="`specchat replay --list` lists recorded sessions")
     recording: Recording | None = None
     last_line = 0
+    previous_ts: float | None = None
     for number, text, complete in _lines(path):
         last_line = number
         if not text.strip():
             continue  # a blank line harms nothing
         try:
-            event, ts, fmt = _parse_line(text)
+            data = _json_object(text)
+            if recording is None:
+                _check_header_line(data, number, path)
+            event, ts = _parse_event(data, previous_ts)
         except ValueError as exc:
             reason = str(exc)
             if not complete:
                 reason = f"the last line is cut short (the session was interrupted while writing it): {reason}"
             if recording is None:
-                raise RecordingError(f"not a specchat recording: line {number} is {reason}", file=str(path)) from None
+                what = "is" if not isinstance(exc, FieldError) else "is the session header, but its"
+                raise RecordingError(f"not a specchat recording: line {number} {what} {reason}", file=str(path)) from None
             recording.damage = Damage(str(path), number, reason)
             return recording
+        previous_ts = ts if ts is not None else previous_ts
         if recording is None:
-            if not isinstance(event, SessionHeader):
-                raise RecordingError(
-                    f"not a specchat recording: line 1 is a {type(event).__name__}, expected a SessionHeader", file=str(path)
-                )
-            if isinstance(fmt, int) and fmt > FORMAT_VERSION:
-                raise RecordingError(
-                    f"recording format {fmt} is newer than this specchat reads ({FORMAT_VERSION})",
-                    file=str(path),
-                    hint="upgrade specchat",
-                )
             recording = Recording(path=path, header=event, header_ts=ts)
             continue
         if isinstance(event, SessionHeader):

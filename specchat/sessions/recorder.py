@@ -5,8 +5,8 @@ write+flush ≈ 2 µs per event, write+flush+fsync ≈ 80 µs; laptop SSDs and m
 (F_FULLFSYNC) are commonly 1–10 ms per fsync, which at 50+ steps/s would cost up to
 half the decode time. So:
 
-* every event is written as one line and **flushed** — the bytes are then in the
-  kernel's page cache, which survives the process being SIGKILLed or crashing; at most
+* every event is written as one line by one ``write`` call (no user-space buffer) —
+  the bytes are then in the kernel's page cache, which survives the process being SIGKILLed or crashing; at most
   the event being written is lost;
 * **fsync** happens only at turn ends, resets, profile switches and close — what an OS
   crash or power cut can lose is bounded by the turn in flight, at no cost per token.
@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
+import itertools
 import os
 import re
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Iterator
 
 from specchat import __version__
+from specchat.errors import SpecchatError
 from specchat.events import ChatReset, ProfileSwitched, SessionHeader, TurnFinished, to_json
+from specchat.sanitize import inert_json
 from specchat.sessions.fileformat import FORMAT_VERSION, SUFFIX, sessions_dir
+from specchat.sessions.private_files import create_private, private_dir, write_all
 
 # LoadedModels.info keys that describe the software rather than the models.
 ENVIRONMENT_KEYS = ("torch", "transformers", "python", "platform", "cuda", "bitsandbytes")
@@ -80,36 +83,50 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:40] or "session"
 
 
-def new_recording_path(profile_name: str, directory: Path | None = None) -> Path:
-    """``<dir>/YYYY-MM-DDTHH-MM-SS_<profile>.jsonl``, never an existing file."""
-    directory = Path(directory) if directory is not None else sessions_dir()
-    stamp = _dt.datetime.now().strftime("%Y-%m-%dT%H-%M-%S")
-    base = f"{stamp}_{_slug(profile_name)}"
-    path = directory / f"{base}{SUFFIX}"
-    n = 1
-    while path.exists():
-        n += 1
-        path = directory / f"{base}-{n}{SUFFIX}"
-    return path
+def _candidates(profile_name: str, directory: Path) -> Iterator[Path]:
+    """``<dir>/YYYY-MM-DDTHH-MM-SS_<profile>.jsonl``, then ``…-2.jsonl``, ``…-3.jsonl``…"""
+    base = f"{_dt.datetime.now().strftime('%Y-%m-%dT%H-%M-%S')}_{_slug(profile_name)}"
+    yield directory / f"{base}{SUFFIX}"
+    for n in itertools.count(2):
+        yield directory / f"{base}-{n}{SUFFIX}"
+
+
+class RecordingBusy(SpecchatError):
+    """Another specchat is writing the recording this one wanted to carry on."""
 
 
 class Recorder:
-    """Appends events to one recording.
+    """Appends events to one recording, one flushed line each.
 
-    ``Recorder(path)`` records to ``path``; ``Recorder(None)`` is a disabled recorder
-    whose methods do nothing (so callers need no ``if recording:`` branches).
-    The file is created, with its parent directories, when the first event after
-    :meth:`start` is recorded, so a session in which nothing happened leaves no file
-    behind (no empty entries in the history). Thread-safe:
-    the UI's engine worker and its main thread may both record.
+    * ``Recorder(path)`` creates ``path``; ``Recorder.for_profile(profile)`` creates a
+      new file named after the time and the profile in the sessions dir;
+      ``Recorder.append_to(path)`` carries on an existing recording (resume);
+      ``Recorder(None)`` is a disabled recorder whose methods do nothing (so callers
+      need no ``if recording:`` branches).
+    * The file is created by :meth:`start`, exclusively (``O_EXCL``, 0600, in a 0700
+      dir) and locked while open, with the header as its first line: no two processes
+      ever write one file. If the chat ends with nothing but the header, :meth:`close`
+      removes it (no empty entries in the history).
+    * A write that fails (read-only dir, disk full…) never reaches the chat: the
+      recorder drops a partial line, keeps every complete event already written, stops
+      recording and keeps the reason in ``failure`` (:meth:`take_failure` hands it out
+      once, for one visible warning).
+
+    Thread-safe: the UI's engine worker and its main thread may both record.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None, *, _new_in: tuple[Path, str] | None = None,
+                 _append_after: float | None = None) -> None:
         self.path = Path(path) if path is not None else None
-        self._file: IO[str] | None = None
-        self._header: SessionHeader | None = None  # written with the first event
+        self._new_in = _new_in  # (directory, profile name): the file is named at start()
+        self._append = _append_after is not None
+        self._last_ts = _append_after or 0.0  # timestamps never go back, even across a resume
+        self._fd: int | None = None
+        self._size = 0  # bytes of complete lines in the file
         self._lock = threading.Lock()
         self.events_written = 0
+        self.failure: str | None = None
+        self._failure_taken = False
 
     @classmethod
     def for_profile(cls, profile: Any, *, enabled: bool = True, directory: Path | None = None) -> Recorder:
@@ -117,67 +134,139 @@ class Recorder:
         False (``--no-record``) or the profile says ``record = false``."""
         if not enabled or not getattr(profile, "record", True):
             return cls(None)
-        return cls(new_recording_path(getattr(profile, "name", "session"), directory))
+        directory = Path(directory) if directory is not None else sessions_dir()
+        return cls(None, _new_in=(directory, str(getattr(profile, "name", "session"))))
+
+    @classmethod
+    def append_to(cls, path: str | os.PathLike[str], *, after: float | None = None) -> Recorder:
+        """Carries on the recording at ``path``; its lines are stamped no earlier than
+        ``after`` (the file's last timestamp). :meth:`start` raises RecordingBusy if
+        another process has it open."""
+        return cls(path, _append_after=after or 0.0)
 
     @property
     def enabled(self) -> bool:
-        return self.path is not None
+        return self.path is not None or self._new_in is not None
 
     def start(self, header: SessionHeader) -> None:
-        """Sets the header line, written (appending if the file exists) with the first event."""
-        if self.path is None:
+        """Creates (or, for :meth:`append_to`, opens) the file and writes the header."""
+        if not self.enabled:
             return
-        self._header = header
+        try:
+            self._fd = self._open_existing() if self._append else self._create()
+        except RecordingBusy:
+            raise
+        except OSError as exc:
+            where = self.path or self._new_in[0]  # type: ignore[index]
+            self.failure = f"not recording: cannot create a recording in {where} ({exc.strerror or exc})"
+            return
+        self._write(header, {"format": FORMAT_VERSION})
 
-    def _open(self) -> None:
-        if self._file is not None:
-            return
-        if self._header is None:
-            raise RuntimeError("Recorder.record() called before start(header)")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            self._file = open(self.path, "a", encoding="utf-8", newline="\n")
-        self._write(self._header, {"format": FORMAT_VERSION})
+    def _create(self) -> int:
+        if self.path is not None:  # a path of the caller's choosing: its folder is theirs
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return _locked(create_private(self.path), self.path)
+        directory, name = self._new_in  # type: ignore[misc]
+        private_dir(directory)
+        for path in _candidates(name, directory):
+            try:
+                fd = create_private(path)
+            except FileExistsError:  # another chat started this second: the next name
+                continue
+            self.path = path
+            return _locked(fd, path)
+        raise AssertionError("unreachable")
+
+    def _open_existing(self) -> int:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))  # type: ignore[arg-type]
+        self._size = os.fstat(fd).st_size
+        return _locked(fd, self.path)  # type: ignore[arg-type]
 
     def record(self, event: Any) -> None:
         """Appends one event (any :mod:`specchat.events` dataclass) and flushes it."""
-        if self.path is None:
-            return
-        self._open()
         self._write(event, {})
 
     def _write(self, event: Any, extra: dict[str, Any]) -> None:
         data = to_json(event)
         data.update(extra)
-        data["ts"] = round(time.time(), 6)
-        # One write of one complete line: a kill mid-write leaves at most a partial last line.
-        line = json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
         with self._lock:
-            if self._file is None:
+            if self._fd is None:  # disabled, failed or closed
                 return
-            self._file.write(line)
-            self._file.flush()
-            if isinstance(event, _SYNC_AFTER):
-                os.fsync(self._file.fileno())
+            self._last_ts = max(time.time(), self._last_ts)
+            data["ts"] = round(self._last_ts, 6)
+            # One write of one complete line: a kill mid-write leaves at most a partial
+            # last line. inert_json: `cat` and `grep` on a recording stay safe too.
+            line = (inert_json(data, separators=(",", ":")) + "\n").encode("utf-8")
+            try:
+                self._write_bytes(line)
+                if isinstance(event, _SYNC_AFTER):
+                    os.fsync(self._fd)
+            except OSError as exc:
+                self._stop(exc)
+                return
+            self._size += len(line)
             self.events_written += 1
+
+    def _write_bytes(self, data: bytes) -> None:
+        write_all(self._fd, data)  # type: ignore[arg-type]
+
+    def _stop(self, exc: OSError) -> None:
+        """After a failed write: drop its partial line, keep the rest, stop recording."""
+        fd, self._fd = self._fd, None
+        self.failure = (f"recording stopped: cannot write {self.path} ({exc.strerror or exc}); "
+                        f"the chat goes on unrecorded, {self.events_written} events kept")
+        for step in (lambda: os.ftruncate(fd, self._size), lambda: os.close(fd)):
+            try:
+                step()
+            except OSError:
+                pass
+
+    def take_failure(self) -> str | None:
+        """Why recording stopped — once (for one warning), then None."""
+        with self._lock:
+            if self.failure is None or self._failure_taken:
+                return None
+            self._failure_taken = True
+            return self.failure
 
     def switch_profile(self, header: SessionHeader) -> None:
         """The chat goes on with another profile: a ProfileSwitched event, then the new
         models' header, in the same file (readers keep later headers aside)."""
         self.record(ProfileSwitched(str(header.profile.get("name", "?"))))
-        if self.path is not None:
-            self._write(header, {})
+        self._write(header, {})
 
     def close(self) -> None:
+        """Syncs and closes the file; a new file that got nothing but its header is removed."""
         with self._lock:
-            if self._file is not None:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                self._file.close()
-                self._file = None
+            fd, self._fd = self._fd, None
+            if fd is None:
+                return
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+            os.close(fd)
+            if not self._append and self.events_written <= 1 and self.path is not None:
+                self.path.unlink(missing_ok=True)
+                self.path = None
 
     def __enter__(self) -> Recorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _locked(fd: int, path: Path) -> int:
+    """``fd`` holding an exclusive lock on its file (where the OS has flock)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: O_EXCL alone keeps new files apart
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise RecordingBusy("another specchat is writing this recording", file=str(path),
+                            hint="carry it on when that chat has ended") from None
+    return fd

@@ -8,6 +8,10 @@ with ``takes_over=(previous, header)``. It does not touch the file until it is f
 used, so the previous backend can finish the reply it is streaming without a
 ProfileSwitched landing in the middle of it; then it writes the switch and the new
 models' header, and carries the conversation's history over.
+
+When recording fails (a read-only dir, a full disk), the chat goes on: the recorder
+stops and keeps what it wrote, and ``send`` yields one :class:`~specchat.events.Notice`
+saying so, which the UI shows and ``specchat run`` prints on stderr.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Iterator
 
-from specchat.events import ChatReset, SessionHeader
+from specchat.events import ChatReset, Notice, SessionHeader
 
 
 class RecordingBackend:
@@ -48,9 +52,16 @@ class RecordingBackend:
 
     def send(self, text: str) -> Iterator[Any]:
         self._activate()
+        yield from self._notice()
         for event in self.inner.send(text):
             self.recorder.record(event)
             yield event
+            yield from self._notice()
+
+    def _notice(self) -> Iterator[Notice]:
+        failure = self.recorder.take_failure()
+        if failure:
+            yield Notice(failure)
 
     def cancel(self) -> None:
         self.inner.cancel()

@@ -11,6 +11,7 @@ import math
 import os
 from typing import Any, Iterator
 
+from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, StepEvent, TurnStarted, UserMessage
 from specchat.sessions.reader import Damage, Recording, RecordingError, read_recording
 from specchat.telemetry import MetricsSnapshot, Telemetry
@@ -23,6 +24,7 @@ __all__ = [
     "parse_speed",
     "read_recording",
     "rebuild_metrics",
+    "recorded_settings",
     "replay_events",
     "timed_events",
 ]
@@ -32,6 +34,9 @@ SPEEDS = ("1", "2", "max")
 # seconds, as asciinema's idle_time_limit does; model timings are never clamped, so a
 # replay shows the real decode speed.
 IDLE_LIMIT_S = 1.5
+# No gap is replayed longer than this (a real step never takes a minute; a crafted
+# recording must not make a replay sleep for years).
+MAX_GAP_S = 60.0
 _USER_ACTIONS = (UserMessage, ProfileSwitched, ChatReset)
 
 
@@ -65,7 +70,7 @@ def timed_events(recording: Recording, idle_limit: float = IDLE_LIMIT_S) -> Iter
     previous = recording.header_ts
     for timed in recording.events:
         if timed.ts is not None and previous is not None:
-            gap = max(0.0, timed.ts - previous)
+            gap = min(max(0.0, timed.ts - previous), MAX_GAP_S)
             if isinstance(timed.event, _USER_ACTIONS):
                 gap = min(gap, idle_limit)
             clock += gap
@@ -89,14 +94,36 @@ def replay_events(
         yield delay, event
 
 
+def recorded_settings(profile: dict[str, Any]) -> dict[str, Any]:
+    """The recorded profile's speculation settings, each checked (a header is untrusted
+    like every line): ``method``, ``num_speculative_tokens`` (int or "auto"; 0 when the
+    method is none), ``max_gamma`` (1..16, default 8) and ``temperature`` (None if
+    absent or not a finite number ≥ 0)."""
+    spec = profile.get("speculation") if isinstance(profile.get("speculation"), dict) else {}
+    sampling = profile.get("sampling") if isinstance(profile.get("sampling"), dict) else {}
+    method = spec.get("method") if spec.get("method") in ("draft_model", "ngram", "none") else "none"
+    top = spec.get("max_speculative_tokens")
+    max_gamma = top if _whole(top) and 1 <= top <= MAX_SPECULATIVE_TOKENS else 8
+    gamma = spec.get("num_speculative_tokens", 0)
+    if method == "none" or not (gamma == "auto" or _whole(gamma) and 1 <= gamma <= MAX_SPECULATIVE_TOKENS):
+        gamma = 0
+    temperature = sampling.get("temperature")
+    finite = _whole(temperature) or isinstance(temperature, float) and math.isfinite(temperature)
+    return {"method": method, "num_speculative_tokens": gamma, "max_gamma": max(max_gamma, gamma if gamma != "auto" else 0),
+            "temperature": float(temperature) if finite and temperature >= 0 else None}
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def rebuild_metrics(recording: Recording, max_gamma: int | None = None) -> MetricsSnapshot:
     """The session's speculation figures, recomputed from the recorded StepStats exactly
     as the live engine computes them (one Telemetry fed every step; a new turn starts the
     time-to-first-token clock). ``max_gamma`` defaults to the profile's
     ``max_speculative_tokens`` (8 if absent)."""
     if max_gamma is None:
-        spec = recording.header.profile.get("speculation") or {}
-        max_gamma = int(spec.get("max_speculative_tokens") or 8) if isinstance(spec, dict) else 8
+        max_gamma = recorded_settings(recording.header.profile)["max_gamma"]
     telemetry = Telemetry(max_gamma=max_gamma)
     for timed in recording.events:
         ev = timed.event

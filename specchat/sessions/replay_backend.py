@@ -11,7 +11,7 @@ import threading
 from typing import Any, Iterator
 
 from specchat.sessions.reader import Damage, Recording, read_recording
-from specchat.sessions.replay import IDLE_LIMIT_S, parse_speed, replay_events
+from specchat.sessions.replay import IDLE_LIMIT_S, parse_speed, recorded_settings, replay_events
 
 
 class ReplayBackend:
@@ -45,15 +45,12 @@ class ReplayBackend:
     def backend_info(self) -> dict[str, Any]:
         """The recorded profile's speculation settings as ``BackendInfo`` fields, so the
         panel is sized and labelled as it was live (method, γ, its ceiling, temperature)."""
-        profile = self.recording.header.profile
-        spec = profile.get("speculation") if isinstance(profile.get("speculation"), dict) else {}
-        sampling = profile.get("sampling") if isinstance(profile.get("sampling"), dict) else {}
-        method = str(spec.get("method") or "none")
-        fields: dict[str, Any] = {"method": method, "max_gamma": int(spec.get("max_speculative_tokens") or 8)}
-        if method != "none":
-            fields["num_speculative_tokens"] = spec.get("num_speculative_tokens", 0)
-        if isinstance(sampling.get("temperature"), (int, float)):
-            fields["temperature"] = float(sampling["temperature"])
+        settings = recorded_settings(self.recording.header.profile)
+        fields: dict[str, Any] = {"method": settings["method"], "max_gamma": settings["max_gamma"]}
+        if settings["method"] != "none":
+            fields["num_speculative_tokens"] = settings["num_speculative_tokens"]
+        if settings["temperature"] is not None:
+            fields["temperature"] = settings["temperature"]
         return fields
 
     def events(self) -> Iterator[Any]:

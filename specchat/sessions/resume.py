@@ -49,10 +49,3 @@ def resume_from(path: str | os.PathLike[str]) -> Resumed:
             pending = None
     return Resumed(history=history, pending=pending, damage=recording.damage, profile_name=recording.profile_name)
 
-
-def recorded_profile_ref(profile: dict) -> str | None:
-    """The profile file the session ran with if it still exists, else its name."""
-    source = profile.get("source_path")
-    if source and os.path.isfile(str(source)):
-        return str(source)
-    return profile.get("name") or None

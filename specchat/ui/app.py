@@ -19,10 +19,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from specchat.events import ErrorEvent, Loaded, LoadProgress, UserMessage
+from specchat.sanitize import clean_data, clean_line, decode_input
 from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader, replay_loader
 from specchat.ui.commands import profile_commands, system_commands
 from specchat.ui.controls import Controls
 from specchat.ui.pump import EventPump, EventsReady
+from specchat.ui.quitting import Quitting, run_to_exit
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.session_controls import SessionControls
 from specchat.ui.themes import SPEC_VARIABLE_DEFAULTS, load_themes, theme_dirs
@@ -32,11 +34,10 @@ DEFAULT_THEME = "specchat-dark"
 
 
 def one_line(exc: BaseException) -> str:
-    """A user-facing line for any exception: SpecchatError's own text, else type + message."""
+    """A user-facing, inert line for any exception: SpecchatError's own text, else type + message."""
     from specchat.errors import SpecchatError
 
-    text = str(exc) if isinstance(exc, SpecchatError) else f"{type(exc).__name__}: {exc}"
-    return " ".join(text.split())
+    return clean_line(str(exc) if isinstance(exc, SpecchatError) else f"{type(exc).__name__}: {exc}")
 
 
 # Markers the workers put between the chat events (never shown, never recorded).
@@ -54,7 +55,7 @@ class _TurnEnded:
     delivered: bool
 
 
-class SpecchatApp(Controls, SessionControls, App):
+class SpecchatApp(Controls, SessionControls, Quitting, App):
     CSS_PATH = "specchat.tcss"
     TITLE = "specchat"
     # Priority so the focused TextArea's own F6/F7 (select line/all) and Ctrl+Y do not
@@ -111,6 +112,7 @@ class SpecchatApp(Controls, SessionControls, App):
         self.turns_ended = 0  # turns (or replays) whose worker has finished
         self._reset_after_turn = False
         self._pending: LoadedBackend | None = None
+        self.init_quitting()
         # Deterministic mode (snapshots): no cursor blink, and wall-clock figures hidden
         # unless the caller's events carry fixed timings (hide_timing=False).
         hidden = deterministic if hide_timing is None else hide_timing
@@ -129,13 +131,16 @@ class SpecchatApp(Controls, SessionControls, App):
         for theme in loaded:
             self.register_theme(theme)
         for failure in failed:
-            self.theme_failures.append(str(failure))
-            self.notify(f"theme skipped — {failure}", severity="warning", timeout=8)
+            self.theme_failures.append(clean_line(failure))
+            self.notify(f"theme skipped — {clean_line(failure)}", severity="warning", timeout=8, markup=False)
         self.switch_theme(self.requested_theme or DEFAULT_THEME)
+        if not self.is_headless:  # a real terminal (tests drive headless apps, and own the signals)
+            self.quit_on_signals()
 
     def on_unmount(self) -> None:
-        if self.loaded is not None:
-            self.loaded.close()  # the recording is synced and closed on the way out
+        for loaded in (self.loaded, self._pending):
+            if loaded is not None:
+                loaded.close()  # the recording is synced and closed on the way out
 
     @on(ChatScreen.Ready)
     def _start(self) -> None:
@@ -158,9 +163,9 @@ class SpecchatApp(Controls, SessionControls, App):
         """Loads ``ref`` in the background (with ``loader`` instead of the app's own,
         e.g. a replay); the current chat stays usable until the new one is ready."""
         if self.loading is not None:
-            self.notify(f"already loading {self.loading}", severity="warning")
+            self.notify(f"already loading {self.loading}", severity="warning", markup=False)
             return
-        self.loading = label or ref or "default"
+        self.loading = clean_line(label or ref or "default")
         self.sub_title = f"loading {self.loading}…" if self.loaded is None else self.sub_title
         self.chat.status.set_text(f"loading {self.loading}…")
         self._load(ref, loader, adopt)
@@ -168,14 +173,21 @@ class SpecchatApp(Controls, SessionControls, App):
     def pick_profile(self) -> None:
         self.search_commands(profile_commands(self), "profile…")
 
-    @work(thread=True, exclusive=True, group="load")
     def _load(self, ref: str | None, loader: Loader | None = None, adopt: bool = False) -> None:
+        self._load_idle.clear()
+        self._load_worker(ref, loader, adopt)
+
+    @work(thread=True, exclusive=True, group="load")
+    def _load_worker(self, ref: str | None, loader: Loader | None, adopt: bool) -> None:
         try:
             loaded = (loader or self.loader)(ref, self.pump.put)
         except Exception as exc:  # every failure becomes one line in the app
-            self.pump.put(_LoadDone(ref, None, one_line(exc)))
+            self.pump.put_marker(_LoadDone(ref, None, one_line(exc)))
             return
-        self.pump.put(_LoadDone(ref, loaded, adopt=loader if adopt else None))
+        else:
+            self.pump.put_marker(_LoadDone(ref, loaded, adopt=loader if adopt else None))
+        finally:
+            self._load_idle.set()
 
     def _finish_load(self, done: _LoadDone) -> None:
         what, self.loading = self.loading or done.ref or "default", None
@@ -183,7 +195,8 @@ class SpecchatApp(Controls, SessionControls, App):
         if done.loaded is None:
             keeping = f" — still using {self.info.profile_name}" if self.info else ""
             self.chat.transcript.add_note(f"could not load {what}: {done.error}{keeping}", "error")
-            self.notify(done.error or "load failed", title="profile not loaded", severity="error", timeout=10)
+            self.notify(done.error or "load failed", title="profile not loaded", severity="error", timeout=10,
+                        markup=False)
             self._update_status()
             return
         if done.adopt is not None:
@@ -199,15 +212,20 @@ class SpecchatApp(Controls, SessionControls, App):
         self.loaded_at = time.perf_counter()
         if previous is not None:
             previous.close()
-        info = loaded.info
+        # Names and descriptions may come from a recording: inert before they are shown.
+        info = loaded.info = clean_data(loaded.info)
         self.sub_title = info.profile_name
         self.chat.reset_figures(info.max_gamma, info.method)
         self.chat.apply_events([Loaded(info.profile_name, info.description)])
+        if info.warning:
+            self.chat.transcript.add_note(info.warning, "warning")
+            self.notify(info.warning, severity="warning", timeout=10, markup=False)
         if loaded.pending and not self.chat.input.text:
             self.chat.input.text = loaded.pending  # the prompt that never got its reply
         self._update_status()
         if isinstance(loaded.backend, EventSource) and not hasattr(loaded.backend, "send"):
             self.generating = True
+            self._engine_idle.clear()
             self._play(loaded.backend)
 
     # --- turns --------------------------------------------------------------------
@@ -215,7 +233,7 @@ class SpecchatApp(Controls, SessionControls, App):
     def _submitted(self, message: ChatInput.Submitted) -> None:
         if self.loaded is None:
             what = f"{self.loading} is still loading" if self.loading else "no profile is loaded (Ctrl+P: Switch profile)"
-            self.notify(f"{what} — your message stays in the box", severity="warning")
+            self.notify(f"{what} — your message stays in the box", severity="warning", markup=False)
             return
         if not hasattr(self.loaded.backend, "send"):
             self.notify("this is a replay — nothing to send", severity="warning")
@@ -223,9 +241,10 @@ class SpecchatApp(Controls, SessionControls, App):
         if self.generating:
             self.notify("still answering — Esc cancels", severity="warning")
             return
-        text = self.chat.input.take()
+        text = decode_input(self.chat.input.take())  # a terminal's undecodable bytes: U+FFFD, once
         self.generating = True
         self._update_status()
+        self._engine_idle.clear()
         self._run_turn(self.loaded.backend, text)
 
     @work(thread=True, exclusive=True, group="engine")
@@ -238,7 +257,8 @@ class SpecchatApp(Controls, SessionControls, App):
         except Exception as exc:
             self.pump.put(ErrorEvent(f"generation failed: {one_line(exc)}"))
         finally:
-            self.pump.put(_TurnEnded(text, delivered))
+            self.pump.put_marker(_TurnEnded(text, delivered))
+            self._engine_idle.set()
 
     @work(thread=True, exclusive=True, group="engine")
     def _play(self, source: EventSource) -> None:
@@ -248,7 +268,8 @@ class SpecchatApp(Controls, SessionControls, App):
         except Exception as exc:
             self.pump.put(ErrorEvent(f"replay stopped: {one_line(exc)}"))
         finally:
-            self.pump.put(_TurnEnded("", True))
+            self.pump.put_marker(_TurnEnded("", True))
+            self._engine_idle.set()
 
     def _turn_ended(self, ended: _TurnEnded) -> None:
         self.generating = False
@@ -295,7 +316,9 @@ def _no_loader(ref: str | None, progress: Any) -> LoadedBackend:
 
 
 def run_app(profile_ref: str | None = None, **options: Any) -> int:
-    """Entry point for the CLI: ``specchat chat`` (and ``specchat replay`` with a
-    replay loader). Returns the process exit code."""
-    SpecchatApp(profile_ref, **options).run()
-    return 0
+    """Entry point for the CLI: ``specchat`` (and ``specchat replay`` / ``demo`` with
+    their loaders). Returns the process exit code: 0, or 128 + the signal that quit it
+    (see :mod:`specchat.ui.quitting`)."""
+    app = SpecchatApp(profile_ref, **options)
+    run_to_exit(app)
+    return app.return_code or 0

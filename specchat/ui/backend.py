@@ -54,6 +54,8 @@ class BackendInfo:
 
     ``thinking`` is None when the model has no thinking switch (only Qwen3-style chat
     templates that read ``enable_thinking`` have one). ``max_gamma`` bounds γ controls.
+    ``warning`` is shown once when the backend is installed (e.g. the chat will not be
+    recorded: the sessions dir is read-only).
     """
 
     profile_name: str
@@ -66,6 +68,7 @@ class BackendInfo:
     profile_ref: str | None = None
     recording: Path | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    warning: str | None = None
 
 
 @dataclass

@@ -1,5 +1,10 @@
 """Hands events from worker threads to the UI without flooding its message queue.
 
+This is where a backend's events enter the UI, so it is where their text is made
+inert: a live model can emit any byte and a replayed recording may be crafted, and
+:func:`specchat.sanitize.clean_data` strips every escape sequence, control and
+disguising format character from them (in the worker, off the UI thread).
+
 Workers ``put`` events into a buffer; the UI is told "there is something to drain"
 by at most one pending :class:`EventsReady` message (and ``can_replace`` folds any
 duplicates), then takes the whole buffer at once. No event is ever dropped — only
@@ -17,6 +22,8 @@ from typing import Any
 from textual.message import Message
 from textual.message_pump import MessagePump
 
+from specchat.sanitize import clean_data
+
 
 class EventsReady(Message):
     """Wake-up: the pump has events to drain."""
@@ -33,9 +40,13 @@ class EventPump:
         self._signalled = False
 
     def put(self, event: Any) -> None:
-        """Thread-safe; callable from any worker."""
+        """A backend's event, cleaned (see the module docstring). Thread-safe."""
+        self.put_marker(clean_data(event))
+
+    def put_marker(self, marker: Any) -> None:
+        """The app's own marker between events, as it is. Thread-safe."""
         with self._lock:
-            self._queue.append((time.perf_counter(), event))
+            self._queue.append((time.perf_counter(), marker))
             if self._signalled:
                 return
             self._signalled = True

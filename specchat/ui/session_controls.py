@@ -7,8 +7,11 @@ Reopening a session loads models, which the UI cannot do itself: the app is give
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from specchat.sanitize import clean_line
+from specchat.sessions.private_files import FILE_MODE, private_dir
 from specchat.ui.backend import replay_loader
 from specchat.ui.screens.history import HistoryScreen
 
@@ -32,7 +35,7 @@ class SessionControls:
             return
         path, action = choice
         if action == "replay":
-            self.switch_profile(None, loader=replay_loader(path), label=f"replay of {path.name}")
+            self.switch_profile(None, loader=replay_loader(path), label=f"replay of {path.name}")  # label: cleaned there
             return
         if self.reopen is None:
             self.notify("reopening a session needs a live model — use Enter to replay it", severity="warning")
@@ -42,17 +45,20 @@ class SessionControls:
         except Exception as exc:
             from specchat.ui.app import one_line
 
-            self.notify(f"cannot reopen {path.name}: {one_line(exc)}", severity="error", timeout=10)
+            self.notify(clean_line(f"cannot reopen {path.name}: {one_line(exc)}"), severity="error", timeout=10,
+                        markup=False)
             return
         # Later profile switches carry this conversation on, so the reopen loader stays.
         self.switch_profile(None, loader=loader, label=path.name, adopt=True)
 
     def action_screenshot(self) -> None:
+        """An SVG of the screen (the chat in it), private like the recordings: 0600 in a 0700 dir."""
         directory = screenshots_dir()
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            private_dir(directory)
             saved = self.save_screenshot(path=str(directory))
+            os.chmod(saved, FILE_MODE)
         except OSError as exc:
-            self.notify(f"screenshot not saved: {exc}", severity="error")
+            self.notify(clean_line(f"screenshot not saved: {exc}"), severity="error", markup=False)
             return
-        self.notify(f"screenshot saved to {saved}", timeout=8)
+        self.notify(clean_line(f"screenshot saved to {saved}"), timeout=8, markup=False)

@@ -12,17 +12,22 @@ names theme variables and every theme works without CSS edits::
     spec-accepted = "#7ccf7c"
 
 One bad file never stops the app: it lands in ``failed`` with a one-line reason and
-the app reports it (posting's ``UserThemeLoadResult`` pattern).
+the app reports it (posting's ``UserThemeLoadResult`` pattern). Everything is checked
+before Textual sees it — numbers finite and in range, every colour and every variable
+parseable — since Textual itself fails while styling the screen, too late to skip.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from textual.color import Color, ColorParseError
+from textual.css.constants import VALID_STYLE_FLAGS
 from textual.theme import Theme
 
 if sys.version_info >= (3, 11):
@@ -63,6 +68,9 @@ class ThemeLoadFailure:
         return f"{self.path}: {self.reason}"
 
 
+_ALPHA = re.compile(r"\s+\d+(\.\d+)?%$")
+
+
 def _check_colour(path: Path, key: str, value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"key '{key}' must be a colour string like \"#3a7bd5\", got {value!r}")
@@ -70,6 +78,24 @@ def _check_colour(path: Path, key: str, value: object) -> str:
         Color.parse(value)
     except ColorParseError:
         raise ValueError(f"key '{key}' = {value!r} is not a colour — use \"#rrggbb\" or a colour name") from None
+    return value
+
+
+def _check_variable(key: str, value: object) -> str:
+    """A ``[variables]`` value as Textual's stylesheet will read it: a text style for
+    ``*-style`` keys, else a colour (optionally with an alpha like ``60%``, or ``auto``)."""
+    where = f"variables.{key}"
+    if not isinstance(value, str):
+        raise ValueError(f"key '{where}' must be a string, got {value!r}")
+    if key.endswith("-style"):
+        words = value.split()
+        if not words or any(word not in VALID_STYLE_FLAGS for word in words):
+            raise ValueError(f"key '{where}' = {value!r} is not a text style — use words like \"bold\", "
+                             f"\"underline\", \"reverse\" or \"none\"")
+        return value
+    colour = _ALPHA.sub("", value.strip())
+    if colour not in ("auto", "initial"):
+        _check_colour(Path(), where, colour)
     return value
 
 
@@ -99,6 +125,8 @@ def theme_from_toml(path: Path) -> Theme:
                 value = float(value)
             if not isinstance(value, kind):
                 raise ValueError(f"key '{key}' must be {kind.__name__}, got {value!r}")
+            if kind is float and not (math.isfinite(value) and 0.0 <= value <= 1.0):
+                raise ValueError(f"key '{key}' = {value!r} must be a number from 0 to 1")
             kwargs[key] = value
     if not isinstance(kwargs["name"], str) or not kwargs["name"]:
         raise ValueError("key 'name' must be a non-empty string")
@@ -108,13 +136,14 @@ def theme_from_toml(path: Path) -> Theme:
     variables = data.get("variables", {})
     if not isinstance(variables, dict):
         raise ValueError("key 'variables' must be a table")
-    checked = {}
-    for key, value in variables.items():
-        if key.startswith("spec-"):
-            _check_colour(path, f"variables.{key}", value)
-        checked[key] = str(value)
+    checked = {key: _check_variable(key, value) for key, value in variables.items()}
     kwargs["variables"] = {**SPEC_VARIABLE_DEFAULTS, **checked}
-    return Theme(**kwargs)  # type: ignore[arg-type]
+    theme = Theme(**kwargs)  # type: ignore[arg-type]
+    try:  # what Textual derives from it when the theme is applied
+        theme.to_color_system().generate()
+    except Exception as exc:  # noqa: BLE001 - any failure here would have crashed the app
+        raise ValueError(f"Textual cannot use it ({type(exc).__name__}: {exc})") from None
+    return theme
 
 
 def load_themes(dirs: Path | Iterable[Path]) -> tuple[list[Theme], list[ThemeLoadFailure]]:

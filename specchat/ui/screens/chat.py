@@ -20,6 +20,7 @@ from specchat.events import (
     ErrorEvent,
     Loaded,
     LoadProgress,
+    Notice,
     ProfileSwitched,
     SessionHeader,
     StepEvent,
@@ -27,6 +28,7 @@ from specchat.events import (
     TurnFinished,
     TurnStarted,
     UserMessage,
+    context_full_message,
 )
 from specchat.ui.figures import LiveFigures
 from specchat.ui.widgets.chat_input import ChatInput
@@ -51,6 +53,7 @@ class ChatScreen(Screen):
         self.current: ReplyView | None = None
         self._panel_dirty = False
         self.last_user_text: str | None = None
+        self._prompt_tokens = 0
 
     def compose(self) -> ComposeResult:
         yield Header(icon="≈")
@@ -132,8 +135,10 @@ class ChatScreen(Screen):
         elif isinstance(event, TurnStarted):
             self.figures.apply(event)
             gamma = event.num_speculative_tokens
+            self._prompt_tokens = event.prompt_tokens
             self.current = transcript.add_reply(event.turn)
-            self.current.border_title = f"assistant · γ {gamma}" if gamma else "assistant"
+            # border titles are markup: only a number or "auto" goes in
+            self.current.border_title = f"assistant · γ {gamma}" if gamma in ("auto", *range(1, 17)) else "assistant"
             self._panel_dirty = True
         elif isinstance(event, TurnFinished):
             self.figures.apply(event)
@@ -141,8 +146,13 @@ class ChatScreen(Screen):
             if reply is None or reply.turn != event.turn:
                 reply = transcript.add_reply(event.turn)
             reply.finish(event.finish_reason, event.text)
+            if event.finish_reason == "context" and not reply.tokens:
+                transcript.add_note(context_full_message(self._prompt_tokens), "warning")
             self.current = None
             self.flush_panel(force=True)
+        elif isinstance(event, Notice):
+            transcript.add_note(event.message, "warning")
+            self.notify(event.message, severity="warning", timeout=10, markup=False)
         elif isinstance(event, ErrorEvent):
             transcript.add_note(event.message, "error")
         elif isinstance(event, ChatReset):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,15 +17,19 @@ from textual.screen import ModalScreen
 from textual.containers import Vertical
 from textual.widgets import DataTable, Footer
 
+from specchat.sanitize import clean_line
 from specchat.sessions.history import SessionSummary, list_sessions
 
 COLUMNS = ("date", "profile", "first prompt", "turns", "tokens", "mean acc. len", "note")
 
 
-def row(s: SessionSummary) -> tuple[str, ...]:
+def row(s: SessionSummary) -> tuple[Text, ...]:
+    """The table's cells: recorded text, so inert and never read as markup."""
     mal = f"{s.mean_acceptance_length:.2f}" if s.mean_acceptance_length is not None else "–"
-    prompt = s.first_prompt if len(s.first_prompt) <= 40 else s.first_prompt[:39] + "…"
-    return (s.date, s.profile, prompt, str(s.turns), str(s.tokens), mal, s.problem or "")
+    first = clean_line(s.first_prompt)
+    prompt = first if len(first) <= 40 else first[:39] + "…"
+    cells = (s.date, s.profile, prompt, str(s.turns), str(s.tokens), mal, s.problem or "")
+    return tuple(Text(clean_line(cell)) for cell in cells)  # a str cell would be parsed as markup
 
 
 class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
@@ -78,7 +83,7 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
             return
         chosen = self.sessions[table.cursor_row]
         if not chosen.replayable:
-            self.notify(f"cannot open {chosen.path.name}: {chosen.problem}", severity="error")
+            self.notify(clean_line(f"cannot open {chosen.path.name}: {chosen.problem}"), severity="error", markup=False)
             return
         self.dismiss((chosen.path, action))
 

@@ -1,0 +1,58 @@
+"""The profile a recording carries, rebuilt as data to carry the chat on (``--resume``).
+
+A recording is shared like any document, so the profile in its header is untrusted:
+it is validated like a profile file, but no file it names is read (``source_path`` and
+``extends`` are never followed) and its ``trust_remote_code = true`` — which would run
+the model repository's own Python code — is refused unless the user passes
+``--trust-remote-code``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from ..errors import ProfileError
+from .model import Profile
+from .schema import build_profile, check_keys
+
+_HINT = "or pass --profile NAME to carry the chat on with a profile of yours"
+
+
+def profile_from_recording(data: Any, file: str, *, trust_remote_code: bool = False) -> Profile:
+    """The recorded, resolved profile (``SessionHeader.profile``) as a :class:`Profile`.
+
+    Raises ProfileError (one line naming the recording) when it does not validate, or
+    when it asks for ``trust_remote_code`` and ``trust_remote_code`` is False.
+    """
+    if not isinstance(data, dict) or not data:
+        raise ProfileError("the recording carries no profile", file=file, hint=_HINT.removeprefix("or "))
+    raw = _without_nulls(data)
+    name, source_path = raw.pop("name", None), raw.pop("source_path", None)
+    if "extends" in raw:
+        raise ProfileError("the recorded profile has 'extends', which is never followed from a recording",
+                           file=file, key="extends", hint=_HINT.removeprefix("or "))
+    try:
+        check_keys(raw, Path(file), lambda _key: None)
+        profile = build_profile(name if isinstance(name, str) and name else "recorded", raw, Path(file),
+                                lambda _key: None)
+    except ProfileError as error:
+        raise ProfileError(f"the recorded profile: {error.message}", file=file, key=error.key,
+                           hint=f"{error.hint}, {_HINT}" if error.hint else _HINT) from None
+    if profile.trust_remote_code and not trust_remote_code:
+        raise ProfileError(
+            "the recorded profile sets trust_remote_code = true, which would run Python code from the model's "
+            "repository", file=file, key="trust_remote_code",
+            hint=f"pass --trust-remote-code only if you trust '{profile.target.source}', {_HINT}",
+        )
+    # The recorded file's folder still anchors relative model paths, as it did live;
+    # the file itself is never read.
+    return dataclasses.replace(profile, source_path=Path(source_path) if isinstance(source_path, str) else None)
+
+
+def _without_nulls(value: Any) -> Any:
+    """A profile's ``to_dict()`` writes unset keys as null; TOML has no null."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value

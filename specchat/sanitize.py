@@ -1,0 +1,115 @@
+"""The one sanitiser for untrusted text on its way to a terminal or an export.
+
+A recording is shared like any document, a model can emit any byte and a profile is
+someone's file: none of their text may act on the terminal that shows it. Terminal
+emulators and asciinema treat replayed output as data, never as control; so does
+specchat. :func:`clean` keeps what reads as text and drops what would act:
+
+* escape sequences with their payloads: CSI (``ESC [`` … final byte), the string
+  commands OSC / DCS / SOS / PM / APC (``ESC ]`` … up to BEL or ST — window titles,
+  OSC 52 clipboard writes, hyperlinks), and two-byte escapes; the same introduced by
+  their 8-bit C1 forms (U+009B CSI, U+009D OSC, U+0090 DCS …);
+* the remaining C0 controls but ``\\n`` and ``\\t`` (a CR LF pair becomes ``\\n``), DEL
+  and every C1 control (U+0080–U+009F);
+* invisible format characters that can disguise text: bidi embeddings, overrides and
+  isolates (U+202A–U+202E, U+2066–U+2069), marks (U+200E/F, U+061C), zero-width space,
+  word joiner and invisible operators, the BOM, line/paragraph separators, interlinear
+  annotation and tag characters. ZWJ and ZWNJ stay (emoji and many scripts need them).
+
+Lone surrogates (undecodable bytes from a terminal or argv) become U+FFFD, so the text
+can always be encoded. Pure Python: the UI, sessions and commands all import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any
+
+# Escape sequences, payload included. A string command's payload ends at its BEL or
+# ST; one left unterminated ends at the next ESC or newline, so it cannot swallow the
+# rest of a text (an error message, a transcript) — what it leaves is plain text.
+_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"  # CSI: parameters, intermediates, final
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"  # OSC DCS SOS PM APC
+    r"|\x1b[\x20-\x2f]*[\x30-\x7e]?",  # any other escape (and a lone ESC)
+)
+_FORMAT = (
+    "\u00ad\u061c\u180e\u200b\u200e\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u206f"
+    "\ufeff\ufff9-\ufffb\U000e0000-\U000e007f"
+)
+_CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_FORMAT}]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Anything that makes the text need work: a fast path for the usual clean text.
+_SUSPECT = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_FORMAT}\ud800-\udfff]")
+# Characters json.dumps(ensure_ascii=False) leaves raw that a terminal could act on.
+_JSON_UNSAFE = re.compile(f"[\x7f-\x9f{_FORMAT}\ud800-\udfff]")
+
+
+def decode_input(text: str) -> str:
+    """Text as typed or passed on the command line, with surrogates resolved: a valid
+    pair becomes its character, a lone one (an undecodable byte) U+FFFD. Done once, at
+    the edge where input enters the program, so nothing later meets unencodable text."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def clean(text: str) -> str:
+    """``text`` with every escape sequence, control and disguising format character
+    removed (see the module docstring); newlines and tabs kept."""
+    if not isinstance(text, str):
+        text = str(text)
+    if not _SUSPECT.search(text):
+        return text
+    text = decode_input(text).replace("\r\n", "\n")
+    return _CONTROL.sub("", _SEQUENCE.sub("", text))
+
+
+def clean_line(*parts: Any) -> str:
+    """:func:`clean` on one line: runs of whitespace (newlines too) become one space.
+    Several ``parts`` are cleaned one by one, then joined: a broken sequence in one
+    field never eats the next."""
+    words = (" ".join(clean(p if isinstance(p, str) else str(p)).split()) for p in parts)
+    return " ".join(w for w in words if w)
+
+
+def clean_data(value: Any) -> Any:
+    """``value`` with :func:`clean` applied to every string inside it — dataclasses
+    (events), dicts, lists and tuples are rebuilt only where something changed."""
+    if isinstance(value, str):
+        return clean(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = clean_data(old)
+            if new is not old:
+                changes[f.name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    if isinstance(value, dict):
+        items = [(clean_data(k), clean_data(v)) for k, v in value.items()]
+        changed = any(nk is not k or nv is not v for (nk, nv), (k, v) in zip(items, value.items()))
+        return dict(items) if changed else value
+    if isinstance(value, (list, tuple)):
+        items = [clean_data(v) for v in value]
+        if all(n is o for n, o in zip(items, value)):
+            return value
+        return type(value)(items) if isinstance(value, list) else tuple(items)
+    return value
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code > 0xFFFF:  # outside the BMP: a JSON surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def inert_json(value: Any, **options: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)`` that a terminal can show safely: the
+    exact data, with C1 controls and format characters written as ``\\uXXXX`` escapes
+    (JSON already escapes C0 ones). For ``--json`` output and recording lines."""
+    return _JSON_UNSAFE.sub(_escape, json.dumps(value, ensure_ascii=False, **options))

@@ -1,0 +1,76 @@
+"""Files that hold chats: created private and never clobbered by accident.
+
+A recording or an export is someone's conversation: the sessions dir is 0700, the files
+in it 0600, whatever the umask. Files are created exclusively (``O_EXCL``), so two
+processes can never share one by picking the same name, and an export replaces an
+existing file only when asked to (``--force``) — never the recording it exports.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from specchat.errors import SpecchatError
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a directory only its owner can enter: created 0700 (parents with the
+    umask's defaults), or tightened to 0700 when it exists and lets others in (sessions
+    dirs of older versions were 0755)."""
+    path = Path(path)
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    mode = path.stat().st_mode
+    if stat.S_IMODE(mode) & 0o077 and hasattr(os, "getuid") and path.stat().st_uid == os.getuid():
+        path.chmod(stat.S_IMODE(mode) & ~0o077)
+    return path
+
+
+def create_private(path: str | os.PathLike[str], *, append: bool = True) -> int:
+    """A new file, 0600, opened for writing; raises FileExistsError if ``path`` exists."""
+    return os.open(path, _CREATE | (os.O_APPEND if append else 0), FILE_MODE)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Writes every byte (``os.write`` may write fewer than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_export(out: str | os.PathLike[str], text: str, *, source: str | os.PathLike[str] | None = None,
+                 force: bool = False) -> Path:
+    """Writes an export, 0600. Refuses to write over ``source`` (the recording it came
+    from) and, unless ``force``, over any existing file; raises SpecchatError (one line)."""
+    out = Path(out)
+    if source is not None and out.exists() and os.path.samefile(out, source):
+        raise SpecchatError("will not write the export over the recording it comes from", file=str(out),
+                            hint="choose another name with -o")
+    data = text.encode("utf-8")
+    if not force:
+        try:
+            fd = create_private(out, append=False)
+        except FileExistsError:
+            raise SpecchatError("already exists", file=str(out),
+                                hint="pass --force to replace it, or choose another name with -o") from None
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return out
+    # Replace atomically: a failure leaves the old file as it was.
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)  # left by a killed export with this pid
+    fd = create_private(tmp, append=False)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out

@@ -1,0 +1,155 @@
+"""Field types of a recorded event, checked before the event is built from it.
+
+A recording is untrusted input: text where a number belongs, a string where the tokens
+belong, or a draft count that would size an array to a billion must stop the reader at
+that line with a reason naming the field — never reach the replay, the exports or the
+panel as a Python exception. The rules are the events' own type hints
+(:mod:`specchat.events`), plus the few bounds the figures rely on. Torch-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from functools import cache
+from typing import Any
+
+from specchat.config.model import MAX_SPECULATIVE_TOKENS
+from specchat.sanitize import clean
+from specchat.events import EVENT_TYPES, StepStats, TurnFinished
+from specchat.telemetry import MetricsSnapshot
+
+_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", type(None): "null",
+          dict: "an object", list: "an array"}
+
+
+class FieldError(ValueError):
+    """One bad field: ``str()`` is e.g. ``field 'step.tokens[0].text' must be a string, not an integer (5)``."""
+
+
+def check_record(data: dict[str, Any]) -> None:
+    """Raises :class:`FieldError` for the first field of a recorded event (``type``
+    included, reserved keys removed) whose type or bound is wrong."""
+    kind = data.get("type")
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise FieldError(f"unknown event type {_short(kind)}")
+    _check_dataclass({k: v for k, v in data.items() if k != "type"}, cls, "")
+
+
+def check_timestamp(ts: Any, previous: float | None) -> float | None:
+    """A line's ``ts``: absent, or finite seconds not before the previous line's."""
+    if ts is None:
+        return None
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+        raise FieldError(f"field 'ts' must be a finite number of seconds, not {_describe(ts)}")
+    if previous is not None and ts < previous:
+        raise FieldError(f"field 'ts' goes back in time ({ts} after {previous})")
+    return float(ts)
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _check_dataclass(value: Any, cls: type, where: str, *, partial: bool = False) -> None:
+    """``partial``: keys may be missing or unknown (snapshots that grow new figures)."""
+    if not isinstance(value, dict):
+        raise FieldError(f"field '{where or cls.__name__}' must be an object, not {_describe(value)}")
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        path = _join(where, f.name)
+        if f.name in value:
+            _check(value[f.name], hints[f.name], path)
+        elif not partial and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise FieldError(f"field '{path}' is missing")
+    if not partial:
+        for key in value:
+            if key not in hints:
+                raise FieldError(f"{cls.__name__} has an unknown field {_short(key)}")
+    rule = _RULES.get(cls)
+    if rule is not None:
+        rule(value, where)
+
+
+def _check(value: Any, hint: Any, where: str) -> None:
+    if hint is Any:
+        return
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        arms = typing.get_args(hint)
+        for arm in arms:
+            try:
+                _check(value, arm, where)
+                return
+            except FieldError:
+                continue
+        expected = " or ".join(_NAMES.get(typing.get_origin(a) or a, getattr(a, "__name__", str(a))) for a in arms)
+        raise FieldError(f"field '{where}' must be {expected}, not {_describe(value)}")
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise FieldError(f"field '{where}' must be an array, not {_describe(value)}")
+        (item, _ellipsis) = typing.get_args(hint)
+        for i, element in enumerate(value):
+            _check(element, item, f"{where}[{i}]")
+        return
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise FieldError(f"field '{where}' must be an object, not {_describe(value)}")
+        key_type, value_type = typing.get_args(hint)
+        for key, element in value.items():
+            if key_type is int and not key.lstrip("-").isdigit():
+                raise FieldError(f"field '{where}' has key {_short(key)}, expected a whole number")
+            _check(element, value_type, f"{where}.{key}")
+        return
+    if dataclasses.is_dataclass(hint):
+        _check_dataclass(value, hint, where)
+        return
+    if not _is(value, hint):
+        raise FieldError(f"field '{where}' must be {_NAMES.get(hint, hint.__name__)}, not {_describe(value)}")
+
+
+def _is(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _metrics(value: dict[str, Any], where: str) -> None:
+    """``TurnFinished.metrics``: the engine's snapshots under "turn" and "session",
+    which the panel and the exports read as figures."""
+    for key in ("turn", "session"):
+        if key in value.get("metrics", {}):
+            _check_dataclass(value["metrics"][key], MetricsSnapshot, _join(where, f"metrics.{key}"), partial=True)
+
+
+def _step_stats(value: dict[str, Any], where: str) -> None:
+    # Telemetry sizes its histogram by these counts and indexes it by the accepted one.
+    _, drafted, accepted = counts = [value.get(k, 0) for k in ("num_speculative_tokens", "num_draft_tokens",
+                                                                "num_accepted_tokens")]
+    if not all(0 <= c <= MAX_SPECULATIVE_TOKENS for c in counts):
+        raise FieldError(f"field '{where}': draft counts must be between 0 and {MAX_SPECULATIVE_TOKENS}")
+    if accepted > drafted:
+        raise FieldError(f"field '{where}': {accepted} drafts accepted of {drafted} proposed")
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+_RULES = {StepStats: _step_stats, TurnFinished: _metrics}
+
+
+def _short(value: Any) -> str:
+    """A value quoted in a message: cleaned first, so a crafted one is not echoed."""
+    text = repr(clean(value) if isinstance(value, str) else value)
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
+def _describe(value: Any) -> str:
+    return f"{_NAMES.get(type(value), type(value).__name__)} ({_short(value)})"

@@ -1,0 +1,84 @@
+"""Quitting cleanly: Ctrl+Q, SIGINT, SIGTERM and SIGHUP all end the app the same way.
+
+A mixin of :class:`specchat.ui.app.SpecchatApp`, like :mod:`specchat.ui.controls`.
+Quitting cancels the reply (or the demo, or the replay) in flight, gives its worker a
+moment to record how the turn ended, exits — the recording is synced and closed on
+unmount, and Textual puts the terminal back (main screen, mouse and bracketed paste
+off) — and never waits on a model: thread pools are joined at interpreter exit, so a
+worker still busy then (a model loading, a forward pass that has not reached the
+engine's next cancel check) would keep the process alive; :func:`run_to_exit` ends it
+at once instead, with nothing left to save.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+# How long the engine worker may take to record how its turn ended (a step is
+# milliseconds to a few hundred on a CPU) before the app exits anyway.
+QUIT_GRACE_S = 0.5
+# Exit codes for a quit by signal: 128 + the signal's number, as a shell reports it.
+QUIT_SIGNALS = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
+
+
+class Quitting:
+    def init_quitting(self) -> None:
+        # Set while no worker of that kind runs: a quit waits (briefly) for the engine's.
+        self._engine_idle = threading.Event()
+        self._engine_idle.set()
+        self._load_idle = threading.Event()
+        self._load_idle.set()
+        self._stopping = False
+
+    def quit_on_signals(self) -> None:
+        """SIGINT, SIGTERM and SIGHUP quit like Ctrl+Q (real terminals only: a test's
+        headless app leaves the process's signals alone)."""
+        loop = asyncio.get_running_loop()
+        for name, code in QUIT_SIGNALS.items():
+            if hasattr(signal, name):
+                try:
+                    loop.add_signal_handler(getattr(signal, name), self.call_later, self.stop, code)
+                except (NotImplementedError, RuntimeError, ValueError):  # no signals here (Windows)
+                    pass
+
+    async def action_quit(self) -> None:
+        await self.stop()
+
+    async def stop(self, code: int = 0) -> None:
+        """Quits with exit code ``code``; a second request exits at once."""
+        if self._stopping:
+            self.exit(return_code=code)
+            return
+        self._stopping = True
+        for loaded in (self.loaded, self._pending):
+            if loaded is not None:
+                loaded.backend.cancel()
+        deadline = time.monotonic() + QUIT_GRACE_S
+        while not self._engine_idle.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self.exit(return_code=code)
+
+    @property
+    def workers_busy(self) -> bool:
+        """True while a model is loading or a turn's (or a replay's) worker still runs."""
+        return not (self._engine_idle.is_set() and self._load_idle.is_set())
+
+
+def run_to_exit(app: Any) -> None:
+    """Runs ``app`` on a loop of our own, so that returning does not wait for the
+    worker threads (``asyncio.run`` would join its executor); then, if a worker is
+    still busy, ends the process at once (see the module docstring)."""
+    loop = asyncio.new_event_loop()
+    app.run(loop=loop)
+    if app.workers_busy:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(app.return_code or 0)
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()
