@@ -17,6 +17,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "8bit", "4bit-nf4", "4bit-fp4")
 METHODS = ("draft_model", "ngram", "none")
 BACKENDS = ("transformers", "llama.cpp")
+GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K")
 MAX_SPECULATIVE_TOKENS = 16
 
 
@@ -28,8 +29,12 @@ class ModelSpec:
         or ``embedded:smollm2-135m-instruct``.
     num_layers: keep only the first N decoder layers (a cheap derived draft).
     backend: "transformers" or "llama.cpp" (a GGUF file run in-process; then
-        n_gpu_layers / n_ctx / n_threads apply, 0 = all-CPU / the model's context / one
-        thread per core, and dtype / quantization / num_layers do not).
+        n_gpu_layers / n_ctx / n_threads / gguf_type apply, 0 = all-CPU / the model's
+        context / one thread per core; dtype / device / num_layers are ignored and
+        quantization must be "none"). The transformers backend ignores the llama.cpp keys.
+    gguf_type: llama.cpp only — convert the GGUF file once to this type (cached, e.g.
+        "BF16": on a CPU that computes bf16 natively, cheaper to verify drafts with than
+        4-bit formats); None = run the file as it is.
     """
 
     source: str
@@ -43,6 +48,7 @@ class ModelSpec:
     n_gpu_layers: int = 0
     n_ctx: int = 0
     n_threads: int = 0
+    gguf_type: str | None = None
 
 
 @dataclass(frozen=True)

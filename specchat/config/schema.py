@@ -17,6 +17,7 @@ from ..errors import ProfileError
 from .model import (
     BACKENDS,
     DTYPES,
+    GGUF_TYPES,
     MAX_SPECULATIVE_TOKENS,
     METHODS,
     QUANTIZATIONS,
@@ -82,6 +83,7 @@ MODEL_KEYS = {
     "n_gpu_layers": Key(*_INT, check=_at_least(-1)),
     "n_ctx": Key(*_INT, check=_at_least(0)),
     "n_threads": Key(*_INT, check=_at_least(0)),
+    "gguf_type": Key(*_STR, choices=GGUF_TYPES),
 }
 SPECULATION_KEYS = {
     "method": Key(*_STR, choices=METHODS),
@@ -238,17 +240,15 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
 
 def _model(raw: dict, where: str, err) -> ModelSpec:
     spec = ModelSpec(**raw)
+    # Keys of the other backend are ignored rather than refused: a profile that extends
+    # one of another backend could not unset them (TOML has no null). Quantisation is the
+    # exception — a GGUF carries its own, and asking for another is a real mistake.
     if spec.backend == "llama.cpp":
-        for key, default in (("quantization", "none"), ("num_layers", None)):
-            if getattr(spec, key) != default:
-                raise err(f"key '{where}.{key}' does not apply to backend 'llama.cpp'", f"{where}.{key}",
-                          "a GGUF file carries its own quantisation and layers: remove the key, "
-                          "or use backend = \"transformers\"")
+        if spec.quantization != "none":
+            raise err(f"key '{where}.quantization' does not apply to backend 'llama.cpp'", f"{where}.quantization",
+                      'a GGUF file carries its own quantisation (see gguf_type): set quantization = "none", '
+                      'or use backend = "transformers"')
         return spec
-    for key in ("n_gpu_layers", "n_threads", "n_ctx"):
-        if getattr(spec, key):
-            raise err(f"key '{where}.{key}' applies only to backend 'llama.cpp'", f"{where}.{key}",
-                      'set backend = "llama.cpp" (a GGUF file), or remove the key')
     if spec.quantization != "none" and spec.device == "cpu":
         raise err(f"quantization '{spec.quantization}' cannot run with device 'cpu'", f"{where}.quantization",
                   "bitsandbytes 4/8-bit needs CUDA here: use device = \"auto\" or quantization = \"none\"")

@@ -11,10 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .. import paths
 from ..config.model import ModelSpec
 from ..errors import ModelLoadError
+from ..events import LoadProgress
 from . import embedded
 from .hub_errors import friendly_load_errors
+
+# llama.cpp's file types (enum llama_ftype) for the gguf_type key
+FTYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "BF16": 32}
 
 INSTALL_HINT = ("run `make setup` (it compiles llama-cpp-python once, about 4–6 min) or "
                 "`pip install llama-cpp-python`; or set backend = \"transformers\"")
@@ -80,11 +85,51 @@ def check_gguf(path: Path, key: str) -> None:
                                   "convert_hf_to_gguf.py, or use backend = \"transformers\"")
 
 
-def load_gguf_model(spec: ModelSpec, key: str, base: Path | None) -> tuple[Any, dict[str, Any]]:
+def converted_gguf(llama_cpp: Any, path: Path, gguf_type: str, key: str, report=None) -> Path:
+    """``path`` converted once to ``gguf_type`` by llama.cpp's own quantiser, cached by
+    the source file's name, size and mtime; the write goes to a temporary file renamed
+    into place under a lock, so concurrent starts never see half a file."""
+    import ctypes
+
+    from filelock import FileLock
+
+    stat = path.stat()
+    final = paths.cache_dir() / "models" / "gguf" / f"{path.stem}-{stat.st_size}-{int(stat.st_mtime)}.{gguf_type}.gguf"
+    if final.is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final) + ".lock"):
+        if final.is_file():
+            return final
+        if report is not None:
+            report(LoadProgress("convert", 0, 1, f"converting {path.name} to {gguf_type} once (cached)"))
+        tmp = final.with_name(final.name + ".tmp")
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = FTYPES[gguf_type]
+        params.allow_requantize = True
+        code = llama_cpp.llama_model_quantize(str(path).encode(), str(tmp).encode(), ctypes.byref(params))
+        if code != 0 or not tmp.is_file():
+            tmp.unlink(missing_ok=True)
+            raise ModelLoadError(f"{key}.gguf_type: llama.cpp could not convert '{path.name}' to {gguf_type}",
+                                 key=f"{key}.gguf_type", hint="remove gguf_type to run the file as it is, or free "
+                                 "disk space in the cache dir (SPECCHAT_CACHE_DIR)")
+        tmp.replace(final)
+        if report is not None:
+            report(LoadProgress("convert", 1, 1, f"cached {final.name}"))
+    return final
+
+
+def load_gguf_model(spec: ModelSpec, key: str, base: Path | None, report=None) -> tuple[Any, dict[str, Any]]:
     """A LlamaCppBackend for ``spec`` and its info (for headers, panels and bench)."""
     llama_cpp = require_llama_cpp(key)
     path = gguf_path(spec, key, base)
     check_gguf(path, key)
+    source_file = path
+    if spec.gguf_type:
+        from specchat.engine.backends.llamacpp import quiet_logs
+
+        quiet_logs(llama_cpp)  # the quantiser logs every tensor to stderr
+        path = converted_gguf(llama_cpp, path, spec.gguf_type, key, report)
     if spec.n_gpu_layers and not llama_cpp.llama_supports_gpu_offload():
         raise ModelLoadError(f"{key}.n_gpu_layers = {spec.n_gpu_layers} but this llama-cpp-python was built without "
                              f"GPU support", key=f"{key}.n_gpu_layers", hint=GPU_BUILD_HINT)
@@ -100,11 +145,12 @@ def load_gguf_model(spec: ModelSpec, key: str, base: Path | None) -> tuple[Any, 
     info = {
         "source": spec.source,
         "resolved": str(path),
-        "gguf_file": path.name,
+        "gguf_file": source_file.name,
         "revision": spec.revision,
         "backend": "llama.cpp",
         "dtype": backend.precision.removeprefix("gguf:"),
-        "dtype_reason": "the GGUF file's own format",
+        "dtype_reason": (f"converted once from {source_file.name} (gguf_type)" if spec.gguf_type
+                         else "the GGUF file's own format"),
         "quantization": "none",
         "device": "cpu" if not spec.n_gpu_layers else f"cpu+gpu ({spec.n_gpu_layers} layers)",
         "num_layers": int(backend.llm.metadata.get(f"{backend.llm.metadata.get('general.architecture', '')}"

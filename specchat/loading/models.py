@@ -50,7 +50,7 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
     base = profile.source_path.parent if profile.source_path else None
     if profile.target.backend == "llama.cpp":
         report(LoadProgress("target", 0, 0, f"loading target {profile.target.source} (llama.cpp)"))
-        target, target_info = load_gguf_model(profile.target, "target", base)
+        target, target_info = load_gguf_model(profile.target, "target", base, report)
         tokenizer = load_gguf_tokenizer(target)
     else:
         tokenizer, target, target_info = _load_transformers_target(profile, base, report)
@@ -60,7 +60,7 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
     if profile.speculation.method == "draft_model" and draft_spec is not None:
         report(LoadProgress("draft", 0, 0, f"loading draft {draft_spec.source}"))
         if draft_spec.backend == "llama.cpp":
-            draft, draft_info = load_gguf_model(draft_spec, "speculation.draft", base)
+            draft, draft_info = load_gguf_model(draft_spec, "speculation.draft", base, report)
             draft_tokenizer = load_gguf_tokenizer(draft)
         else:
             draft_source = resolve_source(draft_spec, "speculation.draft", base, report)
