@@ -42,6 +42,10 @@ class LlamaCppBackend(Backend):
         if not verbose:
             quiet_logs(llama_cpp)
         threads = n_threads or default_threads()
+        # llama.cpp's threads own the cores. torch only samples over a few rows of logits
+        # between decodes, which one thread does as fast; more would leave OpenMP workers
+        # spinning into llama.cpp's next decode and steal its cores.
+        torch.set_num_threads(1)
         trained = trained_context(llama_cpp, model_path) or max_ctx
         self.llm = llama_cpp.Llama(
             model_path=str(model_path), n_ctx=n_ctx or min(trained, max_ctx), n_batch=n_batch, n_ubatch=n_batch,
