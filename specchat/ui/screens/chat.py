@@ -132,6 +132,8 @@ class ChatScreen(Screen):
         elif isinstance(event, TurnStarted):
             self.figures.apply(event)
             gamma = event.num_speculative_tokens
+            if event.note:  # e.g. speculation off for this model: said once, above the reply
+                transcript.add_note(event.note)
             self.current = transcript.add_reply(event.turn)
             self.current.border_title = f"assistant · γ {gamma}" if gamma else "assistant"
             self._panel_dirty = True
