@@ -81,15 +81,32 @@ class DraftModelProposer(Proposer):
         self.max_length = self.lm.max_length
         self.can_rollback = self.lm.can_rollback
         self.sampling_device = self.lm.device
+        self._view: tuple[list[int], list[int]] = ([], [])  # (ids, what the draft is shown for them)
+
+    def _context(self, ids: list[int]) -> list[int]:
+        """The ids as the draft can read them. A target with more rows than the draft may
+        emit an id the draft has no embedding for (a padding row sampled, or a test's
+        smaller draft): the draft is shown id 0 there. Any context is exact — q is
+        whatever the draft then samples from — so this only costs acceptance, and only
+        ids new since the last call are looked at."""
+        if self.lm.vocab_size >= (self.vocab_size or 0):
+            return ids
+        seen, shown = self._view
+        n = common_prefix_length(seen, ids)
+        rows = self.lm.vocab_size
+        shown = shown[:n] + [i if i < rows else 0 for i in ids[n:]]
+        self._view = (list(ids), shown)
+        return shown
 
     def prefill(self, ids: list[int]) -> None:
         if len(ids) > 1 and len(ids) <= self.max_length:
-            self.lm.forward(ids[:-1], num_logits=1)
+            self.lm.forward(self._context(ids)[:-1], num_logits=1)
 
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
         k = min(k, self.max_length - len(ids))
         if k <= 0:
             return Proposal(torch.empty(0, dtype=torch.long), None)
+        ids = self._context(ids)
         behind = len(ids) - common_prefix_length(self.lm.ids, ids)  # tokens the next forward runs
         vocab = self.vocab_size or self.lm.vocab_size
         logits = self.lm.forward(ids)  # [1, V_draft]
