@@ -51,7 +51,7 @@ def _stratified(n: int) -> torch.Tensor:
     return (torch.arange(n, dtype=torch.float64) + 0.5) / n
 
 
-def first_token_and_bonus_law(p: torch.Tensor, q: torch.Tensor | None, grid: int = GRID):
+def first_token_and_bonus_law(p: torch.Tensor, q: torch.Tensor | None, grid: int = GRID, bonus_too: bool = True):
     """The law of rejection_sample's first emitted token for one draft x ~ q (q None: the
     coupled point-mass form, x any id with p > 0 weighted by a draft law of p itself) and
     the law of the bonus after an accepted draft, read off the function.
@@ -83,6 +83,8 @@ def first_token_and_bonus_law(p: torch.Tensor, q: torch.Tensor | None, grid: int
             after_reject = after_reject / after_reject.sum() if after_reject.sum() > 0 else after_reject
         law += weights[x] * (accepted[i] * torch.nn.functional.one_hot(torch.tensor(x), vocab) +
                              (1 - accepted[i]) * after_reject)
+    if not bonus_too:
+        return law, None
     # the bonus: k = 1 calls whose draft is always kept, one per grid point
     keep = int(p[0].argmax())
     bonus = torch.zeros(vocab, dtype=torch.float64)
