@@ -339,3 +339,20 @@ def test_a_draft_on_another_device_samples_with_its_own_generator(llama_pair, mo
     assert engine._draft_generator(torch.Generator(), 5) is not None and made == [torch.device("cuda", 1)] * 2
     generator = torch.Generator()
     assert engine._draft_generator(generator, 5) is generator  # same device: one shared stream
+
+
+def test_the_cache_goes_by_the_name_the_model_takes(llama_pair):
+    from specchat.engine.backends.transformers import cache_keyword
+
+    target, _ = llama_pair
+    assert cache_keyword(target) == "cache"
+
+    class OldStyle(torch.nn.Module):  # remote code written for transformers < 5.24
+        def forward(self, input_ids, past_key_values=None, use_cache=None, **kwargs): ...
+
+    class NoCache(torch.nn.Module):
+        def forward(self, input_ids, **kwargs): ...
+
+    assert cache_keyword(OldStyle()) == "past_key_values"
+    with pytest.raises(TypeError, match="takes no KV cache"):
+        cache_keyword(NoCache())

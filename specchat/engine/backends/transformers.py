@@ -28,6 +28,8 @@ never a half-cropped one.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache
 
@@ -55,6 +57,18 @@ def precision_of(model: torch.nn.Module) -> str:
             return "8bit"
     dtype = next(model.parameters()).dtype
     return str(dtype).replace("torch.", "")
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The name the model's forward takes its KV cache by: ``cache`` in transformers ≥ 5.24,
+    ``past_key_values`` in models written for older releases (remote code). Passing the
+    wrong one would vanish into **kwargs and run the model without its cache, silently
+    wrong, so a model that names neither is refused."""
+    parameters = inspect.signature(model.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in parameters:
+            return name
+    raise TypeError(f"{type(model).__name__}.forward takes no KV cache (neither cache= nor past_key_values=)")
 
 
 def rollback_support(cache: DynamicCache) -> tuple[bool, bool]:
@@ -103,6 +117,7 @@ class TransformersBackend(Backend):
         self.eos_token_ids = eos_ids_of(model)
         self.precision = precision_of(model)
         self.can_rollback, self._sliding = rollback_support(self._new_cache())
+        self._cache_keyword = cache_keyword(model)
         self.cache: DynamicCache | None = None
         self._ids: list[int] = []
         self._pending: list[torch.Tensor] = []  # ids fed as device tensors, not yet read back
@@ -165,7 +180,8 @@ class TransformersBackend(Backend):
     def _run(self, host_ids: list[int] | None, new: torch.Tensor, num_logits: int) -> torch.Tensor:
         if self.cache is None:
             self.cache = self._new_cache()
-        out = self.model(input_ids=new[None], cache=self.cache, use_cache=True, logits_to_keep=num_logits)
+        out = self.model(input_ids=new[None], use_cache=True, logits_to_keep=num_logits,
+                         **{self._cache_keyword: self.cache})
         if host_ids is not None:  # forward() read self.ids first, so nothing is pending
             self._ids += host_ids
             if new.numel() > len(host_ids):
