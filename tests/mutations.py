@@ -83,7 +83,8 @@ MUTATIONS = [
              FILTERED),
     Mutation("no-kv-rollback", "rejected drafts stay in the target's KV cache (ids bookkeeping still dropped)",
              lambda: patched(transformers_backend.TransformersBackend, "_roll_back", mutant(
-                 transformers_backend.TransformersBackend._roll_back, [("self.cache.crop(-drop)", "self.cache.crop(0)")])),
+                 transformers_backend.TransformersBackend._roll_back,
+                 [("self.cache.crop(-drop)", "self.cache.crop(0)")])),
              EVERY),
     Mutation("bonus-from-wrong-row", "the bonus token is drawn from p of the first position, not of the last",
              lambda: patched(sampling, "rejection_sample", mutant(sampling.rejection_sample, [

@@ -89,14 +89,13 @@ def first_token_and_bonus_law(p: torch.Tensor, q: torch.Tensor | None, grid: int
     keep = int(p[0].argmax())
     bonus = torch.zeros(vocab, dtype=torch.float64)
     q_keep = torch.nn.functional.one_hot(torch.tensor([keep]), vocab).double() if q is not None else None
+    draft = torch.tensor([keep])
     for j in range(0, grid, 8):
-        if q is None:
-            v = sampling.rejection_sample(p, None, torch.tensor([keep]), None, uniforms=torch.tensor([0.0, float(u[j])]))
-            if not bool(v.accepted[0]):
-                v = sampling.rejection_sample(p, None, torch.tensor([keep]), None, uniforms=torch.tensor([1e-12, float(u[j])]))
-        else:
-            v = sampling.rejection_sample(p, q_keep, torch.tensor([keep]), None,
-                                 draws=(torch.zeros(1, dtype=torch.float64), torch.tensor([0.5, float(u[j])])))
+        if q is None:  # coupled: the token at the bonus position is drawn whatever the verdict
+            v = sampling.rejection_sample(p, None, draft, None, uniforms=torch.tensor([0.5, float(u[j])]))
+        else:  # u = 0 keeps the draft (p > 0 at the argmax)
+            v = sampling.rejection_sample(p, q_keep, draft, None,
+                                          draws=(torch.zeros(1, dtype=torch.float64), torch.tensor([0.5, float(u[j])])))
         bonus[int(v.next_tokens[1])] += 8.0 / grid
     return law, bonus
 

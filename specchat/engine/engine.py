@@ -202,8 +202,8 @@ class SpeculativeEngine:
         p_next = p[positions, verdict.next_tokens]  # [k+1] p of each candidate next token
         top_p, top_ids = torch.topk(p, min(NUM_ALTERNATIVES, p.shape[-1]), dim=-1)  # [k+1, A]
         # NaN/inf logits: flagged here and read with the rest (sample_at keeps ids in range)
-        bad = torch.stack([nonfinite_rows(logits).any(),
-                           nonfinite_rows(q).any() if q is not None else torch.zeros((), dtype=torch.bool, device=self.device)])
+        no_q = torch.zeros((), dtype=torch.bool, device=self.device)
+        bad = torch.stack([nonfinite_rows(logits).any(), nonfinite_rows(q).any() if q is not None else no_q])
         # the step's single host sync
         accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl, bad = (
             t.tolist() for t in (verdict.accepted, verdict.next_tokens, verdict.alpha_terms, verdict.p_draft,
