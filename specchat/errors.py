@@ -48,3 +48,12 @@ class ProfileError(SpecchatError):
 
 class ModelLoadError(SpecchatError):
     """A model, tokenizer or draft that cannot be loaded or used together."""
+
+
+class SamplingError(SpecchatError, ValueError):
+    """Sampling parameters out of range (also a ValueError, for callers of the engine API)."""
+
+
+class GenerationError(SpecchatError):
+    """Generation cannot go on (e.g. a model returned NaN or infinite logits). The
+    engine's caches are reset; the chat, and what was already generated, stay."""

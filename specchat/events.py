@@ -79,6 +79,9 @@ class StepStats:
     alpha_sum / alpha_count: Σ over verified draft positions of Σ_x min(p(x), q(x))
         (for point-mass drafts: p of the drafted token); their ratio estimates α.
     draft_forwards: draft-model forward passes this step (0 for n-gram).
+    draft_catch_up_tokens: context tokens the draft model ran beyond a warm draft's one or
+        two (those it missed during plain steps); their time is in draft_ms, so such a step
+        is no sample of the draft's cost.
     draft_ms: time spent proposing. verify_ms: the target forward over k+1 tokens.
     total_ms: the whole step, sampling and bookkeeping included.
     prefill_ms / prefill_tokens / reused_tokens: only on a turn's first step: the
@@ -101,6 +104,7 @@ class StepStats:
     prefill_tokens: int = 0
     reused_tokens: int = 0
     predicted_gain: float | None = None
+    draft_catch_up_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -150,9 +154,13 @@ class UserMessage:
 
 @dataclass(frozen=True)
 class TurnStarted:
+    """``note``: something the user should know about this turn's decoding, once (e.g.
+    speculation off because a model's cache cannot roll back)."""
+
     turn: int
     prompt_tokens: int
     num_speculative_tokens: int | str = 0
+    note: str = ""
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,13 @@ figures. Definitions (vLLM's names where vLLM has one):
 * ``arithmetic_increase`` = (1 − α)(γ·c + γ + 1) / (1 − α^(γ+1)).
 * ``tokens_per_s``: emitted tokens / wall time of the steps (the target's prefill runs
   inside a turn's first step, so it is included; the first step gives no timing samples);
-  ``rolling_tokens_per_s`` the same over the last ``window`` steps;
-  ``measured_speedup``: tokens_per_s over the plain-step rate (1000 / mean plain-step ms).
+  ``rolling_tokens_per_s`` the same over the last ``window`` steps.
+* ``decode_tokens_per_s``: the same over the steps that ran no prompt (prefill apart).
+* ``plain_tokens_per_s``: the plain-step rate, 1000 / mean ms of the last 64 plain steps
+  that ran no prompt (one token each).
+* ``measured_speedup`` = decode_tokens_per_s / plain_tokens_per_s: like with like — both
+  rates leave the prompt's prefill out (the first step of a turn folds it in), so plain
+  decoding alone reports 1.0× after any prompt, and both are means of the same kind.
 * ``ttft_ms``: prefill plus first step of the latest turn.
 * ``last_gamma`` / ``predicted_gain``: the γ asked for in the latest step and, with the
   adaptive controller, its predicted tokens-per-time gain over a plain step (why that γ).
@@ -113,6 +118,7 @@ class MetricsSnapshot:
     arithmetic_increase: float | None = None
     tokens_per_s: float | None = None
     rolling_tokens_per_s: float | None = None
+    decode_tokens_per_s: float | None = None
     plain_tokens_per_s: float | None = None
     measured_speedup: float | None = None
     ttft_ms: float | None = None
@@ -170,6 +176,10 @@ class _Recent:
         return len(self.values)
 
     @property
+    def mean(self) -> float | None:
+        return sum(self.values) / len(self.values) if self.values else None
+
+    @property
     def value(self) -> float | None:
         if not self.values:
             return None
@@ -211,6 +221,8 @@ class Telemetry:
         self.gamma_used = _Mean()
         self.steps_by_k: dict[int, int] = {}
         self.elapsed_ms = 0.0
+        self.decode_tokens = 0
+        self.decode_ms = 0.0
         self.ttft_ms: float | None = None
         self.last_gamma: int | None = None
         self.predicted_gain: float | None = None
@@ -243,6 +255,9 @@ class Telemetry:
         self.steps_by_k[k] = self.steps_by_k.get(k, 0) + 1
         self.last_gamma, self.predicted_gain = stats.num_speculative_tokens, stats.predicted_gain
         timed = stats.prefill_tokens == 0  # a step that also ran the prompt is no timing sample
+        if timed:
+            self.decode_tokens += num_tokens
+            self.decode_ms += stats.total_ms
         if k == 0:
             if not timed:
                 return
@@ -269,11 +284,14 @@ class Telemetry:
         self._acceptance_history.append(n / k)
         if not timed:
             return
+        if self._plain_now:
+            self.verify_by_k.setdefault(k, _Recent()).add(stats.verify_ms / self._plain_now)
+        if stats.draft_catch_up_tokens:
+            return  # its draft time includes running tokens the draft missed: no cost sample
         per_forward = stats.draft_ms / stats.draft_forwards if stats.draft_forwards else stats.draft_ms
         self.draft_forward.add(per_forward)
         if self._plain_now:
             self.cost_ratios.add(per_forward / self._plain_now)
-            self.verify_by_k.setdefault(k, _Recent()).add(stats.verify_ms / self._plain_now)
 
     def snapshot(self) -> MetricsSnapshot:
         t_plain = self.plain_verify.value
@@ -310,8 +328,10 @@ class Telemetry:
         tps = self.num_tokens / (self.elapsed_ms / 1000) if self.elapsed_ms > 0 else None
         recent_ms = sum(ms for _, ms in self._recent)
         rolling = sum(t for t, _ in self._recent) / (recent_ms / 1000) if recent_ms > 0 else None
-        plain_tps = 1000.0 / self.plain_total.value if self.plain_total.value else None
-        measured = tps / plain_tps if (tps and plain_tps) else None
+        plain_ms = self.plain_total.mean
+        plain_tps = 1000.0 / plain_ms if plain_ms else None
+        decode_tps = 1000.0 * self.decode_tokens / self.decode_ms if self.decode_ms > 0 else None
+        measured = decode_tps / plain_tps if (decode_tps and plain_tps) else None
         drafted = self.position_drafted
         per_pos = tuple(a / d for a, d in zip(self.position_accepted, drafted) if d)
         return MetricsSnapshot(
@@ -341,6 +361,7 @@ class Telemetry:
             arithmetic_increase=increase,
             tokens_per_s=tps,
             rolling_tokens_per_s=rolling,
+            decode_tokens_per_s=decode_tps,
             plain_tokens_per_s=plain_tps,
             measured_speedup=measured,
             ttft_ms=self.ttft_ms,

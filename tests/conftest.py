@@ -102,3 +102,17 @@ def draft(target):
     from vocab16 import perturbed
 
     return perturbed(target, seed=1, noise=0.4)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Prints the mutation check's table (tests/test_mutations.py), which workers hand back
+    as a user property of each mutation's report."""
+    parts = []
+    for outcome in ("passed", "failed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            for key, value in getattr(report, "user_properties", ()):
+                if key == "mutation_table" and report.when == "call":
+                    parts.append(value)
+    if parts:
+        terminalreporter.write_sep("=", "mutation check: each planted bug, per setting, and the checks that caught it")
+        terminalreporter.write_line("\n".join(sorted(parts)))

@@ -63,3 +63,62 @@ def test_fixed_gamma_calibrates_on_the_second_step_of_each_turn_only():
         ks = [controller.choose(t, [1])[0] for _ in range(70)]
         # step 1 also runs the prompt through the target, so it cannot time a plain step
         assert ks[1] == 0 and ks[65] == 0 and ks[0] == 4 and set(ks[2:64]) == {4}
+
+
+def drive_phases(controller, phases, draft_ms_per_token=1.0, plain_ms=10.0, seed=0):
+    """A world with a draft model: each draft is accepted with the phase's rate (seeded
+    coin flips); a step verifying k drafts costs plain_ms + 2k ms; the draft runs the
+    tokens it missed before drafting (1 when warm — the last emitted token — plus one for
+    every token of the plain steps since it last ran), at draft_ms_per_token each, and
+    reports them beyond two as catch-up, as DraftModelProposer does. Returns the k chosen
+    and the controller's draft-time estimate (ms per drafted token) after each step."""
+    import random
+
+    rng = random.Random(seed)
+    telemetry = Telemetry(max_gamma=8)
+    chosen, estimates, behind = [], [], 1
+    for rate, steps in phases:
+        for _ in range(steps):
+            k, _gain = controller.choose(telemetry, [1, 2, 3])
+            chosen.append(k)
+            n = 0
+            while n < k and rng.random() < rate:
+                n += 1
+            draft_ms = draft_ms_per_token * (k - 1 + behind) if k else 0.0
+            catch_up = max(0, behind - 2) if k else 0
+            verify = plain_ms + 2.0 * k
+            stats = StepStats(num_speculative_tokens=k, num_draft_tokens=k, num_accepted_tokens=n,
+                              draft_ms=draft_ms, draft_forwards=k, verify_ms=verify, total_ms=verify + draft_ms,
+                              draft_catch_up_tokens=catch_up)
+            telemetry.update(stats, n + 1)
+            controller.observe(stats, None)
+            estimates.append(controller.draft_ms.value if isinstance(controller, AdaptiveGamma) else None)
+            behind = (2 if n == k else 1) if k else behind + 1
+    return chosen, estimates
+
+
+def test_drafting_resumes_after_acceptance_comes_back():
+    """Acceptance 0.85 → 0 → 0.85 (the issue's simulation): in the zero phase it stops
+    drafting; once acceptance returns it drafts again within a bounded number of steps —
+    one capped back-off plus the few probes that lift the acceptance estimate — and the
+    draft-time estimate stays the true 1 ms per token, catch-up excluded."""
+    controller = AdaptiveGamma(5)
+    chosen, estimates = drive_phases(controller, [(0.85, 400), (0.0, 1500), (0.85, 1200)])
+    first, dead, last = chosen[:400], chosen[400:1900], chosen[1900:]
+    assert sum(k > 0 for k in first[100:]) / 300 > 0.9
+    assert sum(k > 0 for k in dead[500:]) / 1000 < 0.05, "kept drafting although nothing was accepted"
+    # each probe of the dead phase catches up on ~100 missed tokens: none of it is draft cost
+    assert max(estimates[400:1900]) <= 1.5, f"draft time estimate rose to {max(estimates[400:1900])} ms"
+    bound = controller.max_probe_after + 60
+    resumed = last[bound:]
+    assert sum(k > 0 for k in resumed) / len(resumed) > 0.9, (
+        f"drafted on {sum(k > 0 for k in resumed)} of the last {len(resumed)} steps")
+    assert controller.draft_ms.value <= 1.5  # 1 ms a token, plus the bonus token a warm draft runs
+
+
+def test_probes_back_off_only_up_to_a_cap():
+    controller = AdaptiveGamma(5, probe_every=24)
+    chosen, _ = drive_phases(controller, [(0.0, 3000)])
+    probes = [i for i, k in enumerate(chosen) if k > 0][-5:]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps and max(gaps) <= controller.max_probe_after + 1, gaps

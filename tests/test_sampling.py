@@ -35,12 +35,21 @@ def closed_form_output(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("case", range(200))
 def test_one_step_output_is_p_in_closed_form(case):
+    """The law of rejection_sample's first emitted token, read off the function itself
+    with stratified uniforms (exact up to the grid's 1/n: no false alarms), is p — and
+    it is the closed form built from the residual. Resampling from p, an inverted ratio
+    or a wrong residual fails here."""
+    from test_exactness_steps import first_token_and_bonus_law
+
     gen = torch.Generator().manual_seed(case)
     # q with zeros where p is not, and p with zeros where q is not
     p = random_dist(gen, zeros=case % 4)
     q = random_dist(gen, zeros=(case // 4) % 4)
     if case % 17 == 0:
         q = p.clone()  # p == q: never rejects
+    grid = 2048
+    law, _ = first_token_and_bonus_law(torch.stack([p, p]), q[None], grid=grid, bonus_too=False)
+    assert torch.allclose(law, p, atol=3.0 / grid), (law, p)
     assert torch.allclose(closed_form_output(p, q), p, atol=1e-12)
 
 

@@ -108,3 +108,25 @@ def test_cli_exit_codes(tiny_profile_path, tmp_path, capsys):
     # the tiny profile is greedy: verify runs the token-by-token diff and passes
     assert main(["verify", "--profile", str(tiny_profile_path), "--samples", "50"]) == 0
     assert "verdict: PASS" in capsys.readouterr().out
+
+
+def test_verify_checks_the_gamma_auto_path_too(peaked, monkeypatch):
+    """A profile with γ = "auto" (the shipped default) is verified through its adaptive
+    controller as well; a bug planted only on that path fails the verdict."""
+    import specchat.engine.engine as engine_module
+    from test_exactness import SteadyClockAdaptive
+
+    profile, loaded = peaked
+    auto = profile.replace(speculation={"num_speculative_tokens": "auto", "max_speculative_tokens": 3})
+    # wall-clock timings of two equally tiny models never make drafting pay: a steady cost
+    # model makes the controller draft, as it does with a real draft model
+    monkeypatch.setattr(engine_module, "make_controller", lambda proposer: SteadyClockAdaptive(3, proposer))
+    report = verify(loaded, auto, samples=SAMPLES, tokens=2, params=PARAMS)
+    assert report.speculation_auto is not None and report.speculation_auto["drafted"] > SAMPLES // 4
+    names = [c.name for c in report.checks]
+    assert any("(γ=auto) first token" in n for n in names) and any("γ=auto" in n and "greedy" in n for n in names)
+    assert report.passed, "\n".join(c.line() for c in report.checks)
+    buggy = verify(loaded, auto, samples=SAMPLES, tokens=2, params=PARAMS, proposer_factory=lambda loaded, profile, g:
+                   UnwarpedQ(loaded.draft, g, 3) if g == "auto" else DraftModelProposer(loaded.draft, g))
+    failed = [c.name for c in buggy.checks if not c.passed]
+    assert failed and all("γ=auto" in name for name in failed), failed

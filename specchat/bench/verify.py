@@ -12,8 +12,14 @@ same engine with no proposer, seeds of another range), and compares (see verify_
 5. greedy (temperature 0): 32 tokens token by token, speculative vs plain; a divergence is
    accepted only at a numerical near-tie of the target's top two logits.
 
+Checks 1, 3, 4 and 5 run with drafts at every step (γ fixed, so the rejection sampler
+is exercised from the first token) and, when the profile's γ is "auto" (the shipped
+default), again through the adaptive controller the profile really uses, plain
+calibration steps and all — the default path is verified, not only a fixed γ.
+
 ``proposer_factory(loaded, profile, gamma) -> Proposer`` replaces the profile's proposer
-(the hook tests use to plant a wrong sampler and see verify fail).
+(the hook tests use to plant a wrong sampler and see verify fail); gamma is "auto" for
+the adaptive path.
 
 Everything goes through the engine's backend seam (logits of the last positions of a
 sequence), so verify runs unchanged on every backend: transformers, llama.cpp, …
@@ -65,17 +71,29 @@ class VerifyReport:
     settings: dict[str, Any]
     speculation: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    speculation_auto: dict[str, int] | None = None  # the γ = auto samples' counts, when checked
 
 
-def default_proposer(loaded: Any, profile: Any, gamma: int) -> Any:
+def default_proposer(loaded: Any, profile: Any, gamma: int | str) -> Any:
     from specchat.engine import DraftModelProposer, NgramProposer
 
     spec = profile.speculation
+    ceiling = spec.max_speculative_tokens if gamma == "auto" else None
     if spec.method == "draft_model":
-        return DraftModelProposer(loaded.draft, gamma)
+        return DraftModelProposer(loaded.draft, gamma, ceiling)
     if spec.method == "ngram":
-        return NgramProposer(gamma, spec.prompt_lookup_min, spec.prompt_lookup_max)
+        return NgramProposer(gamma, spec.prompt_lookup_min, spec.prompt_lookup_max, ceiling)
     return None
+
+
+def _modes(loaded: Any, target: Backend, profile: Any, factory: Callable,
+           gamma: int) -> list[tuple[str, SpeculativeEngine]]:
+    """(label, engine): drafts at every step with γ fixed, and the profile's adaptive
+    controller when its γ is "auto"."""
+    modes = [("", SpeculativeEngine(target, factory(loaded, profile, gamma), controller=EveryStep(gamma)))]
+    if profile.speculation.num_speculative_tokens == "auto":
+        modes.append(("γ=auto", SpeculativeEngine(target, factory(loaded, profile, "auto"))))
+    return modes
 
 
 def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, prompt: str = DEFAULT_PROMPT,
@@ -106,34 +124,45 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
     checks: list[Check] = []
     spec_stats = {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0}
     notes: list[str] = []
+    modes = _modes(loaded, target, profile, factory, gamma)
+    auto_stats: dict[str, int] | None = None
     if not params.greedy:
-        engine = SpeculativeEngine(target, factory(loaded, profile, gamma), controller=EveryStep(gamma))
-        spec_seqs = np.empty((samples, tokens), dtype=np.int64)
-        for i in range(samples):
-            if i % 50 == 0:
-                report(i, samples * 2, "speculative samples")
-            spec_seqs[i] = _speculative_sample(engine, ids, dataclasses.replace(params, seed=i), tokens, spec_stats)
-        report(samples, samples * 2, "plain samples (batched)")
+        total = samples * (len(modes) + 1)
+        spec_runs = []
+        for m, (label, engine) in enumerate(modes):
+            stats = spec_stats if not label else {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0}
+            seqs = np.empty((samples, tokens), dtype=np.int64)
+            for i in range(samples):
+                if i % 50 == 0:
+                    report(m * samples + i, total, f"speculative samples {label}".strip())
+                seqs[i] = _speculative_sample(engine, ids, dataclasses.replace(params, seed=i), tokens, stats)
+            spec_runs.append((label, seqs))
+            if label:
+                auto_stats = stats
         plain_seqs = np.empty((samples, tokens), dtype=np.int64)
         for i in range(samples):
             if i % 50 == 0:
-                report(samples + i, samples * 2, "plain samples")
+                report(len(modes) * samples + i, total, "plain samples")
             plain_seqs[i] = _speculative_sample(plain_engine, ids, dataclasses.replace(params, seed=PLAIN_SEEDS + i),
                                                 tokens, {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0})
+        report(total, total, "exact distributions")
         p_first = warp(target.forward(ids), params)[0]  # [V]
-        report(2 * samples, samples * 2, "exact distributions")
         exact_first = _distribution(p_first)
-        checks.append(goodness_of_fit("speculative first token vs exact p", spec_seqs[:, 0], exact_first))
+        joint = _exact_first_two(target, ids, params, p_first, eos) if tokens >= 2 else None
         checks.append(goodness_of_fit("plain first token vs exact p", plain_seqs[:, 0], exact_first))
-        if tokens >= 2:
-            joint = _exact_first_two(target, ids, params, p_first, eos)
-            vocab = p_first.shape[-1] + 1
-            codes = _pair_codes(spec_seqs, vocab)
-            checks.append(goodness_of_fit(f"speculative first two tokens vs exact joint "
-                                          f"({len(joint)} cells enumerated)", codes, joint))
-        codes = _sequence_codes(np.concatenate([spec_seqs, plain_seqs]))  # one code book for both
-        checks.append(two_sample(f"speculative vs plain, {tokens}-token continuations",
-                                 codes[:samples], codes[samples:]))
+        for label, spec_seqs in spec_runs:
+            name = f"speculative ({label})" if label else "speculative"
+            checks.append(goodness_of_fit(f"{name} first token vs exact p", spec_seqs[:, 0], exact_first))
+            if joint is not None:
+                codes = _pair_codes(spec_seqs, p_first.shape[-1] + 1)
+                checks.append(goodness_of_fit(f"{name} first two tokens vs exact joint "
+                                              f"({len(joint)} cells enumerated)", codes, joint))
+            codes = _sequence_codes(np.concatenate([spec_seqs, plain_seqs]))  # one code book for both
+            checks.append(two_sample(f"{name} vs plain, {tokens}-token continuations",
+                                     codes[:samples], codes[samples:]))
+        if auto_stats is not None and auto_stats["drafted"] == 0:
+            notes.append("note: with γ = auto the controller drafted nothing in these samples (speculation did "
+                         "not pay here), so that path was checked as plain decoding")
         if spec_stats["drafted"] == 0:
             checks.append(Check("speculation was exercised", False,
                                 detail="no drafts were proposed: nothing was verified — for n-gram lookup "
@@ -146,9 +175,10 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
                                  f"text without being certain")
     else:
         notes.append("temperature 0: greedy decoding, so only the token-by-token diff applies")
-    report(2 * samples, 2 * samples, "greedy diff")
-    checks.append(_greedy_diff(loaded, target, profile, factory, gamma, ids, params))
-    return VerifyReport(all(c.passed for c in checks), checks, settings, spec_stats, notes)
+    report(1, 1, "greedy diff")
+    for label, engine in modes:
+        checks.append(_greedy_diff(target, engine, ids, params, label))
+    return VerifyReport(all(c.passed for c in checks), checks, settings, spec_stats, notes, auto_stats)
 
 
 def _speculative_sample(engine: SpeculativeEngine, ids: list[int], params: SamplingParams, tokens: int,
@@ -232,14 +262,13 @@ def batch_logit_noise(target: Backend, ids: list[int], tokens: int = 16, width: 
 
 
 @torch.inference_mode()
-def _greedy_diff(loaded: Any, target: Backend, profile: Any, factory: Callable, gamma: int, ids: list[int],
-                 params: SamplingParams) -> Check:
+def _greedy_diff(target: Backend, spec_engine: SpeculativeEngine, ids: list[int], params: SamplingParams,
+                 label: str = "") -> Check:
     greedy = dataclasses.replace(params, temperature=0.0, seed=0)
-    spec_engine = SpeculativeEngine(target, factory(loaded, profile, gamma), controller=EveryStep(gamma))
     plain_engine = SpeculativeEngine(target, None)
     spec = [t.id for s in spec_engine.generate(ids, greedy, GREEDY_TOKENS) for t in s.tokens]
     plain = [t.id for s in plain_engine.generate(ids, greedy, GREEDY_TOKENS) for t in s.tokens]
-    name = f"greedy token-by-token diff ({len(plain)} tokens)"
+    name = f"greedy token-by-token diff ({len(plain)} tokens{', ' + label if label else ''})"
     if spec == plain:
         return Check(name, True, detail="identical", extra={"tokens": plain})
     at = next((i for i, (a, b) in enumerate(zip(spec, plain)) if a != b), min(len(spec), len(plain)))

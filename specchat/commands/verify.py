@@ -79,6 +79,10 @@ def render(report) -> str:
     if sp.get("drafted"):
         lines.append(f"speculation exercised: {sp['drafted']} drafts, {sp['accepted']} accepted, "
                      f"{sp['rejected']} rejected and resampled, {sp['bonus']} bonus tokens")
+    auto = getattr(report, "speculation_auto", None)
+    if auto is not None:
+        lines.append(f"γ = auto (the profile's own controller) also checked: {auto['drafted']} drafts, "
+                     f"{auto['accepted']} accepted, {auto['rejected']} rejected, {auto['bonus']} bonus tokens")
     lines += [f"  {note}" for note in report.notes]
     lines += ["  " + check.line() for check in report.checks]
     lines.append("rule: a check fails when χ² p < 0.001 or TV exceeds the 99.9th percentile of the TV an exact "
@@ -91,6 +95,7 @@ def _as_dict(report) -> dict:
     import dataclasses
 
     return {"passed": report.passed, "settings": report.settings, "speculation": report.speculation,
+            "speculation_auto": getattr(report, "speculation_auto", None),
             "notes": report.notes, "checks": [dataclasses.asdict(c) for c in report.checks]}
 
 

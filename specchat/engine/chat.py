@@ -66,6 +66,7 @@ class ChatSession:
         self.history: list[dict[str, str]] = []
         self.turn = 0
         self._alt_text: dict[int, str] = {}
+        self._notice = engine.notice  # said once, with the next turn
 
     # --- controls (safe to call between turns; γ and temperature also mid-turn for the next turn)
     def cancel(self) -> None:
@@ -86,7 +87,8 @@ class ChatSession:
         self.engine.controller = make_controller(proposer)
 
     def set_temperature(self, temperature: float) -> None:
-        self.sampling = replace(self.sampling, temperature=max(0.0, float(temperature)))
+        """Raises SamplingError (one line) for a NaN, infinite or negative temperature."""
+        self.sampling = replace(self.sampling, temperature=float(temperature))
 
     def set_thinking(self, enabled: bool) -> None:
         self.enable_thinking = enabled
@@ -129,7 +131,8 @@ class ChatSession:
         finish = "error"
         try:
             ids = self.prompt_ids(messages)
-            yield TurnStarted(turn, len(ids), self.num_speculative_tokens)
+            note, self._notice = self._notice or "", None
+            yield TurnStarted(turn, len(ids), self.num_speculative_tokens, note)
             for step in self.engine.generate(ids, self.sampling, self.max_new_tokens, self.stop_token_ids):
                 tokens = tuple(self._with_text(t, decoder) for t in step.tokens)
                 yield StepEvent(turn, Step(tokens, step.stats, step.finish_reason), time.perf_counter() - start)

@@ -11,6 +11,13 @@ not even change a seeded reply, only its speed (the coupled form in sampling.py)
   draft position (for n-gram lookup: per matched n-gram length, and no drafts at all
   without a match) and of the measured step time T(k) (draft + verify + overhead).
   When no k beats a plain step it decodes plainly and probes again from time to time.
+
+It must recover when acceptance comes back after a stretch where nothing was accepted:
+a draft model skipped during plain steps catches up on the tokens it missed at the next
+probe, and that catch-up time is no sample of the draft's cost (else the estimate grows
+with each plain stretch and speculation never looks worth it again); a probe whose draft
+is kept is followed at once by another, so the acceptance estimate climbs back within a
+few steps; and the wait between failed probes doubles only up to a cap.
 """
 
 from __future__ import annotations
@@ -115,6 +122,8 @@ class AdaptiveGamma(Controller):
         self.draft_ms = _RecentMedian()  # per drafted token
         self.plain_run = 0
         self.probe_after = probe_every  # plain steps before the next probe (backs off)
+        self.max_probe_after = 8 * probe_every  # the back-off's cap: a probe at least this often
+        self._probing = False
         self.speculative_run = 0
         self.calibrate_every = calibrate_every
         self.since_plain = 0
@@ -174,8 +183,7 @@ class AdaptiveGamma(Controller):
             self.plain_run += 1
             if self.plain_run >= self.probe_after:  # conditions change: look again
                 self.plain_run = 0
-                # each probe that does not pay waits twice as long for the next one
-                self.probe_after = min(self.probe_after * 2, 16 * self.probe_every)
+                self._probing = True  # observe() sets the wait for the next probe
                 return 1, None
             return 0, 1.0
         self.plain_run = 0
@@ -196,12 +204,18 @@ class AdaptiveGamma(Controller):
 
     def observe(self, stats: StepStats, proposal: object) -> None:
         k, n = stats.num_draft_tokens, stats.num_accepted_tokens
+        if self._probing:
+            self._probing = False
+            if k and n:  # its draft was kept: look again at once, the estimate is catching up
+                self.probe_after = 1
+            else:  # it did not pay: wait twice as long next time, up to the cap
+                self.probe_after = min(max(self.probe_after, self.probe_every // 2) * 2, self.max_probe_after)
         if stats.prefill_tokens == 0:  # a step that also ran the prompt says nothing of T(k)
             self.step_ms.setdefault(k, _RecentMedian()).add(stats.total_ms - stats.draft_ms)
         if k == 0:
             self.since_plain = 0
             return
-        if stats.prefill_tokens == 0:
+        if stats.prefill_tokens == 0 and stats.draft_catch_up_tokens == 0:
             self.draft_ms.add(stats.draft_ms / k)
         acc = self._acceptance(self._key)
         for i in range(min(k, n + 1)):  # positions verified on the kept path

@@ -11,8 +11,9 @@ import torch
 from specchat.engine.backends import Backend, as_backend, common_prefix_length
 from specchat.engine.controller import Controller, make_controller
 from specchat.engine.proposers import Proposal, Proposer
-from specchat.engine.sampling import SamplingParams, position_uniforms, rejection_sample, warp
+from specchat.engine.sampling import SamplingParams, nonfinite_rows, position_uniforms, rejection_sample, warp
 from specchat.engine.timing import Stopwatch, StepTimer
+from specchat.errors import GenerationError
 from specchat.events import Alternative, Step, StepStats, Token
 from specchat.telemetry import MetricsSnapshot, Telemetry
 
@@ -24,6 +25,7 @@ class _Verified:
     tokens: list[Token]
     num_accepted: int
     alpha_sum: float
+    nonfinite: str | None = None  # "target" / "draft": whose logits were NaN or infinite
 
 
 class SpeculativeEngine:
@@ -32,7 +34,9 @@ class SpeculativeEngine:
     ``target``: a :class:`~specchat.engine.backends.Backend` (transformers, llama.cpp, …)
     or a transformers causal LM, which is wrapped in the transformers backend.
 
-    ``proposer=None`` is plain decoding through the same code path (k = 0 every step).
+    ``proposer=None`` is plain decoding through the same code path (k = 0 every step); so
+    is a proposer with a model whose cache cannot roll back rejected drafts (the target's
+    or the draft's), and ``notice`` then says why, once, for the UI to show.
     ``generate`` yields a :class:`~specchat.events.Step` per round; ``metrics`` and
     ``turn_metrics`` summarise all steps so far and those of the last ``generate``.
     """
@@ -41,9 +45,17 @@ class SpeculativeEngine:
                  controller: Controller | None = None, eos_token_ids: Iterable[int] | None = None) -> None:
         self.target = as_backend(target)
         self.device = self.target.device
+        self.notice: str | None = None
+        if proposer is not None and not (self.target.can_rollback and proposer.can_rollback):
+            which = "target" if not self.target.can_rollback else "draft model"
+            self.notice = (f"speculation off: the {which}'s cache cannot roll back rejected drafts "
+                           f"(recurrent state), so this model decodes plainly")
+            proposer = None
         self.proposer = proposer
         if proposer is not None and hasattr(proposer, "device"):
             proposer.device = self.device
+        if proposer is not None:
+            proposer.vocab_size = self.target.vocab_size  # q is reported on the target's vocabulary
         self.eos_token_ids = set(eos_token_ids) if eos_token_ids is not None else set(self.target.eos_token_ids)
         max_gamma = proposer.max_speculative_tokens if proposer else 1
         self.telemetry = Telemetry(max_gamma=max_gamma)
@@ -85,6 +97,7 @@ class SpeculativeEngine:
         else:
             generator.manual_seed(params.seed)
         seed = generator.initial_seed()  # also keys the per-position draws (sampling.position_uniforms)
+        draft_generator = self._draft_generator(generator, seed)
         self.turn_telemetry.reset()
         self.telemetry.start_turn()
         self.controller.start_turn()
@@ -108,10 +121,17 @@ class SpeculativeEngine:
             room = self.target.max_length - len(ids)
             gamma, gain = self.controller.choose(self.telemetry, ids) if self.proposer else (0, None)
             gamma = max(0, min(gamma, max_new_tokens - emitted - 1, room - 1))
-            proposal = (self.proposer.propose(ids, gamma, params, generator) if gamma > 0
+            proposal = (self.proposer.propose(ids, gamma, params, draft_generator) if gamma > 0
                         else Proposal(torch.empty(0, dtype=torch.long), None))
             drafted = timer.mark()
             result = self._verify(ids, proposal, params, generator, seed, timer)
+            if result.nonfinite:
+                self.reset()  # KV computed alongside NaNs is not reused
+                raise GenerationError(
+                    f"the {result.nonfinite} model returned non-finite logits (NaN or ±inf) at step "
+                    f"{self.turn_telemetry.num_steps + 1} of this reply, before its token {emitted + 1}",
+                    hint="float16 overflows easily: try dtype = \"bfloat16\" or \"float32\", or another "
+                         "quantisation; the reply so far is kept")
             tokens, finish = result.tokens, None
             for i, token in enumerate(tokens):
                 if token.id in stops or token.id in self.eos_token_ids:
@@ -134,6 +154,7 @@ class SpeculativeEngine:
                 alpha_sum=result.alpha_sum,
                 alpha_count=min(k, n + 1),
                 draft_forwards=proposal.forwards,
+                draft_catch_up_tokens=proposal.catch_up_tokens,
                 draft_ms=timer.ms(0, drafted),
                 verify_ms=timer.ms(drafted, drafted + 1),  # the target's forward
                 total_ms=timer.ms(0, timer.mark()),  # + sampling, verification and bookkeeping
@@ -147,6 +168,17 @@ class SpeculativeEngine:
             yield Step(tuple(tokens), step_stats, finish)
             if finish:
                 return
+
+    def _draft_generator(self, generator: torch.Generator, seed: int) -> torch.Generator:
+        """The generator the proposer draws with. A torch generator draws only on its own
+        device, so a draft model on another device than the target gets one of its own,
+        seeded from the turn's seed (a seed still fixes the reply); on the same device
+        both share one stream, as before."""
+        device = self.proposer.sampling_device if self.proposer is not None else None
+        if device is None or same_device(torch.device(device), self.device):
+            return generator
+        # an LCG step of the seed: a stream of its own, fixed by the seed
+        return generator_on(torch.device(device), (seed * 6364136223846793005 + 1442695040888963407) % 2**64)
 
     def _verify(self, ids: list[int], proposal: Proposal, params: SamplingParams,
                 generator: torch.Generator, seed: int, timer: StepTimer) -> _Verified:
@@ -166,13 +198,17 @@ class SpeculativeEngine:
         positions = torch.arange(k + 1, device=self.device)
         p_next = p[positions, verdict.next_tokens]  # [k+1] p of each candidate next token
         top_p, top_ids = torch.topk(p, min(NUM_ALTERNATIVES, p.shape[-1]), dim=-1)  # [k+1, A]
+        # NaN/inf logits: flagged here and read with the rest (sample_at keeps ids in range)
+        no_q = torch.zeros((), dtype=torch.bool, device=self.device)
+        bad = torch.stack([nonfinite_rows(logits).any(), nonfinite_rows(q).any() if q is not None else no_q])
         # the step's single host sync: everything read back in one float64 copy (ids are
         # exact in float64 below 2^53)
         parts = (verdict.accepted, verdict.next_tokens, verdict.alpha_terms, verdict.p_draft, verdict.q_draft,
-                 p_next, top_p.flatten(), top_ids.flatten(), drafts)
+                 p_next, top_p.flatten(), top_ids.flatten(), drafts, bad)
         flat = torch.cat([t.to(torch.float64) for t in parts]).tolist()
-        sizes = [t.numel() for t in parts]
-        accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl = _split(flat, sizes)
+        accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl, bad = _split(flat, [t.numel() for t in parts])
+        if bad[0] or bad[1]:
+            return _Verified([], 0, 0.0, "target" if bad[0] else "draft")
         nxt, ti, dl = [int(x) for x in nxt], [int(x) for x in ti], [int(x) for x in dl]
         width = top_p.shape[-1]
         tp = [tp[i:i + width] for i in range(0, len(tp), width)]
@@ -203,3 +239,9 @@ def _split(flat: list[float], sizes: list[int]) -> list[list[float]]:
         out.append(flat[start:start + size])
         start += size
     return out
+
+
+def generator_on(device: torch.device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+

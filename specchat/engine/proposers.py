@@ -12,20 +12,26 @@ from dataclasses import dataclass
 
 import torch
 
-from specchat.engine.backends import Backend, as_backend
-from specchat.engine.sampling import SamplingParams, sample, warp
+from specchat.engine.backends import Backend, as_backend, common_prefix_length
+from specchat.engine.sampling import SamplingParams, on_vocab, sample, warp
 
 
 @dataclass
 class Proposal:
-    """tokens: [k'] drafted ids on the target's device (k' ≤ k, possibly 0).
-    q: [k', V] the distributions they were drawn from, or None for point masses.
-    forwards: draft-model forward passes spent. match_length: n-gram length matched."""
+    """tokens: [k'] drafted ids (k' ≤ k, possibly 0), on the proposer's device.
+    q: [k', V] the distributions they were drawn from, on the target's vocabulary V (ids the
+       draft model has no row for have probability 0), or None for point masses.
+    forwards: draft-model forward passes spent. match_length: n-gram length matched.
+    catch_up_tokens: context tokens the draft model ran before drafting beyond the one or
+       two a warm draft runs (the last emitted token; after a bonus also the last draft) —
+       the tokens it missed while the target decoded plainly. Their time is in the step's
+       draft time but is no cost of drafting (controller.py, telemetry.py)."""
 
     tokens: torch.Tensor
     q: torch.Tensor | None
     forwards: int = 0
     match_length: int = 0
+    catch_up_tokens: int = 0
 
 
 class Proposer:
@@ -33,6 +39,12 @@ class Proposer:
     adaptive controller with ``max_speculative_tokens`` as its ceiling)."""
 
     kind = "none"
+    # declared, not probed: whether its state survives dropping rejected drafts (a draft
+    # model's cache must roll back), and where its random draws happen (None: it has none)
+    can_rollback = True
+    sampling_device: torch.device | None = None
+    # the target's vocabulary size; the engine sets it (q is reported on it)
+    vocab_size: int | None = None
 
     def __init__(self, num_speculative_tokens: int | str = 5, max_speculative_tokens: int | None = None) -> None:
         if num_speculative_tokens == "auto":
@@ -67,25 +79,47 @@ class DraftModelProposer(Proposer):
         super().__init__(num_speculative_tokens, max_speculative_tokens)
         self.lm = as_backend(draft_model)
         self.max_length = self.lm.max_length
+        self.can_rollback = self.lm.can_rollback
+        self.sampling_device = self.lm.device
+        self._view: tuple[list[int], list[int]] = ([], [])  # (ids, what the draft is shown for them)
+
+    def _context(self, ids: list[int]) -> list[int]:
+        """The ids as the draft can read them. A target with more rows than the draft may
+        emit an id the draft has no embedding for (a padding row sampled, or a test's
+        smaller draft): the draft is shown id 0 there. Any context is exact — q is
+        whatever the draft then samples from — so this only costs acceptance, and only
+        ids new since the last call are looked at."""
+        if self.lm.vocab_size >= (self.vocab_size or 0):
+            return ids
+        seen, shown = self._view
+        n = common_prefix_length(seen, ids)
+        rows = self.lm.vocab_size
+        shown = shown[:n] + [i if i < rows else 0 for i in ids[n:]]
+        self._view = (list(ids), shown)
+        return shown
 
     def prefill(self, ids: list[int]) -> None:
         if len(ids) > 1 and len(ids) <= self.max_length:
-            self.lm.forward(ids[:-1], num_logits=1)
+            self.lm.forward(self._context(ids)[:-1], num_logits=1)
 
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
         k = min(k, self.max_length - len(ids))
         if k <= 0:
             return Proposal(torch.empty(0, dtype=torch.long), None)
-        logits = self.lm.forward(ids)  # [1, V]
+        ids = self._context(ids)
+        behind = len(ids) - common_prefix_length(self.lm.ids, ids)  # tokens the next forward runs
+        vocab = self.vocab_size or self.lm.vocab_size
+        logits = self.lm.forward(ids)  # [1, V_draft]
         drafts, qs = [], []
         for i in range(k):
-            q = warp(logits, params)  # [1, V]
+            # the draft never proposes an id the target has no row for (p = 0 there)
+            q = warp(logits[:, :vocab], params)  # [1, min(V_draft, V)]
             token = sample(q, generator)  # [1]
             drafts.append(token)
-            qs.append(q)
+            qs.append(on_vocab(q, vocab))  # [1, V]
             if i + 1 < k:  # the last draft is verified, never run through the draft
                 logits = self.lm.extend(token)
-        return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k)
+        return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k, catch_up_tokens=max(0, behind - 2))
 
     def reset(self) -> None:
         self.lm.reset()

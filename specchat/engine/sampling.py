@@ -19,9 +19,15 @@ and n-gram speculation at every γ, adaptive included.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import torch
+
+from specchat.errors import SamplingError
+
+MAX_SEED = 2**64 - 1  # torch generators and position_uniforms take 64-bit seeds
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,27 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
+
+    def __post_init__(self) -> None:
+        # every entry point that builds or replaces params (API, profile, CLI, UI keys)
+        # passes through here, so a NaN temperature never reaches the sampler
+        def bad(key: str, value: object, rule: str) -> SamplingError:
+            return SamplingError(f"{key} = {value!r} is out of range", key=f"sampling.{key}", hint=rule)
+
+        def number(x: object) -> bool:
+            return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+        def integer(x: object) -> bool:
+            return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+        if not number(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
+            raise bad("temperature", self.temperature, "use a finite number ≥ 0 (0 = greedy)")
+        if not number(self.top_p) or not 0 < self.top_p <= 1:
+            raise bad("top_p", self.top_p, "use a number with 0 < top_p ≤ 1 (1 = off)")
+        if not integer(self.top_k) or self.top_k < 0:
+            raise bad("top_k", self.top_k, "use an integer ≥ 0 (0 = off)")
+        if self.seed is not None and (not integer(self.seed) or not 0 <= self.seed <= MAX_SEED):
+            raise bad("seed", self.seed, f"use an integer from 0 to {MAX_SEED}, or none for a fresh seed")
 
     @property
     def greedy(self) -> bool:
@@ -117,7 +144,28 @@ def sample_at(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     target = uniforms.to(device=probs.device, dtype=torch.float64)[:, None] * total  # [n, 1]
     # u·total may round up to total itself, past every id: keep it strictly below
     target = torch.minimum(target, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, target, right=True).squeeze(-1)  # [n]
+    # a NaN row (non-finite logits) would give id V, past the vocabulary: clamp it, so that
+    # nothing indexes out of range before the engine's finiteness check reports the model
+    ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # [n]
+    return ids.clamp_(max=probs.shape[-1] - 1)
+
+
+def on_vocab(probs: torch.Tensor, vocab: int) -> torch.Tensor:
+    """probs [n, V'] → [n, vocab]: a draft's q put on the target's vocabulary. Ids past the
+    draft's rows get probability 0; rows past the target's never carry mass because the
+    draft only samples ids the target has (its logits are cut to ``vocab`` first)."""
+    width = probs.shape[-1]
+    if width == vocab:
+        return probs
+    if width > vocab:
+        return probs[..., :vocab]
+    return torch.nn.functional.pad(probs, (0, vocab - width))
+
+
+def nonfinite_rows(logits: torch.Tensor) -> torch.Tensor:
+    """[n, V] → [n] bool: rows that are no distribution (a NaN or +inf anywhere, or all −inf).
+    One max per row: NaN propagates through it, +inf wins it, an all −inf row keeps −inf."""
+    return ~torch.isfinite(logits.amax(-1))
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -157,6 +205,7 @@ def rejection_sample(
     generator: torch.Generator | None,
     greedy: bool = False,
     uniforms: torch.Tensor | None = None,
+    draws: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Verdict:
     """Exact speculative sampling for one sequence.
 
@@ -168,6 +217,9 @@ def rejection_sample(
     a draw from norm(max(p − q, 0)); if all pass, the bonus is drawn from p[k].
     uniforms: [k+1] per-position uniforms (see :func:`position_uniforms`); with point-mass
        drafts they select the coupled form of the same rule (module docstring).
+    draws: ([k] uniforms of the acceptance tests, [k+1] uniforms of the next-token draws)
+       instead of the generator's — tests pass stratified grids to read the sampler's exact
+       law off the function itself.
     """
     k = drafts.shape[0]
     pos = torch.arange(k, device=p.device)
@@ -180,11 +232,14 @@ def rejection_sample(
     if q is None:
         q = torch.nn.functional.one_hot(drafts, p.shape[-1]).to(p.dtype)  # [k, V]
     q_draft = q[pos, drafts].to(p.dtype)  # [k]
-    u = torch.rand(k, generator=generator, device=p.device, dtype=p.dtype)
+    u = torch.rand(k, generator=generator, device=p.device, dtype=p.dtype) if draws is None else draws[0].to(p)
     # u < p/q without dividing (q_draft > 0: the draft was sampled from q)
     accepted = u * q_draft < p_draft
     next_dists = torch.cat([residual_distribution(p[:k], q), p[k:]], dim=0)  # [k+1, V]
     # greedy rows are one-hot (p, or the residual of one-hot p and q): argmax is the draw
-    next_tokens = next_dists.argmax(-1) if greedy else sample(next_dists, generator)  # [k+1]
+    if greedy:
+        next_tokens = next_dists.argmax(-1)  # [k+1]
+    else:
+        next_tokens = sample(next_dists, generator) if draws is None else sample_at(next_dists, draws[1])
     alpha_terms = torch.minimum(p[:k], q.to(p.dtype)).sum(-1)  # [k]
     return Verdict(accepted, next_tokens, alpha_terms, p_draft, q_draft)

@@ -1,9 +1,14 @@
 """Can this draft propose for this target? Checked once, before any generation.
 
 Speculative decoding compares the draft's and the target's probabilities of the
-*same id*, so every id the draft can emit must name the same token for both.
-Embedding matrices are often padded past the vocabulary (so their sizes may
-differ harmlessly); what must agree is the tokenizers' token → id maps.
+*same id*, so an id must name the same token for both. What is compared is the
+tokenizers' real vocabularies (token → id), not the models' embedding matrices: those
+are often padded past the vocabulary (Qwen2.5-7B has 152,064 rows, Qwen2.5-0.5B
+151,936, one tokenizer), in either direction, and the engine handles that — q and p
+live on the target's rows, ids past the draft's rows get q = 0 and the draft never
+proposes an id past the target's (sampling.on_vocab). Tokens only one side defines
+(extra special tokens, padding) are fine too; what is refused is a token with another
+id, or an id that names another token.
 """
 
 from __future__ import annotations
@@ -12,35 +17,32 @@ from ..config.model import Profile
 from ..errors import ModelLoadError
 
 
-def check_draft_compatible(target, target_tokenizer, draft, draft_tokenizer, profile: Profile) -> None:
-    target_rows = target.get_output_embeddings().weight.shape[0]
-    draft_rows = draft.get_output_embeddings().weight.shape[0]
-    file = profile.source_path
-    if draft_tokenizer is None:
-        # Same source (a derived draft): one tokenizer, so only the output sizes can differ.
-        if draft_rows > target_rows:
-            raise ModelLoadError(f"the draft can emit {draft_rows} ids but the target only {target_rows}",
-                                 file=file, key="speculation.draft", hint="use a draft with the target's vocabulary")
-        return
-    target_vocab = target_tokenizer.get_vocab()
-    draft_vocab = draft_tokenizer.get_vocab()
-    by_id_target = {i: t for t, i in target_vocab.items()}
-    differ = []
+def vocabulary_differences(target_vocab: dict[str, int], draft_vocab: dict[str, int]) -> list[tuple[int, str, str]]:
+    """(id, draft's token, target's token) for every id the two maps disagree on: a token
+    both have at different ids, or an id both define as different tokens. Sorted by id."""
+    target_by_id = {i: t for t, i in target_vocab.items()}
+    differ: dict[int, tuple[str, str]] = {}
     for token, draft_id in draft_vocab.items():
-        if draft_id >= draft_rows:
-            continue  # the draft cannot emit it
-        if draft_id >= target_rows:
-            differ.append((draft_id, token, None))
-        elif by_id_target.get(draft_id) != token:
-            differ.append((draft_id, token, by_id_target.get(draft_id)))
+        target_token = target_by_id.get(draft_id)
+        if target_token is not None and target_token != token:
+            differ[draft_id] = (token, target_token)  # the id means another token
+        elif token in target_vocab and target_vocab[token] != draft_id:
+            differ[draft_id] = (token, f"id {target_vocab[token]}")  # the token has another id
+    return [(i, d, t) for i, (d, t) in sorted(differ.items())]
+
+
+def check_draft_compatible(target, target_tokenizer, draft, draft_tokenizer, profile: Profile) -> None:
+    if draft_tokenizer is None:
+        return  # same source (a derived draft): one tokenizer; padded rows either way are fine
+    differ = vocabulary_differences(target_tokenizer.get_vocab(), draft_tokenizer.get_vocab())
     if differ:
-        differ.sort()
-        draft_id, draft_token, target_token = differ[0]
-        target_side = "has no such id" if target_token is None else f"reads it as {target_token!r}"
+        draft_id, draft_token, target_side = differ[0]
+        target_side = f"the target has it at {target_side}" if target_side.startswith("id ") \
+            else f"the target reads it as {target_side!r}"
         raise ModelLoadError(
             f"draft '{profile.speculation.draft.source}' and target '{profile.target.source}' have different "
-            f"vocabularies: {len(differ)} ids differ, e.g. id {draft_id} is {draft_token!r} for the draft but the "
-            f"target {target_side}",
-            file=file, key="speculation.draft.source",
+            f"vocabularies: {len(differ)} ids differ, e.g. id {draft_id} is {draft_token!r} for the draft but "
+            f"{target_side}",
+            file=profile.source_path, key="speculation.draft.source",
             hint="pick a draft from the target's model family (same tokenizer), or use method = \"ngram\"",
         )

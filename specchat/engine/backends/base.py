@@ -43,6 +43,10 @@ class Backend:
       eos_token_ids: the end-of-sequence ids the model's own config names.
       precision: what the logits are computed in, e.g. "float32", "bfloat16",
         "4bit-nf4", "gguf:Q4_1" — near-tie rules for greedy comparisons depend on it.
+      can_rollback: whether the cache can drop its last positions (rejected drafts) without
+        recomputing; a backend that cannot (recurrent state) is still correct — it re-runs
+        the ids from the start when asked to go back — and the engine decodes it without
+        speculation, saying so once (``SpeculativeEngine.notice``).
     """
 
     name = "backend"
@@ -51,6 +55,7 @@ class Backend:
     vocab_size: int = 0
     eos_token_ids: frozenset[int] = frozenset()
     precision: str = "float32"
+    can_rollback: bool = True
 
     @property
     def ids(self) -> list[int]:

@@ -1,7 +1,34 @@
 """The transformers backend: a causal LM with a DynamicCache keyed by the ids it holds
-(see base.py); rollback crops the cache."""
+(see base.py); rollback crops the cache.
+
+Rollback with every cache a DynamicCache builds from a model's config:
+
+* full attention (Llama, Qwen, SmolLM2): ``crop`` drops the last positions.
+* sliding window (Mistral-style ``sliding_window``; Gemma-2/3 and other interleaved
+  ``layer_types``): a sliding layer keeps only the last W − 1 positions, so once a
+  conversation passes the window, dropping rejected drafts would leave it short of the
+  positions before them, and transformers refuses that ``crop``. We switch on its *past
+  recording* (``activate_past_recording``): the layer then keeps every position added
+  since its last ``crop`` and trims to W − 1 only when cropped. We crop at the start of
+  every ``forward`` (``crop(0)`` when nothing is dropped, which trims), so a layer holds
+  W − 1 + (positions added since). Everything the engine rolls back — the target's
+  rejected drafts, the draft model's unkept drafts — was added since that crop, so the
+  window before the rollback point is still there: exact, no recomputation, and memory
+  stays within the window plus one step.
+* a rollback that reaches further back than a layer holds (a new prompt that differs
+  from the cached conversation far back), or any rollback of a cache that cannot crop
+  at all (recurrent / linear-attention layers): the cache is dropped and the ids are
+  run again from the start — exact, at the cost of one prefill. Such a model declares
+  ``can_rollback = False``: the engine then decodes it without speculation, since
+  every rejected draft would cost a prefill.
+
+The crop runs inside the same guard as the forward: any failure leaves a reset cache,
+never a half-cropped one.
+"""
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from transformers import DynamicCache
@@ -32,6 +59,51 @@ def precision_of(model: torch.nn.Module) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The name the model's forward takes its KV cache by: ``cache`` in transformers ≥ 5.24,
+    ``past_key_values`` in models written for older releases (remote code). Passing the
+    wrong one would vanish into **kwargs and run the model without its cache, silently
+    wrong, so a model that names neither is refused."""
+    parameters = inspect.signature(model.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in parameters:
+            return name
+    raise TypeError(f"{type(model).__name__}.forward takes no KV cache (neither cache= nor past_key_values=)")
+
+
+def rollback_support(cache: DynamicCache) -> tuple[bool, bool]:
+    """(whether every layer of this cache can drop its last positions, whether any layer
+    is a sliding window). Attention layers can — sliding ones only with past recording;
+    recurrent and linear-attention state cannot be rolled back."""
+    can, sliding = True, False
+    for layer in getattr(cache, "layers", ()):
+        if getattr(layer, "is_sliding", False):
+            sliding = True
+            can = can and getattr(layer, "record_past", False)
+        elif hasattr(layer, "conv_states") or hasattr(layer, "recurrent_states"):
+            can = False
+        else:
+            can = can and getattr(layer, "is_croppable", True)
+    return can, sliding
+
+
+def can_drop(cache: DynamicCache, drop: int) -> bool:
+    """Whether dropping the last ``drop`` positions leaves every layer with all it needs
+    next: a sliding layer of window W that has seen ``cum`` positions must still hold the
+    W − 1 before the new end."""
+    for layer in cache.layers:
+        if not getattr(layer, "is_sliding", False) or not getattr(layer, "is_initialized", False):
+            continue
+        seen, window = layer.cumulative_length, layer.sliding_window
+        if seen < window:
+            continue  # it never had to forget anything
+        first_held = seen - layer.keys.shape[-2]
+        first_needed = max(0, seen - drop - (window - 1))
+        if first_held > first_needed:
+            return False
+    return True
+
+
 class TransformersBackend(Backend):
     """A transformers causal LM with a DynamicCache keyed by the ids it holds."""
 
@@ -44,6 +116,8 @@ class TransformersBackend(Backend):
         self.vocab_size = int(model.config.vocab_size)
         self.eos_token_ids = eos_ids_of(model)
         self.precision = precision_of(model)
+        self.can_rollback, self._sliding = rollback_support(self._new_cache())
+        self._cache_keyword = cache_keyword(model)
         self.cache: DynamicCache | None = None
         self._ids: list[int] = []
         self._pending: list[torch.Tensor] = []  # ids fed as device tensors, not yet read back
@@ -59,6 +133,12 @@ class TransformersBackend(Backend):
     def reset(self) -> None:
         self.cache, self._ids, self._pending = None, [], []
 
+    def _new_cache(self) -> DynamicCache:
+        cache = DynamicCache(config=self.model.config)
+        if hasattr(cache, "activate_past_recording"):
+            cache.activate_past_recording()  # sliding layers keep what a rollback needs (module docstring)
+        return cache
+
     def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
         # drafts (``extra``) stay on the device: appended without a host round trip
         cached = self.ids
@@ -66,25 +146,42 @@ class TransformersBackend(Backend):
         keep = min(common_prefix_length(cached, ids), len(ids) - 1)
         if extra is not None and extra.numel() == 0:
             extra = None
-        if self.cache is not None and len(cached) > keep:
-            self.cache.crop(keep - len(cached))
-        del self._ids[keep:]
-        new = torch.tensor(ids[keep:], dtype=torch.long, device=self.device)
-        if extra is not None:
-            new = torch.cat([new, extra.to(self.device)])
-        return self._run(ids[keep:], new, num_logits)
+        try:
+            keep = self._roll_back(keep)
+            new = torch.tensor(ids[keep:], dtype=torch.long, device=self.device)
+            if extra is not None:
+                new = torch.cat([new, extra.to(self.device)])
+            return self._run(ids[keep:], new, num_logits)
+        except BaseException:
+            self.reset()  # a half-cropped or half-updated cache must never be trusted again
+            raise
 
     def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
-        return self._run(None, tokens.to(self.device), num_logits)
+        try:
+            return self._run(None, tokens.to(self.device), num_logits)
+        except BaseException:
+            self.reset()
+            raise
+
+    def _roll_back(self, keep: int) -> int:
+        """Makes the cache hold exactly ``self._ids[:keep]``; returns how many ids it now
+        holds (``keep``, or 0 when it had to be dropped — see the module docstring)."""
+        drop = len(self._ids) - keep
+        if self.cache is None:
+            return 0
+        if drop and not (self.can_rollback and can_drop(self.cache, drop)):
+            self.reset()  # run everything again: exact, one prefill
+            return 0
+        if drop or self._sliding:
+            self.cache.crop(-drop)  # crop(0) trims sliding layers back to their window
+        del self._ids[keep:]
+        return keep
 
     def _run(self, host_ids: list[int] | None, new: torch.Tensor, num_logits: int) -> torch.Tensor:
         if self.cache is None:
-            self.cache = DynamicCache(config=self.model.config)
-        try:
-            out = self.model(input_ids=new[None], cache=self.cache, use_cache=True, logits_to_keep=num_logits)
-        except BaseException:
-            self.reset()  # a half-updated cache must never be trusted again
-            raise
+            self.cache = self._new_cache()
+        out = self.model(input_ids=new[None], use_cache=True, logits_to_keep=num_logits,
+                         **{self._cache_keyword: self.cache})
         if host_ids is not None:  # forward() read self.ids first, so nothing is pending
             self._ids += host_ids
             if new.numel() > len(host_ids):

@@ -136,6 +136,8 @@ class ChatScreen(Screen):
             self.figures.apply(event)
             gamma = event.num_speculative_tokens
             self._prompt_tokens = event.prompt_tokens
+            if event.note:  # e.g. speculation off for this model: said once, above the reply
+                transcript.add_note(event.note)
             self.current = transcript.add_reply(event.turn)
             # border titles are markup: only a number or "auto" goes in
             self.current.border_title = f"assistant · γ {gamma}" if gamma in ("auto", *range(1, 17)) else "assistant"

@@ -1,0 +1,101 @@
+"""Planted bugs, applied in-process by swapping the real functions for mutants.
+
+A mutant is built from the current source of the real function: one exact piece of
+text is replaced (and must occur exactly once, so a refactor that moves it fails the
+check loudly instead of silently testing nothing), the result is compiled in the
+function's own module namespace, and every loaded specchat module that holds the
+original is pointed at the mutant for the duration of a ``with`` block."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+import specchat.engine.backends.transformers as transformers_backend
+import specchat.engine.proposers as proposers
+import specchat.engine.sampling as sampling
+
+
+@contextlib.contextmanager
+def patched(owner: object, name: str, replacement: object):
+    """owner.name = replacement, and the same for every specchat module that imported it."""
+    original = getattr(owner, name)
+    holders = [(owner, name)]
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("specchat") and module is not owner:
+            for attr, value in list(vars(module).items()):
+                if value is original:
+                    holders.append((module, attr))
+    for holder, attr in holders:
+        setattr(holder, attr, replacement)
+    try:
+        yield
+    finally:
+        for holder, attr in holders:
+            setattr(holder, attr, original)
+
+
+def mutant(function: Callable, edits: list[tuple[str, str]]) -> Callable:
+    """``function`` recompiled from its source with each (old, new) text replaced once."""
+    source = textwrap.dedent(inspect.getsource(function))
+    for old, new in edits:
+        assert source.count(old) == 1, f"mutation site {old!r} not found once in {function.__qualname__}"
+        source = source.replace(old, new)
+    namespace = dict(function.__globals__)
+    exec(compile(source, f"<mutant of {function.__qualname__}>", "exec"), namespace)
+    return namespace[function.__name__]
+
+
+def _left_padded(probs: torch.Tensor, vocab: int) -> torch.Tensor:
+    width = probs.shape[-1]
+    if width >= vocab:
+        return probs[..., :vocab]
+    return torch.nn.functional.pad(probs, (vocab - width, 0))  # zeros in front: every id shifted
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    description: str
+    plant: Callable[[], contextlib.AbstractContextManager]
+    settings: tuple[str, ...]  # the sampling settings the bug changes the output in
+
+
+SAMPLED = ("t1", "t0.7-topk5", "t1.2-topp0.8", "t0.9-topk6-topp0.9")
+FILTERED = ("t0.7-topk5", "t1.2-topp0.8", "t0.9-topk6-topp0.9")
+EVERY = SAMPLED + ("greedy",)
+
+MUTATIONS = [
+    Mutation("resample-from-p", "after a rejection, draw from p instead of norm(max(p − q, 0))",
+             lambda: patched(sampling, "residual_distribution", lambda p, q: p),
+             SAMPLED),  # greedy: the residual of one-hot p and q is p itself
+    Mutation("q-without-top-k/top-p", "the draft samples from the filtered q but reports q with temperature only",
+             lambda: patched(proposers.DraftModelProposer, "propose", mutant(proposers.DraftModelProposer.propose, [(
+                 "qs.append(on_vocab(q, vocab))",
+                 "qs.append(on_vocab(warp(logits[:, :vocab], __import__('dataclasses').replace("
+                 "params, top_k=0, top_p=1.0)), vocab))")])),
+             FILTERED),
+    Mutation("no-kv-rollback", "rejected drafts stay in the target's KV cache (ids bookkeeping still dropped)",
+             lambda: patched(transformers_backend.TransformersBackend, "_roll_back", mutant(
+                 transformers_backend.TransformersBackend._roll_back,
+                 [("self.cache.crop(-drop)", "self.cache.crop(0)")])),
+             EVERY),
+    Mutation("bonus-from-wrong-row", "the bonus token is drawn from p of the first position, not of the last",
+             lambda: patched(sampling, "rejection_sample", mutant(sampling.rejection_sample, [
+                 ("p[k:]], dim=0)", "p[:1]], dim=0)"),
+                 ("Verdict(own[:k] == drafts, own,", "Verdict(own[:k] == drafts, torch.cat([own[:k], own[:1]]),")])),
+             EVERY),
+    Mutation("inverted-acceptance", "a draft is kept with probability min(1, q/p) instead of min(1, p/q)",
+             lambda: patched(sampling, "rejection_sample", mutant(sampling.rejection_sample, [
+                 ("accepted = u * q_draft < p_draft", "accepted = u * p_draft < q_draft")])),
+             EVERY),
+    Mutation("padded-vocab-q-misaligned", "a smaller draft vocabulary's q is padded at the front, shifting its ids",
+             lambda: patched(proposers, "on_vocab", _left_padded),
+             SAMPLED),  # greedy: one-hot q; a misaligned q only makes more drafts look rejectable
+]

@@ -1,0 +1,126 @@
+"""Every telemetry formula against hand-computed values (telemetry.py's docstring gives
+the definitions), and the measured speed-up after a long prompt."""
+
+from __future__ import annotations
+
+import pytest
+
+from specchat.events import StepStats
+from specchat.telemetry import (
+    Telemetry,
+    arithmetic_increase,
+    expected_tokens_per_round,
+    fit_verify_cost,
+    predicted_speedup,
+)
+
+approx = pytest.approx
+
+
+def test_closed_forms():
+    assert expected_tokens_per_round(0.5, 3) == approx(1 + 0.5 + 0.25 + 0.125)
+    assert expected_tokens_per_round(1.0, 3) == 4.0 and expected_tokens_per_round(0.9, 0) == 1.0
+    assert predicted_speedup(0.5, 3, 0.1) == approx(1.875 / 1.3)  # the paper's E / (γc + 1)
+    assert predicted_speedup(0.5, 3, 0.1, 1.6) == approx(1.875 / 1.9)  # E / (γc + v)
+    assert arithmetic_increase(0.5, 3, 0.1) == approx(0.5 * 4.3 / 0.9375)
+    assert arithmetic_increase(1.0, 3, 0.1) == approx(4.3 / 4)
+    # v(k): measured where measured, else a least-squares line through (0, 1)
+    assert fit_verify_cost({1: 1.2, 2: 1.5}, 2) == 1.5
+    assert fit_verify_cost({1: 1.2, 2: 1.5}, 3) == approx(1 + 3 * (1 * 0.2 + 2 * 0.5) / (1 + 4))
+    assert fit_verify_cost({}, 3) == 1.0 and fit_verify_cost({2: 0.9}, 3) == 1.0
+
+
+def scenario() -> Telemetry:
+    """A turn: a step that also ran a 100-token prompt, plain steps, and three drafting
+    steps (k = 2, 2, 4; kept 1, 2, 0). Times in ms."""
+    t = Telemetry(max_gamma=4)
+    t.start_turn()
+    steps = [
+        (StepStats(0, 0, 0, verify_ms=200, total_ms=205, prefill_ms=5, prefill_tokens=100), 1),
+        (StepStats(0, 0, 0, verify_ms=10, total_ms=11), 1),
+        (StepStats(2, 2, 1, alpha_sum=1.4, alpha_count=2, draft_forwards=2, draft_ms=2.0, verify_ms=15,
+                   total_ms=18), 2),
+        (StepStats(0, 0, 0, verify_ms=20, total_ms=21), 1),
+        (StepStats(2, 2, 2, alpha_sum=1.8, alpha_count=2, draft_forwards=2, draft_ms=2.6, verify_ms=19.5,
+                   total_ms=23), 3),
+        (StepStats(4, 4, 0, alpha_sum=0.3, alpha_count=1, draft_forwards=4, draft_ms=4.4, verify_ms=26,
+                   total_ms=31, predicted_gain=1.2), 1),
+    ]
+    for stats, tokens in steps:
+        t.update(stats, tokens)
+    return t
+
+
+def test_counts_and_acceptance():
+    m = scenario().snapshot()
+    assert (m.num_steps, m.num_tokens, m.num_drafts, m.num_draft_tokens, m.num_accepted_tokens) == (6, 9, 3, 8, 3)
+    assert m.acceptance_histogram == (1, 1, 1, 0, 0)
+    assert m.per_position_acceptance == approx((2 / 3, 1 / 3, 0.0, 0.0))
+    assert m.mean_acceptance_length == approx(1 + 3 / 3)
+    assert m.draft_acceptance_rate == approx(3 / 8)
+    assert m.alpha == approx(3.5 / 5)  # Σ alpha_sum / Σ alpha_count
+    assert m.alpha_empirical == approx(3 / 5)  # kept / verified positions (2 + 2 + 1)
+    assert m.gamma == approx(8 / 3) and m.last_gamma == 4 and m.predicted_gain == 1.2
+    assert m.gamma_history == (0, 0, 2, 0, 2, 4) and m.acceptance_history == approx((0.5, 1.0, 0.0))
+
+
+def test_costs_pair_each_drafting_step_with_the_plain_steps_before_it():
+    m = scenario().snapshot()
+    assert m.target_token_ms == approx(15.0)  # median of the plain verifications 10, 20 (prompt step excluded)
+    assert m.draft_forward_ms == approx(1.1)  # median of 1.0, 1.3, 1.1 per forward
+    # the plain time a drafting step is compared with: 10, then 0.7·10 + 0.3·20 = 13
+    assert m.cost_ratio == approx(0.1)  # median of 1/10, 1.3/13, 1.1/13
+    assert m.verify_cost == {2: approx(1.5), 4: approx(2.0)}  # 15/10 and 19.5/13; 26/13
+
+
+def test_predictions():
+    m = scenario().snapshot()
+    alpha, c = 0.7, 0.1
+    e3 = 1 + alpha + alpha**2 + alpha**3
+    v3 = 1 + 3 * (2 * 0.5 + 4 * 1.0) / (2**2 + 4**2)  # fitted between the measured v(2), v(4)
+    assert m.expected_tokens_per_round == approx(e3)  # γ = round(8/3) = 3
+    assert m.predicted_speedup_paper == approx(e3 / (3 * c + 1))
+    assert m.predicted_speedup == approx(e3 / (3 * c + v3))
+    e2, e4 = 1 + alpha + alpha**2, e3 + alpha**4
+    tokens = 3 * 1 + 2 * e2 + e4  # three plain steps (1 token, 1 unit), two k = 2, one k = 4
+    cost = 3 * 1 + 2 * (2 * c + 1.5) + (4 * c + 2.0)
+    assert m.predicted_speedup_steps == approx(tokens / cost)
+    assert m.breakeven is True and m.speedup_lower_bound == approx((1 + alpha) / (1 + c))
+    assert m.arithmetic_increase == approx((1 - alpha) * (3 * c + 3 + 1) / (1 - alpha**4))
+    gains = {g: expected_tokens_per_round(alpha, g) / (g * c + fit_verify_cost({2: 1.5, 4: 2.0}, g))
+             for g in range(1, 5)}
+    assert m.best_gamma == max(gains, key=gains.get) == 2
+
+
+def test_rates_and_measured_speedup_leave_the_prefill_out():
+    m = scenario().snapshot()
+    assert m.tokens_per_s == approx(9 / 0.309) and m.rolling_tokens_per_s == approx(9 / 0.309)
+    assert m.decode_tokens_per_s == approx(8 / 0.104)  # the prompt's step left out
+    assert m.plain_tokens_per_s == approx(1000 / 16)  # mean of the plain steps 11 and 21 ms
+    assert m.measured_speedup == approx((8 / 0.104) / (1000 / 16))
+    assert m.ttft_ms == approx(5 + 205) and m.elapsed_ms == approx(309)
+
+
+def test_a_drafting_step_that_caught_up_is_no_cost_sample():
+    t = scenario()
+    t.update(StepStats(2, 2, 2, alpha_sum=2, alpha_count=2, draft_forwards=2, draft_ms=90.0, verify_ms=19.5,
+                       total_ms=110, draft_catch_up_tokens=80), 3)
+    m = t.snapshot()
+    assert m.draft_forward_ms == approx(1.1) and m.cost_ratio == approx(0.1)
+    assert m.verify_cost[2] == approx(1.5)  # its verification still counts
+
+
+def test_plain_decoding_after_a_long_prompt_reports_no_speedup():
+    """Plain decoding alone after a 1,500-token prompt: measured speed-up 1.0× (it was
+    0.21× when the turn's rate, prefill included, was held against plain steps)."""
+    from specchat.engine import SamplingParams, SpeculativeEngine
+    from vocab16 import tiny_lm
+
+    model = tiny_lm(0, max_positions=2048)
+    engine = SpeculativeEngine(model, None, eos_token_ids=[])
+    prompt = [i % 16 for i in range(1500)]
+    steps = list(engine.generate(prompt, SamplingParams(temperature=0), max_new_tokens=40))
+    m = engine.turn_metrics
+    assert len(steps) == 40 and steps[0].stats.prefill_tokens == 1499
+    assert m.measured_speedup == approx(1.0)  # 39 plain steps: the same steps on both sides
+    assert m.tokens_per_s < m.decode_tokens_per_s  # the turn's own rate does include the prompt
