@@ -245,3 +245,11 @@ def generator_on(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """cuda and cuda:N name one device when N is the current one."""
+    if a.type != b.type:
+        return False
+    if a.type == "cuda" and (a.index is None) != (b.index is None):
+        current = torch.cuda.current_device()
+        return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+    return a.index == b.index
