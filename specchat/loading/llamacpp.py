@@ -167,22 +167,3 @@ def load_gguf_tokenizer(backend: Any) -> Any:
     from .gguf_tokenizer import GgufTokenizer
 
     return GgufTokenizer(backend.llm)
-
-
-def check_vocabularies(target_tokenizer: Any, draft_tokenizer: Any, draft_rows: int, target_rows: int,
-                       file: Any, target_source: str, draft_source: str) -> None:
-    """Every id the draft can emit must name the same token for the target."""
-    if draft_tokenizer is target_tokenizer:
-        return
-    by_id_target = {i: t for t, i in target_tokenizer.get_vocab().items()}
-    differ = [(i, t) for t, i in draft_tokenizer.get_vocab().items()
-              if i < draft_rows and (i >= target_rows or by_id_target.get(i) != t)]
-    if differ:
-        draft_id, token = min(differ)
-        other = by_id_target.get(draft_id)
-        target_side = "has no such id" if other is None else f"reads it as {other!r}"
-        raise ModelLoadError(
-            f"draft '{draft_source}' and target '{target_source}' have different vocabularies: {len(differ)} ids "
-            f"differ, e.g. id {draft_id} is {token!r} for the draft but the target {target_side}",
-            file=file, key="speculation.draft.source",
-            hint="pick a draft from the target's model family (same tokenizer), or use method = \"ngram\"")

@@ -15,7 +15,7 @@ from . import embedded
 from .compat import check_draft_compatible
 from .devices import quantization_config, resolve_device, resolve_dtype
 from .hub_errors import friendly_load_errors
-from .llamacpp import check_vocabularies, load_gguf_model, load_gguf_tokenizer
+from .llamacpp import load_gguf_model, load_gguf_tokenizer
 
 Progress = Callable[[LoadProgress], None] | None
 
@@ -43,8 +43,6 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
     import torch
     import transformers
 
-    from specchat.engine.backends import as_backend
-
     started = time.perf_counter()
     report = progress or (lambda event: None)
     base = profile.source_path.parent if profile.source_path else None
@@ -69,12 +67,7 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
             same = (draft_source.path, draft_source.gguf_file) == (target_info.get("resolved"), target_info.get("gguf_file"))
             if not same:
                 draft_tokenizer = load_tokenizer(draft_source, profile, "speculation.draft.source")
-        if profile.target.backend == "transformers" and draft_spec.backend == "transformers":
-            check_draft_compatible(target, tokenizer, draft, draft_tokenizer, profile)
-        else:
-            check_vocabularies(tokenizer, draft_tokenizer, as_backend(draft).vocab_size,
-                               as_backend(target).vocab_size, profile.source_path, profile.target.source,
-                               draft_spec.source)
+        check_draft_compatible(target, tokenizer, draft, draft_tokenizer, profile)
 
     info = {
         "profile": profile.name,
