@@ -45,6 +45,10 @@ def _build(profile_ref: Any, progress: ProgressCallback):
     from specchat.loading import load_models
 
     profile = profile_ref if isinstance(profile_ref, Profile) else load_profile(profile_ref or DEFAULT_PROFILE)
+    from specchat.remote import is_remote
+
+    if is_remote(profile):
+        return _build_remote(profile, progress)
     models = load_models(profile, progress=progress)
     session = build_chat(profile, models)
     spec = profile.speculation
@@ -61,6 +65,32 @@ def _build(profile_ref: Any, progress: ProgressCallback):
         thinking=thinking,
         profile_ref=str(profile.source_path) if profile.source_path else profile.name,
         details=dict(models.info or {}),
+    )
+    return profile, models, session, info
+
+
+def _build_remote(profile: Any, progress: ProgressCallback):
+    """The same four things for a server that speculates itself: no models load here;
+    ``models.info`` describes the server (no key: the profile names only its variable)."""
+    from types import SimpleNamespace
+
+    from specchat.remote import open_chat
+
+    session, server = open_chat(profile, progress)
+    models = SimpleNamespace(info=server, tokenizer=None)
+    gamma = int(server.get("server_num_speculative_tokens") or 0)
+    info = BackendInfo(
+        profile_name=profile.name,
+        description=profile.description or "",
+        method=str((server.get("server_speculative") or {}).get("type", "server")) if gamma else "none",
+        num_speculative_tokens=gamma,
+        max_gamma=max(1, gamma),
+        temperature=float(profile.sampling.temperature),
+        thinking=None,
+        profile_ref=str(profile.source_path) if profile.source_path else profile.name,
+        details=dict(server),
+        warning=None if gamma else f"{server.get('url')}: the server reports no speculation — every token is "
+                                   "a plain target token",
     )
     return profile, models, session, info
 

@@ -16,7 +16,8 @@ EMBEDDED_SOURCE = "embedded:smollm2-135m-instruct"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "8bit", "4bit-nf4", "4bit-fp4")
 METHODS = ("draft_model", "ngram", "none")
-BACKENDS = ("transformers", "llama.cpp")
+BACKENDS = ("transformers", "llama.cpp", "llama-server", "vllm")
+REMOTE_BACKENDS = ("llama-server", "vllm")
 MAX_SPECULATIVE_TOKENS = 16
 
 
@@ -29,10 +30,13 @@ class ModelSpec:
     num_layers: keep only the first N decoder layers (a cheap derived draft).
     backend: "transformers" or "llama.cpp" (a GGUF file run in-process; then
         n_gpu_layers / n_ctx / n_threads apply, 0 = all-CPU / the model's context / one
-        thread per core, and dtype / quantization / num_layers do not).
+        thread per core, and dtype / quantization / num_layers do not), or a server
+        that runs the model and speculates itself: "llama-server" or "vllm" (then
+        ``url`` is required, ``source`` optional, and ``api_key_env`` names the
+        environment variable holding its key — the key is never stored).
     """
 
-    source: str
+    source: str = ""
     revision: str | None = None
     gguf_file: str | None = None
     dtype: str = "auto"
@@ -43,6 +47,8 @@ class ModelSpec:
     n_gpu_layers: int = 0
     n_ctx: int = 0
     n_threads: int = 0
+    url: str | None = None
+    api_key_env: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,27 @@
+"""Remote engines: specchat as the speculation console of a server that speculates itself.
+
+llama.cpp's ``llama-server`` (one machine, or many through its RPC backend) and vLLM
+do their own speculative decoding; a remote backend streams a reply from one and turns
+what the server reports into the same chat-level events a local ``ChatSession`` yields
+(UserMessage, TurnStarted, StepEvent…, TurnFinished), so the TUI, the recorder, replay,
+export and ``specchat run`` work unchanged. Standard library HTTP only; no torch.
+"""
+
+from __future__ import annotations
+
+REMOTE_BACKENDS = ("llama-server", "vllm")
+
+
+def is_remote(profile) -> bool:
+    return getattr(profile.target, "backend", "") in REMOTE_BACKENDS
+
+
+def open_chat(profile, progress=None):
+    """(chat backend, info dict for the recording header) for a remote profile.
+    Raises SpecchatError (one line) when the server cannot be reached or used."""
+    if profile.target.backend == "vllm":
+        from specchat.remote.vllm import VllmChat as cls
+    else:
+        from specchat.remote.llama_server import LlamaServerChat as cls
+    chat = cls.connect(profile, progress)
+    return chat, chat.info

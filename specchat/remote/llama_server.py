@@ -1,0 +1,96 @@
+"""A chat with llama.cpp's ``llama-server`` (one machine, or layers spread over
+``rpc-server`` processes with ``--rpc``), shown with the server's own speculation.
+
+Each turn: the server renders the chat template (``/apply-template``) and counts the
+prompt (``/tokenize``); the reply streams from ``/completion`` with
+``timings_per_token`` and ``return_tokens``, and :mod:`llama_server_steps` turns the
+chunks into steps. The server's γ and drafting method come from ``/slots``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from specchat.events import Step
+from specchat.remote.chat import RemoteChat
+from specchat.remote.http import Endpoint, RemoteError
+from specchat.remote.llama_server_steps import MalformedChunk, StepBuilder
+
+
+class LlamaServerChat(RemoteChat):
+    backend = "llama-server"
+
+    @classmethod
+    def connect(cls, profile, progress=None) -> LlamaServerChat:
+        """Checks the server answers and reads what it serves; RemoteError (one line) if not."""
+        endpoint = Endpoint(profile.target.url, profile.target.api_key_env)
+        if progress is not None:
+            from specchat.events import LoadProgress
+
+            progress(LoadProgress(stage="connect", message=f"connecting to llama-server at {endpoint.url}"))
+        return cls(endpoint, profile, describe(endpoint))
+
+    def prompt_text(self, messages: list[dict[str, str]]) -> str:
+        answer = self.endpoint.post_json("/apply-template", {"messages": messages})
+        prompt = answer.get("prompt") if isinstance(answer, dict) else None
+        if not isinstance(prompt, str):
+            raise RemoteError(f"{self.endpoint.url}/apply-template: no prompt in the answer")
+        return prompt
+
+    def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        self._prompt = self.prompt_text(messages)
+        answer = self.endpoint.post_json("/tokenize", {"content": self._prompt, "add_special": True,
+                                                       "parse_special": True})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        return len(tokens) if isinstance(tokens, list) else 0
+
+    def request(self, prompt: str) -> dict[str, Any]:
+        s = self.profile.sampling
+        body = {"prompt": prompt, "stream": True, "n_predict": self.max_new_tokens, "temperature": self.temperature,
+                "top_p": s.top_p, "top_k": s.top_k, "timings_per_token": True, "return_tokens": True,
+                "cache_prompt": True}
+        if s.seed is not None:
+            body["seed"] = s.seed
+        return body
+
+    def stream_steps(self, messages: list[dict[str, str]]) -> Iterator[Step]:
+        builder = StepBuilder(int(self.info.get("server_num_speculative_tokens") or 0))
+        chunks = self.endpoint.stream("/completion", self.request(self._prompt), cancelled=self._cancel.is_set)
+        try:
+            for chunk in chunks:
+                yield from builder.feed(chunk)
+        except MalformedChunk as exc:
+            yield from builder.finish()
+            raise RemoteError(f"{self.endpoint.url}/completion: malformed chunk ({exc})") from None
+        except RemoteError:
+            yield from builder.finish()  # the partial reply is kept
+            raise
+        yield from builder.finish()
+        if builder.final is None and not self._cancel.is_set():
+            raise RemoteError(f"{self.endpoint.url}/completion: the stream ended without its final chunk")
+        self.finish_reason = builder.finish_reason
+
+
+def describe(endpoint: Endpoint) -> dict[str, Any]:
+    """What the server serves and how it speculates, for the header and the panel."""
+    health = endpoint.get_json("/health")
+    if isinstance(health, dict) and health.get("status") not in (None, "ok"):
+        raise RemoteError(f"{endpoint.url}: the server is not ready ({health.get('status')})")
+    info: dict[str, Any] = {"backend": "llama-server", "url": endpoint.url}
+    props = endpoint.get_json("/props")
+    if isinstance(props, dict):
+        info["target"] = str(props.get("model_path") or props.get("model_alias") or "")
+        info["server_build"] = str(props.get("build_info") or "")
+    try:
+        slots = endpoint.get_json("/slots")
+    except RemoteError:
+        slots = None  # started with --no-slots: γ unknown, the counters still work
+    spec = slots[0].get("speculative") if isinstance(slots, list) and slots and isinstance(slots[0], dict) else None
+    if isinstance(spec, dict):
+        info["server_speculative"] = {k: spec[k] for k in ("type", "n_max", "n_min") if k in spec}
+        info["server_num_speculative_tokens"] = int(spec.get("n_max") or 0)
+    speculating = bool(info.get("server_num_speculative_tokens"))
+    info["speculation_source"] = ("counts per step from the server (accepted: known; resampled/bonus: inferred)"
+                                  if speculating else "the server reports no speculation")
+    return info
