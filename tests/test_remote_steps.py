@@ -119,3 +119,65 @@ def test_vllm_fixture_text_not_spelled_by_logprobs_goes_on_the_last_token():
 def test_vllm_fixture_malformed_chunks_are_refused(bad):
     with pytest.raises(ChunkError):
         chunk_tokens(bad)
+
+
+# --- the vLLM client end to end, on a loopback server that replays the fixture -----------
+
+
+@pytest.fixture
+def vllm_fixture_server():
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    requests = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            requests.append((self.headers.get("Authorization"),
+                             json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+            body = (FIXTURES / "chat_stream_spec.sse").read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", requests
+    server.shutdown()
+    server.server_close()
+
+
+def test_vllm_fixture_chat_yields_the_usual_events_and_sends_the_key(vllm_fixture_server, tmp_path, monkeypatch):
+    from specchat.config import load_profile
+    from specchat.events import StepEvent, TurnFinished
+    from specchat.remote import open_chat
+
+    url, requests = vllm_fixture_server
+    path = tmp_path / "v.toml"
+    path.write_text(f'[target]\nbackend = "vllm"\nurl = "{url}"\napi_key_env = "T_VLLM_KEY"\n'
+                    '[speculation]\nnum_speculative_tokens = 3\n')
+    monkeypatch.setenv("T_VLLM_KEY", "secret-123")
+    chat, info = open_chat(load_profile(path))
+    events = list(chat.send("hi"))
+    steps = [e.step for e in events if isinstance(e, StepEvent)]
+    finished = events[-1]
+    assert isinstance(finished, TurnFinished) and finished.finish_reason == "eos"
+    assert finished.text == "Hello! How can I help?"
+    turn = finished.metrics["turn"]
+    assert (turn["num_drafts"], turn["num_draft_tokens"], turn["num_accepted_tokens"]) == (3, 9, 4)
+    assert list(turn["acceptance_histogram"][:4]) == [1, 1, 0, 1]
+    assert requests[0][0] == "Bearer secret-123" and requests[0][1]["logprobs"] is True
+    assert "secret-123" not in json.dumps(info) and len(steps) == 3
