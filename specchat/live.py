@@ -74,23 +74,20 @@ def _build_remote(profile: Any, progress: ProgressCallback):
     ``models.info`` describes the server (no key: the profile names only its variable)."""
     from types import SimpleNamespace
 
-    from specchat.remote import open_chat
+    from specchat.remote import open_chat, server_fields
 
     session, server = open_chat(profile, progress)
     models = SimpleNamespace(info=server, tokenizer=None)
-    gamma = int(server.get("server_num_speculative_tokens") or 0)
+    fields = server_fields(server)
     info = BackendInfo(
         profile_name=profile.name,
         description=profile.description or "",
-        method=str((server.get("server_speculative") or {}).get("type", "server")) if gamma else "none",
-        num_speculative_tokens=gamma,
-        max_gamma=max(1, gamma),
         temperature=float(profile.sampling.temperature),
         thinking=None,
         profile_ref=str(profile.source_path) if profile.source_path else profile.name,
-        details=dict(server),
-        warning=None if gamma else f"{server.get('url')}: the server reports no speculation — every token is "
-                                   "a plain target token",
+        warning=None if fields["num_speculative_tokens"] else f"{server.get('url')}: the server reports no "
+                                                              "speculation — every token is a plain target token",
+        **fields,
     )
     return profile, models, session, info
 

@@ -25,3 +25,16 @@ def open_chat(profile, progress=None):
         from specchat.remote.llama_server import LlamaServerChat as cls
     chat = cls.connect(profile, progress)
     return chat, chat.info
+
+
+def server_fields(server: dict) -> dict:
+    """``BackendInfo`` fields for a server's description (live, or from a recording's
+    header — untrusted there, so only well-typed values are used): its drafting method
+    and γ size the panel; ``details.speculation_source`` says what is known or inferred."""
+    gamma = server.get("server_num_speculative_tokens")
+    gamma = gamma if isinstance(gamma, int) and not isinstance(gamma, bool) and 0 <= gamma <= 64 else 0
+    spec = server.get("server_speculative")
+    kind = spec.get("type") if isinstance(spec, dict) and isinstance(spec.get("type"), str) else "server"
+    source = server.get("speculation_source")
+    return {"method": kind if gamma else "none", "num_speculative_tokens": gamma, "max_gamma": max(1, gamma),
+            "details": {"speculation_source": source if isinstance(source, str) else ""}}

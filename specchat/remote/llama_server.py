@@ -91,6 +91,6 @@ def describe(endpoint: Endpoint) -> dict[str, Any]:
         info["server_speculative"] = {k: spec[k] for k in ("type", "n_max", "n_min") if k in spec}
         info["server_num_speculative_tokens"] = int(spec.get("n_max") or 0)
     speculating = bool(info.get("server_num_speculative_tokens"))
-    info["speculation_source"] = ("counts per step from the server (accepted: known; resampled/bonus: inferred)"
+    info["speculation_source"] = ("server counts: accepted known, resampled/bonus inferred"
                                   if speculating else "the server reports no speculation")
     return info

@@ -217,6 +217,8 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self.sub_title = info.profile_name
         self.chat.reset_figures(info.max_gamma, info.method)
         self.chat.apply_events([Loaded(info.profile_name, info.description)])
+        note = (info.details or {}).get("speculation_source")
+        self.chat.query_one("#legend").set_note(note if isinstance(note, str) else "")  # type: ignore[attr-defined]
         if info.warning:
             self.chat.transcript.add_note(info.warning, "warning")
             self.notify(info.warning, severity="warning", timeout=10, markup=False)
