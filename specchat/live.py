@@ -85,8 +85,8 @@ def _build_remote(profile: Any, progress: ProgressCallback):
         temperature=float(profile.sampling.temperature),
         thinking=None,
         profile_ref=str(profile.source_path) if profile.source_path else profile.name,
-        warning=None if fields["num_speculative_tokens"] else f"{server.get('url')}: the server reports no "
-                                                              "speculation — every token is a plain target token",
+        warning=None if fields["method"] != "none" else f"{server.get('url')}: the server reports no "
+                                                         "speculation — every token is a plain target token",
         **fields,
     )
     return profile, models, session, info

@@ -112,7 +112,8 @@ def _check_servers(profiles) -> list:
             continue
         gamma = info.get("server_num_speculative_tokens") or 0
         spec = info.get("server_speculative") or {}
-        how = f"speculation {spec.get('type', profile.speculation.method)}, γ {gamma}" if gamma else "no speculation"
+        how = (f"speculation {spec.get('type', '?')}, γ {gamma or 'unknown until it drafts'}"
+               if info.get("server_speculates") else "no speculation")
         print(clean_line(f"server {profile.name}: {info.get('backend')} at {info.get('url')} serves "
                          f"{info.get('target') or '?'}; {how} — {info.get('speculation_source')}"))
     return failed

@@ -36,5 +36,7 @@ def server_fields(server: dict) -> dict:
     spec = server.get("server_speculative")
     kind = spec.get("type") if isinstance(spec, dict) and isinstance(spec.get("type"), str) else "server"
     source = server.get("speculation_source")
-    return {"method": kind if gamma else "none", "num_speculative_tokens": gamma, "max_gamma": max(1, gamma),
+    speculates = server.get("server_speculates", bool(gamma)) is True
+    return {"method": kind if speculates else "none", "num_speculative_tokens": gamma,
+            "max_gamma": gamma or 8,
             "details": {"speculation_source": source if isinstance(source, str) else ""}}

@@ -73,24 +73,46 @@ class LlamaServerChat(RemoteChat):
 
 
 def describe(endpoint: Endpoint) -> dict[str, Any]:
-    """What the server serves and how it speculates, for the header and the panel."""
+    """What the server serves and how it speculates, for the header and the panel.
+
+    llama-server 0.3.36 says *whether* a slot speculates (``/slots``: ``speculative``)
+    and with which types (``/props``: ``speculative.types``), but not its γ; the length
+    of ``/metrics``' per-position acceptance counters gives γ once it has drafted
+    (``--metrics``), else γ stays unknown (0) and the panel grows with the drafts seen.
+    """
     health = endpoint.get_json("/health")
     if isinstance(health, dict) and health.get("status") not in (None, "ok"):
         raise RemoteError(f"{endpoint.url}: the server is not ready ({health.get('status')})")
     info: dict[str, Any] = {"backend": "llama-server", "url": endpoint.url}
     props = endpoint.get_json("/props")
+    types = ""
     if isinstance(props, dict):
         info["target"] = str(props.get("model_path") or props.get("model_alias") or "")
         info["server_build"] = str(props.get("build_info") or "")
+        params = (props.get("default_generation_settings") or {}).get("params") or {}
+        types = str(params.get("speculative.types") or "") if isinstance(params, dict) else ""
     try:
         slots = endpoint.get_json("/slots")
     except RemoteError:
-        slots = None  # started with --no-slots: γ unknown, the counters still work
-    spec = slots[0].get("speculative") if isinstance(slots, list) and slots and isinstance(slots[0], dict) else None
-    if isinstance(spec, dict):
-        info["server_speculative"] = {k: spec[k] for k in ("type", "n_max", "n_min") if k in spec}
-        info["server_num_speculative_tokens"] = int(spec.get("n_max") or 0)
-    speculating = bool(info.get("server_num_speculative_tokens"))
+        slots = None  # started with --no-slots
+    if isinstance(slots, list) and slots and isinstance(slots[0], dict) and "speculative" in slots[0]:
+        speculating = slots[0]["speculative"] is True
+    else:
+        speculating = types not in ("", "none")
+    gamma = per_position_count(endpoint) if speculating else 0
+    info["server_speculates"] = speculating
+    info["server_speculative"] = {"type": types or "unknown"}
+    info["server_num_speculative_tokens"] = gamma
     info["speculation_source"] = ("server counts: accepted known, resampled/bonus inferred"
                                   if speculating else "the server reports no speculation")
     return info
+
+
+def per_position_count(endpoint: Endpoint) -> int:
+    """Positions in ``llamacpp:spec_decode_num_accepted_tokens_per_pos_total`` (= γ), 0 if absent."""
+    try:
+        text = endpoint.get_text("/metrics")
+    except RemoteError:
+        return 0  # started without --metrics
+    return sum(1 for line in text.splitlines()
+               if line.startswith("llamacpp:spec_decode_num_accepted_tokens_per_pos_total{"))

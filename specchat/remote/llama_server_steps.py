@@ -144,7 +144,7 @@ class StepBuilder:
         self.prev_ms = step.start_ms
         first, self.first = self.first, False
         stats = StepStats(
-            num_speculative_tokens=self.gamma if d else 0,
+            num_speculative_tokens=(self.gamma or d) if d else 0,  # γ unknown: the drafts seen
             num_draft_tokens=d,
             num_accepted_tokens=a,  # the server counts what it kept, emitted or not (a stop)
             verify_ms=ms,

@@ -148,5 +148,6 @@ def describe(endpoint: Endpoint, profile) -> dict[str, Any]:
     gamma = 0 if spec.method == "none" else int(spec.num_speculative_tokens if spec.num_speculative_tokens != "auto"
                                                  else spec.max_speculative_tokens)
     return {"backend": "vllm", "url": endpoint.url, "target": name, "server_num_speculative_tokens": gamma,
+            "server_speculates": bool(gamma), "server_speculative": {"type": spec.method},
             "speculation_source": ("chunk sizes: accepted known, resampled/bonus and drafts inferred from γ"
                                    if gamma else "no speculation declared in the profile")}
