@@ -33,9 +33,25 @@ def remote_snapshot(telemetry: Telemetry) -> MetricsSnapshot:
 
 
 class RemoteChat:
-    """One conversation with a server. Subclasses implement :meth:`stream_steps`."""
+    """One conversation with a server. Subclasses implement :meth:`describe` (what the
+    server serves) and :meth:`stream_steps`."""
 
     backend = "remote"
+    label = "a server"
+
+    @classmethod
+    def connect(cls, profile, progress=None):
+        """Checks the server answers and reads what it serves; RemoteError (one line) if not."""
+        endpoint = Endpoint(profile.target.url, profile.target.api_key_env)
+        if progress is not None:
+            from specchat.events import LoadProgress
+
+            progress(LoadProgress(stage="connect", message=f"connecting to {cls.label} at {endpoint.url}"))
+        return cls(endpoint, profile, cls.describe(endpoint, profile))
+
+    @staticmethod
+    def describe(endpoint: Endpoint, profile: Any) -> dict[str, Any]:
+        raise NotImplementedError
 
     def __init__(self, endpoint: Endpoint, profile: Any, info: dict[str, Any]) -> None:
         self.endpoint = endpoint

@@ -21,15 +21,11 @@ from specchat.remote.llama_server_steps import MalformedChunk, StepBuilder
 class LlamaServerChat(RemoteChat):
     backend = "llama-server"
 
-    @classmethod
-    def connect(cls, profile, progress=None) -> LlamaServerChat:
-        """Checks the server answers and reads what it serves; RemoteError (one line) if not."""
-        endpoint = Endpoint(profile.target.url, profile.target.api_key_env)
-        if progress is not None:
-            from specchat.events import LoadProgress
+    label = "llama-server"
 
-            progress(LoadProgress(stage="connect", message=f"connecting to llama-server at {endpoint.url}"))
-        return cls(endpoint, profile, describe(endpoint))
+    @staticmethod
+    def describe(endpoint: Endpoint, profile) -> dict[str, Any]:
+        return describe(endpoint)
 
     def prompt_text(self, messages: list[dict[str, str]]) -> str:
         answer = self.endpoint.post_json("/apply-template", {"messages": messages})

@@ -88,14 +88,11 @@ def chunk_step(tokens: list[tuple[str, float | None]], gamma: int, ms: float) ->
 class VllmChat(RemoteChat):
     backend = "vllm"
 
-    @classmethod
-    def connect(cls, profile, progress=None) -> VllmChat:
-        endpoint = Endpoint(profile.target.url, profile.target.api_key_env)
-        if progress is not None:
-            from specchat.events import LoadProgress
+    label = "vLLM"
 
-            progress(LoadProgress(stage="connect", message=f"connecting to vLLM at {endpoint.url}"))
-        return cls(endpoint, profile, describe(endpoint, profile))
+    @staticmethod
+    def describe(endpoint: Endpoint, profile) -> dict[str, Any]:
+        return describe(endpoint, profile)
 
     def request(self, messages: list[dict[str, str]]) -> dict[str, Any]:
         s = self.profile.sampling
