@@ -32,8 +32,10 @@ cmake -S "$srcdir" -B "$cache/build" -DCMAKE_BUILD_TYPE=Release \
   -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DGGML_RPC=ON -DLLAMA_BUILD_SERVER=ON \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF \
   ${LLAMA_SERVER_CMAKE_ARGS:-} >&2
-cmake --build "$cache/build" --target llama-server rpc-server -j "${JOBS:-2}" >&2
+# rpc-server's CMake target is ggml-rpc-server (the binary keeps that name)
+cmake --build "$cache/build" --target llama-server ggml-rpc-server -j "${JOBS:-2}" >&2
 mkdir -p "$bin"
-cp "$cache/build/bin/llama-server" "$cache/build/bin/rpc-server" "$bin/"
+cp "$cache/build/bin/llama-server" "$bin/"
+cp "$cache/build/bin/ggml-rpc-server" "$bin/rpc-server"
 echo "llama-server: built in $(( $(date +%s) - start )) s" >&2
 echo "$bin"

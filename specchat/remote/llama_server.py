@@ -97,7 +97,8 @@ def describe(endpoint: Endpoint) -> dict[str, Any]:
         speculating = types not in ("", "none")
     gamma = per_position_count(endpoint) if speculating else 0
     info["server_speculates"] = speculating
-    info["server_speculative"] = {"type": types or "unknown"}
+    # /props shows the default request's types ("none" even when the slot speculates)
+    info["server_speculative"] = {"type": types if types not in ("", "none") else "server"}
     info["server_num_speculative_tokens"] = gamma
     info["speculation_source"] = ("server counts: accepted known, resampled/bonus inferred"
                                   if speculating else "the server reports no speculation")

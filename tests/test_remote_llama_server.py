@@ -1,0 +1,210 @@
+"""specchat as the console of a real llama-server on 127.0.0.1 (built by
+``make llama-server``): per-token provenance and the panel's counts equal the
+server's own /metrics deltas, in ``specchat run --json`` and in the TUI; a recorded
+remote chat replays without the server; every failure is one line and keeps the
+partial reply; the RPC layout (rpc-server + llama-server --rpc) on one machine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from llama_server_helpers import (REPEAT_PROMPT, SPEC_ARGS, FaultyProxy, free_port, llama_server,
+                                  server_dir, spec_counters, spec_delta)
+from specchat.loading.embedded import find_gguf
+
+BIN = server_dir()
+GGUF = find_gguf()
+pytestmark = pytest.mark.skipif(BIN is None or GGUF is None,
+                                reason="needs llama-server (make llama-server) and the embedded GGUF")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = llama_server(BIN, GGUF, tmp_path_factory.mktemp("server") / "log.txt", *SPEC_ARGS)
+    yield s
+    s.stop()
+
+
+KEY = "sk-not-to-be-recorded-5150"  # sent as a bearer token (the server ignores it), never written
+
+
+@pytest.fixture(autouse=True)
+def _api_key(monkeypatch):
+    monkeypatch.setenv("T_LLAMA_KEY", KEY)
+
+
+def profile(directory: Path, url: str, max_new_tokens: int = 48) -> Path:
+    path = directory / "remote.toml"
+    path.write_text(textwrap.dedent(f"""\
+        description = "llama-server on loopback"
+        [target]
+        backend = "llama-server"
+        url = "{url}"
+        api_key_env = "T_LLAMA_KEY"
+        [sampling]
+        temperature = 0.0
+        max_new_tokens = {max_new_tokens}
+        """))
+    return path
+
+
+def run_json(profile_path: Path, prompt: str = REPEAT_PROMPT) -> tuple[subprocess.CompletedProcess, list, dict]:
+    code = "import sys; from specchat.cli import main; sys.exit(main(sys.argv[1:]))"
+    result = subprocess.run([sys.executable, "-c", code, "run", "--profile", str(profile_path), "--prompt", prompt,
+                             "--json"], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    tokens = [line for line in lines if line.get("type") != "summary"]
+    summaries = [line for line in lines if line.get("type") == "summary"]
+    return result, tokens, summaries[0] if summaries else {}
+
+
+def recorded(stderr: str):
+    from specchat.sessions.reader import read_recording
+
+    path = next(line.split("recorded to ", 1)[1] for line in stderr.splitlines() if "recorded to " in line)
+    return read_recording(path)
+
+
+def test_run_json_provenance_and_counts_equal_the_servers_metrics(server, tmp_path):
+    from specchat.events import StepEvent, TurnFinished
+
+    before = spec_counters(server.url)
+    result, tokens, summary = run_json(profile(tmp_path, server.url))
+    after = spec_counters(server.url)
+    assert result.returncode == 0, result.stderr
+    delta = spec_delta(before, after)
+    assert delta["num_drafts"] > 0, "the n-gram server drafted nothing: the test proves nothing"
+    assert {k: summary[k] for k in delta} == delta
+    assert len(tokens) == summary["num_tokens"] == after["llamacpp:tokens_predicted_total"] - before[
+        "llamacpp:tokens_predicted_total"]
+    kinds = [t["kind"] for t in tokens]
+    assert kinds.count("accepted") == summary["num_accepted_tokens"]
+    assert set(kinds) <= {"accepted", "resampled", "bonus", "target"} and "target" in kinds
+    assert sum(summary["acceptance_histogram"]) == summary["num_drafts"]
+    assert summary["mean_acceptance_length"] == pytest.approx(1 + delta["num_accepted_tokens"] / delta["num_drafts"])
+    assert summary["cost_ratio"] is None and summary["predicted_speedup"] is None  # not derivable from a server
+    assert "".join(t["text"] for t in tokens) == summary["text"]
+    recording = recorded(result.stderr)
+    steps = [e.event for e in recording.events if isinstance(e.event, StepEvent)]
+    assert [t.kind for s in steps for t in s.step.tokens] == kinds
+    finished = [e.event for e in recording.events if isinstance(e.event, TurnFinished)]
+    assert finished[0].text == summary["text"]
+    assert KEY not in Path(recording.path).read_text() and KEY not in result.stdout + result.stderr
+
+
+def test_tui_chat_matches_the_server_and_its_recording_replays_without_it(server, tmp_path):
+    from pilot import SIZE, chat, wait_for
+    from test_sessions_tui import screen_state
+
+    from specchat.live import LiveLoader
+    from specchat.ui.app import SpecchatApp
+    from specchat.ui.backend import replay_loader
+
+    path = profile(tmp_path, server.url, max_new_tokens=32)
+
+    async def live():
+        app = SpecchatApp(str(path), loader=LiveLoader(record=True), deterministic=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await chat(app, pilot, (REPEAT_PROMPT, "Again, the same text once more."), timeout=120)
+            return screen_state(app), app.info.recording
+
+    async def replay(recording):
+        app = SpecchatApp(loader=replay_loader(recording, "max"), deterministic=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.loaded is not None and app.turns_ended >= 1, what="the replay")
+            await pilot.pause(0.1)
+            return screen_state(app)
+
+    before = spec_counters(server.url)
+    state, recording = asyncio.run(live())
+    delta = spec_delta(before, spec_counters(server.url))
+    session = state["session"]
+    assert {k: session[k] for k in delta} == delta and delta["num_drafts"] > 0
+    shown = [t for reply in state["replies"] for t in reply[2]]
+    assert len(shown) == session["num_tokens"]
+    assert sum(1 for t in shown if t[1] == "accepted") == session["num_accepted_tokens"]
+    assert asyncio.run(replay(recording)) == state
+
+
+# --- failures: one line each, the partial reply kept and recorded --------------------------
+
+
+def one_error_line(stderr: str) -> str:
+    assert "Traceback" not in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("specchat: error:")]
+    assert len(errors) == 1, stderr
+    return errors[0]
+
+
+def test_server_down_is_one_line_exit_2(tmp_path):
+    result, tokens, _ = run_json(profile(tmp_path, f"http://127.0.0.1:{free_port()}"))
+    assert result.returncode == 2 and not tokens
+    assert "cannot reach the server" in one_error_line(result.stderr)
+
+
+def test_wrong_url_is_one_line_exit_2(server, tmp_path):
+    result, _, _ = run_json(profile(tmp_path, server.url + "/not-here"))
+    assert result.returncode == 2
+    assert "HTTP 404" in one_error_line(result.stderr)
+
+
+@pytest.mark.parametrize("mode, words", [("drop", "without its final chunk"), ("garbage", "malformed chunk"),
+                                         ("http500", "HTTP 500: model crashed")])
+def test_stream_failures_are_one_line_and_keep_the_partial_reply(server, tmp_path, mode, words):
+    from specchat.events import ErrorEvent, TurnFinished
+
+    proxy = FaultyProxy(server.url, mode, after=6)
+    try:
+        result, tokens, summary = run_json(profile(tmp_path, proxy.url))
+    finally:
+        proxy.close()
+    assert result.returncode == 1
+    assert words in one_error_line(result.stderr)
+    assert len(tokens) == (0 if mode == "http500" else 6)
+    assert summary["finish_reason"] == "error" and summary["text"] == "".join(t["text"] for t in tokens)
+    events = [e.event for e in recorded(result.stderr).events]
+    assert any(isinstance(e, ErrorEvent) and words in e.message for e in events)
+    assert [e.text for e in events if isinstance(e, TurnFinished)] == [summary["text"]]
+
+
+def test_a_server_without_speculation_shows_target_tokens_and_says_so(tmp_path):
+    s = llama_server(BIN, GGUF, tmp_path / "log.txt")
+    try:
+        result, tokens, summary = run_json(profile(tmp_path, s.url, max_new_tokens=12))
+    finally:
+        s.stop()
+    assert result.returncode == 0, result.stderr
+    assert tokens and {t["kind"] for t in tokens} == {"target"} and summary["num_drafts"] == 0
+    assert summary["models"]["speculation_source"] == "the server reports no speculation"
+
+
+def test_rpc_mode_layers_served_by_an_rpc_server(tmp_path):
+    rpc_port = free_port()
+    rpc = subprocess.Popen([str(BIN / "rpc-server"), "-H", "127.0.0.1", "-p", str(rpc_port)],
+                           stdout=open(tmp_path / "rpc.txt", "wb"), stderr=subprocess.STDOUT)
+    try:
+        import time
+
+        time.sleep(1.0)
+        s = llama_server(BIN, GGUF, tmp_path / "log.txt", "--rpc", f"127.0.0.1:{rpc_port}", "-ngl", "99", *SPEC_ARGS)
+        try:
+            before = spec_counters(s.url)
+            result, tokens, summary = run_json(profile(tmp_path, s.url, max_new_tokens=32))
+            delta = spec_delta(before, spec_counters(s.url))
+        finally:
+            s.stop()
+    finally:
+        rpc.terminate()
+        rpc.wait(10)
+    assert result.returncode == 0, result.stderr
+    assert tokens and {k: summary[k] for k in delta} == delta
+    rpc_log = (tmp_path / "rpc.txt").read_text(errors="replace")
+    assert "Accepted client connection" in rpc_log, rpc_log[-2000:]  # llama-server used the rpc-server device
