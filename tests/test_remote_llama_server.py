@@ -208,3 +208,37 @@ def test_rpc_mode_layers_served_by_an_rpc_server(tmp_path):
     assert tokens and {k: summary[k] for k in delta} == delta
     rpc_log = (tmp_path / "rpc.txt").read_text(errors="replace")
     assert "Accepted client connection" in rpc_log, rpc_log[-2000:]  # llama-server used the rpc-server device
+
+
+def test_bench_sets_the_speculating_server_beside_a_plain_one(server, tmp_path):
+    plain = llama_server(BIN, GGUF, tmp_path / "plain.txt")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": REPEAT_PROMPT}) + "\n")
+    code = "import sys; from specchat.cli import main; sys.exit(main(sys.argv[1:]))"
+    try:
+        result = subprocess.run([sys.executable, "-c", code, "bench", "--profile", str(profile(tmp_path, server.url)),
+                                 "--prompts", str(prompts), "--max-new-tokens", "40", "--plain-url", plain.url,
+                                 "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    finally:
+        plain.stop()
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    spec, base = data["summary"]["speculative"], data["summary"]["plain"]
+    assert spec["num_drafts"] > 0 and base["num_drafts"] == 0 and base["tokens"] > 0
+    assert data["measured_speedup"] == pytest.approx(spec["tokens_per_s"] / base["tokens_per_s"])
+    assert "measured speed-up (speculative / plain)" in result.stdout and "speculative" in result.stdout
+
+
+def test_a_draft_model_server_of_the_same_weights_accepts_with_bonus_tokens(tmp_path):
+    s = llama_server(BIN, GGUF, tmp_path / "log.txt", "--spec-type", "draft-simple", "--model-draft", str(GGUF),
+                     "--spec-draft-n-max", "4")
+    try:
+        before = spec_counters(s.url)
+        result, tokens, summary = run_json(profile(tmp_path, s.url, max_new_tokens=24), "Name three colours.")
+        delta = spec_delta(before, spec_counters(s.url))
+    finally:
+        s.stop()
+    assert result.returncode == 0, result.stderr
+    assert {k: summary[k] for k in delta} == delta and delta["num_drafts"] > 0
+    kinds = [t["kind"] for t in tokens]
+    assert "bonus" in kinds and kinds.count("accepted") == summary["num_accepted_tokens"]
