@@ -102,6 +102,16 @@ def spec_counters(url: str) -> dict[str, float]:
     return out
 
 
+def per_position_delta(before: dict[str, float], after: dict[str, float]) -> list[int]:
+    """Accepted drafts per position over an interval (``…_per_pos_total{position="i"}``)."""
+    name = 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="%d"}'
+    out, i = [], 0
+    while name % i in after:
+        out.append(int(after[name % i] - before.get(name % i, 0)))
+        i += 1
+    return out
+
+
 def spec_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
     """num_drafts / num_draft_tokens / num_accepted_tokens over an interval."""
     names = {"num_drafts": "llamacpp:spec_decode_num_drafts_total",
@@ -139,7 +149,7 @@ class FaultyProxy:
 
     def forward(self, out, method: str, path: str, body: bytes | None) -> None:
         if path == "/completion" and self.mode == "http500":
-            msg = b'{"error": {"code": 500, "message": "model crashed", "type": "server_error"}}'
+            msg = b'{"error": {"code": 500, "message": "model crashed\\u001b]0;pwned\\u0007", "type": "server_error"}}'
             out.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: "
                       + str(len(msg)).encode() + b"\r\nConnection: close\r\n\r\n" + msg)
             return

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from llama_server_helpers import (REPEAT_PROMPT, SPEC_ARGS, FaultyProxy, free_port, llama_server,
-                                  server_dir, spec_counters, spec_delta)
+                                  per_position_delta, server_dir, spec_counters, spec_delta)
 from specchat.loading.embedded import find_gguf
 
 BIN = server_dir()
@@ -95,6 +95,8 @@ def test_run_json_provenance_and_counts_equal_the_servers_metrics(server, tmp_pa
     recording = recorded(result.stderr)
     steps = [e.event for e in recording.events if isinstance(e.event, StepEvent)]
     assert [t.kind for s in steps for t in s.step.tokens] == kinds
+    per_position = per_position_delta(before, after)  # the server's acceptance at each draft position
+    assert [sum(s.step.stats.num_accepted_tokens > i for s in steps) for i in range(len(per_position))] == per_position
     finished = [e.event for e in recording.events if isinstance(e.event, TurnFinished)]
     assert finished[0].text == summary["text"]
     assert KEY not in Path(recording.path).read_text() and KEY not in result.stdout + result.stderr
@@ -167,7 +169,7 @@ def test_stream_failures_are_one_line_and_keep_the_partial_reply(server, tmp_pat
     finally:
         proxy.close()
     assert result.returncode == 1
-    assert words in one_error_line(result.stderr)
+    assert words in one_error_line(result.stderr) and "\x1b" not in result.stderr + result.stdout
     assert len(tokens) == (0 if mode == "http500" else 6)
     assert summary["finish_reason"] == "error" and summary["text"] == "".join(t["text"] for t in tokens)
     events = [e.event for e in recorded(result.stderr).events]
