@@ -123,10 +123,12 @@ def spec_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, i
 class FaultyProxy:
     """Forwards HTTP to ``upstream``; the reply of POST /completion is spoiled by ``mode``:
     ``drop`` closes the connection after ``after`` SSE data lines, ``garbage`` sends a
-    non-JSON data line after them, ``http500`` answers 500 at once."""
+    non-JSON data line after them, ``stall`` goes silent for 3 s there, ``http500``
+    answers 500 at once."""
 
-    def __init__(self, upstream: str, mode: str, after: int = 5) -> None:
+    def __init__(self, upstream: str, mode: str, after: int = 5, times: int | None = None) -> None:
         proxy = self
+        self.times = times  # spoil only the first ``times`` replies (None: all)
 
         class Handler(StreamRequestHandler):
             def handle(self):
@@ -148,7 +150,12 @@ class FaultyProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def forward(self, out, method: str, path: str, body: bytes | None) -> None:
-        if path == "/completion" and self.mode == "http500":
+        mode = self.mode
+        if path == "/completion":
+            if self.times is not None:
+                mode = mode if self.times > 0 else "none"
+                self.times -= 1
+        if path == "/completion" and mode == "http500":
             msg = b'{"error": {"code": 500, "message": "model crashed\\u001b]0;pwned\\u0007", "type": "server_error"}}'
             out.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: "
                       + str(len(msg)).encode() + b"\r\nConnection: close\r\n\r\n" + msg)
@@ -167,10 +174,12 @@ class FaultyProxy:
         sent = 0
         while line := r.readline():
             if line.startswith(b"data:"):
-                if sent == self.after:
-                    if self.mode == "garbage":
+                if sent == self.after and mode != "none":
+                    if mode == "garbage":
                         out.write(b"data: {not json\n\n")
                         out.flush()
+                    if mode == "stall":
+                        time.sleep(3)
                     break  # drop: the connection closes mid-reply
                 sent += 1
             out.write(line)

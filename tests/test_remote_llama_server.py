@@ -177,6 +177,29 @@ def test_stream_failures_are_one_line_and_keep_the_partial_reply(server, tmp_pat
     assert [e.text for e in events if isinstance(e, TurnFinished)] == [summary["text"]]
 
 
+@pytest.mark.parametrize("mode", ["drop", "stall"])
+def test_after_a_failed_reply_the_partial_text_stays_and_the_next_message_works(server, tmp_path, monkeypatch, mode):
+    import specchat.remote.http as remote_http
+    from specchat.config import load_profile
+    from specchat.events import ErrorEvent, TurnFinished
+    from specchat.remote import open_chat
+
+    monkeypatch.setattr(remote_http, "READ_TIMEOUT_S", 1.0)  # a slow server: 1 s of silence ends the stream
+    proxy = FaultyProxy(server.url, mode, after=6, times=1)
+    try:
+        chat, _ = open_chat(load_profile(profile(tmp_path, proxy.url)))
+        first = list(chat.send(REPEAT_PROMPT))
+        second = list(chat.send("Now say hello."))
+    finally:
+        proxy.close()
+    errors = [e.message for e in first if isinstance(e, ErrorEvent)]
+    assert len(errors) == 1 and ("no data for 1 s" in errors[0] if mode == "stall" else "final chunk" in errors[0])
+    partial = first[-1]
+    assert isinstance(partial, TurnFinished) and partial.finish_reason == "error" and partial.text
+    assert chat.history[1] == {"role": "assistant", "content": partial.text}
+    assert not any(isinstance(e, ErrorEvent) for e in second) and second[-1].finish_reason == "eos"
+
+
 def test_a_server_without_speculation_shows_target_tokens_and_says_so(tmp_path):
     s = llama_server(BIN, GGUF, tmp_path / "log.txt")
     try:

@@ -30,8 +30,8 @@ class Endpoint:
     """A server's base URL and optional bearer key (read from an environment variable
     named in the profile; the key itself is never stored or recorded)."""
 
-    def __init__(self, url: str, api_key_env: str | None = None, *, connect_timeout: float = CONNECT_TIMEOUT_S,
-                 read_timeout: float = READ_TIMEOUT_S) -> None:
+    def __init__(self, url: str, api_key_env: str | None = None, *, connect_timeout: float | None = None,
+                 read_timeout: float | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise RemoteError(f"url {url!r} is not an http(s) URL", key="target.url",
@@ -42,8 +42,8 @@ class Endpoint:
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.base_path = parts.path.rstrip("/")
         self.api_key_env = api_key_env
-        self.connect_timeout = connect_timeout
-        self.read_timeout = read_timeout
+        self.connect_timeout = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
+        self.read_timeout = READ_TIMEOUT_S if read_timeout is None else read_timeout
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
