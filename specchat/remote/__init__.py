@@ -11,6 +11,25 @@ from __future__ import annotations
 
 REMOTE_BACKENDS = ("llama-server", "vllm")
 
+# What a server's stream cannot tell: the draft's cost (c), so neither the α-vs-c
+# prediction nor v(k). They stay None — "not derivable from the server" — rather than
+# the 0 an unknown draft time would give.
+NOT_DERIVABLE = ("draft_forward_ms", "cost_ratio", "predicted_speedup_paper", "predicted_speedup",
+                 "predicted_speedup_steps", "breakeven", "speedup_lower_bound", "best_gamma",
+                 "arithmetic_increase")
+
+
+def without_underivable(snapshot):
+    """``snapshot`` (a MetricsSnapshot) with the figures a server cannot support set to None."""
+    import dataclasses
+
+    return dataclasses.replace(snapshot, verify_cost={}, **{k: None for k in NOT_DERIVABLE})
+
+
+def is_server_session(models) -> bool:
+    """Whether a recording header's ``models`` describe a server (see :func:`server_fields`)."""
+    return isinstance(models, dict) and models.get("backend") in REMOTE_BACKENDS
+
 
 def is_remote(profile) -> bool:
     return getattr(profile.target, "backend", "") in REMOTE_BACKENDS
@@ -39,4 +58,5 @@ def server_fields(server: dict) -> dict:
     speculates = server.get("server_speculates", bool(gamma)) is True
     return {"method": kind if speculates else "none", "num_speculative_tokens": gamma,
             "max_gamma": gamma or 8,
-            "details": {"speculation_source": source if isinstance(source, str) else ""}}
+            "details": {"speculation_source": source if isinstance(source, str) else "",
+                        "not_derivable": [*NOT_DERIVABLE, "verify_cost"]}}

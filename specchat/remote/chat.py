@@ -10,26 +10,18 @@ the next message makes a fresh request.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from specchat.events import ErrorEvent, Step, StepEvent, TurnFinished, TurnStarted, UserMessage
+from specchat.remote import without_underivable
 from specchat.remote.http import Endpoint, RemoteError
 from specchat.telemetry import MetricsSnapshot, Telemetry
 
-# What a server's stream cannot tell: the draft's cost (c), so neither the α-vs-c
-# prediction nor v(k). They stay None — "not derivable from the server" — rather than
-# the 0 an unknown draft time would give.
-NOT_DERIVABLE = ("draft_forward_ms", "cost_ratio", "predicted_speedup_paper", "predicted_speedup",
-                 "predicted_speedup_steps", "breakeven", "speedup_lower_bound", "best_gamma",
-                 "arithmetic_increase")
-
-
 def remote_snapshot(telemetry: Telemetry) -> MetricsSnapshot:
-    return dataclasses.replace(telemetry.snapshot(), verify_cost={}, **{k: None for k in NOT_DERIVABLE})
+    return without_underivable(telemetry.snapshot())
 
 
 class RemoteChat:
