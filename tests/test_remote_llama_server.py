@@ -103,12 +103,11 @@ def test_run_json_provenance_and_counts_equal_the_servers_metrics(server, tmp_pa
 
 
 def test_tui_chat_matches_the_server_and_its_recording_replays_without_it(server, tmp_path):
-    from pilot import SIZE, chat, wait_for
-    from test_sessions_tui import screen_state
+    from pilot import SIZE, chat
+    from test_sessions_tui import replayed_state, screen_state
 
     from specchat.live import LiveLoader
     from specchat.ui.app import SpecchatApp
-    from specchat.ui.backend import replay_loader
 
     path = profile(tmp_path, server.url, max_new_tokens=32)
 
@@ -119,13 +118,6 @@ def test_tui_chat_matches_the_server_and_its_recording_replays_without_it(server
             assert "cost_ratio" in app.chat.figures.underivable  # c shows – while a reply streams, too
             return screen_state(app), app.info.recording
 
-    async def replay(recording):
-        app = SpecchatApp(loader=replay_loader(recording, "max"), deterministic=True)
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.loaded is not None and app.turns_ended >= 1, what="the replay")
-            await pilot.pause(0.1)
-            return screen_state(app)
-
     before = spec_counters(server.url)
     state, recording = asyncio.run(live())
     delta = spec_delta(before, spec_counters(server.url))
@@ -134,7 +126,7 @@ def test_tui_chat_matches_the_server_and_its_recording_replays_without_it(server
     shown = [t for reply in state["replies"] for t in reply[2]]
     assert len(shown) == session["num_tokens"]
     assert sum(1 for t in shown if t[1] == "accepted") == session["num_accepted_tokens"]
-    assert asyncio.run(replay(recording)) == state
+    assert asyncio.run(replayed_state(recording)) == state
 
 
 # --- failures: one line each, the partial reply kept and recorded --------------------------

@@ -38,6 +38,15 @@ def screen_state(app: SpecchatApp) -> dict:
     }
 
 
+async def replayed_state(path) -> dict:
+    """What the user sees once a recording has replayed in the TUI at full speed."""
+    app = SpecchatApp(loader=replay_loader(path, "max"), deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None and app.turns_ended >= 1, what="the replay")
+        await pilot.pause(0.1)
+        return screen_state(app)
+
+
 def test_replay_drives_the_ui_exactly_like_the_live_chat(tiny_profile_path):
     async def live():
         app = SpecchatApp(str(tiny_profile_path), loader=LiveLoader(record=True), deterministic=True)
@@ -45,16 +54,9 @@ def test_replay_drives_the_ui_exactly_like_the_live_chat(tiny_profile_path):
             await chat(app, pilot, ("def add(a, b):", "and subtract?"))
             return screen_state(app), app.info.recording
 
-    async def replay(path):
-        app = SpecchatApp(loader=replay_loader(path, "max"), deterministic=True)
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.loaded is not None and app.turns_ended >= 1, what="the replay")
-            await pilot.pause(0.1)
-            return screen_state(app)
-
     live_state, path = asyncio.run(live())
     assert len(live_state["replies"]) == 2 and live_state["replies"][0][2]
-    assert asyncio.run(replay(path)) == live_state
+    assert asyncio.run(replayed_state(path)) == live_state
 
 
 TUI_REPLAY_NO_TORCH = textwrap.dedent(
