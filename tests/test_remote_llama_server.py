@@ -202,6 +202,7 @@ def test_a_server_without_speculation_shows_target_tokens_and_says_so(tmp_path):
     assert result.returncode == 0, result.stderr
     assert tokens and {t["kind"] for t in tokens} == {"target"} and summary["num_drafts"] == 0
     assert summary["models"]["speculation_source"] == "the server reports no speculation"
+    assert "[server] llama-server at" in result.stderr and "; no speculation" in result.stderr
 
 
 def test_rpc_mode_layers_served_by_an_rpc_server(tmp_path):

@@ -98,7 +98,7 @@ def _check(refs: list[str]) -> int:
 def _check_servers(profiles) -> list:
     """One line per remote profile: what its server serves and how it speculates."""
     from specchat.errors import SpecchatError
-    from specchat.remote import is_remote, open_chat
+    from specchat.remote import is_remote, open_chat, support_line
     from specchat.sanitize import clean_line
 
     failed = []
@@ -110,10 +110,5 @@ def _check_servers(profiles) -> list:
         except SpecchatError as error:
             failed.append(error)
             continue
-        gamma = info.get("server_num_speculative_tokens") or 0
-        spec = info.get("server_speculative") or {}
-        how = (f"speculation {spec.get('type', '?')}, γ {gamma or 'unknown until it drafts'}"
-               if info.get("server_speculates") else "no speculation")
-        print(clean_line(f"server {profile.name}: {info.get('backend')} at {info.get('url')} serves "
-                         f"{info.get('target') or '?'}; {how} — {info.get('speculation_source')}"))
+        print(clean_line(f"server {profile.name}: {support_line(info)}"))
     return failed

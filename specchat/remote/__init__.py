@@ -60,3 +60,14 @@ def server_fields(server: dict) -> dict:
             "max_gamma": gamma or 8,
             "details": {"speculation_source": source if isinstance(source, str) else "",
                         "not_derivable": [*NOT_DERIVABLE, "verify_cost"]}}
+
+
+def support_line(info: dict) -> str:
+    """One line: what the server serves and how it speculates (``profiles check``, and
+    the first thing a chat or ``run`` reports on connecting)."""
+    gamma = info.get("server_num_speculative_tokens") or 0
+    spec = info.get("server_speculative") or {}
+    how = (f"speculation {spec.get('type', '?')}, γ {gamma or 'unknown until it drafts'}"
+           if info.get("server_speculates") else "no speculation")
+    return (f"{info.get('backend')} at {info.get('url')} serves {info.get('target') or '?'}; {how} — "
+            f"{info.get('speculation_source')}")

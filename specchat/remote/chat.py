@@ -34,12 +34,15 @@ class RemoteChat:
     @classmethod
     def connect(cls, profile, progress=None):
         """Checks the server answers and reads what it serves; RemoteError (one line) if not."""
-        endpoint = Endpoint(profile.target.url, profile.target.api_key_env)
-        if progress is not None:
-            from specchat.events import LoadProgress
+        from specchat.events import LoadProgress
+        from specchat.remote import support_line
 
-            progress(LoadProgress(stage="connect", message=f"connecting to {cls.label} at {endpoint.url}"))
-        return cls(endpoint, profile, cls.describe(endpoint, profile))
+        report = progress or (lambda event: None)
+        endpoint = Endpoint(profile.target.url, profile.target.api_key_env)
+        report(LoadProgress(stage="connect", message=f"connecting to {cls.label} at {endpoint.url}"))
+        info = cls.describe(endpoint, profile)
+        report(LoadProgress(stage="server", message=support_line(info)))
+        return cls(endpoint, profile, info)
 
     @staticmethod
     def describe(endpoint: Endpoint, profile: Any) -> dict[str, Any]:
