@@ -97,6 +97,7 @@ def test_run_json_provenance_and_counts_equal_the_servers_metrics(server, tmp_pa
     assert [t.kind for s in steps for t in s.step.tokens] == kinds
     per_position = per_position_delta(before, after)  # the server's acceptance at each draft position
     assert [sum(s.step.stats.num_accepted_tokens > i for s in steps) for i in range(len(per_position))] == per_position
+    assert summary["server_counters"] == {**delta, "accepted_per_position": per_position}  # recorded per turn
     finished = [e.event for e in recording.events if isinstance(e.event, TurnFinished)]
     assert finished[0].text == summary["text"]
     assert KEY not in Path(recording.path).read_text() and KEY not in result.stdout + result.stderr

@@ -136,7 +136,10 @@ def vllm_fixture_server():
             pass
 
         def do_GET(self):
-            body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+            if self.path == "/metrics":  # zero before the chat's request, the fixture after it
+                body = (FIXTURES / "metrics_after.txt").read_bytes() if requests else b""
+            else:
+                body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -181,3 +184,6 @@ def test_vllm_fixture_chat_yields_the_usual_events_and_sends_the_key(vllm_fixtur
     assert list(turn["acceptance_histogram"][:4]) == [1, 1, 0, 1]
     assert requests[0][0] == "Bearer secret-123" and requests[0][1]["logprobs"] is True
     assert "secret-123" not in json.dumps(info) and len(steps) == 3
+    # the server's own counters across the turn, beside specchat's inferred per-step ones
+    assert finished.metrics["server"] == {"num_drafts": 3, "num_draft_tokens": 9, "num_accepted_tokens": 4,
+                                          "accepted_per_position": [2, 1, 1]}

@@ -155,6 +155,8 @@ def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
                    "finish_reason": finished.finish_reason if finished else "error",
                    "text": finished.text if finished else "", "seconds": finished.t if finished else None,
                    "models": info, **turn}
+        if finished and "server" in finished.metrics:  # a server's own counters across the turn
+            summary["server_counters"] = finished.metrics["server"]
         print(inert_json(summary, default=str))
     else:
         sys.stdout.write("\n")

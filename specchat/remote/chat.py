@@ -100,6 +100,15 @@ class RemoteChat:
     def stream_steps(self, messages: list[dict[str, str]]) -> Iterator[Step]:
         raise NotImplementedError
 
+    def server_counters(self) -> dict[str, Any] | None:
+        """The server's speculation counters now, or None where it exposes no /metrics."""
+        from specchat.remote.metrics import spec_counters
+
+        try:
+            return spec_counters(self.endpoint.get_text("/metrics"), self.backend)
+        except RemoteError:
+            return None
+
     def send(self, text: str) -> Iterator[Any]:
         self.turn += 1
         turn = self.turn
@@ -114,6 +123,7 @@ class RemoteChat:
         reply: list[str] = []
         finish = "error"
         self.finish_reason = "error"
+        before = self.server_counters()
         try:
             yield TurnStarted(turn, self.prompt_tokens(messages), self.num_speculative_tokens)
             for step in self.stream_steps(messages):
@@ -133,4 +143,10 @@ class RemoteChat:
         text_out = "".join(reply)
         self.history.append({"role": "assistant", "content": text_out})
         metrics = {"turn": self.turn_metrics.to_dict(), "session": self.session_metrics.to_dict()}
+        after = self.server_counters() if before is not None else None
+        if before is not None and after is not None:
+            from specchat.remote.metrics import counter_delta
+
+            # the server's own counters across this turn (exact only with one client at a time)
+            metrics["server"] = counter_delta(before, after)
         yield TurnFinished(turn, finish, text_out, metrics, time.perf_counter() - start)
