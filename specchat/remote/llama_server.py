@@ -4,7 +4,8 @@
 Each turn: the server renders the chat template (``/apply-template``) and counts the
 prompt (``/tokenize``); the reply streams from ``/completion`` with
 ``timings_per_token`` and ``return_tokens``, and :mod:`llama_server_steps` turns the
-chunks into steps. The server's γ and drafting method come from ``/slots``.
+chunks into steps. Whether the server speculates comes from ``/slots`` and ``/props``,
+its γ from ``/metrics`` (see :func:`describe`).
 """
 
 from __future__ import annotations
