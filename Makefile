@@ -17,7 +17,7 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON
 STAMP := $(VENV)/.specchat-setup
 PROFILE ?= default
 
-.PHONY: run test setup clean-venv
+.PHONY: run test setup clean-venv llama-server
 
 run: $(STAMP)
 	$(VENV)/bin/specchat --profile $(PROFILE)
@@ -43,6 +43,13 @@ $(STAMP): pyproject.toml Makefile
 	  echo "setup: llama-cpp-python did not build (see $(VENV)/llama-cpp-build.log): the llama.cpp backend is off; transformers profiles (e.g. --profile smollm2-transformers) still work"; \
 	fi
 	touch $(STAMP)
+
+# llama.cpp's llama-server and rpc-server (remote-engine profiles and their tests), built
+# once from the llama.cpp source the pinned llama-cpp-python sdist vendors and cached
+# outside the repo; the last line printed is the directory holding them.
+llama-server:
+	@PYTHON="$$(test -x $(VENV)/bin/python && echo $(VENV)/bin/python || echo $(PYTHON))" \
+	  LLAMA_VERSION="$(patsubst llama-cpp-python==%,%,$(LLAMA_SPEC))" scripts/build-llama-server.sh
 
 clean-venv:
 	rm -rf $(VENV)

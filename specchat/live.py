@@ -45,6 +45,10 @@ def _build(profile_ref: Any, progress: ProgressCallback):
     from specchat.loading import load_models
 
     profile = profile_ref if isinstance(profile_ref, Profile) else load_profile(profile_ref or DEFAULT_PROFILE)
+    from specchat.remote import is_remote
+
+    if is_remote(profile):
+        return _build_remote(profile, progress)
     models = load_models(profile, progress=progress)
     session = build_chat(profile, models)
     spec = profile.speculation
@@ -61,6 +65,29 @@ def _build(profile_ref: Any, progress: ProgressCallback):
         thinking=thinking,
         profile_ref=str(profile.source_path) if profile.source_path else profile.name,
         details=dict(models.info or {}),
+    )
+    return profile, models, session, info
+
+
+def _build_remote(profile: Any, progress: ProgressCallback):
+    """The same four things for a server that speculates itself: no models load here;
+    ``models.info`` describes the server (no key: the profile names only its variable)."""
+    from types import SimpleNamespace
+
+    from specchat.remote import open_chat, server_fields
+
+    session, server = open_chat(profile, progress)
+    models = SimpleNamespace(info=server, tokenizer=None)
+    fields = server_fields(server)
+    info = BackendInfo(
+        profile_name=profile.name,
+        description=profile.description or "",
+        temperature=float(profile.sampling.temperature),
+        thinking=None,
+        profile_ref=str(profile.source_path) if profile.source_path else profile.name,
+        warning=None if fields["method"] != "none" else f"{server.get('url')}: the server reports no "
+                                                         "speculation — every token is a plain target token",
+        **fields,
     )
     return profile, models, session, info
 

@@ -14,3 +14,15 @@ async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "conditi
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await pilot.pause(0.05)
+
+
+async def chat(app, pilot, prompts, timeout: float = 60.0) -> None:
+    """Waits for the app's backend, then sends each prompt and waits for its turn to end."""
+    await wait_for(pilot, lambda: app.loaded is not None and app.loading is None, timeout, what="the backend")
+    for prompt in prompts:
+        before = app.turns_ended
+        app.chat.input.text = prompt
+        app.chat.input.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.turns_ended > before, timeout, what="the turn")
+    await pilot.pause(0.1)

@@ -12,7 +12,7 @@ import textwrap
 import time
 
 from sessions_helpers import ROOT
-from pilot import SIZE, wait_for
+from pilot import SIZE, chat, wait_for
 from specchat.live import LiveLoader
 from specchat.ui.app import SpecchatApp
 from specchat.ui.backend import replay_loader
@@ -38,30 +38,25 @@ def screen_state(app: SpecchatApp) -> dict:
     }
 
 
+async def replayed_state(path) -> dict:
+    """What the user sees once a recording has replayed in the TUI at full speed."""
+    app = SpecchatApp(loader=replay_loader(path, "max"), deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None and app.turns_ended >= 1, what="the replay")
+        await pilot.pause(0.1)
+        return screen_state(app)
+
+
 def test_replay_drives_the_ui_exactly_like_the_live_chat(tiny_profile_path):
     async def live():
         app = SpecchatApp(str(tiny_profile_path), loader=LiveLoader(record=True), deterministic=True)
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.loaded is not None and app.loading is None, what="the profile")
-            for prompt in ("def add(a, b):", "and subtract?"):
-                before = app.turns_ended
-                app.chat.input.text = prompt
-                app.chat.input.focus()
-                await pilot.press("enter")
-                await wait_for(pilot, lambda: app.turns_ended > before, what="the turn")
-            await pilot.pause(0.1)
+            await chat(app, pilot, ("def add(a, b):", "and subtract?"))
             return screen_state(app), app.info.recording
-
-    async def replay(path):
-        app = SpecchatApp(loader=replay_loader(path, "max"), deterministic=True)
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.loaded is not None and app.turns_ended >= 1, what="the replay")
-            await pilot.pause(0.1)
-            return screen_state(app)
 
     live_state, path = asyncio.run(live())
     assert len(live_state["replies"]) == 2 and live_state["replies"][0][2]
-    assert asyncio.run(replay(path)) == live_state
+    assert asyncio.run(replayed_state(path)) == live_state
 
 
 TUI_REPLAY_NO_TORCH = textwrap.dedent(

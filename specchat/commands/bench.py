@@ -38,6 +38,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="also run llama-cpp-python's plain generation on this GGUF file (another format of "
                              "the same weights, say); repeatable; llama.cpp targets only")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run per configuration")
+    parser.add_argument("--plain-url", metavar="URL",
+                        help="remote profiles: a second server of the same model started without speculation, "
+                             "the plain side of the comparison")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="output directory (default: ./bench-results/<timestamp>)")
     return parser
@@ -61,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from specchat.remote import is_remote
+
+    if is_remote(profile):
+        return _remote(profile, sets, args, out_dir)
     from specchat.loading import load_models
 
     console = Console(stderr=True)
@@ -80,6 +87,19 @@ def run(args: argparse.Namespace) -> int:
                             note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=PEER_METHODS[kind],
                             peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model))
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
+
+
+def _remote(profile, sets, args, out_dir: Path) -> int:
+    """A server speculates itself: compare it with a plain server (--plain-url)."""
+    from specchat.remote.bench import remote_bench, table, write
+    from specchat.sanitize import clean
+
+    say = lambda text: print(clean(text), file=sys.stderr, flush=True)  # noqa: E731
+    results = remote_bench(profile, sets, plain_url=args.plain_url, repeat=args.repeat,
+                           max_new_tokens=args.max_new_tokens, say=say)
+    print(table(results))
+    say(f"results: {write(out_dir, results)}")
+    return 0
 
 
 def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path) -> int:

@@ -88,6 +88,27 @@ def _check(refs: list[str]) -> int:
         loaded, failed = load_all_profiles()
     for profile in loaded:
         print(f"ok     {profile.name} ({profile.source_path})")
+    if refs:  # a server profile named here is also asked what it serves
+        failed += _check_servers(loaded)
     for error in failed:
         print(f"specchat: error: {error}", file=sys.stderr)
     return 2 if failed else 0
+
+
+def _check_servers(profiles) -> list:
+    """One line per remote profile: what its server serves and how it speculates."""
+    from specchat.errors import SpecchatError
+    from specchat.remote import is_remote, open_chat, support_line
+    from specchat.sanitize import clean_line
+
+    failed = []
+    for profile in profiles:
+        if not is_remote(profile):
+            continue
+        try:
+            _chat, info = open_chat(profile)
+        except SpecchatError as error:
+            failed.append(error)
+            continue
+        print(clean_line(f"server {profile.name}: {support_line(info)}"))
+    return failed

@@ -41,15 +41,20 @@ def run(args: argparse.Namespace) -> int:
     # Input is decoded once, here: bytes that are not UTF-8 become U+FFFD.
     prompt = sys.stdin.buffer.read().decode("utf-8", "replace") if args.prompt == "-" else decode_input(args.prompt)
 
-    from specchat.engine.factory import build_chat
-    from specchat.loading import load_models
+    from specchat.remote import is_remote, open_chat
     from specchat.sessions.recording_backend import RecordingBackend
 
-    loaded = load_models(profile, progress=_progress_to_stderr)
-    chat = build_chat(profile, loaded)
-    recorder = _recorder(profile, loaded.info, enabled=not args.no_record)
+    if is_remote(profile):  # the server speculates; nothing loads here
+        chat, info = open_chat(profile, _progress_to_stderr)
+    else:
+        from specchat.engine.factory import build_chat
+        from specchat.loading import load_models
+
+        loaded = load_models(profile, progress=_progress_to_stderr)
+        chat, info = build_chat(profile, loaded), loaded.info
+    recorder = _recorder(profile, info, enabled=not args.no_record)
     try:
-        return stream_reply(RecordingBackend(chat, recorder), prompt, profile, loaded.info, as_json=args.json)
+        return stream_reply(RecordingBackend(chat, recorder), prompt, profile, info, as_json=args.json)
     finally:
         recorder.close()
         if recorder.path is not None and recorder.failure is None:
@@ -150,6 +155,8 @@ def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
                    "finish_reason": finished.finish_reason if finished else "error",
                    "text": finished.text if finished else "", "seconds": finished.t if finished else None,
                    "models": info, **turn}
+        if finished and "server" in finished.metrics:  # a server's own counters across the turn
+            summary["server_counters"] = finished.metrics["server"]
         print(inert_json(summary, default=str))
     else:
         sys.stdout.write("\n")

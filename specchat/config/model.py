@@ -16,7 +16,8 @@ EMBEDDED_SOURCE = "embedded:smollm2-135m-instruct"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "8bit", "4bit-nf4", "4bit-fp4")
 METHODS = ("draft_model", "ngram", "none")
-BACKENDS = ("transformers", "llama.cpp")
+BACKENDS = ("transformers", "llama.cpp", "llama-server", "vllm")
+REMOTE_BACKENDS = ("llama-server", "vllm")
 GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K")
 MAX_SPECULATIVE_TOKENS = 16
 
@@ -35,9 +36,12 @@ class ModelSpec:
     gguf_type: llama.cpp only — convert the GGUF file once to this type (cached, e.g.
         "BF16": on a CPU that computes bf16 natively, cheaper to verify drafts with than
         4-bit formats); None = run the file as it is.
+        Or a server that runs the model and speculates itself: "llama-server" or "vllm"
+        (then ``url`` is required, ``source`` optional, and ``api_key_env`` names the
+        environment variable holding its key — the key is never stored).
     """
 
-    source: str
+    source: str = ""
     revision: str | None = None
     gguf_file: str | None = None
     dtype: str = "auto"
@@ -49,6 +53,8 @@ class ModelSpec:
     n_ctx: int = 0
     n_threads: int = 0
     gguf_type: str | None = None
+    url: str | None = None
+    api_key_env: str | None = None
 
 
 @dataclass(frozen=True)

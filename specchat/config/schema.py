@@ -20,6 +20,7 @@ from .model import (
     GGUF_TYPES,
     MAX_SPECULATIVE_TOKENS,
     METHODS,
+    REMOTE_BACKENDS,
     QUANTIZATIONS,
     ChatSpec,
     ModelSpec,
@@ -60,6 +61,18 @@ def _device(v: str) -> str | None:
     return "must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
 
 
+def _url(v: str) -> str | None:
+    if v.startswith(("http://", "https://")) and len(v.split("://", 1)[1].strip("/")) > 0:
+        return None
+    return 'must be an http(s) URL such as "http://127.0.0.1:8080"'
+
+
+def _env_name(v: str) -> str | None:
+    if v and (v[0].isalpha() or v[0] == "_") and all(c.isalnum() or c == "_" for c in v):
+        return None
+    return "must be the name of an environment variable (letters, digits, _), not the key itself"
+
+
 def _gamma(v) -> str | None:
     if isinstance(v, str):
         return None if v == "auto" else "must be an integer 1..16 or \"auto\""
@@ -84,6 +97,8 @@ MODEL_KEYS = {
     "n_ctx": Key(*_INT, check=_at_least(0)),
     "n_threads": Key(*_INT, check=_at_least(0)),
     "gguf_type": Key(*_STR, choices=GGUF_TYPES),
+    "url": Key(*_STR, check=_url),
+    "api_key_env": Key(*_STR, check=_env_name),
 }
 SPECULATION_KEYS = {
     "method": Key(*_STR, choices=METHODS),
@@ -198,7 +213,7 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         return ProfileError(message, file=file, key=key, hint=hint, line=line_of(tuple(key.split("."))))
 
     target_raw = merged.get("target", {})
-    if "source" not in target_raw:
+    if "source" not in target_raw and target_raw.get("backend") not in REMOTE_BACKENDS:
         raise ProfileError("key 'target.source' is missing", file=file, key="target.source",
                            hint='add [target] source = "embedded:smollm2-135m-instruct" (or a Hub id / local dir), '
                                 'or extends = "default"')
@@ -240,6 +255,24 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
 
 def _model(raw: dict, where: str, err) -> ModelSpec:
     spec = ModelSpec(**raw)
+    remote = spec.backend in REMOTE_BACKENDS
+    if remote and where != "target":
+        raise err(f"backend '{spec.backend}' can serve only the target", f"{where}.backend",
+                  "the server drafts for itself: start it with its own draft model or n-gram speculation")
+    if remote and not spec.url:
+        raise err(f"backend '{spec.backend}' needs the server's url", f"{where}.url",
+                  'add url = "http://127.0.0.1:8080" (where the server listens)')
+    if not remote and (spec.url or spec.api_key_env):
+        key = "url" if spec.url else "api_key_env"
+        raise err(f"key '{where}.{key}' applies only to a server backend", f"{where}.{key}",
+                  'set backend = "llama-server" or "vllm", or remove the key')
+    if remote:
+        for key, default in (("quantization", "none"), ("num_layers", None), ("n_gpu_layers", 0), ("n_ctx", 0),
+                             ("n_threads", 0), ("gguf_file", None)):
+            if getattr(spec, key) != default:
+                raise err(f"key '{where}.{key}' does not apply to backend '{spec.backend}'", f"{where}.{key}",
+                          "the server's command line sets it: remove the key")
+        return spec
     # Keys of the other backend are ignored rather than refused: a profile that extends
     # one of another backend could not unset them (TOML has no null). Quantisation is the
     # exception — a GGUF carries its own, and asking for another is a real mistake.

@@ -40,6 +40,10 @@ class ResolvedSource:
 
 def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
     """Load what ``profile`` asks for; every failure is a one-line ModelLoadError."""
+    if profile.target.backend in ("llama-server", "vllm"):
+        raise ModelLoadError(f"backend '{profile.target.backend}' is a server, not a model to load here",
+                             key="target.backend", hint="open it as a chat (specchat / specchat run), which "
+                             "connects to [target] url")
     import torch
     import transformers
 

@@ -106,7 +106,14 @@ def to_markdown(recording: Recording) -> str:
         f"- profile: {_code(recording.profile_name)}",
         f"- target: {_code(_source(target))}",
     ]
-    if spec.get("method"):
+    from specchat.remote import is_server_session, server_fields
+
+    if is_server_session(header.models):  # the server's own speculation, not the profile's table
+        server = server_fields(header.models)
+        lines.append(f"- server: {_code(header.models.get('backend'))} at {_code(header.models.get('url'))}")
+        lines.append(f"- speculation: {_text(server['method'])}, γ = {_text(server['num_speculative_tokens'] or '?')} "
+                     f"({_text(server['details']['speculation_source'])})")
+    elif spec.get("method"):
         lines.append(f"- speculation: {_text(spec.get('method'))}, γ = {_text(spec.get('num_speculative_tokens', '?'))}")
     if draft:
         lines.append(f"- draft: {_code(_source(draft))}")

@@ -124,6 +124,10 @@ def rebuild_metrics(recording: Recording, max_gamma: int | None = None) -> Metri
     ``max_speculative_tokens`` (8 if absent)."""
     if max_gamma is None:
         max_gamma = recorded_settings(recording.header.profile)["max_gamma"]
+        from specchat.remote import is_server_session, server_fields
+
+        if is_server_session(recording.header.models):
+            max_gamma = server_fields(recording.header.models)["max_gamma"]
     telemetry = Telemetry(max_gamma=max_gamma)
     for timed in recording.events:
         ev = timed.event
@@ -131,4 +135,8 @@ def rebuild_metrics(recording: Recording, max_gamma: int | None = None) -> Metri
             telemetry.start_turn()
         elif isinstance(ev, StepEvent):
             telemetry.update(ev.step.stats, len(ev.step.tokens))
+    from specchat.remote import is_server_session, without_underivable
+
+    if is_server_session(recording.header.models):  # a server does not report its draft cost
+        return without_underivable(telemetry.snapshot())
     return telemetry.snapshot()

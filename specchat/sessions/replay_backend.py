@@ -45,6 +45,11 @@ class ReplayBackend:
     def backend_info(self) -> dict[str, Any]:
         """The recorded profile's speculation settings as ``BackendInfo`` fields, so the
         panel is sized and labelled as it was live (method, γ, its ceiling, temperature)."""
+        models = self.recording.header.models
+        if isinstance(models, dict) and models.get("backend") in ("llama-server", "vllm"):
+            from specchat.remote import server_fields  # a server's session: its own γ and method
+
+            return server_fields(models)
         settings = recorded_settings(self.recording.header.profile)
         fields: dict[str, Any] = {"method": settings["method"], "max_gamma": settings["max_gamma"]}
         if settings["method"] != "none":

@@ -215,8 +215,12 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         # Names and descriptions may come from a recording: inert before they are shown.
         info = loaded.info = clean_data(loaded.info)
         self.sub_title = info.profile_name
-        self.chat.reset_figures(info.max_gamma, info.method)
+        underivable = (info.details or {}).get("not_derivable")
+        self.chat.reset_figures(info.max_gamma, info.method,
+                                tuple(k for k in underivable if isinstance(k, str)) if isinstance(underivable, list) else ())
         self.chat.apply_events([Loaded(info.profile_name, info.description)])
+        note = (info.details or {}).get("speculation_source")
+        self.chat.query_one("#legend").set_note(note if isinstance(note, str) else "")  # type: ignore[attr-defined]
         if info.warning:
             self.chat.transcript.add_note(info.warning, "warning")
             self.notify(info.warning, severity="warning", timeout=10, markup=False)

@@ -8,7 +8,7 @@ figures on screen after a turn are exactly ``engine.metrics``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specchat.events import ChatReset, StepEvent, TurnFinished, TurnStarted
@@ -20,17 +20,21 @@ HIDDEN = "·"  # shown instead of wall-clock figures in deterministic (snapshot)
 class LiveFigures:
     """Per-turn and whole-session snapshots, updated from the event stream."""
 
-    def __init__(self, max_gamma: int = 8) -> None:
+    def __init__(self, max_gamma: int = 8, underivable: tuple[str, ...] = ()) -> None:
         self.max_gamma = max_gamma
+        # figures the backend cannot support (a server's draft cost): shown as – while a
+        # turn streams too, as in the backend's own snapshots
+        self.underivable = tuple(k for k in underivable if k in MetricsSnapshot.__dataclass_fields__)
         self._turn = Telemetry(max_gamma=max_gamma)
         self._session = Telemetry(max_gamma=max_gamma)
         self._turn_final: MetricsSnapshot | None = None
         self._session_final: MetricsSnapshot | None = None
         self.turn_number: int | None = None
 
-    def reset(self, max_gamma: int | None = None) -> None:
+    def reset(self, max_gamma: int | None = None, underivable: tuple[str, ...] | None = None) -> None:
         """A new profile: forget everything (its figures describe other models)."""
-        self.__init__(max_gamma if max_gamma is not None else self.max_gamma)  # type: ignore[misc]
+        self.__init__(max_gamma if max_gamma is not None else self.max_gamma,  # type: ignore[misc]
+                      self.underivable if underivable is None else underivable)
 
     def apply(self, event: Any) -> bool:
         """Feed one event; True if the figures changed."""
@@ -58,13 +62,19 @@ class LiveFigures:
             return False
         return False
 
+    def _live(self, telemetry: Telemetry) -> MetricsSnapshot:
+        snapshot = telemetry.snapshot()
+        if not self.underivable:
+            return snapshot
+        return replace(snapshot, **{k: ({} if k == "verify_cost" else None) for k in self.underivable})
+
     @property
     def turn(self) -> MetricsSnapshot:
-        return self._turn_final or self._turn.snapshot()
+        return self._turn_final or self._live(self._turn)
 
     @property
     def session(self) -> MetricsSnapshot:
-        return self._session_final or self._session.snapshot()
+        return self._session_final or self._live(self._session)
 
 
 # --- text -------------------------------------------------------------------------

@@ -99,8 +99,8 @@ class ChatScreen(Screen):
             self._panel_dirty = False
             self.panel.show(self.figures.turn, self.figures.session, self.figures.turn_number)
 
-    def reset_figures(self, max_gamma: int, method: str) -> None:
-        self.figures.reset(max_gamma)
+    def reset_figures(self, max_gamma: int, method: str, underivable: tuple[str, ...] = ()) -> None:
+        self.figures.reset(max_gamma, underivable)
         self.panel.method = method
         self.flush_panel(force=True)
 

@@ -8,7 +8,7 @@ from textual.widgets import Static
 from specchat.ui.widgets.reply import KIND_LABELS, KIND_STYLES
 
 
-def legend_content(view: str = "provenance") -> Content:
+def legend_content(view: str = "provenance", note: str = "") -> Content:
     parts, spans, offset = [], [], 0
     for kind in ("accepted", "resampled", "bonus", "target"):
         label = KIND_LABELS[kind]
@@ -18,6 +18,8 @@ def legend_content(view: str = "provenance") -> Content:
     text = "".join(parts)
     if view == "markdown":
         text += "(showing Markdown — F3 for provenance)"
+    elif note:  # a server's tokens: what their provenance rests on
+        text += f"({note})"
     return Content(text, spans)
 
 
@@ -25,5 +27,14 @@ class Legend(Static):
     def __init__(self, **kwargs) -> None:
         super().__init__(legend_content(), **kwargs)
 
+    view = "provenance"
+    note = ""
+
     def set_view(self, view: str) -> None:
-        self.update(legend_content(view))
+        self.view = view
+        self.update(legend_content(view, self.note))
+
+    def set_note(self, note: str) -> None:
+        """What the provenance rests on when a server made the tokens ("" for the local engine)."""
+        self.note = note
+        self.update(legend_content(self.view, note))

@@ -1,0 +1,152 @@
+"""The chat-level backend shared by remote engines: history, events, telemetry, errors.
+
+A subclass streams one reply as :class:`~specchat.events.Step` objects (tokens with the
+provenance the server's data supports, text filled in); this class turns them into
+the events a local ``ChatSession`` yields and keeps the conversation. Server failures
+(down, HTTP errors, a dropped or malformed stream) become one ErrorEvent line; the
+partial reply is kept in the history and in the TurnFinished (so it is recorded), and
+the next message makes a fresh request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from specchat.events import ErrorEvent, Step, StepEvent, TurnFinished, TurnStarted, UserMessage
+from specchat.remote import without_underivable
+from specchat.remote.http import Endpoint, RemoteError
+from specchat.telemetry import MetricsSnapshot, Telemetry
+
+def remote_snapshot(telemetry: Telemetry) -> MetricsSnapshot:
+    return without_underivable(telemetry.snapshot())
+
+
+class RemoteChat:
+    """One conversation with a server. Subclasses implement :meth:`describe` (what the
+    server serves) and :meth:`stream_steps`."""
+
+    backend = "remote"
+    label = "a server"
+
+    @classmethod
+    def connect(cls, profile, progress=None):
+        """Checks the server answers and reads what it serves; RemoteError (one line) if not."""
+        from specchat.events import LoadProgress
+        from specchat.remote import support_line
+
+        report = progress or (lambda event: None)
+        endpoint = Endpoint(profile.target.url, profile.target.api_key_env)
+        report(LoadProgress(stage="connect", message=f"connecting to {cls.label} at {endpoint.url}"))
+        info = cls.describe(endpoint, profile)
+        report(LoadProgress(stage="server", message=support_line(info)))
+        return cls(endpoint, profile, info)
+
+    @staticmethod
+    def describe(endpoint: Endpoint, profile: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __init__(self, endpoint: Endpoint, profile: Any, info: dict[str, Any]) -> None:
+        self.endpoint = endpoint
+        self.profile = profile
+        self.info = info
+        self.temperature = float(profile.sampling.temperature)
+        self.max_new_tokens = int(profile.sampling.max_new_tokens)
+        self.system_prompt = profile.chat.system_prompt
+        self.num_speculative_tokens: int | str = info.get("server_num_speculative_tokens", 0)
+        self.history: list[dict[str, str]] = []
+        self.turn = 0
+        self._cancel = threading.Event()
+        gamma = int(info.get("server_num_speculative_tokens") or 8)
+        self.session_telemetry = Telemetry(max_gamma=max(1, gamma))
+        self.turn_telemetry = Telemetry(max_gamma=max(1, gamma))
+        self.finish_reason = "error"
+
+    # --- controls: the server owns γ; temperature and thinking go with each request
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def reset(self) -> None:
+        self.history = []
+
+    def set_num_speculative_tokens(self, k: int | str) -> None:
+        """γ is the server's setting (its command line); nothing to change per request."""
+
+    def set_temperature(self, temperature: float) -> None:
+        self.temperature = max(0.0, float(temperature))
+
+    def set_thinking(self, enabled: bool) -> None:
+        """No thinking switch is sent to a server."""
+
+    @property
+    def turn_metrics(self) -> MetricsSnapshot:
+        return remote_snapshot(self.turn_telemetry)
+
+    @property
+    def session_metrics(self) -> MetricsSnapshot:
+        return remote_snapshot(self.session_telemetry)
+
+    # --- the conversation
+    def messages(self, text: str) -> list[dict[str, str]]:
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return system + self.history + [{"role": "user", "content": text}]
+
+    def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        """The prompt's length in tokens, or 0 where the server cannot say before replying."""
+        return 0
+
+    def stream_steps(self, messages: list[dict[str, str]]) -> Iterator[Step]:
+        raise NotImplementedError
+
+    def server_counters(self) -> dict[str, Any] | None:
+        """The server's speculation counters now, or None where it exposes no /metrics."""
+        from specchat.remote.metrics import spec_counters
+
+        try:
+            return spec_counters(self.endpoint.get_text("/metrics"), self.backend)
+        except RemoteError:
+            return None
+
+    def send(self, text: str) -> Iterator[Any]:
+        self.turn += 1
+        turn = self.turn
+        self._cancel.clear()
+        yield UserMessage(turn, text)
+        messages = self.messages(text)
+        self.history.append({"role": "user", "content": text})
+        self.turn_telemetry.reset()
+        self.turn_telemetry.start_turn()
+        self.session_telemetry.start_turn()
+        start = time.perf_counter()
+        reply: list[str] = []
+        finish = "error"
+        self.finish_reason = "error"
+        before = self.server_counters()
+        try:
+            yield TurnStarted(turn, self.prompt_tokens(messages), self.num_speculative_tokens)
+            for step in self.stream_steps(messages):
+                for telemetry in (self.turn_telemetry, self.session_telemetry):
+                    telemetry.update(step.stats, len(step.tokens))
+                reply.extend(t.text for t in step.tokens)
+                yield StepEvent(turn, step, time.perf_counter() - start)
+                if self._cancel.is_set():
+                    finish = "cancelled"
+                    break
+            else:
+                finish = self.finish_reason
+        except RemoteError as exc:
+            yield ErrorEvent(str(exc), turn)
+        except Exception as exc:  # a protocol surprise: one line, and the chat goes on
+            yield ErrorEvent(f"remote generation failed: {type(exc).__name__}: {exc}", turn)
+        text_out = "".join(reply)
+        self.history.append({"role": "assistant", "content": text_out})
+        metrics = {"turn": self.turn_metrics.to_dict(), "session": self.session_metrics.to_dict()}
+        after = self.server_counters() if before is not None else None
+        if before is not None and after is not None:
+            from specchat.remote.metrics import counter_delta
+
+            # the server's own counters across this turn (exact only with one client at a time)
+            metrics["server"] = counter_delta(before, after)
+        yield TurnFinished(turn, finish, text_out, metrics, time.perf_counter() - start)

@@ -1,0 +1,162 @@
+"""Bounded HTTP for remote engines: JSON requests and server-sent events (SSE).
+
+Standard library only (``http.client``). Every call has a connect and a read timeout
+and is made once — no retry loop; the next user message simply makes a new request.
+Failures raise :class:`RemoteError`, whose ``str()`` is one line for the UI and CLI.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from specchat.errors import SpecchatError
+
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 120.0  # the longest silence between two chunks (a long prompt's prefill)
+MAX_LINE = 1 << 20  # one SSE line; a bigger one is a broken or hostile server
+
+
+class RemoteError(SpecchatError):
+    """The server could not be reached, answered an error, or broke the protocol."""
+
+
+class Endpoint:
+    """A server's base URL and optional bearer key (read from an environment variable
+    named in the profile; the key itself is never stored or recorded)."""
+
+    def __init__(self, url: str, api_key_env: str | None = None, *, connect_timeout: float | None = None,
+                 read_timeout: float | None = None) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RemoteError(f"url {url!r} is not an http(s) URL", key="target.url",
+                              hint='write it as "http://HOST:PORT"')
+        self.url = url.rstrip("/")
+        self.scheme = parts.scheme
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.base_path = parts.path.rstrip("/")
+        self.api_key_env = api_key_env
+        self.connect_timeout = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
+        self.read_timeout = READ_TIMEOUT_S if read_timeout is None else read_timeout
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise RemoteError(f"environment variable {self.api_key_env} (target.api_key_env) is not set",
+                                  key="target.api_key_env", hint=f"export {self.api_key_env}=… with the server's key")
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def _open(self, method: str, path: str, body: Any | None) -> tuple[http.client.HTTPConnection, Any]:
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        conn = cls(self.host, self.port, timeout=self.connect_timeout)
+        where = f"{self.url}{path}"
+        try:
+            conn.connect()
+            conn.sock.settimeout(self.read_timeout)
+            data = None if body is None else json.dumps(body).encode()
+            conn.request(method, self.base_path + path, body=data, headers=self._headers())
+            response = conn.getresponse()
+        except RemoteError:
+            conn.close()
+            raise
+        except socket.timeout:
+            conn.close()
+            raise RemoteError(f"no answer from {where} within the timeout", hint="is the server busy or stuck?") from None
+        except OSError as exc:
+            conn.close()
+            reason = exc.strerror or type(exc).__name__
+            raise RemoteError(f"cannot reach the server at {self.url}: {reason}",
+                              hint="is it running? check [target] url") from None
+        except http.client.HTTPException as exc:
+            conn.close()
+            raise RemoteError(f"{where} broke the HTTP protocol: {type(exc).__name__}") from None
+        if response.status >= 400:
+            text = response.read(4096).decode("utf-8", "replace")
+            conn.close()
+            raise RemoteError(f"{where} answered HTTP {response.status}: {_error_text(text)}")
+        return conn, response
+
+    def get_text(self, path: str) -> str:
+        conn, response = self._open("GET", path, None)
+        try:
+            return response.read(8 << 20).decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException) as exc:
+            raise RemoteError(f"{self.url}{path}: the answer broke off ({type(exc).__name__})") from None
+        finally:
+            conn.close()
+
+    def get_json(self, path: str) -> Any:
+        return _parse(self.get_text(path), f"{self.url}{path}")
+
+    def post_json(self, path: str, body: Any) -> Any:
+        conn, response = self._open("POST", path, body)
+        try:
+            text = response.read(8 << 20).decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException) as exc:
+            raise RemoteError(f"{self.url}{path}: the answer broke off ({type(exc).__name__})") from None
+        finally:
+            conn.close()
+        return _parse(text, f"{self.url}{path}")
+
+    def stream(self, path: str, body: Any, cancelled=lambda: False) -> Iterator[dict[str, Any]]:
+        """The JSON objects of an SSE stream's ``data:`` lines until ``[DONE]`` or the end.
+        A stream that breaks off raises RemoteError("… dropped …"); a line that is not
+        JSON raises RemoteError("malformed chunk …")."""
+        conn, response = self._open("POST", path, body)
+        where = f"{self.url}{path}"
+        try:
+            while not cancelled():
+                try:
+                    raw = response.readline(MAX_LINE + 1)
+                except socket.timeout:
+                    raise RemoteError(f"{where}: no data for {self.read_timeout:g} s, stream abandoned") from None
+                except (OSError, http.client.HTTPException) as exc:
+                    raise RemoteError(f"{where}: the stream dropped mid-reply ({type(exc).__name__})") from None
+                if not raw:
+                    return
+                if len(raw) > MAX_LINE:
+                    raise RemoteError(f"{where}: malformed chunk (a line over {MAX_LINE} bytes)")
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                if not line.startswith("data:"):
+                    if line.startswith("error:"):
+                        raise RemoteError(f"{where}: the server reported {_error_text(line[6:])}")
+                    continue  # blank separators, comments, event: lines
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    return
+                chunk = _parse(data, where, what="malformed chunk")
+                if not isinstance(chunk, dict):
+                    raise RemoteError(f"{where}: malformed chunk (not a JSON object)")
+                if "error" in chunk and len(chunk) <= 2:
+                    raise RemoteError(f"{where}: the server reported {_error_text(json.dumps(chunk))}")
+                yield chunk
+        finally:
+            conn.close()
+
+
+def _parse(text: str, where: str, what: str = "answer is not JSON") -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise RemoteError(f"{where}: {what}: {text[:80]!r}") from None
+
+
+def _error_text(text: str) -> str:
+    """The message inside a JSON error body ({"error": {"message": …}}), else the text."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()[:200] or "(empty body)"
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(error, dict):
+        return str(error.get("message") or error)[:200]
+    return str(error)[:200]

@@ -1,0 +1,116 @@
+"""A chat with llama.cpp's ``llama-server`` (one machine, or layers spread over
+``rpc-server`` processes with ``--rpc``), shown with the server's own speculation.
+
+Each turn: the server renders the chat template (``/apply-template``) and counts the
+prompt (``/tokenize``); the reply streams from ``/completion`` with
+``timings_per_token`` and ``return_tokens``, and :mod:`llama_server_steps` turns the
+chunks into steps. Whether the server speculates comes from ``/slots`` and ``/props``,
+its γ from ``/metrics`` (see :func:`describe`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from specchat.events import Step
+from specchat.remote.chat import RemoteChat
+from specchat.remote.http import Endpoint, RemoteError
+from specchat.remote.llama_server_steps import MalformedChunk, StepBuilder
+
+
+class LlamaServerChat(RemoteChat):
+    backend = "llama-server"
+
+    label = "llama-server"
+
+    @staticmethod
+    def describe(endpoint: Endpoint, profile) -> dict[str, Any]:
+        return describe(endpoint)
+
+    def prompt_text(self, messages: list[dict[str, str]]) -> str:
+        answer = self.endpoint.post_json("/apply-template", {"messages": messages})
+        prompt = answer.get("prompt") if isinstance(answer, dict) else None
+        if not isinstance(prompt, str):
+            raise RemoteError(f"{self.endpoint.url}/apply-template: no prompt in the answer")
+        return prompt
+
+    def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        self._prompt = self.prompt_text(messages)
+        answer = self.endpoint.post_json("/tokenize", {"content": self._prompt, "add_special": True,
+                                                       "parse_special": True})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        return len(tokens) if isinstance(tokens, list) else 0
+
+    def request(self, prompt: str) -> dict[str, Any]:
+        s = self.profile.sampling
+        body = {"prompt": prompt, "stream": True, "n_predict": self.max_new_tokens, "temperature": self.temperature,
+                "top_p": s.top_p, "top_k": s.top_k, "timings_per_token": True, "return_tokens": True,
+                "cache_prompt": True}
+        if s.seed is not None:
+            body["seed"] = s.seed
+        return body
+
+    def stream_steps(self, messages: list[dict[str, str]]) -> Iterator[Step]:
+        builder = StepBuilder(int(self.info.get("server_num_speculative_tokens") or 0))
+        chunks = self.endpoint.stream("/completion", self.request(self._prompt), cancelled=self._cancel.is_set)
+        try:
+            for chunk in chunks:
+                yield from builder.feed(chunk)
+        except MalformedChunk as exc:
+            yield from builder.finish()
+            raise RemoteError(f"{self.endpoint.url}/completion: malformed chunk ({exc})") from None
+        except RemoteError:
+            yield from builder.finish()  # the partial reply is kept
+            raise
+        yield from builder.finish()
+        if builder.final is None and not self._cancel.is_set():
+            raise RemoteError(f"{self.endpoint.url}/completion: the stream ended without its final chunk")
+        self.finish_reason = builder.finish_reason
+
+
+def describe(endpoint: Endpoint) -> dict[str, Any]:
+    """What the server serves and how it speculates, for the header and the panel.
+
+    llama-server 0.3.36 says *whether* a slot speculates (``/slots``: ``speculative``)
+    and with which types (``/props``: ``speculative.types``), but not its γ; the length
+    of ``/metrics``' per-position acceptance counters gives γ once it has drafted
+    (``--metrics``), else γ stays unknown (0) and the panel grows with the drafts seen.
+    """
+    health = endpoint.get_json("/health")
+    if isinstance(health, dict) and health.get("status") not in (None, "ok"):
+        raise RemoteError(f"{endpoint.url}: the server is not ready ({health.get('status')})")
+    info: dict[str, Any] = {"backend": "llama-server", "url": endpoint.url}
+    props = endpoint.get_json("/props")
+    types = ""
+    if isinstance(props, dict):
+        info["target"] = str(props.get("model_path") or props.get("model_alias") or "")
+        info["server_build"] = str(props.get("build_info") or "")
+        params = (props.get("default_generation_settings") or {}).get("params") or {}
+        types = str(params.get("speculative.types") or "") if isinstance(params, dict) else ""
+    try:
+        slots = endpoint.get_json("/slots")
+    except RemoteError:
+        slots = None  # started with --no-slots
+    if isinstance(slots, list) and slots and isinstance(slots[0], dict) and "speculative" in slots[0]:
+        speculating = slots[0]["speculative"] is True
+    else:
+        speculating = types not in ("", "none")
+    gamma = per_position_count(endpoint) if speculating else 0
+    info["server_speculates"] = speculating
+    # /props shows the default request's types ("none" even when the slot speculates)
+    info["server_speculative"] = {"type": types if types not in ("", "none") else "server"}
+    info["server_num_speculative_tokens"] = gamma
+    info["speculation_source"] = ("server counts: accepted known, resampled/bonus inferred"
+                                  if speculating else "the server reports no speculation")
+    return info
+
+
+def per_position_count(endpoint: Endpoint) -> int:
+    """Positions in ``llamacpp:spec_decode_num_accepted_tokens_per_pos_total`` (= γ), 0 if absent."""
+    try:
+        text = endpoint.get_text("/metrics")
+    except RemoteError:
+        return 0  # started without --metrics
+    return sum(1 for line in text.splitlines()
+               if line.startswith("llamacpp:spec_decode_num_accepted_tokens_per_pos_total{"))

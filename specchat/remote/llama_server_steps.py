@@ -1,0 +1,171 @@
+"""llama-server's streamed chunks → engine steps with provenance. Pure; no I/O.
+
+With ``"timings_per_token": true`` every chunk of a streamed ``/completion`` carries
+``timings``; once the slot has drafted, they hold the cumulative ``draft_n`` (drafts
+proposed) and ``draft_n_accepted`` (drafts kept) of the request. Both change on the
+first token a verification step emits (``tools/server/server-context.cpp`` updates them
+before it sends the step's tokens), so:
+
+* a chunk where (draft_n, draft_n_accepted) changed by (d, a) opens a verification step
+  of a + 1 tokens: the first a are **accepted** drafts (known);
+* that step's last token is **bonus** when a == d, else **resampled** (inferred: the
+  server says how many drafts it kept, and the token after the last kept draft is the
+  target's own sample; llama.cpp's verification is greedy-or-sampled rejection, not
+  reported per token);
+* tokens while the counters stand still come from plain steps: **target**, one each.
+
+Times: ``timings.predicted_ms`` is the request's cumulative generation time (ms), the
+same for all tokens of a step, so a step's time is its difference from the previous
+step's. The first step carries the prompt's time (``prompt_ms``) as prefill.
+
+A token whose text ends inside a UTF-8 sequence is not sent on its own; the next chunk
+carries its text, and ``tokens_predicted`` says how many tokens it stands for. The
+missing ids are shown as ``-1`` (with empty text) so every generated token is counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specchat.events import Step, StepStats, Token
+
+STOP_TYPES = {"eos": "eos", "word": "stop", "limit": "length"}
+
+
+class MalformedChunk(ValueError):
+    pass
+
+
+@dataclass
+class _Open:
+    drafts: int
+    accepted: int
+    size: int  # tokens the step will emit
+    start_ms: float
+    tokens: list[tuple[int, str, float | None]] = field(default_factory=list)
+
+
+class StepBuilder:
+    """Feed chunks in order with :meth:`feed`; it returns the steps they completed.
+    :meth:`finish` returns the last one. ``num_speculative_tokens`` is the server's
+    γ (``speculative.n_max``), recorded in each step's stats."""
+
+    def __init__(self, num_speculative_tokens: int = 0) -> None:
+        self.gamma = num_speculative_tokens
+        self.drafts = 0
+        self.accepted = 0
+        self.decoded = 0
+        self.prev_ms = 0.0
+        self.prompt_ms = 0.0
+        self.prompt_tokens = 0
+        self.first = True
+        self.open: _Open | None = None
+        self.final: dict[str, Any] | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> list[Step]:
+        if not isinstance(chunk, dict):
+            raise MalformedChunk("a chunk is not a JSON object")
+        timings = chunk.get("timings") or {}
+        if not isinstance(timings, dict):
+            raise MalformedChunk("'timings' is not an object")
+        if chunk.get("stop"):
+            self.final = chunk
+            self._prompt(timings)
+        if "prompt_progress" in chunk and not chunk.get("tokens"):
+            return []
+        decoded = chunk.get("tokens_predicted")
+        ids = chunk.get("tokens") or []
+        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            raise MalformedChunk("'tokens' is not a list of ids")
+        if chunk.get("stop"):
+            return []  # the final chunk repeats totals, not new tokens
+        if not isinstance(decoded, int):
+            raise MalformedChunk("'tokens_predicted' is missing")
+        count = decoded - self.decoded
+        if count <= 0:
+            return []
+        self.decoded = decoded
+        text = chunk.get("content", "")
+        if not isinstance(text, str):
+            raise MalformedChunk("'content' is not text")
+        p = _probability(chunk)
+        new = [(-1, "", None)] * (count - 1) + [(ids[-1] if ids else -1, text, p)]
+        self._prompt(timings)
+        drafts, accepted = _int(timings, "draft_n"), _int(timings, "draft_n_accepted")
+        now_ms = float(timings.get("predicted_ms", self.prev_ms) or 0.0)
+        done: list[Step] = []
+        for i, token in enumerate(new):
+            if i == 0 and (drafts, accepted) != (self.drafts, self.accepted):
+                done += self._close()
+                self.open = _Open(drafts - self.drafts, accepted - self.accepted,
+                                  accepted - self.accepted + 1, now_ms)
+                self.drafts, self.accepted = drafts, accepted
+            elif self.open is None or len(self.open.tokens) >= self.open.size:
+                done += self._close()
+                self.open = _Open(0, 0, 1, now_ms)
+            self.open.tokens.append(token)
+        return done
+
+    def finish(self) -> list[Step]:
+        """The last step, and the finish reason on it when the final chunk came."""
+        steps = self._close()
+        if steps and self.final is not None:
+            steps[-1] = Step(steps[-1].tokens, steps[-1].stats, self.finish_reason)
+        return steps
+
+    @property
+    def finish_reason(self) -> str:
+        if self.final is None:
+            return "error"
+        if self.final.get("truncated"):
+            return "context"
+        return STOP_TYPES.get(str(self.final.get("stop_type")), "stop")
+
+    def _prompt(self, timings: dict[str, Any]) -> None:
+        if self.first and "prompt_ms" in timings:
+            self.prompt_ms = float(timings.get("prompt_ms") or 0.0)
+            self.prompt_tokens = _int(timings, "prompt_n")
+
+    def _close(self) -> list[Step]:
+        step, self.open = self.open, None
+        if step is None:
+            return []
+        d, a, n = step.drafts, step.accepted, len(step.tokens)
+        if d == 0:
+            kinds = ["target"] * n
+        else:
+            kinds = ["accepted"] * min(n, a)
+            if n > a:
+                kinds.append("bonus" if a == d else "resampled")
+        tokens = tuple(Token(id=i, kind=k, p=p, q=1.0 if k == "accepted" else None, text=t)
+                       for (i, t, p), k in zip(step.tokens, kinds))
+        ms = max(0.0, step.start_ms - self.prev_ms)
+        self.prev_ms = step.start_ms
+        first, self.first = self.first, False
+        stats = StepStats(
+            num_speculative_tokens=(self.gamma or d) if d else 0,  # γ unknown: the drafts seen
+            num_draft_tokens=d,
+            num_accepted_tokens=a,  # the server counts what it kept, emitted or not (a stop)
+            verify_ms=ms,
+            total_ms=ms + (self.prompt_ms if first else 0.0),
+            prefill_ms=self.prompt_ms if first else 0.0,
+            prefill_tokens=self.prompt_tokens if first else 0,
+        )
+        return [Step(tokens, stats)]
+
+
+def _int(d: dict[str, Any], key: str) -> int:
+    value = d.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise MalformedChunk(f"'timings.{key}' is not a count")
+    return value
+
+
+def _probability(chunk: dict[str, Any]) -> float | None:
+    """p of the emitted token when the request asked for ``n_probs`` (post-sampling)."""
+    probs = chunk.get("completion_probabilities")
+    if not isinstance(probs, list) or not probs or not isinstance(probs[-1], dict):
+        return None
+    value = probs[-1].get("prob")
+    return float(value) if isinstance(value, (int, float)) else None

@@ -1,0 +1,53 @@
+"""A server's own speculation counters, from its Prometheus ``/metrics`` text.
+
+llama-server (``--metrics``): ``llamacpp:spec_decode_num_drafts_total``,
+``…_num_draft_tokens_total``, ``…_num_accepted_tokens_total`` and
+``…_num_accepted_tokens_per_pos_total{position="i"}``. vLLM: the same names under
+``vllm:`` (labelled by model and engine; summed here). Each turn records the
+difference across it (``TurnFinished.metrics["server"]``) beside specchat's own
+per-step figures: the reference where specchat's provenance is inferred.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
+_POSITION = re.compile(r'position="(\d+)"')
+PREFIXES = {"llama-server": "llamacpp:spec_decode_", "vllm": "vllm:spec_decode_"}
+COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+
+
+def spec_counters(text: str, backend: str) -> dict[str, Any]:
+    """{num_drafts, num_draft_tokens, num_accepted_tokens, accepted_per_position} summed
+    over label sets; missing counters count 0. Lines that do not parse are skipped."""
+    prefix = PREFIXES[backend]
+    out: dict[str, Any] = {k: 0 for k in COUNTERS}
+    per_pos: dict[int, float] = {}
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m or not m.group(1).startswith(prefix):
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        name = m.group(1)[len(prefix):].removesuffix("_total")
+        if name in COUNTERS:
+            out[name] += value
+        elif name == "num_accepted_tokens_per_pos":
+            pos = _POSITION.search(m.group(2) or "")
+            if pos:
+                per_pos[int(pos.group(1))] = per_pos.get(int(pos.group(1)), 0) + value
+    out["accepted_per_position"] = [per_pos[i] for i in sorted(per_pos)]
+    return out
+
+
+def counter_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """after − before, as integers (Prometheus prints counters as floats)."""
+    delta: dict[str, Any] = {k: int(after[k] - before[k]) for k in COUNTERS}
+    old = before["accepted_per_position"]
+    delta["accepted_per_position"] = [int(v - (old[i] if i < len(old) else 0))
+                                      for i, v in enumerate(after["accepted_per_position"])]
+    return delta
