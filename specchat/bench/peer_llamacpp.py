@@ -22,6 +22,9 @@ from specchat.bench import memory
 from specchat.bench.peer import clip_emissions
 
 
+LOOKUP_MAX_CTX = 4096
+
+
 class LlamaCppPeerRunner:
     def __init__(self, loaded: Any, speculation: Any, stops: set[int]) -> None:
         target = loaded.target
@@ -40,8 +43,16 @@ class LlamaCppPeerRunner:
             from llama_cpp import Llama
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-            draft = LlamaPromptLookupDecoding(max_ngram_size=self.speculation.prompt_lookup_max) if lookup else None
-            self._instances[key] = Llama(model_path=path, draft_model=draft, **self.settings)
+            settings = dict(self.settings)
+            draft = None
+            if lookup:
+                draft = LlamaPromptLookupDecoding(max_ngram_size=self.speculation.prompt_lookup_max)
+                # A draft model makes Llama keep logits for every position, but 0.3.36 sizes
+                # that buffer from the logits_all argument (n_batch rows unless it is set), so
+                # a sequence past n_batch tokens overflows it: ask for it explicitly, and bound
+                # n_ctx, since the buffer holds n_ctx × vocabulary floats.
+                settings.update(logits_all=True, n_ctx=min(settings["n_ctx"], LOOKUP_MAX_CTX))
+            self._instances[key] = Llama(model_path=path, draft_model=draft, **settings)
         return self._instances[key]
 
     def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
