@@ -123,7 +123,10 @@ def test_run_json_on_a_tiny_model_streams_every_token_with_provenance(tiny_profi
     assert all(isinstance(t["id"], int) and isinstance(t["text"], str) for t in tokens)
     assert summary["type"] == "summary" and summary["num_tokens"] == len(tokens)
     assert summary["text"] == "".join(t["text"] for t in tokens)
+    assert summary["models"]["target"]["dtype"] == "float32"
+    assert summary["models"]["precision"] == "target and draft float32 — set in the profile"
     assert "mean acceptance length" in result.stderr
+    assert "precision: target and draft float32 — set in the profile" in result.stderr
 
 
 def test_embedded_model_converts_once_and_reloads(embedded_model_dir, monkeypatch):

@@ -37,6 +37,7 @@ def benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Be
             "target_source": profile.target.source, "draft_source": (profile.speculation.draft.source
                                                                      if profile.speculation.draft else None),
             "models": {"target": info.get("target"), "draft": info.get("draft")},
+            "precision": info.get("precision"),
         },
         "settings": {
             "sampling": f"temperature {sampling.temperature}, top_p {sampling.top_p}, top_k {sampling.top_k}",

@@ -77,6 +77,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['created']} · device {env['device']} ({env.get('device_name', '')}) · target "
         f"`{env.get('target_source')}` · draft `{env.get('draft_source')}` · torch {env['torch']} · "
         f"transformers {env['transformers']} · specchat {env['specchat']}", "",
+        *([f"Precision: {env['precision']}.", ""] if env.get("precision") else []),
         "## Method", "",
         METHOD_NOTE.format(sampling=settings["sampling"], seed=settings["base_seed"],
                            concurrency=settings["concurrency"],

@@ -130,6 +130,8 @@ def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
         sys.stdout.write("\n")
     sys.stdout.flush()
     print(human_summary(turn, finished.finish_reason if finished else "error"), file=sys.stderr)
+    if info.get("precision"):
+        print(f"  precision: {info['precision']}", file=sys.stderr)
     if failed:
         print(f"specchat: error: {failed}", file=sys.stderr)
         return 1

@@ -200,9 +200,11 @@ class SpecchatApp(Controls, SessionControls, App):
         if previous is not None:
             previous.close()
         info = loaded.info
-        self.sub_title = info.profile_name
+        self.sub_title = info.profile_name + (f" · {info.target_dtype}" if info.target_dtype else "")
         self.chat.reset_figures(info.max_gamma, info.method)
         self.chat.apply_events([Loaded(info.profile_name, info.description)])
+        if info.details.get("precision"):  # which dtype, and why (e.g. native bf16 on this CPU)
+            self.chat.transcript.add_note(f"precision: {info.details['precision']}")
         if loaded.pending and not self.chat.input.text:
             self.chat.input.text = loaded.pending  # the prompt that never got its reply
         self._update_status()
