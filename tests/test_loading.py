@@ -73,16 +73,6 @@ def test_padded_draft_embeddings_are_fine_when_the_vocabulary_agrees(tmp_path, t
     assert loaded.draft.get_output_embeddings().weight.shape[0] == len(tokenizer) + 16
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
-def test_quantization_without_cuda_is_a_clear_error(tmp_path, tiny_model_dir):
-    path = tmp_path / "quant.toml"
-    path.write_text(f"[target]\nsource = '{tiny_model_dir}'\nquantization = \"4bit-nf4\"\n")
-    with pytest.raises(ModelLoadError) as info:
-        load_models(load_profile(path))
-    assert "quantization '4bit-nf4' needs a CUDA GPU" in str(info.value)
-    assert "quantization = \"none\"" in str(info.value)
-
-
 def test_bad_local_path_is_a_clear_error(tmp_path):
     path = tmp_path / "nowhere.toml"
     path.write_text("[target]\nsource = './no/such/model'\n")

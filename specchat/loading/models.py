@@ -13,7 +13,7 @@ from ..errors import ModelLoadError
 from ..events import LoadProgress
 from . import embedded
 from .compat import check_draft_compatible
-from .devices import quantization_config, resolve_device, resolve_dtype
+from .devices import check_quantized_layers, quantization_config, resolve_device, resolve_dtype
 from .hub_errors import friendly_load_errors
 
 Progress = Callable[[LoadProgress], None] | None
@@ -127,7 +127,7 @@ def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: s
 
     device = resolve_device(spec, key)
     dtype, dtype_reason = resolve_dtype(spec, device)
-    quant = quantization_config(spec, device, key)
+    quant = quantization_config(spec, device, key, dtype)
     common = dict(gguf_file=source.gguf_file, revision=source.revision, trust_remote_code=profile.trust_remote_code)
     with friendly_load_errors(spec.source, f"{key}.source"):
         config = AutoConfig.from_pretrained(source.path, **common)
@@ -142,6 +142,8 @@ def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: s
             )
         if quant is None:
             model.to(device)
+        else:
+            check_quantized_layers(model, device, key)
     model.eval()
     info = {
         "source": spec.source,
