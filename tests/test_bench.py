@@ -39,7 +39,9 @@ def test_outputs_exist_with_structure(bench_run):
     assert len(results["rows"]) == requests * len(names)
     for key in ("torch", "transformers", "device", "profile"):
         assert results["environment"][key]
+    assert results["environment"]["models"]["target"]["dtype_reason"] == "set in the profile"
     report = (out / "report.md").read_text()
+    assert "Precision: target and draft float32 — set in the profile." in report
     for heading in ("## set `repetitive`", "## set `unusual`", "## all sets (mixed total)", "FIFO queue"):
         assert heading in report
 

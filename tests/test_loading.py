@@ -73,16 +73,6 @@ def test_padded_draft_embeddings_are_fine_when_the_vocabulary_agrees(tmp_path, t
     assert loaded.draft.get_output_embeddings().weight.shape[0] == len(tokenizer) + 16
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
-def test_quantization_without_cuda_is_a_clear_error(tmp_path, tiny_model_dir):
-    path = tmp_path / "quant.toml"
-    path.write_text(f"[target]\nsource = '{tiny_model_dir}'\nquantization = \"4bit-nf4\"\n")
-    with pytest.raises(ModelLoadError) as info:
-        load_models(load_profile(path))
-    assert "quantization '4bit-nf4' needs a CUDA GPU" in str(info.value)
-    assert "quantization = \"none\"" in str(info.value)
-
-
 def test_bad_local_path_is_a_clear_error(tmp_path):
     path = tmp_path / "nowhere.toml"
     path.write_text("[target]\nsource = './no/such/model'\n")
@@ -123,7 +113,10 @@ def test_run_json_on_a_tiny_model_streams_every_token_with_provenance(tiny_profi
     assert all(isinstance(t["id"], int) and isinstance(t["text"], str) for t in tokens)
     assert summary["type"] == "summary" and summary["num_tokens"] == len(tokens)
     assert summary["text"] == "".join(t["text"] for t in tokens)
+    assert summary["models"]["target"]["dtype"] == "float32"
+    assert summary["models"]["precision"] == "target and draft float32 — set in the profile"
     assert "mean acceptance length" in result.stderr
+    assert "precision: target and draft float32 — set in the profile" in result.stderr
 
 
 def test_embedded_model_converts_once_and_reloads(embedded_model_dir, monkeypatch):

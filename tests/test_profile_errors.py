@@ -49,8 +49,6 @@ CASES = [
      ["'extends' names unknown profile 'defualt'", "did you mean 'default'?"]),
     ("no-target", 'description = "nothing to load"\n',
      ["key 'target.source' is missing", 'extends = "default"']),
-    ("quantized-on-cpu", 'extends = "default"\n[target]\nquantization = "4bit-nf4"\ndevice = "cpu"\n',
-     ["quantization '4bit-nf4' cannot run with device 'cpu'", "CUDA"]),
     ("bad-device", 'extends = "default"\n[target]\ndevice = "gpu"\n',
      ["key 'target.device' has bad value 'gpu'", "'cuda:N'"]),
     ("draft-not-a-table", 'extends = "default"\n[speculation]\ndraft = "Qwen/Qwen3-0.6B"\n',

@@ -133,7 +133,9 @@ def test_switch_profile_bad_keeps_old_good_replaces(tiny_profile_path, tiny_ngra
             app.switch_profile(str(tiny_ngram_profile_path))
             await wait_for(pilot, lambda: app.loaded is not first and app.loading is None, what="the switch")
             assert app.info.profile_name == "tiny-ngram" and app.info.method == "ngram"
-            assert app.sub_title == "tiny-ngram"
+            assert app.sub_title == "tiny-ngram · float32"  # the header names the dtype …
+            notes = [str(n.render()) for n in app.chat.query(".note")]
+            assert "precision: target float32 — set in the profile" in notes  # … and the note says why
             assert len(app.chat.query(ReplyView)) == 1, "the old chat stays readable"
             await send(pilot, app, "def add(a, b): return a + b")
             assert app.chat.figures.turn == app.loaded.backend.turn_metrics

@@ -65,6 +65,15 @@ def test_verify_passes_on_the_engine(peaked):
     assert report.passed, "\n".join(c.line() for c in report.checks)
 
 
+def test_verify_passes_on_a_bf16_target(peaked):
+    profile, loaded = peaked
+    bf16 = dataclasses.replace(loaded, target=copy.deepcopy(loaded.target).to(torch.bfloat16),
+                               draft=copy.deepcopy(loaded.draft).to(torch.bfloat16))
+    report = verify(bf16, profile, samples=SAMPLES, tokens=2, params=PARAMS, gamma=3)
+    assert report.settings["precision"] == "bfloat16" and report.speculation["rejected"] > 20
+    assert report.passed, "\n".join(c.line() for c in report.checks)
+
+
 def test_verify_catches_a_planted_sampler_bug(peaked):
     profile, loaded = peaked
     report = verify(loaded, profile, samples=SAMPLES, tokens=2, params=PARAMS, gamma=3,

@@ -83,12 +83,16 @@ def build_tiny_model(
     hidden: int = 32,
     dtype=None,
     tokenizer=None,
+    head_scale: float = 1.0,
 ):
     """Save a random Llama (and its tokenizer) as a complete local model directory.
 
     ``vocab_size`` defaults to the tokenizer's length; a larger value mimics
     checkpoints whose embedding matrix is padded past the vocabulary.
-    Returns the directory as a Path.
+    ``head_scale`` multiplies the output head: a random model is nearly uniform over
+    its tokens, real chat models are peaked (statistical checks need the latter).
+    bitsandbytes 4-bit on CPU needs ``hidden`` a multiple of 64 (see
+    loading/devices.check_quantized_layers). Returns the directory as a Path.
     """
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
@@ -116,6 +120,9 @@ def build_tiny_model(
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(dtype or torch.float32).eval()
+    if head_scale != 1.0:
+        with torch.no_grad():
+            model.lm_head.weight.mul_(head_scale)
     model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id)
     model.save_pretrained(directory, safe_serialization=True)
     return directory
@@ -139,8 +146,13 @@ def write_tiny_profile(
     temperature: float = 0.0,
     max_new_tokens: int = 16,
     seed: int | None = 0,
+    dtype: str = "float32",
+    quantization: str = "none",
+    draft_num_layers: int | None = None,
 ) -> Path:
-    """Write a profile TOML that points at local tiny model directories."""
+    """Write a profile TOML that points at local tiny model directories (``dtype`` and
+    ``quantization`` apply to the target and the draft alike)."""
+    model_keys = [f'dtype = "{dtype}"'] + ([f'quantization = "{quantization}"'] if quantization != "none" else [])
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [
@@ -149,7 +161,7 @@ def write_tiny_profile(
         "[target]",
         f"source = {_toml_str(target_dir)}",
         'device = "cpu"',
-        'dtype = "float32"',
+        *model_keys,
         "",
         "[speculation]",
         f'method = "{method}"',
@@ -159,7 +171,9 @@ def write_tiny_profile(
     if method == "ngram":
         lines += ["prompt_lookup_min = 1", "prompt_lookup_max = 3"]
     if method == "draft_model":
-        lines += ["", "[speculation.draft]", f"source = {_toml_str(draft_dir)}", 'dtype = "float32"']
+        lines += ["", "[speculation.draft]", f"source = {_toml_str(draft_dir)}", *model_keys]
+        if draft_num_layers is not None:
+            lines.append(f"num_layers = {draft_num_layers}")
     lines += ["", "[sampling]", f"temperature = {temperature}", f"max_new_tokens = {max_new_tokens}"]
     if seed is not None:
         lines.append(f"seed = {seed}")

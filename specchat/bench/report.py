@@ -88,6 +88,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"transformers {env['transformers']} · specchat {env['specchat']}"
         + (f" · llama-cpp-python {env['llama_cpp_python']}" if env.get("llama_cpp_python") else "")
         + (f" · target {env['target_format']}" if env.get("target_format") else ""), "",
+        *([f"Precision: {env['precision']}.", ""] if env.get("precision") else []),
         "## Method", "",
         METHOD_NOTE.format(sampling=settings["sampling"], seed=settings["base_seed"],
                            concurrency=settings["concurrency"],

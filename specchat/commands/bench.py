@@ -113,6 +113,8 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
     console.print(f"bench: {len(configs)} configurations × "
                   f"{sum(len(s.prompts) for s in sets) * args.repeat} requests "
                   f"({', '.join(c.name for c in configs)})")
+    if (loaded.info or {}).get("precision"):
+        console.print(f"precision: {loaded.info['precision']}", markup=False, highlight=False)
     if args.concurrency > 1:
         console.print(f"[yellow]--concurrency {args.concurrency}: {concurrency_note(args.concurrency)}[/]")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

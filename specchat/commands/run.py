@@ -164,6 +164,8 @@ def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
     print(clean(human_summary(turn, finished.finish_reason if finished else "error")), file=sys.stderr)
     if failed is None and finished is not None and finished.finish_reason == "context" and not turn.get("num_tokens"):
         failed = context_full_message(prompt_tokens)
+    if info.get("precision"):
+        print(clean(f"  precision: {info['precision']}"), file=sys.stderr)
     if failed:
         _say(f"specchat: error: {failed}")
         return 1

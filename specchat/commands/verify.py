@@ -72,7 +72,7 @@ def render(report) -> str:
     s = report.settings
     lines = [
         f"verify: {s['method']} γ={s['gamma']}, temperature {s['temperature']}, top_p {s['top_p']}, top_k {s['top_k']}, "
-        f"{s['dtype']}; {s['samples']} samples × {s['tokens']} tokens of each kind; prompt {s['prompt_tokens']} tokens"
+        f"{s['dtype']}{_weights(s)}; {s['samples']} samples × {s['tokens']} tokens of each kind; prompt {s['prompt_tokens']} tokens"
         + (f" (reply so far: {s['reply_start']!r})" if s.get("reply_start") else ""),
     ]
     sp = report.speculation
@@ -89,6 +89,11 @@ def render(report) -> str:
                  "sampler shows at this sample size")
     lines.append(f"verdict: {'PASS' if report.passed else 'FAIL'}")
     return "\n".join(lines)
+
+
+def _weights(settings: dict) -> str:
+    precision = settings.get("precision")
+    return f" ({precision} weights)" if precision in ("4bit", "8bit") else ""
 
 
 def _as_dict(report) -> dict:

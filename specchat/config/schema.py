@@ -224,7 +224,7 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         if not draft_raw or "source" not in draft_raw:
             raise err("method 'draft_model' needs a draft model", "speculation.draft.source",
                       'add [speculation.draft] source = "…", or set method = "ngram"')
-        draft = _model(draft_raw, "speculation.draft", err)
+        draft = ModelSpec(**draft_raw)
     else:
         draft = None  # an inherited draft is not loaded for ngram/none
     if isinstance(spec_raw.get("num_speculative_tokens"), int) and "max_speculative_tokens" not in spec_raw:
@@ -244,7 +244,7 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         name=name,
         description=merged.get("description", ""),
         source_path=file,
-        target=_model(target_raw, "target", err),
+        target=ModelSpec(**target_raw),  # quantization is checked by the loader, which knows the device
         speculation=speculation,
         sampling=SamplingSpec(**merged.get("sampling", {})),
         chat=ChatSpec(**merged.get("chat", {})),
@@ -282,10 +282,4 @@ def _model(raw: dict, where: str, err) -> ModelSpec:
                       'a GGUF file carries its own quantisation (see gguf_type): set quantization = "none", '
                       'or use backend = "transformers"')
         return spec
-    if spec.quantization != "none" and spec.device == "cpu":
-        raise err(f"quantization '{spec.quantization}' cannot run with device 'cpu'", f"{where}.quantization",
-                  "bitsandbytes 4/8-bit needs CUDA here: use device = \"auto\" or quantization = \"none\"")
-    if spec.quantization != "none" and spec.dtype == "float32":
-        raise err(f"quantization '{spec.quantization}' computes in 16-bit, not dtype 'float32'", f"{where}.dtype",
-                  'use dtype = "auto" or "bfloat16"')
     return spec

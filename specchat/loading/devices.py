@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from ..config.model import ModelSpec
 from ..errors import ModelLoadError
+from .cpu_features import detect_cpu_bf16
+
+# bitsandbytes runs NF4 / FP4 / int8 on CPU from this version on.
+BNB_CPU_VERSION = "0.48"
+CPU_4BIT_OUT_MULTIPLE = 32
 
 
 def resolve_device(spec: ModelSpec, key: str) -> str:
@@ -27,40 +32,92 @@ def resolve_device(spec: ModelSpec, key: str) -> str:
 
 
 def resolve_dtype(spec: ModelSpec, device: str):
-    """"auto" → bfloat16 on CUDA (float16 on GPUs without bf16), float32 elsewhere:
-    half precision on a CPU is much slower than float32 for small models."""
+    """(torch dtype, why) for one model.
+
+    "auto" → bfloat16 on CUDA (float16 on GPUs without bf16); on a CPU bfloat16 where
+    it computes bf16 natively (cpu_features: about 2× float32 for a small model), else
+    float32, because emulated half precision is slower than float32.
+    """
     import torch
 
     if spec.dtype != "auto":
-        return getattr(torch, spec.dtype)
+        return getattr(torch, spec.dtype), "set in the profile"
     if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float32
+        if torch.cuda.is_bf16_supported():
+            return torch.bfloat16, "auto: CUDA with bf16 support"
+        return torch.float16, "auto: this GPU has no bf16, so float16"
+    if device == "cpu":
+        native, why = detect_cpu_bf16()
+        return (torch.bfloat16 if native else torch.float32), f"auto: {why}"
+    return torch.float32, f"auto: float32 on {device}"
 
 
-def quantization_config(spec: ModelSpec, device: str, key: str):
-    """A BitsAndBytesConfig for 8bit / 4bit-nf4 / 4bit-fp4, or None."""
+def quantization_config(spec: ModelSpec, device: str, key: str, dtype):
+    """A BitsAndBytesConfig for 8bit / 4bit-nf4 / 4bit-fp4, or None.
+
+    4-bit layers compute in ``dtype`` (the model's resolved dtype: bf16 on CUDA and on
+    CPUs with native bf16, float32 on other CPUs). bitsandbytes ≥ 0.48 runs all three
+    formats on CPU as well as CUDA.
+    """
     if spec.quantization == "none":
         return None
-    if not device.startswith("cuda"):
-        raise ModelLoadError(f"quantization '{spec.quantization}' needs a CUDA GPU, and this machine has none",
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ModelLoadError(f"quantization '{spec.quantization}' does not run on device '{device}'",
                              key=f"{key}.quantization",
-                             hint="bitsandbytes 4/8-bit runs on CUDA here: set quantization = \"none\" "
-                                  "(and a smaller model), or use a machine with an NVIDIA GPU")
+                             hint='bitsandbytes runs on CUDA and CPU: use device = "auto", "cuda" or "cpu"')
     try:
-        import bitsandbytes  # noqa: F401
+        _import_bitsandbytes()
     except ImportError:
         raise ModelLoadError(f"quantization '{spec.quantization}' needs the bitsandbytes package",
-                             key=f"{key}.quantization", hint="pip install bitsandbytes") from None
-    import torch
+                             key=f"{key}.quantization", hint=f"pip install 'bitsandbytes>={BNB_CPU_VERSION}'") from None
+    import bitsandbytes
+    from packaging.version import Version
     from transformers import BitsAndBytesConfig
 
+    if device == "cpu" and Version(bitsandbytes.__version__) < Version(BNB_CPU_VERSION):
+        raise ModelLoadError(f"quantization '{spec.quantization}' on CPU needs bitsandbytes ≥ {BNB_CPU_VERSION}, "
+                             f"this is {bitsandbytes.__version__}", key=f"{key}.quantization",
+                             hint=f"pip install -U 'bitsandbytes>={BNB_CPU_VERSION}'")
     if spec.quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
-    compute = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type=spec.quantization.split("-")[1],  # "nf4" | "fp4"
         bnb_4bit_use_double_quant=True,
-        bnb_4bit_compute_dtype=compute,
+        bnb_4bit_compute_dtype=dtype,
     )
+
+
+def check_quantized_layers(model, device: str, key: str) -> None:
+    """bitsandbytes' 4-bit CPU kernel packs weights in blocks: every quantized layer needs
+    an input size that is a multiple of the quantisation block (64) and an output size
+    that is a multiple of 32. Real checkpoints meet this; a layer that does not would
+    fail with a shape error at the first token, so say so at load time instead. The rule
+    is applied on every CPU (not only where that kernel runs) so that a profile behaves
+    the same on every machine."""
+    if device != "cpu":
+        return
+    import bitsandbytes
+
+    for name, module in model.named_modules():
+        if not isinstance(module, bitsandbytes.nn.Linear4bit):
+            continue
+        state = getattr(module.weight, "quant_state", None)
+        block = getattr(state, "blocksize", 64) or 64
+        if module.in_features % block or module.out_features % CPU_4BIT_OUT_MULTIPLE:
+            raise ModelLoadError(
+                f"this model cannot be quantized to 4 bits on CPU: layer '{name}' is {module.in_features} → "
+                f"{module.out_features}, and bitsandbytes needs inputs a multiple of {block} and outputs a multiple "
+                f"of {CPU_4BIT_OUT_MULTIPLE}", key=f"{key}.quantization", hint='use quantization = "none" or "8bit"')
+
+
+def _import_bitsandbytes() -> None:
+    """Import bitsandbytes with its warnings kept off the terminal: on CPU it logs, once
+    per process, that an optional kernel package ("kernels") is missing (it would download
+    a kernel from the Hub), and for 8-bit once per layer call that inputs are cast to
+    float16 — neither is something a chat user can act on."""
+    import logging
+
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    import bitsandbytes  # noqa: F401
+

@@ -13,7 +13,7 @@ from ..errors import ModelLoadError
 from ..events import LoadProgress
 from . import embedded
 from .compat import check_draft_compatible
-from .devices import quantization_config, resolve_device, resolve_dtype
+from .devices import check_quantized_layers, quantization_config, resolve_device, resolve_dtype
 from .hub_errors import friendly_load_errors
 from .llamacpp import load_gguf_model, load_gguf_tokenizer
 
@@ -79,6 +79,7 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         "draft": draft_info,
         "device": target_info["device"],
         "device_name": _device_name(target_info["device"]),
+        "precision": describe_precision(target_info, draft_info),
         "backend": target_info.get("backend", "transformers"),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -145,8 +146,8 @@ def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: s
     from transformers import AutoConfig, AutoModelForCausalLM
 
     device = resolve_device(spec, key)
-    dtype = resolve_dtype(spec, device)
-    quant = quantization_config(spec, device, key)
+    dtype, dtype_reason = resolve_dtype(spec, device)
+    quant = quantization_config(spec, device, key, dtype)
     common = dict(gguf_file=source.gguf_file, revision=source.revision, trust_remote_code=profile.trust_remote_code)
     with friendly_load_errors(spec.source, f"{key}.source"):
         config = AutoConfig.from_pretrained(source.path, **common)
@@ -161,6 +162,8 @@ def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: s
             )
         if quant is None:
             model.to(device)
+        else:
+            check_quantized_layers(model, device, key)
     model.eval()
     info = {
         "source": spec.source,
@@ -169,12 +172,31 @@ def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: s
         "gguf_file": source.gguf_file,
         "revision": source.revision or getattr(config, "_commit_hash", None),
         "dtype": str(dtype).replace("torch.", ""),
+        "dtype_reason": dtype_reason,
         "quantization": spec.quantization,
         "device": device,
         "num_layers": config.num_hidden_layers,
-        "parameters": sum(p.numel() for p in model.parameters()),
+        "parameters": sum(p.numel() for p in model.parameters()),  # 4-bit: two weights per stored element
+        "memory_bytes": model.get_memory_footprint(),
     }
     return model, info
+
+
+def describe_precision(target: dict[str, Any], draft: dict[str, Any] | None) -> str:
+    """One line saying which dtype (and quantisation) each model computes in, and why —
+    for the TUI, ``run``'s summary and the bench environment, e.g.
+    "target bfloat16 — auto: the CPU computes bf16 natively (…)"."""
+    def what(info):
+        if info["quantization"] != "none":
+            return f"{info['quantization']} computing in {info['dtype']}"
+        return info["dtype"]
+
+    if draft is not None and (what(draft), draft["dtype_reason"]) == (what(target), target["dtype_reason"]):
+        return f"target and draft {what(target)} — {target['dtype_reason']}"
+    line = f"target {what(target)} — {target['dtype_reason']}"
+    if draft is not None:
+        line += f"; draft {what(draft)} — {draft['dtype_reason']}"
+    return line
 
 
 def truncate_config(config, num_layers: int, key: str) -> None:

@@ -214,13 +214,15 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
             previous.close()
         # Names and descriptions may come from a recording: inert before they are shown.
         info = loaded.info = clean_data(loaded.info)
-        self.sub_title = info.profile_name
+        self.sub_title = info.profile_name + (f" · {info.target_dtype}" if info.target_dtype else "")
         underivable = (info.details or {}).get("not_derivable")
         self.chat.reset_figures(info.max_gamma, info.method,
                                 tuple(k for k in underivable if isinstance(k, str)) if isinstance(underivable, list) else ())
         self.chat.apply_events([Loaded(info.profile_name, info.description)])
         note = (info.details or {}).get("speculation_source")
         self.chat.query_one("#legend").set_note(note if isinstance(note, str) else "")  # type: ignore[attr-defined]
+        if (info.details or {}).get("precision"):  # which dtype, and why (e.g. native bf16 on this CPU)
+            self.chat.transcript.add_note(f"precision: {info.details['precision']}")
         if info.warning:
             self.chat.transcript.add_note(info.warning, "warning")
             self.notify(info.warning, severity="warning", timeout=10, markup=False)

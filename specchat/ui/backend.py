@@ -70,6 +70,15 @@ class BackendInfo:
     details: dict[str, Any] = field(default_factory=dict)
     warning: str | None = None
 
+    @property
+    def target_dtype(self) -> str | None:
+        """The dtype the target computes in ("bfloat16", "4bit-nf4/bfloat16"), for the header."""
+        target = self.details.get("target")
+        if not isinstance(target, dict) or not target.get("dtype"):
+            return None
+        quant = target.get("quantization", "none")
+        return target["dtype"] if quant in (None, "none") else f"{quant}/{target['dtype']}"
+
 
 @dataclass
 class LoadedBackend:
