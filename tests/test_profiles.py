@@ -13,7 +13,7 @@ from specchat import paths
 from specchat.config import load_all_profiles, load_profile, profile_names
 from specchat.errors import ProfileError, SpecchatError
 
-SHIPPED = ["default", "smollm2-transformers", "smollm2-draft", "qwen3-8b-gguf", "qwen3-8b-gguf-ngram", "qwen3-8b", "qwen3-8b-ngram", "qwen3-14b", "llama-3.1-8b", "gemma-2-9b"]
+SHIPPED = ["default", "smollm2-transformers", "smollm2-nf4", "smollm2-draft", "qwen3-8b-gguf", "qwen3-8b-gguf-ngram", "qwen3-8b", "qwen3-8b-ngram", "qwen3-14b", "llama-3.1-8b", "gemma-2-9b"]
 
 
 def cli(*args: str, env_extra: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:

@@ -224,7 +224,7 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         if not draft_raw or "source" not in draft_raw:
             raise err("method 'draft_model' needs a draft model", "speculation.draft.source",
                       'add [speculation.draft] source = "…", or set method = "ngram"')
-        draft = ModelSpec(**draft_raw)
+        draft = _model(draft_raw, "speculation.draft", err)
     else:
         draft = None  # an inherited draft is not loaded for ngram/none
     if isinstance(spec_raw.get("num_speculative_tokens"), int) and "max_speculative_tokens" not in spec_raw:
@@ -244,7 +244,7 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         name=name,
         description=merged.get("description", ""),
         source_path=file,
-        target=ModelSpec(**target_raw),  # quantization is checked by the loader, which knows the device
+        target=_model(target_raw, "target", err),  # bitsandbytes quantization: checked by the loader (the device)
         speculation=speculation,
         sampling=SamplingSpec(**merged.get("sampling", {})),
         chat=ChatSpec(**merged.get("chat", {})),
