@@ -143,7 +143,7 @@ def test_bitsandbytes_log_noise_stays_off_the_terminal(nf4_profile_path):
 
 def test_quantization_on_cpu_in_float32_is_a_valid_profile(tmp_path):
     path = tmp_path / "cpu-nf4.toml"
-    path.write_text('extends = "default"\n[target]\nquantization = "4bit-nf4"\ndevice = "cpu"\ndtype = "float32"\n')
+    path.write_text('extends = "smollm2-transformers"\n[target]\nquantization = "4bit-nf4"\ndevice = "cpu"\ndtype = "float32"\n')
     assert main(["profiles", "check", str(path)]) == 0
 
 

@@ -295,8 +295,8 @@ def _greedy_diff(target: Backend, spec_engine: SpeculativeEngine, ids: list[int]
         + ("" if d["near_tie"] else " — NOT a near-tie") for d in divergences)
     more = " (stopped looking)" if len(divergences) == MAX_DIVERGENCES else ""
     verdict = ("" if not ok else ", at a near-tie" if len(divergences) == 1 else ", all at near-ties")
-    detail = (f"{len(divergences)} divergence{'s' if len(divergences) > 1 else ''}{verdict}{more} "
-              f"(batched-vs-one-token logit difference measured on this backend: {noise:.2g}): {listed}")
+    detail = (f"{len(divergences)} divergence{'s' if len(divergences) > 1 else ''}{verdict}{more}: {listed} "
+              f"(batched-vs-one-token logit difference measured on this backend: {noise:.2g})")
     return Check(name, ok, detail=detail, extra={"plain": plain, "divergences": divergences, "precision": precision,
                                                   "noise": noise})
 
