@@ -6,10 +6,12 @@ from scipy import stats
 
 from specchat.engine.sampling import (
     SamplingParams,
+    keep_at_least_,
     position_uniforms,
     rejection_sample,
     residual_distribution,
     sample_at,
+    topk,
     warp,
 )
 
@@ -140,6 +142,46 @@ def hf_reference(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 def test_warp_matches_transformers_warpers(params):
     logits = torch.randn(5, 40, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     assert torch.allclose(warp(logits, params), hf_reference(logits, params), atol=1e-12)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.6, top_p=0.9),
+                                    SamplingParams(temperature=0.8, top_k=40, top_p=0.95)])
+def test_warp_matches_transformers_warpers_on_a_real_vocabulary(params):
+    """A 49k vocabulary, float32 as models return it: the blocked top-k and the per-row
+    cut are the paths the engine takes at this size (a 40-id vocabulary never takes them)."""
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(6, 49_155, generator=gen) * 3  # not a multiple of the block size
+    logits[2, 7:900] = logits[2, 5]  # a wide tie that top-k and top-p both cut through
+    ours, theirs = warp(logits, params), hf_reference(logits, params)
+    assert torch.equal(ours > 0, theirs > 0)  # the same tokens kept
+    assert torch.allclose(ours, theirs, atol=1e-6)
+
+
+@pytest.mark.parametrize("vocab", [7, 300, 4096, 49_152, 49_155])
+def test_blocked_topk_gives_torch_topk_values(vocab):
+    gen = torch.Generator().manual_seed(vocab)
+    x = torch.randint(-50, 50, (5, vocab), generator=gen).float()  # many ties
+    x[1] = float("-inf")
+    x[1, vocab // 2] = 3.0
+    x[3, -1] = 1e9  # the maximum in the padded last block
+    for k in (1, 5, 16):
+        k = min(k, vocab)
+        ours, theirs = topk(x, k), torch.topk(x, k)
+        assert torch.equal(ours.values, theirs.values)
+        finite = ours.values > float("-inf")  # padding ids only ever stand for −inf
+        assert torch.equal(x.gather(1, ours.indices.clamp(max=vocab - 1))[finite], ours.values[finite])
+
+
+@pytest.mark.parametrize("rows", [3, 20])  # per-row cut on the CPU; broadcast compare past 16 rows
+def test_keep_at_least_keeps_values_equal_to_the_threshold(rows):
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.rand(rows, 1000, generator=gen)
+    threshold = x[:, 10:11].clone()
+    x[:, 500] = threshold[:, 0]  # a tie with the threshold: kept
+    x[:, 501] = torch.nextafter(threshold[:, 0], torch.zeros(rows))  # one float below: dropped
+    kept = keep_at_least_(x.clone(), threshold, 0.0)
+    assert torch.equal(kept, x.masked_fill(x < threshold, 0.0))
+    assert (kept[:, 500] > 0).all() and (kept[:, 501] == 0).all()
 
 
 def test_greedy_warp_is_one_hot_argmax():

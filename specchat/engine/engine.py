@@ -11,7 +11,7 @@ import torch
 from specchat.engine.backends import Backend, as_backend, common_prefix_length
 from specchat.engine.controller import Controller, make_controller
 from specchat.engine.proposers import Proposal, Proposer
-from specchat.engine.sampling import SamplingParams, nonfinite_rows, position_uniforms, rejection_sample, warp
+from specchat.engine.sampling import SamplingParams, nonfinite_rows, position_uniforms, rejection_sample, topk, warp
 from specchat.engine.timing import Stopwatch, StepTimer
 from specchat.errors import GenerationError
 from specchat.events import Alternative, Step, StepStats, Token
@@ -62,6 +62,7 @@ class SpeculativeEngine:
         self.turn_telemetry = Telemetry(max_gamma=max_gamma)
         self.controller = controller or make_controller(proposer)
         self._cancel = threading.Event()
+        self._as_float64 = torch.empty(0, dtype=torch.float64, device=self.device)
 
     @property
     def metrics(self) -> MetricsSnapshot:
@@ -197,15 +198,15 @@ class SpeculativeEngine:
         verdict = rejection_sample(p, q, drafts, generator, greedy=params.greedy, uniforms=uniforms)
         positions = torch.arange(k + 1, device=self.device)
         p_next = p[positions, verdict.next_tokens]  # [k+1] p of each candidate next token
-        top_p, top_ids = torch.topk(p, min(NUM_ALTERNATIVES, p.shape[-1]), dim=-1)  # [k+1, A]
+        top_p, top_ids = topk(p, min(NUM_ALTERNATIVES, p.shape[-1]))  # [k+1, A]
         # NaN/inf logits: flagged here and read with the rest (sample_at keeps ids in range)
         no_q = torch.zeros((), dtype=torch.bool, device=self.device)
         bad = torch.stack([nonfinite_rows(logits).any(), nonfinite_rows(q).any() if q is not None else no_q])
         # the step's single host sync: everything read back in one float64 copy (ids are
-        # exact in float64 below 2^53)
+        # exact in float64 below 2^53; cat promotes every part to the empty float64 one's type)
         parts = (verdict.accepted, verdict.next_tokens, verdict.alpha_terms, verdict.p_draft, verdict.q_draft,
                  p_next, top_p.flatten(), top_ids.flatten(), drafts, bad)
-        flat = torch.cat([t.to(torch.float64) for t in parts]).tolist()
+        flat = torch.cat((self._as_float64, *parts)).tolist()
         accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl, bad = _split(flat, [t.numel() for t in parts])
         if bad[0] or bad[1]:
             return _Verified([], 0, 0.0, "target" if bad[0] else "draft")
