@@ -31,6 +31,8 @@ from specchat.ui.themes import SPEC_VARIABLE_DEFAULTS, load_themes, theme_dirs
 from specchat.ui.widgets.chat_input import ChatInput
 
 DEFAULT_THEME = "specchat-dark"
+# workers' events reach the screen at most this often (see SpecchatApp._drain)
+DRAIN_INTERVAL_S = 1 / 8
 
 
 def one_line(exc: BaseException) -> str:
@@ -109,7 +111,10 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self.loaded_at = 0.0  # perf_counter when the backend was installed
         self.last_put_at = 0.0  # perf_counter when the latest drained event was produced
         self.events_applied = 0
+        self._drained_at = 0.0  # perf_counter of the last drain (see _drain)
+        self._drain_scheduled = False
         self.turns_ended = 0  # turns (or replays) whose worker has finished
+        self.turn_ended_at = 0.0  # perf_counter when the last of them was applied
         self._reset_after_turn = False
         self._pending: LoadedBackend | None = None
         self.init_quitting()
@@ -280,6 +285,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
     def _turn_ended(self, ended: _TurnEnded) -> None:
         self.generating = False
         self.turns_ended += 1
+        self.turn_ended_at = time.perf_counter()
         box = self.chat.input
         if not ended.delivered and ended.text and not box.text:
             box.text = ended.text  # nothing the user typed is lost
@@ -293,7 +299,18 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
 
     @on(EventsReady)
     def _drain(self) -> None:
+        """Applies what the workers put, at most every DRAIN_INTERVAL_S: the UI shares the
+        CPU with the model (llama.cpp keeps every core busy), and a relayout per token
+        would cost more than the tokens. Events wait in the pump meanwhile; one timer
+        brings them in, and no event is dropped or reordered."""
         now = time.perf_counter()
+        wait = self._drained_at + DRAIN_INTERVAL_S - now
+        if wait > 0:
+            if not self._drain_scheduled:
+                self._drain_scheduled = True
+                self.set_timer(wait, self._scheduled_drain)
+            return
+        self._drained_at = now
         batch: list[Any] = []
         for put_at, event in self.pump.drain():
             self.max_lag_s = max(self.max_lag_s, now - put_at)
@@ -309,6 +326,10 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
                 batch.append(event)
         self.chat.apply_events(batch)
         self.events_applied += len(batch)
+
+    def _scheduled_drain(self) -> None:
+        self._drain_scheduled = False
+        self._drain()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

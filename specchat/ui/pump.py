@@ -7,9 +7,9 @@ disguising format character from them (in the worker, off the UI thread).
 
 Workers ``put`` events into a buffer; the UI is told "there is something to drain"
 by at most one pending :class:`EventsReady` message (and ``can_replace`` folds any
-duplicates), then takes the whole buffer at once. No event is ever dropped — only
-the wake-ups coalesce — so a model producing 1,000 tokens/s costs one UI update per
-frame, not one per token.
+duplicates), then takes the whole buffer at once (at most every
+``app.DRAIN_INTERVAL_S``). No event is ever dropped — only the wake-ups coalesce — so a
+model producing 1,000 tokens/s costs a few UI updates per second, not one per token.
 """
 
 from __future__ import annotations

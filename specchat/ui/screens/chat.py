@@ -38,7 +38,7 @@ from specchat.ui.widgets.reply import ReplyView
 from specchat.ui.widgets.status import StatusLine
 from specchat.ui.widgets.transcript import Transcript
 
-PANEL_INTERVAL_S = 0.1
+PANEL_INTERVAL_S = 0.5
 
 
 class ChatScreen(Screen):
