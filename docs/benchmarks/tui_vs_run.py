@@ -4,7 +4,8 @@ Both sides load the profile the same way (specchat.live.LiveLoader, recording on
 user runs them) and answer the same prompt with the same seed; the reply is therefore
 the same tokens. ``run``'s side consumes ChatSession.send's events as `specchat run`
 does (recorder included); the TUI's side is the real app (headless, Pilot), timed from
-Enter to the moment the last token is on screen. Alternating, ``--repeat`` times.
+Enter to the moment the last token is applied. Alternating, ``--repeat`` times, each
+measurement in a process of its own (after a short warm-up turn there).
 
     .venv/bin/python docs/benchmarks/tui_vs_run.py --profile default --repeat 3
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,10 +32,8 @@ def run_side(profile: str, tokens: int, seed: int) -> tuple[int, float]:
     loaded = LiveLoader(record=True, quiet=True)(load_profile(profile).replace(
         sampling={"seed": seed, "max_new_tokens": tokens}), lambda e: None)
     backend = loaded.backend
-    count, start = 0, None
+    count, start = 0, time.perf_counter()  # from the request, as the TUI's side is timed from Enter
     for event in backend.send(PROMPT):
-        if start is None:
-            start = time.perf_counter()
         count += len(getattr(getattr(event, "step", None), "tokens", ()) or ())
     elapsed = time.perf_counter() - start
     loaded.close()
@@ -68,18 +68,33 @@ def tui_side(profile: str, tokens: int, seed: int) -> tuple[int, float]:
     return result["tokens"], result["elapsed"]
 
 
+def measure(side: str, profile: str, tokens: int, seed: int) -> tuple[int, float]:
+    """One side in a fresh process: a model loaded earlier in the same process (its
+    llama.cpp threads, its memory) would slow whichever side runs after it."""
+    out = subprocess.run([sys.executable, __file__, "--side", side, "--profile", profile, "--tokens", str(tokens),
+                          "--seed", str(seed)], capture_output=True, text=True, check=True).stdout
+    n, s = out.split()[-2:]
+    return int(n), float(s)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", default="default")
     parser.add_argument("--tokens", type=int, default=400)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--side", choices=("run", "tui"), help=argparse.SUPPRESS)  # one measurement
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.side:
+        fn = run_side if args.side == "run" else tui_side
+        fn(args.profile, 8, seed=1)  # warm-up: first calls pay one-off costs
+        n, s = fn(args.profile, args.tokens, seed=args.seed)
+        print(n, s)
+        return
     rates = {"run": [], "tui": []}
-    run_side(args.profile, 8, seed=1)  # warm-up: first calls pay one-off costs
-    tui_side(args.profile, 8, seed=1)
     for r in range(args.repeat):
-        for side, fn in (("run", run_side), ("tui", tui_side))[:: 1 if r % 2 == 0 else -1]:
-            n, s = fn(args.profile, args.tokens, seed=1000 + r)
+        for side in ("run", "tui")[:: 1 if r % 2 == 0 else -1]:
+            n, s = measure(side, args.profile, args.tokens, seed=1000 + r)
             rates[side].append(n / s)
             print(f"repeat {r} {side}: {n} tokens in {s:.2f} s = {n / s:.1f} tok/s", flush=True)
     run, tui = statistics.median(rates["run"]), statistics.median(rates["tui"])
