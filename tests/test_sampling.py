@@ -157,6 +157,14 @@ def test_warp_matches_transformers_warpers_on_a_real_vocabulary(params):
     assert torch.allclose(ours, theirs, atol=1e-6)
 
 
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.6, top_p=0.9), SamplingParams(top_k=5)])
+def test_warp_works_on_logits_that_require_grad(params):
+    """verify and tests call warp on a model's output outside inference mode: the cuts work
+    in place on warp's own tensors, which autograd must allow."""
+    logits = torch.randn(3, 500, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    assert torch.allclose(warp(logits, params), warp(logits.detach(), params))
+
+
 @pytest.mark.parametrize("vocab", [7, 300, 4096, 49_152, 49_155])
 def test_blocked_topk_gives_torch_topk_values(vocab):
     gen = torch.Generator().manual_seed(vocab)

@@ -99,6 +99,7 @@ def _modes(loaded: Any, target: Backend, profile: Any, factory: Callable,
     return modes
 
 
+@torch.inference_mode()  # no autograd graph behind any forward here
 def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, prompt: str = DEFAULT_PROMPT,
            reply_start: str = DEFAULT_REPLY_START, params: SamplingParams | None = None, gamma: int | None = None,
            proposer_factory: Callable[[Any, Any, int], Any] | None = None,

@@ -119,8 +119,8 @@ def keep_at_least_(x: torch.Tensor, threshold: torch.Tensor, fill: float) -> tor
     if x.device.type != "cpu" or x.shape[0] > 16:
         return x.masked_fill_(x < threshold, fill)
     below = torch.nextafter(threshold, torch.full_like(threshold, float("-inf"))).flatten().tolist()
-    for row, cut in zip(x, below):
-        torch.nn.functional.threshold_(row, cut, fill)
+    for i, cut in enumerate(below):  # x[i], not iteration: autograd allows in-place on a select view
+        torch.nn.functional.threshold_(x[i], cut, fill)
     return x
 
 
