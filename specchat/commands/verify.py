@@ -104,9 +104,19 @@ def _as_dict(report) -> dict:
             "notes": report.notes, "checks": [dataclasses.asdict(c) for c in report.checks]}
 
 
+_last_tenth = [-1]  # the last tenth of the work logged when stderr is not a terminal
+
+
 def _progress(done: int, total: int, text: str) -> None:
+    """One updating line on a terminal; elsewhere (a log, CI) a line per tenth of the work,
+    so a run of several minutes is never silent."""
     if sys.stderr.isatty():
         print(f"\r{text}: {done}/{total}   ", end="", file=sys.stderr, flush=True)
+        return
+    tenth = 10 * done // max(total, 1)
+    if tenth != _last_tenth[0]:
+        _last_tenth[0] = tenth
+        print(f"verify: {text}: {done}/{total} ({10 * tenth} %)", file=sys.stderr, flush=True)
 
 
 def _to_stderr(event) -> None:
