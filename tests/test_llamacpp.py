@@ -105,11 +105,12 @@ def noise(backend, tokenizer) -> float:
 
 
 def test_batched_logits_stray_less_than_a_logit(noise):
-    """llama.cpp's quantised kernels run a batch differently from one token: the logits
-    differ (≈0.6–1.0 on Q4_1 here), unlike float32 (≈0.01). Reported so the near-tie
-    rule below is this measured bound, not a guess; a much larger value would mean a
-    real fault (a cache that kept stale positions gives differences of 10+)."""
-    assert 0 < noise < 2.0
+    """A batch and one-token steps may round differently in llama.cpp: on this Q4_1 file
+    they agree exactly with flash attention (on in our backend) and differ by ≈0.6–1.0
+    without it; BF16 differs by ≈0.4 either way, float32 by ≈0.01. Measured so the
+    near-tie rule below is this bound, not a guess; a much larger value would mean a real
+    fault (a cache that kept stale positions gives differences of 10+)."""
+    assert 0 <= noise < 2.0
 
 
 def top2_gap(backend, ids: list[int]) -> float:

@@ -30,7 +30,8 @@ class LlamaCppPeerRunner:
         target = loaded.target
         self.model_path = target.model_path
         self.settings = {"n_ctx": target.max_length, "n_threads": target.n_threads,
-                         "n_threads_batch": target.n_threads, "n_gpu_layers": target.n_gpu_layers, "verbose": False}
+                         "n_threads_batch": target.n_threads, "n_gpu_layers": target.n_gpu_layers,
+                         "flash_attn": target.flash_attn, "verbose": False}  # like with like
         self.speculation = speculation
         self.stops = set(stops)
         self._instances: dict[tuple[str, bool], Any] = {}

@@ -29,12 +29,15 @@ def default_threads() -> int:
 
 class LlamaCppBackend(Backend):
     """A GGUF model. ``n_ctx`` 0 = the model's trained context (capped at ``max_ctx``);
-    ``n_gpu_layers`` layers are offloaded where llama.cpp was built with a GPU backend."""
+    ``n_gpu_layers`` layers are offloaded where llama.cpp was built with a GPU backend.
+    Flash attention is on, as llama.cpp's own tools have it where supported (llama-cpp-python
+    turns it off unless asked): one-token steps on our 2-core CPU ran 5–15 % faster."""
 
     name = "llama.cpp"
 
     def __init__(self, model_path: str | Path, *, n_ctx: int = 0, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, n_batch: int = 512, max_ctx: int = 8192, verbose: bool = False) -> None:
+                 n_gpu_layers: int = 0, n_batch: int = 512, max_ctx: int = 8192, flash_attn: bool = True,
+                 verbose: bool = False) -> None:
         import llama_cpp
         from llama_cpp import _internals
 
@@ -50,11 +53,12 @@ class LlamaCppBackend(Backend):
         self.llm = llama_cpp.Llama(
             model_path=str(model_path), n_ctx=n_ctx or min(trained, max_ctx), n_batch=n_batch, n_ubatch=n_batch,
             n_threads=threads, n_threads_batch=threads, n_gpu_layers=n_gpu_layers, logits_all=False,
-            verbose=verbose,
+            flash_attn=flash_attn, verbose=verbose,
         )
         self.model_path = str(model_path)
         self.n_threads = threads
         self.n_gpu_layers = n_gpu_layers
+        self.flash_attn = flash_attn
         self._ctx = self.llm._ctx.ctx
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._n_batch = n_batch
