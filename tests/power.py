@@ -32,8 +32,7 @@ class EveryStep(Controller):
 
 
 def sample_counts(engine, prompt, params, samples, length):
-    """Counts of the seeded ``length``-token continuations (seed = sample index), and the
-    engine's totals of drafted / accepted tokens and steps."""
+    """Counts of the seeded ``length``-token continuations (seed = sample index)."""
     counts: dict[tuple, int] = {}
     for seed in range(samples):
         p = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)

@@ -17,6 +17,7 @@ from scipy import stats
 
 from specchat.engine import AdaptiveGamma, DraftModelProposer, NgramProposer, Proposal, SamplingParams, SpeculativeEngine
 from specchat.engine.proposers import Proposer
+import power
 from vocab16 import exact_joint
 
 ALPHA = 1e-3
@@ -76,13 +77,7 @@ class WrongQ(DraftModelProposer):
 
 
 def sample_counts(engine, params, samples=SAMPLES):
-    counts = {}
-    for seed in range(samples):
-        p = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
-        seq = tuple(t.id for step in engine.generate(PROMPT, p, max_new_tokens=LENGTH) for t in step.tokens)
-        assert len(seq) == LENGTH
-        counts[seq] = counts.get(seq, 0) + 1
-    return counts
+    return power.sample_counts(engine, PROMPT, params, samples, LENGTH)
 
 
 def chi_square_pvalue(counts, joint, samples=SAMPLES):
