@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 import specchat.engine.backends.transformers as transformers_backend
+import specchat.engine.host_sampling as host_sampling
 import specchat.engine.proposers as proposers
 import specchat.engine.sampling as sampling
 
@@ -98,4 +99,20 @@ MUTATIONS = [
     Mutation("padded-vocab-q-misaligned", "a smaller draft vocabulary's q is padded at the front, shifting its ids",
              lambda: patched(proposers, "on_vocab", _left_padded),
              SAMPLED),  # greedy: one-hot q; a misaligned q only makes more drafts look rejectable
+    Mutation("host-nucleus-inclusive-cumsum", "the numpy sampler's nucleus counts a token's own mass as above it",
+             lambda: patched(host_sampling, "nucleus", mutant(host_sampling.nucleus, [
+                 ("above = np.cumsum(ordered, dtype=np.float64) - ordered", "above = np.cumsum(ordered, dtype=np.float64)")])),
+             ("t1.2-topp0.8", "t0.9-topk6-topp0.9")),
+    Mutation("host-top-k-one-short", "the numpy sampler's top-k keeps the k−1 most likely tokens",
+             lambda: patched(host_sampling, "support", mutant(host_sampling.support, [
+                 ("[:, vocab - params.top_k:][:, :1]", "[:, vocab - params.top_k + 1:][:, :1]")])),
+             ("t0.7-topk5", "t0.9-topk6-topp0.9")),
+    Mutation("host-p-not-renormalised", "the numpy sampler reports p before renormalising over the kept tokens",
+             lambda: patched(host_sampling, "support", mutant(host_sampling.support, [
+                 ("rows.append((ids, kept / kept.sum()))", "rows.append((ids, kept / total))")])),
+             ("t1.2-topp0.8", "t0.9-topk6-topp0.9")),  # top-k alone: the total is the kept tokens' mass
+    Mutation("host-draw-mirrored", "the numpy sampler draws with 1 − u: the same law, another token for a seed",
+             lambda: patched(host_sampling, "verify_point_mass", mutant(host_sampling.verify_point_mass, [
+                 ("j = draw(probs, u)", "j = draw(probs, 1.0 - u)")])),
+             SAMPLED),
 ]

@@ -5,6 +5,9 @@ the sampler's law exactly.
   of a generator, gives the first emitted token's law (accept / resample) and the bonus
   token's law exactly up to the grid's 1/n — no sampling noise, so no false alarms — and
   they must equal p. Under every sampling setting (p and q warped alike).
+* ``check_host_law``: the same for the numpy sampler point-mass steps use where the
+  logits are in host memory (host_sampling.py): its draw's law at every position, p of
+  the drafts and the alternatives are warp's p.
 * ``check_draft_q``: the q a draft model reports is the law its drafts come from (it
   must be, for min(1, p/q) to be the right acceptance), also with a draft vocabulary
   smaller or larger than the target's.
@@ -18,6 +21,8 @@ the sampler's law exactly.
 * ``check_greedy_equal`` / ``check_coupled_equal``: greedy speculative == greedy plain, and
   seeded n-gram speculation == seeded plain sampling (the coupled form) over 60 tokens:
   deterministic equalities, no false alarms.
+* ``check_host_equals_device``: seeded plain and n-gram replies are the same whether the
+  numpy sampler or the torch one verifies them (a seed fixes the reply on every device).
 
 False-alarm rates: each chi-square test rejects an exact sampler with probability
 ALPHA = 1e-3 (they are seeded, so a run is deterministic); the exact-law and equality
@@ -34,6 +39,8 @@ from scipy import stats
 from power import ALL_SETTINGS, GREEDY, SETTINGS, EveryStep, model_next_laws, sample_counts, tree_chi_square
 from specchat.engine import DraftModelProposer, NgramProposer, Proposal, SamplingParams, SpeculativeEngine
 from specchat.engine.proposers import Proposer
+import specchat.engine.engine as engine_module
+import specchat.engine.host_sampling as host_sampling  # looked up at call time, as sampling below
 import specchat.engine.sampling as sampling  # looked up at call time: test_mutations plants bugs there
 from specchat.engine.sampling import warp
 from table_lm import VOCAB, TableLM, next_laws, noisy, random_table
@@ -116,6 +123,36 @@ def check_sampler_law(setting: str) -> None:
         assert torch.allclose(law, p[0], atol=4.0 / GRID), f"{setting}, {name}: first token {law} vs p {p[0]}"
         if not params.greedy or qq is not None:
             assert torch.allclose(bonus, p[1], atol=16.0 / GRID), f"{setting}, {name}: bonus {bonus} vs p {p[1]}"
+
+
+def check_host_law(setting: str, seed: int = 0) -> None:
+    """host_sampling.verify_point_mass, driven by a stratified grid of uniforms: the law of
+    the token drawn at each position is warp's p exactly (to the grid's 1/n); p of each
+    draft, p of the token drawn and the alternatives are read off p as well."""
+    params = ALL_SETTINGS[setting]
+    gen = torch.Generator().manual_seed(seed)
+    logits = 2.0 * torch.randn(3, VOCAB, generator=gen, dtype=torch.float64)
+    p = warp(logits, params)
+    drafts = [int(p[0].argmax()), int(p[1].argmin())]  # a likely one and (when filtered) an impossible one
+    u = _stratified(GRID).tolist()
+    laws = torch.zeros(3, VOCAB, dtype=torch.float64)
+    for x in u:
+        verdict = host_sampling.verify_point_mass(logits.numpy(), drafts, params, [x, x, x])
+        for i, y in enumerate(verdict.next_tokens):
+            laws[i, y] += 1.0 / GRID
+            assert verdict.p_next[i] == pytest.approx(float(p[i, y]), rel=1e-9, abs=1e-12)
+        assert verdict.accepted == [y == d for y, d in zip(verdict.next_tokens, drafts)]
+    assert torch.allclose(laws, p, atol=2.0 / GRID), f"{setting}: host draws {laws} vs p {p}"
+    assert verdict.p_draft == pytest.approx([float(p[0, drafts[0]]), float(p[1, drafts[1]])], rel=1e-9, abs=1e-12)
+    for i, row in enumerate(verdict.alternatives):
+        top = torch.topk(p[i], min(5, VOCAB)).values.tolist()
+        assert [b for _, b in row] == pytest.approx([b for b in top if b > 0][:len(row)], rel=1e-9, abs=1e-12)
+        assert all(b == pytest.approx(float(p[i, a]), rel=1e-9, abs=1e-12) for a, b in row)
+
+
+@pytest.mark.parametrize("setting", list(ALL_SETTINGS))
+def test_host_sampler_law_is_p_exactly(setting):
+    check_host_law(setting)
 
 
 @pytest.mark.parametrize("setting", list(ALL_SETTINGS))
@@ -264,3 +301,25 @@ def test_greedy_speculation_is_greedy_plain(target, draft, kind):
 @pytest.mark.parametrize("setting", list(ALL_SETTINGS))
 def test_seeded_ngram_reply_is_the_plain_reply(target, setting):
     check_coupled_equal(target, setting)
+
+
+def check_host_equals_device(target, setting: str) -> None:
+    """Seeded plain and n-gram replies through the numpy sampler equal those through the
+    torch sampler (engine.HOST_SAMPLING off), token for token."""
+    for seed, prompt in enumerate(GREEDY_PROMPTS):
+        params = SamplingParams(**{**ALL_SETTINGS[setting].__dict__, "seed": seed})
+        for proposer in (None, NgramProposer(3, 1, 3)):
+            replies = []
+            for on_host in (True, False):
+                engine_module.HOST_SAMPLING = on_host
+                try:
+                    engine = SpeculativeEngine(target, proposer, eos_token_ids=[])
+                    replies.append(_ids(engine, prompt, params))
+                finally:
+                    engine_module.HOST_SAMPLING = True
+            assert replies[0] == replies[1], f"{setting}: host and device samplers diverged on {prompt}"
+
+
+@pytest.mark.parametrize("setting", list(ALL_SETTINGS))
+def test_host_and_device_samplers_give_one_seeded_reply(target, setting):
+    check_host_equals_device(target, setting)

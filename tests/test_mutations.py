@@ -24,16 +24,18 @@ import test_exactness_steps as checks
 from mutations import MUTATIONS, Mutation
 
 # (name, applies to (mutation, setting) → bool, run(target, draft, setting)), cheapest
-# first; the first three are the sampler-level ones
-SAMPLER_LEVEL = 3
+# first; the first four are the sampler-level ones
+SAMPLER_LEVEL = 4
 CHECKS = [
     ("rejection_sample law", lambda m, s: True, lambda t, d, s: checks.check_sampler_law(s)),
+    ("host sampler law", lambda m, s: True, lambda t, d, s: checks.check_host_law(s)),
     ("draft q vs its drafts (vocab 16)", lambda m, s: s != "greedy", lambda t, d, s: checks.check_draft_q(s, 16)),
     ("draft q vs its drafts (vocab 12)", lambda m, s: s != "greedy", lambda t, d, s: checks.check_draft_q(s, 12)),
     ("greedy equality (draft model)", lambda m, s: s == "greedy",
      lambda t, d, s: checks.check_greedy_equal(t, d, "draft")),
     ("greedy equality (n-gram)", lambda m, s: s == "greedy", lambda t, d, s: checks.check_greedy_equal(t, d, "ngram")),
     ("seeded n-gram == plain", lambda m, s: True, lambda t, d, s: checks.check_coupled_equal(t, s)),
+    ("seeded host == device", lambda m, s: True, lambda t, d, s: checks.check_host_equals_device(t, s)),
     ("multi-step joint (draft)", lambda m, s: s != "greedy", lambda t, d, s: checks.check_steps_joint("draft", s)),
     ("multi-step joint (draft vocab 12)", lambda m, s: s != "greedy" and m.name == "padded-vocab-q-misaligned",
      lambda t, d, s: checks.check_steps_joint("draft-vocab12", s)),

@@ -10,6 +10,7 @@ import torch
 
 from specchat.engine.backends import Backend, as_backend, common_prefix_length
 from specchat.engine.controller import Controller, make_controller
+from specchat.engine.host_sampling import verify_point_mass
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, nonfinite_rows, position_uniforms, rejection_sample, topk, warp
 from specchat.engine.timing import Stopwatch, StepTimer
@@ -18,6 +19,9 @@ from specchat.events import Alternative, Step, StepStats, Token
 from specchat.telemetry import MetricsSnapshot, Telemetry
 
 NUM_ALTERNATIVES = 5
+# point-mass steps whose logits are in host memory are verified in numpy (host_sampling.py);
+# False sends them through the torch sampler too (tests compare the two)
+HOST_SAMPLING = True
 
 
 @dataclass
@@ -189,11 +193,38 @@ class SpeculativeEngine:
         k = drafts.numel()
         logits = self.target.forward(ids, extra=drafts, num_logits=k + 1)  # [k+1, V]
         timer.mark()
-        p = warp(logits, params)  # [k+1, V]
-        q = proposal.q.to(self.device) if proposal.q is not None else None  # [k, V] | None
         # point-mass drafts and plain steps draw each position's token from a uniform fixed
         # by (seed, position): a seed then gives one reply whatever the γ (sampling.py)
-        uniforms = (torch.tensor(position_uniforms(seed, len(ids), k + 1), dtype=torch.float64)
+        if proposal.q is None and logits.device.type == "cpu" and HOST_SAMPLING:
+            read = _read_host(logits, drafts.tolist(), params, position_uniforms(seed, len(ids), k + 1))
+        else:
+            read = self._read_device(logits, proposal, drafts, params, generator, seed, len(ids))
+        if read.nonfinite:
+            return _Verified([], 0, 0.0, read.nonfinite)
+        dl, alts = read.drafts, read.alternatives
+        n = 0
+        while n < k and read.accepted[n]:
+            n += 1
+        tokens = [Token(id=dl[i], kind="accepted", p=read.p_draft[i], q=read.q_draft[i], alternatives=alts[i])
+                  for i in range(n)]
+        nxt, p_nxt = read.next_tokens, read.p_next
+        if k == 0:
+            tokens.append(Token(id=nxt[0], kind="target", p=p_nxt[0], alternatives=alts[0]))
+        elif n == k:
+            tokens.append(Token(id=nxt[k], kind="bonus", p=p_nxt[k], alternatives=alts[k]))
+        else:
+            tokens.append(Token(id=nxt[n], kind="resampled", p=p_nxt[n], alternatives=alts[n],
+                                rejected_id=dl[n], rejected_p=read.p_draft[n], rejected_q=read.q_draft[n]))
+        # α is measured on the positions verification actually judged on the kept path
+        return _Verified(tokens, n, float(sum(read.alpha[: min(k, n + 1)])))
+
+    def _read_device(self, logits: torch.Tensor, proposal: Proposal, drafts: torch.Tensor, params: SamplingParams,
+                     generator: torch.Generator, seed: int, start: int) -> _Read:
+        """The exact rejection sampler in torch, where the logits are (any q, any device)."""
+        k = drafts.numel()
+        p = warp(logits, params)  # [k+1, V]
+        q = proposal.q.to(self.device) if proposal.q is not None else None  # [k, V] | None
+        uniforms = (torch.tensor(position_uniforms(seed, start, k + 1), dtype=torch.float64)
                     if q is None else None)
         verdict = rejection_sample(p, q, drafts, generator, greedy=params.greedy, uniforms=uniforms)
         positions = torch.arange(k + 1, device=self.device)
@@ -209,29 +240,45 @@ class SpeculativeEngine:
         flat = torch.cat((self._as_float64, *parts)).tolist()
         accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl, bad = _split(flat, [t.numel() for t in parts])
         if bad[0] or bad[1]:
-            return _Verified([], 0, 0.0, "target" if bad[0] else "draft")
-        nxt, ti, dl = [int(x) for x in nxt], [int(x) for x in ti], [int(x) for x in dl]
+            return _Read.failed("target" if bad[0] else "draft")
         width = top_p.shape[-1]
-        tp = [tp[i:i + width] for i in range(0, len(tp), width)]
-        ti = [ti[i:i + width] for i in range(0, len(ti), width)]
-        n = 0
-        while n < k and accepted[n]:
-            n += 1
+        alternatives = [tuple(Alternative(id=int(a), p=b) for a, b in zip(ti[i:i + width], tp[i:i + width]) if b > 0)
+                        for i in range(0, len(tp), width)]
+        return _Read([bool(a) for a in accepted], [int(x) for x in nxt], p_nxt, p_draft, q_draft, alpha,
+                     alternatives, [int(x) for x in dl])
 
-        def alternatives(i: int) -> tuple[Alternative, ...]:
-            return tuple(Alternative(id=a, p=b) for a, b in zip(ti[i], tp[i]) if b > 0)
 
-        tokens = [Token(id=dl[i], kind="accepted", p=p_draft[i], q=q_draft[i], alternatives=alternatives(i))
-                  for i in range(n)]
-        if k == 0:
-            tokens.append(Token(id=nxt[0], kind="target", p=p_nxt[0], alternatives=alternatives(0)))
-        elif n == k:
-            tokens.append(Token(id=nxt[k], kind="bonus", p=p_nxt[k], alternatives=alternatives(k)))
-        else:
-            tokens.append(Token(id=nxt[n], kind="resampled", p=p_nxt[n], alternatives=alternatives(n),
-                                rejected_id=dl[n], rejected_p=p_draft[n], rejected_q=q_draft[n]))
-        # α is measured on the positions verification actually judged on the kept path
-        return _Verified(tokens, n, float(sum(alpha[: min(k, n + 1)])))
+@dataclass
+class _Read:
+    """One verification read back to the host: per draft ``accepted``, ``p_draft``,
+    ``q_draft``, ``alpha`` (Σ min(p, q)) and ``drafts``; per position (k+1) the candidate
+    next token, its p and the alternatives."""
+
+    accepted: list[bool]
+    next_tokens: list[int]
+    p_next: list[float]
+    p_draft: list[float]
+    q_draft: list[float]
+    alpha: list[float]
+    alternatives: list[tuple[Alternative, ...]]
+    drafts: list[int]
+    nonfinite: str | None = None  # "target" / "draft": whose logits were NaN or infinite
+
+    @classmethod
+    def failed(cls, whose: str) -> _Read:
+        return cls([], [], [], [], [], [], [], [], nonfinite=whose)
+
+
+def _read_host(logits: torch.Tensor, drafts: list[int], params: SamplingParams, uniforms: list[float]) -> _Read:
+    """Point-mass drafts with the logits in host memory: the same coupled draw in numpy,
+    on p's support only (host_sampling.py)."""
+    rows = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits  # numpy has no bf16
+    v = verify_point_mass(rows.numpy(), drafts, params, uniforms, width=min(NUM_ALTERNATIVES, logits.shape[-1]))
+    if v.nonfinite:
+        return _Read.failed("target")
+    alternatives = [tuple(Alternative(id=a, p=b) for a, b in row if b > 0) for row in v.alternatives]
+    # q is a point mass: q(x) = 1, and Σ min(p, q) = p(x)
+    return _Read(v.accepted, v.next_tokens, v.p_next, v.p_draft, [1.0] * len(drafts), v.p_draft, alternatives, drafts)
 
 
 def _split(flat: list[float], sizes: list[int]) -> list[list[float]]:

@@ -1,0 +1,131 @@
+"""The coupled verification of point-mass drafts on the host, in numpy.
+
+Plain steps and n-gram drafts (q a point mass) are verified by the coupled form of
+sampling.py: at each position the target's own token y_i ~ p_i is drawn by inverse CDF
+from the uniform fixed by (seed, position), and draft x_i is kept iff y_i = x_i. This
+module computes that same law from logits that sit in host memory (llama.cpp's always do;
+transformers' on a CPU), with two changes of means, not of law:
+
+* p_i = warp(logits_i) (temperature → top-k → top-p → renormalise, the order and the tie
+  rules of :func:`~specchat.engine.sampling.warp`) is built only on its support: the ids
+  it can emit, in ascending id order. The inverse-CDF draw over them picks the id the
+  draw over the whole vocabulary picks for the same uniform (ids of zero mass add nothing
+  to the running sum), so a seed gives the same tokens (up to the last bits of p).
+* numpy, not torch: a step then costs a few passes over the vocabulary and a handful of
+  small calls instead of some forty torch operators, each paid on caches the model's
+  forward has just flushed (on our 2-core CPU: ~0.3 ms against ~1 ms, next to a 10 ms
+  llama.cpp step).
+
+The top-p support is found among the ids holding at least a small share of the mass,
+widening that share while they hold less than top_p of it (only then could the nucleus
+reach past them), as :func:`~specchat.engine.sampling.nucleus_threshold` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specchat.engine.sampling import SamplingParams
+
+FIRST_SHARE = 1e-4  # candidates for the nucleus first: ids with p ≥ this; then /64 each widening
+
+
+@dataclass
+class HostVerdict:
+    """Everything the engine reads from one verification, as Python values.
+
+    next_tokens: [k+1] y_i, the target's own draw at each position (after a rejection at i
+        it is the resampled token; at k the bonus); p_next: [k+1] p_i(y_i).
+    accepted: [k] x_i == y_i. p_draft: [k] p_i(x_i) (= Σ min(p_i, q_i) for a point mass).
+    alternatives: [k+1] the (id, p) of up to ``width`` most likely ids, most likely first.
+    nonfinite: a row's logits held NaN or +inf, or were all −inf (then nothing else is set).
+    """
+
+    next_tokens: list[int]
+    p_next: list[float]
+    accepted: list[bool]
+    p_draft: list[float]
+    alternatives: list[list[tuple[int, float]]]
+    nonfinite: bool = False
+
+
+def verify_point_mass(logits: np.ndarray, drafts: list[int], params: SamplingParams,
+                      uniforms: list[float], width: int = 5) -> HostVerdict:
+    """logits [k+1, V] (float32 or float64) on the host, drafts [k], uniforms [k+1] in [0, 1)."""
+    rows = support(logits, params)
+    if rows is None:
+        return HostVerdict([], [], [], [], [], nonfinite=True)
+    next_tokens, p_next, alternatives = [], [], []
+    for (ids, probs), u in zip(rows, uniforms):
+        j = draw(probs, u) if not params.greedy else 0
+        next_tokens.append(int(ids[j]))
+        p_next.append(float(probs[j]))
+        best = np.argsort(-probs, kind="stable")[:width]
+        alternatives.append([(int(ids[i]), float(probs[i])) for i in best])
+    p_draft = [probability(ids, probs, x) for (ids, probs), x in zip(rows, drafts)]
+    accepted = [x == y for x, y in zip(drafts, next_tokens)]
+    return HostVerdict(next_tokens, p_next, accepted, p_draft, alternatives)
+
+
+def support(logits: np.ndarray, params: SamplingParams) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """warp(logits) row by row as (ids ascending, probabilities in the logits' dtype), each row's support
+    only; None when a row is no distribution (see sampling.nonfinite_rows)."""
+    top = logits.max(-1)  # NaN propagates, +inf wins, an all −inf row stays −inf
+    if not np.isfinite(top).all():
+        return None
+    if params.greedy:
+        # ties go to the lowest id, as argmax (and warp) has it
+        return [(np.array([i]), np.ones(1, dtype=logits.dtype)) for i in logits.argmax(-1).tolist()]
+    vocab = logits.shape[-1]
+    scaled = logits / params.temperature  # in the logits' dtype, rounded as warp's torch division is
+    floor = None
+    if 0 < params.top_k < vocab:
+        floor = np.partition(scaled, vocab - params.top_k, axis=-1)[:, vocab - params.top_k:][:, :1]  # k-th largest
+    weights = scaled - (top / params.temperature)[:, None]  # max(l / T) = max(l) / T: rounding is monotone
+    np.exp(weights, out=weights)  # exp(s − max s): the unnormalised softmax
+    if floor is not None:
+        weights[scaled < floor] = 0.0  # top-k keeps the values equal to the k-th
+    rows = []
+    for w, s, f in zip(weights, scaled, floor if floor is not None else [None] * len(weights)):
+        total = float(w.sum())
+        if params.top_p < 1.0:
+            ids = nucleus(w, total, params.top_p)
+        else:
+            ids = np.flatnonzero(s >= f[0]) if f is not None else np.flatnonzero(w)
+        kept = w[ids]
+        rows.append((ids, kept / kept.sum()))
+    return rows
+
+
+def nucleus(weights: np.ndarray, total: float, top_p: float) -> np.ndarray:
+    """The ids (ascending) whose weight is ≥ θ, the smallest weight in the nucleus: a token
+    stays iff the mass strictly above it is < top_p (sampling.nucleus_threshold's rule)."""
+    share = FIRST_SHARE
+    while True:
+        candidates = np.flatnonzero(weights >= total * share) if share > 0 else np.flatnonzero(weights > 0)
+        values = weights[candidates]
+        if share == 0 or float(values.sum(dtype=np.float64)) >= top_p * total:
+            break  # the nucleus ends among them, so no id outside reaches θ
+        share = share / 64 if share > 1e-12 else 0.0
+    ordered = np.sort(values)[::-1]
+    above = np.cumsum(ordered, dtype=np.float64) - ordered  # mass before each, most likely first
+    inside = above < top_p * total
+    inside[0] = True
+    theta = ordered[inside].min()  # ties with θ stay, wherever the sort put them
+    return candidates[values >= theta]
+
+
+def draw(probs: np.ndarray, u: float) -> int:
+    """Inverse CDF over the support (ascending ids): the first entry whose cumulative mass
+    exceeds u · total, as sampling.sample_at draws over the whole vocabulary."""
+    cdf = np.cumsum(probs, dtype=np.float64)
+    total = cdf[-1]
+    target = min(u * total, np.nextafter(total, 0.0))
+    return min(int(np.searchsorted(cdf, target, side="right")), len(probs) - 1)
+
+
+def probability(ids: np.ndarray, probs: np.ndarray, token: int) -> float:
+    at = int(np.searchsorted(ids, token))
+    return float(probs[at]) if at < len(ids) and ids[at] == token else 0.0
