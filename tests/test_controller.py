@@ -122,3 +122,17 @@ def test_probes_back_off_only_up_to_a_cap():
     probes = [i for i, k in enumerate(chosen) if k > 0][-5:]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps and max(gaps) <= controller.max_probe_after + 1, gaps
+
+
+def test_a_new_turn_that_quotes_nothing_stops_drafting_within_a_few_steps():
+    """Acceptance learnt over a long reply that quoted its prompt is a starting point for
+    the next reply, not a verdict: a reply where nothing is accepted falls back to plain
+    within ten drafting steps, not the twenty-odd a full-weight estimate takes to fall
+    (CPU-like costs: 5 drafts cost 2.7 plain steps)."""
+    controller = AdaptiveGamma(5, probe_every=1000)  # no probes: count only drafting on stale estimates
+    costs = lambda k: 10.0 * (1 + 0.34 * k)  # noqa: E731
+    controller.start_turn()
+    drive(controller, 400, accept_rate=1.0, draft_ms_per_token=0.01, verify_ms=costs)
+    controller.start_turn()
+    chosen = drive(controller, 100, accept_rate=0.0, draft_ms_per_token=0.01, verify_ms=costs)
+    assert sum(k > 0 for k in chosen) <= 10, f"drafted {sum(k > 0 for k in chosen)} times on stale acceptance"

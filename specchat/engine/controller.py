@@ -80,6 +80,11 @@ class _Ewma:
         self.weight = min(self.weight + 1.0, 1.0 / self.decay)
         self.value = x if self.value is None else self.value + (x - self.value) / self.weight
 
+    def loosen(self, weight: float) -> None:
+        """Keeps the value but lets the next observations move it as if it rested on
+        only ``weight`` of them."""
+        self.weight = min(self.weight, weight)
+
 
 class _RecentMedian:
     """Median of the last few step times: one cold or interrupted step (a first call's
@@ -112,7 +117,7 @@ class AdaptiveGamma(Controller):
     """
 
     def __init__(self, max_gamma: int, proposer: object | None = None, probe_every: int = 24,
-                 prior_acceptance: float = 0.6, calibrate_every: int = 64) -> None:
+                 prior_acceptance: float = 0.6, calibrate_every: int = 64, turn_weight: float = 4.0) -> None:
         self.max_gamma = max_gamma
         self.proposer = proposer
         self.probe_every = probe_every
@@ -127,7 +132,15 @@ class AdaptiveGamma(Controller):
         self.speculative_run = 0
         self.calibrate_every = calibrate_every
         self.since_plain = 0
+        self.turn_weight = turn_weight
         self._key = 0
+
+    def start_turn(self) -> None:
+        # a new reply may quote far more or far less than the last one: acceptance learnt
+        # there is kept as the starting point, but a few of this reply's drafts outweigh it
+        for estimates in self.accept.values():
+            for estimate in estimates:
+                estimate.loosen(self.turn_weight)
 
     def _acceptance(self, key: int) -> list[_Ewma]:
         if key not in self.accept:
