@@ -55,3 +55,23 @@ def test_ui_keeps_up_with_2000_tokens(tmp_path, capsys):
             f"worst delay from event to UI {report['worst_put_to_apply_s'] * 1000:.0f} ms; "
             f"final render {report['last_render_s'] * 1000:.0f} ms"
         )
+
+
+def test_the_end_of_a_turn_is_shown_at_once_whatever_the_drain_interval(tmp_path, monkeypatch):
+    """Token batches wait for the drain interval; the turn's end does not (it would add up
+    to an interval to every reply's visible duration)."""
+    import specchat.ui.app as app_module
+
+    monkeypatch.setattr(app_module, "DRAIN_INTERVAL_S", 30.0)
+    path = write_recording(tmp_path / "short.jsonl", [turn_events(1, "hi", n_tokens=20, seed=2)])
+
+    async def run():
+        app = SpecchatApp(None, loader=replay_loader(path, "max"), deterministic=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            start = time.perf_counter()
+            while app.turns_ended < 1 and time.perf_counter() - start < 10:
+                await pilot.pause(0.01)
+            assert app.turns_ended == 1, "the turn's end waited for the 30 s drain interval"
+            assert len(app.chat.transcript.last_reply.tokens) == 20
+
+    asyncio.run(run())

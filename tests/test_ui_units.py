@@ -132,3 +132,13 @@ def test_pump_never_drops_events_and_coalesces_wakeups():
     pump.put("next")
     assert len(sink.messages) == 2 and [e for _, e in pump.drain()] == ["next"]
     assert EventsReady().can_replace(EventsReady())
+
+
+def test_a_marker_wakes_the_ui_even_while_a_wakeup_is_pending_and_makes_the_drain_urgent():
+    sink = _Sink()
+    pump = EventPump(sink)  # type: ignore[arg-type]
+    pump.put("token")
+    assert len(sink.messages) == 1 and not pump.urgent
+    pump.put_marker("turn ended")
+    assert len(sink.messages) == 2 and pump.urgent, "the end of a turn must not wait for the drain interval"
+    assert [e for _, e in pump.drain()] == ["token", "turn ended"] and not pump.urgent

@@ -305,7 +305,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         brings them in, and no event is dropped or reordered."""
         now = time.perf_counter()
         wait = self._drained_at + DRAIN_INTERVAL_S - now
-        if wait > 0:
+        if wait > 0 and not self.pump.urgent:  # a turn's or a load's end is shown at once
             if not self._drain_scheduled:
                 self._drain_scheduled = True
                 self.set_timer(wait, self._scheduled_drain)

@@ -38,16 +38,28 @@ class EventPump:
         self._queue: deque[tuple[float, Any]] = deque()
         self._lock = threading.Lock()
         self._signalled = False
+        self._urgent = False
 
     def put(self, event: Any) -> None:
         """A backend's event, cleaned (see the module docstring). Thread-safe."""
-        self.put_marker(clean_data(event))
+        self._put(clean_data(event), urgent=False)
 
     def put_marker(self, marker: Any) -> None:
-        """The app's own marker between events, as it is. Thread-safe."""
+        """The app's own marker between events (a turn or a load ended), as it is; it
+        makes the next drain urgent: the UI shows the end at once, not at the next
+        interval. Thread-safe."""
+        self._put(marker, urgent=True)
+
+    @property
+    def urgent(self) -> bool:
+        """Whether a marker waits in the buffer."""
+        return self._urgent
+
+    def _put(self, item: Any, urgent: bool) -> None:
         with self._lock:
-            self._queue.append((time.perf_counter(), marker))
-            if self._signalled:
+            self._queue.append((time.perf_counter(), item))
+            self._urgent = self._urgent or urgent
+            if self._signalled and not urgent:
                 return
             self._signalled = True
         self._target.post_message(EventsReady())
@@ -55,7 +67,7 @@ class EventPump:
     def drain(self) -> list[tuple[float, Any]]:
         """Everything buffered, oldest first, with the time each was put (perf_counter s)."""
         with self._lock:
-            self._signalled = False
+            self._signalled = self._urgent = False
             items = list(self._queue)
             self._queue.clear()
         return items

@@ -57,21 +57,34 @@ class SpecPanel(VerticalScroll):
             yield Sparkline([], id="gamma-spark")
 
     def on_mount(self) -> None:
+        self._shown: dict[str, tuple[str, tuple]] = {}
         self.show(MetricsSnapshot(), MetricsSnapshot())
+
+    def _update(self, selector: str, content: Content) -> Static:
+        """Sets one figure's text. The panel refreshes while the model runs, and a layout
+        of the screen costs the model CPU time (two cores, shared), so an unchanged text
+        is left alone and a changed one asks for a layout only when its shape changed."""
+        static = self.query_one(selector, Static)
+        lines = content.plain.split("\n")
+        shape = (len(lines), max(map(len, lines)))
+        key = (content.plain, tuple(content.spans))
+        shown = self._shown.get(selector)
+        if shown is None or shown[0] != key:
+            static.update(content, layout=shown is None or shown[1] != shape)
+            self._shown[selector] = (key, shape)
+        return static
 
     def show(self, turn: MetricsSnapshot, session: MetricsSnapshot, turn_number: int | None = None) -> None:
         title = "Speculation" + (f" · turn {turn_number}" if turn_number is not None else "")
-        self.query_one("#panel-title", Static).update(Content(title))
-        self.query_one("#figures", Static).update(table_content(turn, session, self.hide_timing))
+        self._update("#panel-title", Content(title))
+        self._update("#figures", table_content(turn, session, self.hide_timing))
         text, level = breakeven_text(session if turn.num_steps == 0 else turn, self.method, self.hide_timing)
-        breakeven = self.query_one("#breakeven", Static)
-        breakeven.update(Content(text))
-        breakeven.set_classes(f"-{level}")
-        self.query_one("#recommend", Static).update(Content(recommended_gamma_text(session, self.hide_timing)))
-        self.query_one("#controller", Static).update(Content(controller_text(session, self.hide_timing)))
+        self._update("#breakeven", Content(text)).set_classes(f"-{level}")
+        self._update("#recommend", Content(recommended_gamma_text(session, self.hide_timing)))
+        self._update("#controller", Content(controller_text(session, self.hide_timing)))
         hist = histogram_lines(turn.acceptance_histogram, max(turn.gamma_history, default=0)) or ["no drafting steps yet"]
-        self.query_one("#histogram", Static).update(Content("\n".join(hist)))
+        self._update("#histogram", Content("\n".join(hist)))
         pos = position_lines(turn.per_position_acceptance) or ["–"]
-        self.query_one("#positions", Static).update(Content("\n".join(pos)))
+        self._update("#positions", Content("\n".join(pos)))
         self.query_one("#accept-spark", Sparkline).data = list(turn.acceptance_history)
         self.query_one("#gamma-spark", Sparkline).data = [float(g) for g in session.gamma_history]

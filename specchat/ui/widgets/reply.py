@@ -83,7 +83,12 @@ class ProvenanceText(Widget):
     def append(self, tokens: list[Token]) -> None:
         self.tokens.extend(tokens)
         self._content = None
-        self.refresh(layout=True)
+        self.refresh()
+        # a relayout of the screen costs more than repainting the reply: ask for one only
+        # when the new text wraps to another number of lines (most batches end mid-line)
+        width, height = self.content_size
+        if not width or self.get_content_height(self.size, self.app.size, width) != height:
+            self.refresh(layout=True)
 
     def render(self) -> Content:
         if self._content is None:
