@@ -82,7 +82,8 @@ def test_loaded_info_says_which_dtype_and_why(monkeypatch, tmp_path, tiny_model_
     info = loaded.info
     assert info["target"]["dtype"] == "bfloat16"
     assert info["target"]["dtype_reason"] == "auto: the CPU computes bf16 natively (fake)"
-    assert info["precision"] == "target and draft bfloat16 — auto: the CPU computes bf16 natively (fake)"
+    packed = " (oneDNN-packed linears)" if info["target"]["packed_linears"] else ""
+    assert info["precision"] == f"target and draft bfloat16{packed} — auto: the CPU computes bf16 natively (fake)"
     monkeypatch.setattr(devices, "detect_cpu_bf16", lambda: (False, "no native bf16 (fake)"))
     loaded = load_models(load_profile(path))
     assert loaded.target.dtype == torch.float32

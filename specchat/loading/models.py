@@ -143,7 +143,10 @@ def load_tokenizer(source: ResolvedSource, profile: Profile, key: str):
 
 def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: str):
     """One causal LM in eval mode, on its device and dtype, optionally truncated; plus its info."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
+
+    from .cpu_linear import pack_linears
 
     device = resolve_device(spec, key)
     dtype, dtype_reason = resolve_dtype(spec, device)
@@ -165,6 +168,7 @@ def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: s
         else:
             check_quantized_layers(model, device, key)
     model.eval()
+    model.requires_grad_(False)  # inference only: a forward outside inference_mode builds no graph
     info = {
         "source": spec.source,
         "backend": "transformers",
@@ -179,6 +183,10 @@ def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: s
         "parameters": sum(p.numel() for p in model.parameters()),  # 4-bit: two weights per stored element
         "memory_bytes": model.get_memory_footprint(),
     }
+    # bf16 on a CPU: weights packed once for oneDNN, bit-identical and ~1.3x faster a step
+    # (after the counts above: packed weights are buffers, not parameters)
+    info["packed_linears"] = (pack_linears(model) if quant is None and dtype == torch.bfloat16
+                              and torch.device(device).type == "cpu" else 0)
     return model, info
 
 
@@ -189,7 +197,7 @@ def describe_precision(target: dict[str, Any], draft: dict[str, Any] | None) -> 
     def what(info):
         if info["quantization"] != "none":
             return f"{info['quantization']} computing in {info['dtype']}"
-        return info["dtype"]
+        return info["dtype"] + (" (oneDNN-packed linears)" if info.get("packed_linears") else "")
 
     if draft is not None and (what(draft), draft["dtype_reason"]) == (what(target), target["dtype_reason"]):
         return f"target and draft {what(target)} — {target['dtype_reason']}"

@@ -1,0 +1,96 @@
+"""bf16 linear layers packed for oneDNN on the CPU (specchat/loading/cpu_linear.py): the
+same outputs bit for bit, only untied bf16 ``nn.Linear`` layers packed, and nothing
+touched where this torch build cannot pack."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specchat.loading.cpu_linear as cpu_linear
+from specchat.config.loader import load_profile
+from specchat.loading.cpu_linear import PackedLinear, pack_linears, packing_works
+from specchat.loading.models import load_models
+from tiny_models import write_tiny_profile
+
+# whether the build has the ops at all (not packing_works(): a bug in the packed layer must
+# fail these tests, not skip them)
+needs_packing = pytest.mark.skipif(
+    not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")),
+    reason="this torch build has no oneDNN linear packing")
+
+
+@needs_packing
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(1, 1, 96), (1, 6, 96), (37, 96), (2, 130, 96)])
+def test_a_packed_layer_gives_the_layers_output_bit_for_bit(bias, shape):
+    gen = torch.Generator().manual_seed(3)
+    linear = torch.nn.Linear(96, 200, bias=bias, dtype=torch.bfloat16)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(200, 96, generator=gen))
+        if bias:
+            linear.bias.copy_(torch.randn(200, generator=gen))
+    x = torch.randn(*shape, generator=gen).to(torch.bfloat16)
+    packed = PackedLinear(linear)
+    with torch.inference_mode():
+        assert torch.equal(packed(x), linear(x))
+    assert torch.equal(packed.weight, linear.weight) and packed.weight.dtype == torch.bfloat16
+
+
+@needs_packing
+def test_a_bf16_model_on_the_cpu_is_packed_and_decodes_the_same_logits(tmp_path, tiny_model_dir, tiny_draft_dir):
+    path = write_tiny_profile(tmp_path / "bf16.toml", tiny_model_dir, tiny_draft_dir, dtype="bfloat16")
+    loaded = load_models(load_profile(path))
+    plain = load_models(load_profile(path)).target
+    plain_lm = plain.lm_head
+    target = loaded.target
+    assert loaded.info["target"]["packed_linears"] == 2 * 7 + 1  # 2 layers × q k v o gate up down, lm_head
+    assert "oneDNN-packed" in loaded.info["precision"]
+    assert isinstance(target.model.layers[0].mlp.down_proj, PackedLinear)
+    # the reference: the same weights unpacked
+    for parent in list(plain.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, PackedLinear):
+                linear = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
+                                         dtype=torch.bfloat16)
+                with torch.no_grad():
+                    linear.weight.copy_(child.weight)
+                setattr(parent, name, linear)
+    assert plain_lm is not plain.lm_head
+    ids = torch.tensor([[1, 5, 9, 2, 7, 3]])
+    with torch.inference_mode():
+        assert torch.equal(target(ids).logits, plain(ids).logits)
+
+
+def test_tied_float32_and_quantised_layers_are_left_alone():
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 50))
+    model.to(torch.bfloat16)
+    model[2].weight = model[0].weight  # tied output layer: packing would copy the vocabulary matrix
+    assert pack_linears(model) == (1 if packing_works() else 0)
+    assert type(model[2]) is torch.nn.Linear
+    assert pack_linears(torch.nn.Sequential(torch.nn.Linear(8, 8))) == 0  # float32
+
+
+def test_nothing_is_packed_where_the_build_cannot(monkeypatch):
+    monkeypatch.setattr(cpu_linear, "packing_works", lambda dtype=torch.bfloat16: False)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8, dtype=torch.bfloat16))
+    assert pack_linears(model) == 0 and type(model[0]) is torch.nn.Linear
+
+
+@needs_packing
+def test_inputs_that_require_grad_take_the_plain_path_and_get_gradients():
+    """The packed op has no backward (and ran ~250× slower on such inputs), so a caller
+    differentiating through the model gets F.linear on the unpacked weight."""
+    linear = torch.nn.Linear(16, 8, dtype=torch.bfloat16)
+    x = torch.randn(3, 16, dtype=torch.bfloat16, requires_grad=True)
+    PackedLinear(linear)(x).float().sum().backward()
+    expected = linear.weight.float().sum(0).to(torch.bfloat16).expand(3, 16)
+    assert torch.allclose(x.grad.float(), expected.float(), atol=0.05)
+
+
+def test_loaded_models_are_inference_only(tmp_path, tiny_model_dir, tiny_draft_dir):
+    """No parameter asks for a gradient: a forward outside inference_mode (specchat verify's
+    reference pass, a user's script) builds no autograd graph."""
+    path = write_tiny_profile(tmp_path / "f32.toml", tiny_model_dir, tiny_draft_dir)
+    loaded = load_models(load_profile(path))
+    assert not any(p.requires_grad for model in (loaded.target, loaded.draft) for p in model.parameters())
