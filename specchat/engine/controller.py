@@ -127,7 +127,6 @@ class AdaptiveGamma(Controller):
         self.draft_ms = _RecentMedian()  # per drafted token
         self.plain_run = 0
         self.probe_after = probe_every  # plain steps before the next probe (backs off)
-        self.backoff = probe_every  # the wait after a failed probe; reset only when drafting pays
         self.max_probe_after = 8 * probe_every  # the back-off's cap: a probe at least this often
         self._probing = False
         self.speculative_run = 0
@@ -201,7 +200,7 @@ class AdaptiveGamma(Controller):
                 return 1, None
             return 0, 1.0
         self.plain_run = 0
-        self.probe_after = self.backoff = self.probe_every
+        self.probe_after = self.probe_every
         self.speculative_run += 1
         if self.speculative_run % self.probe_every == 0:
             # keep the neighbours' estimates fresh: a length measured badly once (or on
@@ -222,10 +221,8 @@ class AdaptiveGamma(Controller):
             self._probing = False
             if k and n:  # its draft was kept: look again at once, the estimate is catching up
                 self.probe_after = 1
-            else:  # it did not pay: wait twice as long as last time, up to the cap (a kept
-                # probe draft alone does not shorten the wait: only drafting that pays does)
-                self.backoff = min(max(self.backoff, self.probe_every // 2) * 2, self.max_probe_after)
-                self.probe_after = self.backoff
+            else:  # it did not pay: wait twice as long next time, up to the cap
+                self.probe_after = min(max(self.probe_after, self.probe_every // 2) * 2, self.max_probe_after)
         if stats.prefill_tokens == 0:  # a step that also ran the prompt says nothing of T(k)
             self.step_ms.setdefault(k, _RecentMedian()).add(stats.total_ms - stats.draft_ms)
         if k == 0:
