@@ -62,8 +62,7 @@ def verify_point_mass(logits: np.ndarray, drafts: list[int], params: SamplingPar
         j = draw(probs, u) if not params.greedy else 0
         next_tokens.append(int(ids[j]))
         p_next.append(float(probs[j]))
-        best = np.argsort(-probs, kind="stable")[:width]
-        alternatives.append([(int(ids[i]), float(probs[i])) for i in best])
+        alternatives.append([(int(ids[i]), float(probs[i])) for i in most_likely(probs, width)])
     p_draft = [probability(ids, probs, x) for (ids, probs), x in zip(rows, drafts)]
     accepted = [x == y for x, y in zip(drafts, next_tokens)]
     return HostVerdict(next_tokens, p_next, accepted, p_draft, alternatives)
@@ -124,6 +123,15 @@ def draw(probs: np.ndarray, u: float) -> int:
     total = cdf[-1]
     target = min(u * total, np.nextafter(total, 0.0))
     return min(int(np.searchsorted(cdf, target, side="right")), len(probs) - 1)
+
+
+def most_likely(probs: np.ndarray, width: int) -> np.ndarray:
+    """Indices of the ``width`` largest entries, largest first, without sorting a wide
+    support (temperature alone keeps the whole vocabulary)."""
+    if len(probs) > width:
+        top = np.argpartition(-probs, width - 1)[:width]
+        return top[np.argsort(-probs[top], kind="stable")]
+    return np.argsort(-probs, kind="stable")
 
 
 def probability(ids: np.ndarray, probs: np.ndarray, token: int) -> float:
