@@ -1,5 +1,5 @@
 """bf16 linear layers packed for oneDNN on the CPU (specchat/loading/cpu_linear.py): the
-same outputs bit for bit, only untied bf16 ``nn.Linear`` layers packed, and nothing
+same outputs bit for bit, every bf16 ``nn.Linear`` packed (a tied one as a copy), and nothing
 touched where this torch build cannot pack."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 
 import specchat.loading.cpu_linear as cpu_linear
 from specchat.config.loader import load_profile
-from specchat.loading.cpu_linear import PackedLinear, pack_linears, packing_works
+from specchat.loading.cpu_linear import PackedLinear, copied_bytes, pack_linears
 from specchat.loading.models import load_models
 from tiny_models import write_tiny_profile
 
@@ -62,13 +62,26 @@ def test_a_bf16_model_on_the_cpu_is_packed_and_decodes_the_same_logits(tmp_path,
         assert torch.equal(target(ids).logits, plain(ids).logits)
 
 
-def test_tied_float32_and_quantised_layers_are_left_alone():
+def test_float32_layers_are_left_alone():
+    assert pack_linears(torch.nn.Sequential(torch.nn.Linear(8, 8))) == 0
+
+
+@needs_packing
+def test_a_tied_output_layer_gets_a_packed_copy_and_the_embedding_keeps_the_original():
     model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 50))
     model.to(torch.bfloat16)
-    model[2].weight = model[0].weight  # tied output layer: packing would copy the vocabulary matrix
-    assert pack_linears(model) == (1 if packing_works() else 0)
-    assert type(model[2]) is torch.nn.Linear
-    assert pack_linears(torch.nn.Sequential(torch.nn.Linear(8, 8))) == 0  # float32
+    model[2].weight = model[0].weight  # tied, as SmolLM2's lm_head is its embedding matrix
+    original = model[0].weight.detach().clone()
+    ids = torch.tensor([[3, 1, 49, 7]])
+    with torch.inference_mode():
+        expected = model(ids)
+    assert pack_linears(model) == 2
+    assert isinstance(model[2], PackedLinear) and model[2].copies_shared_weight
+    assert not model[1].copies_shared_weight
+    assert torch.equal(model[0].weight, original)  # the embedding still looks up the plain matrix
+    assert copied_bytes(model) == 50 * 16 * 2
+    with torch.inference_mode():
+        assert torch.equal(model(ids), expected)
 
 
 def test_nothing_is_packed_where_the_build_cannot(monkeypatch):

@@ -7,9 +7,11 @@ torch.compile's CPU freezing does, without compiling) halves a decode step's lin
 time on our AVX-512 BF16 CPU — SmolLM2-135M: a 576→1536 projection 60 → 31 µs — and
 gives bit-identical outputs (checked on a probe layer before any model is touched).
 
-Only plain ``nn.Linear`` layers whose weight no other module shares are packed: a tied
-output layer (SmolLM2's lm_head is its embedding matrix) would need a second copy of
-the vocabulary matrix. Quantised layers (bitsandbytes) are not ``nn.Linear`` and stay.
+Every plain bf16 ``nn.Linear`` is packed. A tied output layer (SmolLM2's lm_head is its
+embedding matrix) gets its own packed copy while the embedding keeps the original: for
+SmolLM2-135M that is 57 MB more for 3.7 → 1.1 ms a step (the vocabulary product is the
+largest matrix in a small model), and the loader counts the copy in the model's memory.
+Quantised layers (bitsandbytes) are not ``nn.Linear`` and stay.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import torch
 class PackedLinear(torch.nn.Module):
     """``nn.Linear``'s forward on a weight packed for oneDNN (a buffer, not trainable)."""
 
-    def __init__(self, linear: torch.nn.Linear) -> None:
+    def __init__(self, linear: torch.nn.Linear, *, copies_shared_weight: bool = False) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.copies_shared_weight = copies_shared_weight  # another module still holds the original
         with torch.no_grad():
             self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None),
                                  persistent=False)
@@ -60,7 +63,7 @@ def packing_works(dtype: torch.dtype = torch.bfloat16) -> bool:
 
 
 def pack_linears(model: torch.nn.Module) -> int:
-    """Replaces the model's untied bf16 ``nn.Linear`` layers by :class:`PackedLinear`;
+    """Replaces the model's bf16 ``nn.Linear`` layers on the CPU by :class:`PackedLinear`;
     returns how many. Nothing is replaced where packing does not work in this build."""
     shared: dict[int, int] = {}
     for module in model.modules():
@@ -68,9 +71,15 @@ def pack_linears(model: torch.nn.Module) -> int:
             shared[id(parameter)] = shared.get(id(parameter), 0) + 1
     targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if type(child) is torch.nn.Linear and child.weight.dtype == torch.bfloat16
-               and child.weight.device.type == "cpu" and shared[id(child.weight)] == 1]
+               and child.weight.device.type == "cpu"]
     if not targets or not packing_works():
         return 0
     for parent, name, child in targets:
-        setattr(parent, name, PackedLinear(child))
+        setattr(parent, name, PackedLinear(child, copies_shared_weight=shared[id(child.weight)] > 1))
     return len(targets)
+
+
+def copied_bytes(model: torch.nn.Module) -> int:
+    """Bytes the packed copies of shared (tied) weights add to the model's footprint."""
+    return sum(m.packed_weight.numel() * m.packed_weight.element_size() for m in model.modules()
+               if isinstance(m, PackedLinear) and m.copies_shared_weight)

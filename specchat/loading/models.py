@@ -146,7 +146,7 @@ def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: s
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from .cpu_linear import pack_linears
+    from .cpu_linear import copied_bytes, pack_linears
 
     device = resolve_device(spec, key)
     dtype, dtype_reason = resolve_dtype(spec, device)
@@ -187,6 +187,7 @@ def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: s
     # (after the counts above: packed weights are buffers, not parameters)
     info["packed_linears"] = (pack_linears(model) if quant is None and dtype == torch.bfloat16
                               and torch.device(device).type == "cpu" else 0)
+    info["memory_bytes"] += copied_bytes(model)  # a tied output layer's packed copy
     return model, info
 
 
