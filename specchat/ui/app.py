@@ -104,7 +104,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self.pump = EventPump(self)
         self.loaded: LoadedBackend | None = None
         self.loading: str | None = None
-        self.generating = False
+        self._generating = False
         self.markdown = False
         self.theme_failures: list[str] = []
         self.max_lag_s = 0.0  # worst delay between a worker's put and the UI applying it
@@ -238,6 +238,17 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
             self.generating = True
             self._engine_idle.clear()
             self._play(loaded.backend)
+
+    @property
+    def generating(self) -> bool:
+        """Whether a turn (or a replay) is running."""
+        return self._generating
+
+    @generating.setter
+    def generating(self, on: bool) -> None:
+        self._generating = on
+        if self.chat.is_mounted:
+            self.chat.steady_cursor(on)
 
     # --- turns --------------------------------------------------------------------
     @on(ChatInput.Submitted)

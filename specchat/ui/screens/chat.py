@@ -72,6 +72,11 @@ class ChatScreen(Screen):
         self.set_interval(PANEL_INTERVAL_S, self.flush_panel)
         self.post_message(self.Ready())
 
+    def steady_cursor(self, on: bool) -> None:
+        """While the model writes, the input's cursor does not blink: each blink repaints
+        the screen, on the CPU the model shares. Typing still works."""
+        self.input.cursor_blink = self.cursor_blink and not on
+
     # --- widgets ------------------------------------------------------------------
     @property
     def transcript(self) -> Transcript:
@@ -97,7 +102,7 @@ class ChatScreen(Screen):
     def flush_panel(self, force: bool = False) -> None:
         if self._panel_dirty or force:
             self._panel_dirty = False
-            self.panel.show(self.figures.turn, self.figures.session, self.figures.turn_number)
+            self.panel.show(self.figures.turn, self.figures.session, self.figures.turn_number, settle=force)
 
     def reset_figures(self, max_gamma: int, method: str, underivable: tuple[str, ...] = ()) -> None:
         self.figures.reset(max_gamma, underivable)

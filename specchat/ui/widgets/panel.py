@@ -60,31 +60,43 @@ class SpecPanel(VerticalScroll):
         self._shown: dict[str, tuple[str, tuple]] = {}
         self.show(MetricsSnapshot(), MetricsSnapshot())
 
-    def _update(self, selector: str, content: Content) -> Static:
+    def _update(self, selector: str, content: Content, settle: bool = False) -> Static:
         """Sets one figure's text. The panel refreshes while the model runs, and a layout
         of the screen costs the model CPU time (two cores, shared), so an unchanged text
-        is left alone and a changed one asks for a layout only when its shape changed."""
+        is left alone and a changed one asks for a layout only when it wraps to more
+        lines than before. A figure that gets shorter keeps its height (blank lines
+        below) until ``settle``: the panel settles when a turn ends or the figures reset."""
         static = self.query_one(selector, Static)
-        lines = content.plain.split("\n")
-        shape = (len(lines), max(map(len, lines)))
         key = (content.plain, tuple(content.spans))
         shown = self._shown.get(selector)
-        if shown is None or shown[0] != key:
-            static.update(content, layout=shown is None or shown[1] != shape)
-            self._shown[selector] = (key, shape)
+        if shown is not None and shown[0] == key and not settle:
+            return static
+        width = static.content_size.width
+        height = content.get_height(static.styles, width) if width else None
+        if shown is not None and None not in (height, shown[1]) and height < shown[1] and not settle:
+            content = content + Content("\n" * (shown[1] - height))
+            height = shown[1]
+        if shown is None or shown[0] != key or height != shown[1]:
+            static.update(content, layout=shown is None or height is None or height != shown[1])
+        self._shown[selector] = (key, height)
         return static
 
-    def show(self, turn: MetricsSnapshot, session: MetricsSnapshot, turn_number: int | None = None) -> None:
+    def show(self, turn: MetricsSnapshot, session: MetricsSnapshot, turn_number: int | None = None,
+             settle: bool = False) -> None:
+        """Shows the figures; ``settle`` gives every figure its own height again (see _update)."""
+        def update(selector: str, content: Content) -> Static:
+            return self._update(selector, content, settle)
+
         title = "Speculation" + (f" · turn {turn_number}" if turn_number is not None else "")
-        self._update("#panel-title", Content(title))
-        self._update("#figures", table_content(turn, session, self.hide_timing))
+        update("#panel-title", Content(title))
+        update("#figures", table_content(turn, session, self.hide_timing))
         text, level = breakeven_text(session if turn.num_steps == 0 else turn, self.method, self.hide_timing)
-        self._update("#breakeven", Content(text)).set_classes(f"-{level}")
-        self._update("#recommend", Content(recommended_gamma_text(session, self.hide_timing)))
-        self._update("#controller", Content(controller_text(session, self.hide_timing)))
+        update("#breakeven", Content(text)).set_classes(f"-{level}")
+        update("#recommend", Content(recommended_gamma_text(session, self.hide_timing)))
+        update("#controller", Content(controller_text(session, self.hide_timing)))
         hist = histogram_lines(turn.acceptance_histogram, max(turn.gamma_history, default=0)) or ["no drafting steps yet"]
-        self._update("#histogram", Content("\n".join(hist)))
+        update("#histogram", Content("\n".join(hist)))
         pos = position_lines(turn.per_position_acceptance) or ["–"]
-        self._update("#positions", Content("\n".join(pos)))
+        update("#positions", Content("\n".join(pos)))
         self.query_one("#accept-spark", Sparkline).data = list(turn.acceptance_history)
         self.query_one("#gamma-spark", Sparkline).data = [float(g) for g in session.gamma_history]

@@ -7,7 +7,11 @@ frame however many tokens it produced in between.
 
 from __future__ import annotations
 
+import time
+from typing import Callable
+
 from textual.app import ComposeResult
+from textual.geometry import Region, Size
 from textual.containers import Vertical
 from textual.content import Content, Span
 from textual.widget import Widget
@@ -70,25 +74,68 @@ def provenance_content(tokens: list[Token], highlight: int | None = None, clicka
     return Content("".join(parts), spans)
 
 
+# While a reply streams, its widget is laid out with room for about this many seconds
+# of further text (at the rate its lines have been coming), at most MAX_RESERVED_LINES:
+# each layout re-arranges and repaints the whole screen (~20 ms of a CPU core that the
+# model shares), and a reply that grows a line at a time asked for one every other drain.
+RESERVE_S = 1.0
+MAX_RESERVED_LINES = 12
+
+
+def lines_to_reserve(needed: int, lines_per_s: float) -> int:
+    """The height to lay a streaming reply out at once it needs ``needed`` lines."""
+    return needed + min(MAX_RESERVED_LINES, int(lines_per_s * RESERVE_S))
+
+
 class ProvenanceText(Widget):
-    """The reply's tokens, rebuilt into styled text lazily on render."""
+    """The reply's tokens, rebuilt into styled text lazily on render. While streaming it
+    keeps some blank lines below the text (see RESERVE_S), dropped when it finishes."""
 
     DEFAULT_CSS = "ProvenanceText { height: auto; }"
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, **kwargs) -> None:
         super().__init__(**kwargs)
         self.tokens: list[Token] = []
         self._content: Content | None = None
+        self._clock = clock
+        self._reserved = 0  # lines laid out for the text, while streaming
+        self._started_at: float | None = None  # when the first tokens came
+        self._text_lines = 0  # lines the text took at the last append
 
     def append(self, tokens: list[Token]) -> None:
         self.tokens.extend(tokens)
         self._content = None
-        self.refresh()
-        # a relayout of the screen costs more than repainting the reply: ask for one only
-        # when the new text wraps to another number of lines (most batches end mid-line)
+        if self._started_at is None:
+            self._started_at = self._clock()
         width, height = self.content_size
-        if not width or self.get_content_height(self.size, self.app.size, width) != height:
+        if not width:  # not laid out yet
             self.refresh(layout=True)
+            return
+        shown, needed = self._text_lines, self.text_height(width)
+        self._text_lines = needed
+        if needed > height:
+            elapsed = self._clock() - self._started_at
+            rate = needed / elapsed if elapsed > 0 else 0.0
+            self._reserved = lines_to_reserve(needed, rate)
+            self.refresh(layout=True)
+        else:
+            # only the lines from the old last one (its last word may wrap on) are new:
+            # the screen recomposes those, not the whole reply
+            first = max(0, shown - 1)
+            self.refresh(Region(0, first, width, needed - first))
+
+    def finish(self) -> None:
+        """The reply is complete: its height becomes the text's."""
+        if self._reserved:
+            self._reserved = 0
+            self.refresh(layout=True)
+
+    def text_height(self, width: int) -> int:
+        """Lines the text wraps to at this content width."""
+        return self.render().get_height(self.styles, width)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return max(self.text_height(width), self._reserved)
 
     def render(self) -> Content:
         if self._content is None:
@@ -133,6 +180,7 @@ class ReplyView(Vertical):
 
     def finish(self, finish_reason: str, text: str | None = None) -> None:
         self.finish_reason = finish_reason
+        self.provenance.finish()
         if text is not None:
             self._final_text = text
         note = FINISH_NOTES.get(finish_reason)

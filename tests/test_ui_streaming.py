@@ -1,0 +1,176 @@
+"""What a streaming reply costs the screen (specchat/ui/widgets/reply.py, panel.py).
+
+On two cores the UI's drawing is taken from the model's threads, and a layout of the
+screen (re-arrange and repaint everything) costs ~20 ms. So a reply that grows keeps
+room for about a second of text instead of asking for a layout per new line, repaints
+only its last lines, and the panel does not relayout when a figure gets shorter. What
+is on screen must still be exactly the reply's text at every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from textual.app import App, ComposeResult
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.widgets import Static
+
+from specchat.events import Token
+from specchat.ui.widgets.panel import SpecPanel
+from specchat.ui.widgets.reply import ReplyView
+
+KINDS = ("accepted", "target", "bonus", "resampled")
+
+
+def split_tokens(text: str, seed: int) -> list[Token]:
+    """The text cut at random places, so words grow across batches (a word on a reply's
+    last line can then wrap onto the next one)."""
+    rng = random.Random(seed)
+    tokens, at = [], 0
+    while at < len(text):
+        size = rng.randint(1, 6)
+        tokens.append(Token(id=len(tokens), text=text[at:at + size], kind=rng.choice(KINDS)))
+        at += size
+    return tokens
+
+
+def reply_text(seed: int, words: int = 320) -> str:
+    rng = random.Random(seed)
+    parts = []
+    for i in range(words):
+        parts.append("".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, 11))))
+        if i % 90 == 89:
+            parts.append("\n\n")
+    return " ".join(parts)
+
+
+class ReplyApp(App):
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield ReplyView(1)
+
+
+def screen_lines(app: App, widget) -> list[str]:
+    strips = app.screen._compositor.render_strips()
+    region = widget.content_region
+    return [strips[y].text[region.x:region.right].rstrip() for y in range(region.y, region.bottom)]
+
+
+def counting_layouts(widget) -> list[int]:
+    layouts = [0]
+    refresh = widget.refresh
+
+    def counted(*regions, layout=False, **kwargs):
+        layouts[0] += layout
+        return refresh(*regions, layout=layout, **kwargs)
+
+    widget.refresh = counted
+    return layouts
+
+
+def test_a_streaming_reply_shows_exactly_its_text_with_a_layout_per_several_lines():
+    text = reply_text(seed=4)
+    tokens = split_tokens(text, seed=5)
+    now = [0.0]
+
+    async def run():
+        app = ReplyApp()
+        async with app.run_test(size=(64, 60)) as pilot:
+            view = app.query_one(ReplyView)
+            provenance = view.provenance
+            provenance._clock = lambda: now[0]
+            layouts = counting_layouts(provenance)
+            for start in range(0, len(tokens), 12):  # 12 tokens a drain, 8 drains a second
+                now[0] += 0.125
+                view.append_tokens(tokens[start:start + 12])
+                await pilot.pause()
+                shown_text = "".join(t.text for t in tokens[:start + 12])
+                expected = [line.plain.rstrip() for line in Content(shown_text).wrap(provenance.content_size.width)]
+                lines = screen_lines(app, provenance)
+                assert lines[:len(expected)] == expected  # every line right, the last included
+                assert not any(lines[len(expected):])  # below it only the blank lines kept in reserve
+                assert len(lines) - len(expected) <= 12
+            text_lines = len(expected)
+            assert text_lines >= 40
+            # a layout per new line would be ~text_lines; a second's room is ~5 lines here
+            assert layouts[0] <= text_lines / 3, f"{layouts[0]} layouts for {text_lines} lines"
+            view.finish("stop")
+            await pilot.pause()
+            assert provenance.size.height == text_lines  # the reserve is gone once it finishes
+            assert screen_lines(app, provenance) == expected
+
+    asyncio.run(run())
+
+
+def test_a_slow_reply_keeps_no_blank_lines():
+    """At a few tokens a second, a second's room is under a line: nothing is reserved."""
+    tokens = split_tokens(reply_text(seed=6, words=30), seed=7)
+    now = [0.0]
+
+    async def run():
+        app = ReplyApp()
+        async with app.run_test(size=(64, 60)) as pilot:
+            view = app.query_one(ReplyView)
+            view.provenance._clock = lambda: now[0]
+            for token in tokens:
+                now[0] += 1.0
+                view.append_tokens([token])
+                await pilot.pause()
+                assert view.provenance.size.height == view.provenance.text_height(view.provenance.content_size.width)
+
+    asyncio.run(run())
+
+
+class PanelApp(App):
+    def compose(self) -> ComposeResult:
+        yield SpecPanel(hide_timing=True)
+
+
+def test_a_panel_figure_that_gets_shorter_keeps_its_height_until_the_panel_settles():
+    async def run():
+        app = PanelApp()
+        async with app.run_test(size=(60, 50)) as pilot:
+            panel = app.query_one(SpecPanel)
+            static = panel.query_one("#histogram", Static)
+            layouts = counting_layouts(static)
+            panel._update("#histogram", Content("a\nb\nc"))
+            await pilot.pause()
+            assert static.size.height == 3  # taller: a layout
+            grown = layouts[0]
+            panel._update("#histogram", Content("d"))
+            await pilot.pause()
+            assert static.size.height == 3 and layouts[0] == grown  # shorter: no layout, blank lines
+            assert str(static.render()).split("\n")[0] == "d"
+            panel._update("#histogram", Content("e\nf"))
+            await pilot.pause()
+            assert static.size.height == 3 and layouts[0] == grown
+            panel._update("#histogram", Content("e\nf"), settle=True)
+            await pilot.pause()
+            assert static.size.height == 2 and layouts[0] > grown  # settled: its own height again
+
+    asyncio.run(run())
+
+
+def test_the_input_cursor_does_not_blink_while_the_model_writes(tmp_path):
+    """Each blink repaints the screen, twice a second, on the CPU the model shares."""
+    from specchat.ui.app import SpecchatApp
+    from specchat.ui.backend import replay_loader
+    from ui_session import turn_events, write_recording
+
+    path = write_recording(tmp_path / "short.jsonl", [turn_events(1, "hi", n_tokens=5, seed=2)])
+
+    async def run():
+        app = SpecchatApp(None, loader=replay_loader(path, "max"))
+        async with app.run_test(size=(120, 40)) as pilot:
+            while app.turns_ended < 1:
+                await pilot.pause(0.01)
+            box = app.chat.input
+            assert box.cursor_blink and not app.generating  # the replay's turn is over
+            app.generating = True
+            assert not box.cursor_blink
+            app.generating = False
+            assert box.cursor_blink
+
+    asyncio.run(run())
