@@ -2,7 +2,7 @@
 
 On two cores the UI's drawing is taken from the model's threads, and a layout of the
 screen (re-arrange and repaint everything) costs ~20 ms. So a reply that grows keeps
-room for about a second of text instead of asking for a layout per new line, repaints
+room for about two seconds of text instead of asking for a layout per new line, repaints
 only its last lines, and the panel does not relayout when a figure gets shorter. What
 is on screen must still be exactly the reply's text at every step.
 """
@@ -94,7 +94,7 @@ def test_a_streaming_reply_shows_exactly_its_text_with_a_layout_per_several_line
                 assert len(lines) - len(expected) <= 12
             text_lines = len(expected)
             assert text_lines >= 40
-            # a layout per new line would be ~text_lines; a second's room is ~5 lines here
+            # a layout per new line would be ~text_lines; two seconds of room is ~10 lines here
             assert layouts[0] <= text_lines / 3, f"{layouts[0]} layouts for {text_lines} lines"
             view.finish("stop")
             await pilot.pause()
@@ -105,7 +105,7 @@ def test_a_streaming_reply_shows_exactly_its_text_with_a_layout_per_several_line
 
 
 def test_a_slow_reply_keeps_no_blank_lines():
-    """At a few tokens a second, a second's room is under a line: nothing is reserved."""
+    """At a few tokens a second, two seconds of room is under a line: nothing is reserved."""
     tokens = split_tokens(reply_text(seed=6, words=30), seed=7)
     now = [0.0]
 

@@ -78,7 +78,7 @@ def provenance_content(tokens: list[Token], highlight: int | None = None, clicka
 # of further text (at the rate its lines have been coming), at most MAX_RESERVED_LINES:
 # each layout re-arranges and repaints the whole screen (~20 ms of a CPU core that the
 # model shares), and a reply that grows a line at a time asked for one every other drain.
-RESERVE_S = 1.0
+RESERVE_S = 2.0
 MAX_RESERVED_LINES = 12
 
 

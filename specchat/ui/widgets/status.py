@@ -32,4 +32,6 @@ class StatusLine(Horizontal):
         self.query_one(ProgressBar).display = False
 
     def set_text(self, text: str) -> None:
-        self.query_one("#status-text", Label).update(Content(text))
+        # the label fills a one-line bar (1fr wide): new text never changes the layout,
+        # and a layout repaints the whole screen on the CPU the model shares
+        self.query_one("#status-text", Label).update(Content(text), layout=False)
