@@ -100,20 +100,22 @@ class ProvenanceText(Widget):
         self._clock = clock
         self._reserved = 0  # lines laid out for the text, while streaming
         self._started_at: float | None = None  # when the first tokens came
-        self._text_lines = 0  # lines the text took at the last append
+        self._wrapped = (0, 0)  # (content width, lines) of the text at the last append
 
     def append(self, tokens: list[Token]) -> None:
         self.tokens.extend(tokens)
         self._content = None
         if self._started_at is None:
             self._started_at = self._clock()
+        if not self.display:  # the Markdown view is showing: laid out when shown again
+            return
         width, height = self.content_size
         if not width:  # not laid out yet
             self.refresh(layout=True)
             return
-        shown, needed = self._text_lines, self.text_height(width)
-        self._text_lines = needed
-        if needed > height:
+        (shown_width, shown), needed = self._wrapped, self.text_height(width)
+        self._wrapped = (width, needed)
+        if needed > height or shown_width not in (0, width):  # more lines, or resized since
             elapsed = self._clock() - self._started_at
             rate = needed / elapsed if elapsed > 0 else 0.0
             self._reserved = lines_to_reserve(needed, rate)
