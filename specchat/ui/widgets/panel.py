@@ -57,7 +57,7 @@ class SpecPanel(VerticalScroll):
             yield Sparkline([], id="gamma-spark")
 
     def on_mount(self) -> None:
-        self._shown: dict[str, tuple[str, tuple]] = {}
+        self._shown: dict[str, tuple[tuple, int | None]] = {}  # selector: (text and spans, height shown)
         self.show(MetricsSnapshot(), MetricsSnapshot())
 
     def _update(self, selector: str, content: Content, settle: bool = False) -> Static:

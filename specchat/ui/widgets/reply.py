@@ -11,9 +11,9 @@ import time
 from typing import Callable
 
 from textual.app import ComposeResult
-from textual.geometry import Region, Size
 from textual.containers import Vertical
 from textual.content import Content, Span
+from textual.geometry import Region, Size
 from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
