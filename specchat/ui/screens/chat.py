@@ -99,15 +99,16 @@ class ChatScreen(Screen):
         reply = self.transcript.last_reply
         return list(reply.tokens) if reply else []
 
-    def flush_panel(self, force: bool = False) -> None:
+    def flush_panel(self, force: bool = False, settle: bool = False) -> None:
+        """Shows the figures if they changed (or ``force``); ``settle``: see SpecPanel.show."""
         if self._panel_dirty or force:
             self._panel_dirty = False
-            self.panel.show(self.figures.turn, self.figures.session, self.figures.turn_number, settle=force)
+            self.panel.show(self.figures.turn, self.figures.session, self.figures.turn_number, settle=settle)
 
     def reset_figures(self, max_gamma: int, method: str, underivable: tuple[str, ...] = ()) -> None:
         self.figures.reset(max_gamma, underivable)
         self.panel.method = method
-        self.flush_panel(force=True)
+        self.flush_panel(force=True, settle=True)
 
     # --- events -------------------------------------------------------------------
     def apply_events(self, events: list[Any]) -> None:

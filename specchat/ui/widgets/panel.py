@@ -65,7 +65,8 @@ class SpecPanel(VerticalScroll):
         of the screen costs the model CPU time (two cores, shared), so an unchanged text
         is left alone and a changed one asks for a layout only when it wraps to more
         lines than before. A figure that gets shorter keeps its height (blank lines
-        below) until ``settle``: the panel settles when a turn ends or the figures reset."""
+        below) until ``settle``, when a profile is loaded: so after a turn or two the
+        panel keeps still, and its figures stay where the eye left them."""
         static = self.query_one(selector, Static)
         key = (content.plain, tuple(content.spans))
         shown = self._shown.get(selector)
