@@ -18,6 +18,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from specchat.events import Token
+from specchat.ui.themes import SPEC_VARIABLE_DEFAULTS
 from specchat.ui.widgets.panel import SpecPanel
 from specchat.ui.widgets.reply import ReplyView
 
@@ -47,6 +48,9 @@ def reply_text(seed: int, words: int = 320) -> str:
 
 
 class ReplyApp(App):
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(SPEC_VARIABLE_DEFAULTS)  # the provenance colours, as the app has them
+
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield ReplyView(1)
@@ -174,5 +178,77 @@ def test_the_input_cursor_does_not_blink_while_the_model_writes(tmp_path):
             assert not box.cursor_blink
             app.generating = False
             assert box.cursor_blink
+
+    asyncio.run(run())
+
+
+def paragraph_tokens(seed: int) -> list[Token]:
+    """Prose in paragraphs, with newlines as tokens of their own, ending a token and
+    inside one (only a token that ends in a newline ends a paragraph for the widget)."""
+    rng = random.Random(seed)
+    tokens: list[Token] = []
+    for paragraph in range(9):
+        tokens += split_tokens(reply_text(seed + paragraph, words=rng.randint(3, 40)).replace("\n", ""), seed + 50)
+        tokens.append(Token(id=0, kind=rng.choice(KINDS), text=rng.choice(["\n", "\n\n", ".\n", "\n\nThe", " a\nb"])))
+    return [Token(id=i, kind=t.kind, text=t.text) for i, t in enumerate(tokens)]
+
+
+def lines_of(strips) -> list[tuple]:
+    return [tuple((segment.text, segment.style) for segment in strip) for strip in strips]
+
+
+def test_lines_wrapped_paragraph_by_paragraph_equal_the_whole_texts_wrap():
+    """Ended paragraphs are wrapped once and kept; the lines must be exactly what wrapping
+    the whole text gives, styles included — after each batch, after a resize and after
+    a theme change."""
+    from textual.geometry import Offset
+    from textual.selection import Selection
+    from textual.visual import Visual
+
+    from specchat.ui.widgets.provenance_text import provenance_content
+
+    tokens = paragraph_tokens(seed=8)
+
+    async def run():
+        app = ReplyApp()
+        async with app.run_test(size=(50, 120)) as pilot:
+            view = app.query_one(ReplyView)
+            provenance = view.provenance
+
+            def check(offsets: bool = True):
+                whole = Visual.to_strips(provenance, provenance_content(provenance.tokens), provenance.size.width,
+                                         None, provenance.visual_style)
+                lines = provenance.wrapped_lines()
+                assert lines_of(lines) == lines_of(whole)
+                # each character's (column, line) offset, which a mouse selection maps back
+                # to the text, points at that character of the whole text
+                source = "".join(t.text for t in provenance.tokens).split("\n")
+                for strip in lines if offsets else ():
+                    for segment in strip:
+                        if segment.style is not None and segment.style.meta.get("offset"):
+                            x, y = segment.style.meta["offset"]
+                            assert source[y][x:x + len(segment.text)] == segment.text
+
+            for start in range(0, len(tokens), 5):
+                view.append_tokens(tokens[start:start + 5])
+                await pilot.pause()
+                check(offsets=start % 40 == 0)
+            assert provenance._done > 0  # ended paragraphs were kept, not re-wrapped
+            await pilot.resize_terminal(73, 120)
+            await pilot.pause()
+            check()
+            app.theme = "textual-light"
+            await pilot.pause()
+            check()
+            # a selection: drawn from the whole text, and its text is the whole text's
+            selection = Selection(Offset(2, 1), Offset(4, 3))
+            app.screen.selections = {provenance: selection}
+            await pilot.pause()
+            check()
+            source = "".join(t.text for t in provenance.tokens).split("\n")
+            assert provenance.get_selection(selection)[0] == "\n".join([source[1][2:], source[2], source[3][:4]])
+            app.screen.selections = {provenance: Selection(Offset(0, 0), Offset(3, 0))}  # another one
+            await pilot.pause()
+            check()
 
     asyncio.run(run())

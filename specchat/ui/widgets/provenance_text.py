@@ -1,0 +1,206 @@
+"""A reply's tokens as text styled by provenance, cheap to grow.
+
+A streaming reply is appended to several times a second while the model shares the
+CPU, so the widget does as little per batch as the screen allows:
+
+* its wrapped lines are kept per paragraph: a paragraph that has ended (a token ending
+  in a newline) is wrapped once, and a batch re-wraps only the paragraph still growing
+  (wrapping splits at newlines first, so this is the text's own wrap, line for line);
+* it is laid out with room for about two seconds of further text (see RESERVE_S), so
+  the screen is re-laid out every few lines, not at each new one;
+* between layouts it repaints from its old last line down, not the whole reply.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from rich.segment import Segment
+from rich.style import Style as RichStyle
+from textual.content import Content, Span
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.visual import Visual
+from textual.widget import Widget
+
+from specchat.events import Token
+
+# Colour comes from the theme; the text attribute is the cue that survives without it
+# (monochrome terminals, colour-blind users). Accepted drafts are the common case, so
+# they stay plain.
+KIND_STYLES: dict[str, str] = {
+    "accepted": "$spec-accepted",
+    "resampled": "$spec-resampled underline",
+    "bonus": "$spec-bonus bold",
+    "target": "$spec-target italic",
+}
+
+def provenance_content(tokens: list[Token], highlight: int | None = None, clickable: bool = False) -> Content:
+    """The tokens as styled text; runs of one kind share a span. ``highlight`` reverses
+    one token (the inspector's cursor); ``clickable`` makes each token select itself."""
+    parts: list[str] = []
+    spans: list[Span] = []
+    offset = 0
+    run_kind, run_start = None, 0
+    for index, token in enumerate(tokens):
+        text = token.text
+        parts.append(text)
+        end = offset + len(text)
+        if clickable or index == highlight:
+            style = KIND_STYLES.get(token.kind, "")
+            if index == highlight:
+                style += " reverse"
+            if clickable:
+                style += f" @click=screen.select({index})"
+            if run_kind is not None and run_start < offset:
+                spans.append(Span(run_start, offset, KIND_STYLES.get(run_kind, "")))
+            if end > offset:
+                spans.append(Span(offset, end, style.strip()))
+            run_kind, run_start = None, end
+        elif token.kind != run_kind:
+            if run_kind is not None and run_start < offset:
+                spans.append(Span(run_start, offset, KIND_STYLES.get(run_kind, "")))
+            run_kind, run_start = token.kind, offset
+        offset = end
+    if run_kind is not None and run_start < offset:
+        spans.append(Span(run_start, offset, KIND_STYLES.get(run_kind, "")))
+    return Content("".join(parts), spans)
+
+
+# While a reply streams, its widget is laid out with room for about this many seconds
+# of further text (at the rate its lines have been coming), at most MAX_RESERVED_LINES:
+# each layout re-arranges and repaints the whole screen (~20 ms of a CPU core that the
+# model shares), and a reply that grows a line at a time asked for one every other drain.
+RESERVE_S = 2.0
+MAX_RESERVED_LINES = 12
+
+
+def lines_to_reserve(needed: int, lines_per_s: float) -> int:
+    """The height to lay a streaming reply out at once it needs ``needed`` lines."""
+    return needed + min(MAX_RESERVED_LINES, int(lines_per_s * RESERVE_S))
+
+
+class ProvenanceText(Widget):
+    """The reply's tokens as styled, wrapped lines (see the module docstring). While
+    streaming it keeps blank lines below the text (RESERVE_S), dropped when it finishes."""
+
+    DEFAULT_CSS = "ProvenanceText { height: auto; }"
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.tokens: list[Token] = []
+        self._content: Content | None = None  # all of it (render(): selections, copies)
+        self._width = 0  # the width the lines below were wrapped at
+        self._done = 0  # tokens[:_done] are ended paragraphs, wrapped into _done_lines
+        self._done_lines: list[Strip] = []
+        self._done_breaks = 0  # newlines in tokens[:_done]: where the growing paragraph starts
+        self._lines: list[Strip] | None = None  # _done_lines + the growing paragraph's
+        self._selected: tuple[tuple, list[Strip]] | None = None  # the lines with a selection shown
+        self._clock = clock
+        self._reserved = 0  # lines laid out for the text, while streaming
+        self._started_at: float | None = None  # when the first tokens came
+        self._wrapped = (0, 0)  # (content width, lines) of the text at the last append
+
+    def append(self, tokens: list[Token]) -> None:
+        self.tokens.extend(tokens)
+        self._content = self._lines = None
+        if self._started_at is None:
+            self._started_at = self._clock()
+        if not self.display:  # the Markdown view is showing: laid out when shown again
+            return
+        width, height = self.content_size
+        if not width:  # not laid out yet
+            self.refresh(layout=True)
+            return
+        (shown_width, shown), needed = self._wrapped, self.text_height(width)
+        self._wrapped = (width, needed)
+        if needed > height or shown_width not in (0, width):  # more lines, or resized since
+            elapsed = self._clock() - self._started_at
+            rate = needed / elapsed if elapsed > 0 else 0.0
+            self._reserved = lines_to_reserve(needed, rate)
+            self.refresh(layout=True)
+        else:
+            # only the lines from the old last one (its last word may wrap on) are new:
+            # the screen recomposes those, not the whole reply
+            first = max(0, shown - 1)
+            self.refresh(Region(0, first, width, needed - first))
+
+    def finish(self) -> None:
+        """The reply is complete: its height becomes the text's."""
+        if self._reserved:
+            self._reserved = 0
+            self.refresh(layout=True)
+
+    def text_height(self, width: int) -> int:
+        """Lines the text wraps to at this content width."""
+        if width == self.size.width and self.text_selection is None:
+            return len(self.wrapped_lines())
+        return self.render().get_height(self.styles, width)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return max(self.text_height(width), self._reserved)
+
+    def render(self) -> Content:
+        if self._content is None:
+            self._content = provenance_content(self.tokens)
+        return self._content
+
+    def render_line(self, y: int) -> Strip:
+        lines = self.wrapped_lines()
+        return lines[y] if y < len(lines) else Strip.blank(self.size.width, self.visual_style.rich_style)
+
+    def wrapped_lines(self) -> list[Strip]:
+        """The text's lines at the widget's width, wrapping only what changed."""
+        width = self.size.width
+        selection = self.text_selection
+        if selection is not None:  # a selection's offsets span the whole text: drawn whole
+            key = (selection, width, len(self.tokens))
+            if self._selected is None or self._selected[0] != key:
+                self._selected = (key, self._strips(self.render(), width))
+            return self._selected[1]
+        if width != self._width:
+            self._forget(width)
+        if self._lines is None:
+            end = self._done
+            for i in range(len(self.tokens) - 1, self._done - 1, -1):
+                if self.tokens[i].text.endswith("\n"):
+                    end = i + 1
+                    break
+            if end > self._done:  # whole paragraphs ended: wrap them once (less the newline
+                # that ends them: the next paragraph's first line is where it leads)
+                ended = provenance_content(self.tokens[self._done:end])
+                self._done_lines = self._done_lines + self._strips(ended[:-1], width, self._done_breaks)
+                self._done, self._done_breaks = end, self._done_breaks + ended.plain.count("\n")
+            growing = provenance_content(self.tokens[self._done:])
+            self._lines = self._done_lines + self._strips(growing, width, self._done_breaks)
+        return self._lines
+
+    def _strips(self, content: Content, width: int, first_line: int = 0) -> list[Strip]:
+        """``content``'s lines; it starts at the whole text's ``first_line`` (its styles
+        carry each character's (column, line) offset, which a mouse selection maps back
+        to the whole text)."""
+        strips = Visual.to_strips(self, content, width, None, self.visual_style)
+        return [_moved_down(strip, first_line) for strip in strips] if first_line else strips
+
+    def _forget(self, width: int = 0) -> None:
+        self._width, self._done, self._done_lines, self._done_breaks, self._lines = width, 0, [], 0, None
+        self._selected = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()  # a theme or style change: the lines are drawn anew
+        self._forget()
+
+
+def _moved_down(strip: Strip, lines: int) -> Strip:
+    """The strip with its offset metadata moved ``lines`` lines down."""
+    segments = []
+    for segment in strip:
+        style = segment.style
+        if style is not None and style._meta:
+            meta = style.meta
+            if "offset" in meta:
+                x, y = meta["offset"]
+                style = style + RichStyle.from_meta({"offset": (x, y + lines)})
+        segments.append(Segment(segment.text, style, segment.control))
+    return Strip(segments, strip.cell_length)
