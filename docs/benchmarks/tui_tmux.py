@@ -7,6 +7,7 @@ waits for the reply to stop at max_new_tokens and reads the panel's "measured to
 `specchat run --json`'s tokens_per_s. Needs tmux.
 
     .venv/bin/python docs/benchmarks/tui_tmux.py --profile default --plain --repeat 3
+    .venv/bin/python docs/benchmarks/tui_tmux.py --profile default --gamma 3 --repeat 3
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ SESSION = "specchat-tui-bench"
 SPECCHAT = str(Path(sys.executable).with_name("specchat"))
 
 
-def write_profile(folder: Path, base: str, plain: bool, tokens: int, seed: int) -> Path:
+def write_profile(folder: Path, base: str, plain: bool, tokens: int, seed: int, gamma: int | None = None) -> Path:
     path = folder / "bench.toml"
-    speculation = '[speculation]\nmethod = "none"\n' if plain else ""
+    speculation = ('[speculation]\nmethod = "none"\n' if plain
+                   else f"[speculation]\nnum_speculative_tokens = {gamma}\n" if gamma else "")
     path.write_text(f'extends = "{base}"\ndescription = "tui_tmux bench"\n{speculation}'
                     f"[sampling]\nseed = {seed}\nmax_new_tokens = {tokens}\n", encoding="utf-8")
     return path
@@ -78,20 +80,25 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", default="default")
     parser.add_argument("--plain", action="store_true", help='speculation.method = "none"')
+    parser.add_argument("--gamma", type=int, help="a fixed γ: the same steps on both sides (auto reacts to timing, "
+                                                    "so the replies can differ at llama.cpp's batch-size rounding)")
     parser.add_argument("--tokens", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     rates: dict[str, list[float]] = {"run": [], "tui": []}
     with tempfile.TemporaryDirectory() as folder:
-        profile = write_profile(Path(folder), args.profile, args.plain, args.tokens, args.seed)
+        profile = write_profile(Path(folder), args.profile, args.plain, args.tokens, args.seed, args.gamma)
         for r in range(args.repeat):
             for side in ("run", "tui")[:: 1 if r % 2 == 0 else -1]:
                 rate = run_side(profile) if side == "run" else tui_side(profile)
                 rates[side].append(rate)
                 print(f"repeat {r} {side}: {rate:.1f} tok/s", flush=True)
     run, tui = statistics.median(rates["run"]), statistics.median(rates["tui"])
-    print(f"median: run {run:.1f} tok/s, TUI {tui:.1f} tok/s, TUI/run {tui / run:.3f}")
+    # each repeat's two sides share a seed (the same reply): the paired ratios are the measure
+    pairs = [t / r for t, r in zip(rates["tui"], rates["run"])]
+    print(f"median: run {run:.1f} tok/s, TUI {tui:.1f} tok/s, TUI/run {tui / run:.3f}; "
+          f"paired TUI/run: median {statistics.median(pairs):.3f} (" + ", ".join(f"{x:.3f}" for x in pairs) + ")")
 
 
 if __name__ == "__main__":
