@@ -225,9 +225,28 @@ EVENT_TYPES: dict[str, type] = {
 
 def to_json(event: Any) -> dict[str, Any]:
     """A JSON-able dict with a ``type`` key naming the event class."""
-    data = dataclasses.asdict(event)
+    data = _plain(event)
     data["type"] = type(event).__name__
     return data
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(value: Any) -> Any:
+    """``dataclasses.asdict`` for events, without its deep copy of every leaf: events
+    hold only str, numbers, None and containers of them, and one is recorded per step
+    on the engine's thread (~50 → ~10 µs a step event). Sequences become lists."""
+    names = _FIELD_NAMES.get(type(value))
+    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _FIELD_NAMES[type(value)] = tuple(f.name for f in dataclasses.fields(value))
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def _token_from(d: dict[str, Any]) -> Token:

@@ -251,3 +251,15 @@ def test_profile_switch_keeps_one_file_with_the_new_header_aside(tmp_path):
     assert [t.event for t in recording.events] == [events[0], ProfileSwitched("ngram"), events[1]]
     assert [t.event.profile["name"] for t in recording.later_headers] == ["ngram"]
     assert recording.later_headers[0].line == 4
+
+
+def test_recorded_lines_are_what_asdict_gives():
+    """to_json skips asdict's deep copy (it runs on the engine's thread once a step); the
+    JSON must stay byte for byte what asdict's would be."""
+    import dataclasses
+
+    from specchat.events import to_json
+
+    for event in sample_events() + [ErrorEvent("boom", 2), ProfileSwitched(name="x")]:
+        expected = {**dataclasses.asdict(event), "type": type(event).__name__}
+        assert json.dumps(to_json(event)) == json.dumps(expected)
