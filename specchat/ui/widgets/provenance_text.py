@@ -197,10 +197,9 @@ def _moved_down(strip: Strip, lines: int) -> Strip:
     segments = []
     for segment in strip:
         style = segment.style
-        if style is not None and style._meta:
-            meta = style.meta
-            if "offset" in meta:
-                x, y = meta["offset"]
-                style = style + RichStyle.from_meta({"offset": (x, y + lines)})
+        offset = style.meta.get("offset") if style is not None else None
+        if offset is not None:
+            x, y = offset
+            style = style + RichStyle.from_meta({"offset": (x, y + lines)})
         segments.append(Segment(segment.text, style, segment.control))
     return Strip(segments, strip.cell_length)
