@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tui_vs_run import summary  # this folder: the same summary line
 
 PROMPT = "Write a detailed story of about 400 words about a lighthouse keeper who finds a message in a bottle."
 SESSION = "specchat-tui-bench"
@@ -94,11 +95,7 @@ def main() -> None:
                 rate = run_side(profile) if side == "run" else tui_side(profile)
                 rates[side].append(rate)
                 print(f"repeat {r} {side}: {rate:.1f} tok/s", flush=True)
-    run, tui = statistics.median(rates["run"]), statistics.median(rates["tui"])
-    # each repeat's two sides share a seed (the same reply): the paired ratios are the measure
-    pairs = [t / r for t, r in zip(rates["tui"], rates["run"])]
-    print(f"median: run {run:.1f} tok/s, TUI {tui:.1f} tok/s, TUI/run {tui / run:.3f}; "
-          f"paired TUI/run: median {statistics.median(pairs):.3f} (" + ", ".join(f"{x:.3f}" for x in pairs) + ")")
+    print(summary(rates))
 
 
 if __name__ == "__main__":

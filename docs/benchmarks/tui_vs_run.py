@@ -77,6 +77,15 @@ def measure(side: str, profile: str, tokens: int, seed: int) -> tuple[int, float
     return int(n), float(s)
 
 
+def summary(rates: dict[str, list[float]]) -> str:
+    """Medians of each side, and the median of the paired ratios: each repeat's two sides
+    share a seed (the same reply), so the pairs are the measure."""
+    run, tui = statistics.median(rates["run"]), statistics.median(rates["tui"])
+    pairs = [t / r for t, r in zip(rates["tui"], rates["run"])]
+    return (f"median: run {run:.1f} tok/s, TUI {tui:.1f} tok/s, TUI/run {tui / run:.3f}; "
+            f"paired TUI/run: median {statistics.median(pairs):.3f} (" + ", ".join(f"{x:.3f}" for x in pairs) + ")")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", default="default")
@@ -97,11 +106,7 @@ def main() -> None:
             n, s = measure(side, args.profile, args.tokens, seed=1000 + r)
             rates[side].append(n / s)
             print(f"repeat {r} {side}: {n} tokens in {s:.2f} s = {n / s:.1f} tok/s", flush=True)
-    run, tui = statistics.median(rates["run"]), statistics.median(rates["tui"])
-    # each repeat's two sides share a seed (the same reply): the paired ratios are the measure
-    pairs = [t / r for t, r in zip(rates["tui"], rates["run"])]
-    print(f"median: run {run:.1f} tok/s, TUI {tui:.1f} tok/s, TUI/run {tui / run:.3f}; "
-          f"paired TUI/run: median {statistics.median(pairs):.3f} (" + ", ".join(f"{x:.3f}" for x in pairs) + ")")
+    print(summary(rates))
 
 
 if __name__ == "__main__":
