@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from specchat.sanitize import clean
 from tui_vs_run import summary  # this folder: the same summary line
 
 PROMPT = "Write a detailed story of about 400 words about a lighthouse keeper who finds a message in a bottle."
@@ -38,7 +39,8 @@ def write_profile(folder: Path, base: str, plain: bool, tokens: int, seed: int, 
 
 
 def pane() -> str:
-    return subprocess.run(["tmux", "capture-pane", "-p", "-t", SESSION], capture_output=True, text=True).stdout
+    """The pane's text, cleaned: it holds a model's reply, and may be printed below."""
+    return clean(subprocess.run(["tmux", "capture-pane", "-p", "-t", SESSION], capture_output=True, text=True).stdout)
 
 
 def wait_for(pattern: str, timeout: float) -> str:
