@@ -21,7 +21,9 @@ class Proposal:
     """tokens: [k'] drafted ids (k' ≤ k, possibly 0), on the proposer's device.
     q: [k', V] the distributions they were drawn from, on the target's vocabulary V (ids the
        draft model has no row for have probability 0), or None for point masses.
-    forwards: draft-model forward passes spent. match_length: n-gram length matched.
+    forwards: draft-model forward passes spent. match_length: for n-gram lookup, how many
+       tokens the context's end agrees with the text before the earlier occurrence (at
+       least the n-gram matched, at most ``NgramProposer.MATCH_CAP``).
     catch_up_tokens: context tokens the draft model ran before drafting beyond the one or
        two a warm draft runs (the last emitted token; after a bonus also the last draft) —
        the tokens it missed while the target decoded plainly. Their time is in the step's
@@ -128,9 +130,16 @@ class DraftModelProposer(Proposer):
 class NgramProposer(Proposer):
     """Prompt lookup: find the most recent earlier occurrence of the context's last n
     tokens (n from prompt_lookup_max down to prompt_lookup_min) and propose the tokens
-    that followed it. Drafts are point masses (q = 1 on the drafted token)."""
+    that followed it. Drafts are point masses (q = 1 on the drafted token).
+
+    The match length reported with a lookup is how far back the context agrees with the
+    text before that occurrence, not just the n-gram: on our prompt sets the first draft
+    was kept ~20 % of the time after a 1-token agreement, ~50 % after 2, ~75 % after 5–7
+    and 91–98 % after 16 or more, which is what the adaptive controller keys its
+    acceptance estimates on (controller.py)."""
 
     kind = "ngram"
+    MATCH_CAP = 16  # agreement is measured up to this many tokens
 
     def __init__(self, num_speculative_tokens: int | str = 5, prompt_lookup_min: int = 1,
                  prompt_lookup_max: int = 3, max_speculative_tokens: int | None = None,
@@ -144,7 +153,7 @@ class NgramProposer(Proposer):
         self._memo: tuple | None = None  # this step's lookup, shared by the controller and propose
 
     def lookup(self, ids: list[int], k: int) -> tuple[list[int], int]:
-        """(continuation of at most k ids, matched n-gram length); ([], 0) without a match.
+        """(continuation of at most k ids, match length); ([], 0) without a match.
 
         The adaptive controller looks before it chooses γ and propose looks again: the
         second look reuses the first (a shorter continuation is a prefix of a longer one).
@@ -173,7 +182,10 @@ class NgramProposer(Proposer):
             j = size - 2
             while j >= n - 1:
                 if ids[j] == last and ids[j - n + 1:j + 1] == tail:
-                    return ids[j + 1:j + 1 + k], n
+                    agree = n
+                    while agree < self.MATCH_CAP and j >= agree and ids[j - agree] == ids[size - 1 - agree]:
+                        agree += 1
+                    return ids[j + 1:j + 1 + k], agree
                 j -= 1
         return [], 0
 
