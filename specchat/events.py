@@ -236,7 +236,8 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 def _plain(value: Any) -> Any:
     """``dataclasses.asdict`` for events, without its deep copy of every leaf: events
     hold only str, numbers, None and containers of them, and one is recorded per step
-    on the engine's thread (~50 → ~10 µs a step event). Sequences become lists."""
+    on the engine's thread (a two-token step event: ~70 → ~40 µs here). Sequences
+    become lists."""
     names = _FIELD_NAMES.get(type(value))
     if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
         names = _FIELD_NAMES[type(value)] = tuple(f.name for f in dataclasses.fields(value))

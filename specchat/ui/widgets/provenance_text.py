@@ -36,6 +36,7 @@ KIND_STYLES: dict[str, str] = {
     "target": "$spec-target italic",
 }
 
+
 def provenance_content(tokens: list[Token], highlight: int | None = None, clickable: bool = False) -> Content:
     """The tokens as styled text; runs of one kind share a span. ``highlight`` reverses
     one token (the inspector's cursor); ``clickable`` makes each token select itself."""
