@@ -1,8 +1,8 @@
 """What a streaming reply costs the screen (specchat/ui/widgets/reply.py, panel.py).
 
 On two cores the UI's drawing is taken from the model's threads, and a layout of the
-screen (re-arrange and repaint everything) costs ~20 ms. So a reply that grows keeps
-room for about two seconds of text instead of asking for a layout per new line, repaints
+screen (re-arrange and repaint everything) costs ~10-20 ms. So a reply that grows keeps
+room for about four seconds of text instead of asking for a layout per new line, repaints
 only its last lines, and the panel does not relayout when a figure gets shorter. What
 is on screen must still be exactly the reply's text at every step.
 """
@@ -20,6 +20,7 @@ from textual.widgets import Static
 from specchat.events import Token
 from specchat.ui.themes import SPEC_VARIABLE_DEFAULTS
 from specchat.ui.widgets.panel import SpecPanel
+from specchat.ui.widgets.provenance_text import MAX_RESERVED_LINES
 from specchat.ui.widgets.reply import ReplyView
 
 KINDS = ("accepted", "target", "bonus", "resampled")
@@ -97,11 +98,11 @@ def test_a_streaming_reply_shows_exactly_its_text_with_a_layout_per_several_line
                 lines = screen_lines(app, provenance)
                 assert lines[:len(expected)] == expected  # every line right, the last included
                 assert not any(lines[len(expected):])  # below it only the blank lines kept in reserve
-                assert len(lines) - len(expected) <= 12
+                assert len(lines) - len(expected) <= MAX_RESERVED_LINES
             text_lines = len(expected)
             assert text_lines >= 30
-            # a layout per new line would be ~text_lines; two seconds of room is ~10 lines here
-            assert layouts[0] <= text_lines / 3, f"{layouts[0]} layouts for {text_lines} lines"
+            # a layout per new line would be ~text_lines; four seconds of room is MAX_RESERVED_LINES (16) here
+            assert layouts[0] <= text_lines / 4, f"{layouts[0]} layouts for {text_lines} lines"
             view.finish("stop")
             await pilot.pause()
             assert provenance.size.height == text_lines  # the reserve is gone once it finishes
@@ -110,8 +111,31 @@ def test_a_streaming_reply_shows_exactly_its_text_with_a_layout_per_several_line
     asyncio.run(run())
 
 
+def test_a_fast_reply_on_a_small_terminal_keeps_at_most_a_third_of_the_screen_blank():
+    """Room for four seconds of a fast reply would be most of a 24-line terminal: once the
+    reply scrolls up, the screen would be mostly blank lines."""
+    tokens = split_tokens(reply_text(seed=9), seed=10)
+    now = [0.0]
+
+    async def run():
+        app = ReplyApp()
+        async with app.run_test(size=(64, 24)) as pilot:
+            view = app.query_one(ReplyView)
+            provenance = view.provenance
+            provenance._clock = lambda: now[0]
+            most = 0
+            for start in range(0, len(tokens), 12):
+                now[0] += 0.125
+                view.append_tokens(tokens[start:start + 12])
+                await pilot.pause()
+                most = max(most, provenance.size.height - provenance.text_height(provenance.content_size.width))
+            assert 0 < most <= 24 // 3
+
+    asyncio.run(run())
+
+
 def test_a_slow_reply_keeps_no_blank_lines():
-    """At a few tokens a second, two seconds of room is under a line: nothing is reserved."""
+    """At a few tokens a second, four seconds of room is under a line: nothing is reserved."""
     tokens = split_tokens(reply_text(seed=6, words=30), seed=7)
     now = [0.0]
 

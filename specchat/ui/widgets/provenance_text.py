@@ -6,8 +6,8 @@ CPU, so the widget does as little per batch as the screen allows:
 * its wrapped lines are kept per paragraph: a paragraph that has ended (a token ending
   in a newline) is wrapped once, and a batch re-wraps only the paragraph still growing
   (wrapping splits at newlines first, so this is the text's own wrap, line for line);
-* it is laid out with room for about two seconds of further text (see RESERVE_S), so
-  the screen is re-laid out every few lines, not at each new one;
+* it is laid out with room for about four seconds of further text (see RESERVE_S), so
+  the screen is re-laid out every several lines, not at each new one;
 * between layouts it repaints from its old last line down, not the whole reply.
 """
 
@@ -70,16 +70,19 @@ def provenance_content(tokens: list[Token], highlight: int | None = None, clicka
 
 
 # While a reply streams, its widget is laid out with room for about this many seconds
-# of further text (at the rate its lines have been coming), at most MAX_RESERVED_LINES:
-# each layout re-arranges and repaints the whole screen (~20 ms of a CPU core that the
-# model shares), and a reply that grows a line at a time asked for one every other drain.
-RESERVE_S = 2.0
-MAX_RESERVED_LINES = 12
+# of further text (at the rate its lines have been coming): each layout re-arranges and
+# repaints the whole screen (~10-20 ms of a CPU core that the model shares, and twice
+# that in lost decoding, as llama.cpp's threads wait for the one the UI preempted), and
+# a reply that grew a line at a time asked for one every other drain. The blank room is
+# at most MAX_RESERVED_LINES and a third of the screen's height, so a small terminal
+# is not left mostly blank after the reply scrolls up.
+RESERVE_S = 4.0
+MAX_RESERVED_LINES = 16
 
 
-def lines_to_reserve(needed: int, lines_per_s: float) -> int:
+def lines_to_reserve(needed: int, lines_per_s: float, screen_height: int = 48) -> int:
     """The height to lay a streaming reply out at once it needs ``needed`` lines."""
-    return needed + min(MAX_RESERVED_LINES, int(lines_per_s * RESERVE_S))
+    return needed + min(MAX_RESERVED_LINES, screen_height // 3, int(lines_per_s * RESERVE_S))
 
 
 class ProvenanceText(Widget):
@@ -119,7 +122,7 @@ class ProvenanceText(Widget):
         if needed > height or shown_width not in (0, width):  # more lines, or resized since
             elapsed = self._clock() - self._started_at
             rate = needed / elapsed if elapsed > 0 else 0.0
-            self._reserved = lines_to_reserve(needed, rate)
+            self._reserved = lines_to_reserve(needed, rate, self.screen.size.height)
             self.refresh(layout=True)
         else:
             # only the lines from the old last one (its last word may wrap on) are new:
