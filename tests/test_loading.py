@@ -31,6 +31,31 @@ def test_tiny_draft_profile_loads_target_tokenizer_and_draft(tiny_profile_path):
     assert [e.stage for e in events][-1] == "done"
 
 
+def test_loaded_models_leave_the_collectors_scans_until_the_next_load(tiny_profile_path):
+    """A full collection mid-reply walked every object the models and the UI had made:
+    ~150 ms holding the GIL that the engine's thread needs. Loading freezes them
+    (gc.freeze: out of the scans, still freed by reference count); the next load — a
+    profile switch — unfreezes them, so the old models' reference cycles are freed."""
+    import gc
+    import weakref
+
+    def tracked(obj) -> bool:  # gc.get_objects() leaves frozen objects out
+        return any(o is obj for o in gc.get_objects())
+
+    try:
+        loaded = load_models(load_profile(tiny_profile_path))
+        assert not tracked(loaded.target) and not tracked(loaded.tokenizer)
+        old = weakref.ref(loaded.target)
+        loaded.target.cycle = loaded.target  # only the collector can free it
+        del loaded
+        gc.collect()
+        assert old() is not None  # frozen: out of the collector's reach
+        again = load_models(load_profile(tiny_profile_path))  # a profile switch
+        assert old() is None and not tracked(again.target)
+    finally:
+        gc.unfreeze()
+
+
 def test_truncated_draft_keeps_the_first_layers_of_the_target(tmp_path, tiny_model_dir):
     path = tmp_path / "derived.toml"
     path.write_text(f"[target]\nsource = '{tiny_model_dir}'\n[speculation]\nmethod = \"draft_model\"\n"

@@ -183,6 +183,45 @@ def test_a_panel_figure_that_gets_shorter_keeps_its_height_until_the_panel_settl
     asyncio.run(run())
 
 
+def test_the_panels_histograms_are_laid_out_at_their_largest_from_the_start():
+    """A profile drafting up to γ = 4 has at most 5 histogram rows and 4 positions: the
+    panel gives them that room when the profile loads, so a first turn whose γ grows
+    step by step (γ = auto) does not relayout the screen at each new row."""
+    from specchat.telemetry import MetricsSnapshot
+
+    async def run():
+        app = PanelApp()
+        async with app.run_test(size=(60, 60)) as pilot:
+            panel = app.query_one(SpecPanel)
+            histogram, positions = panel.query_one("#histogram", Static), panel.query_one("#positions", Static)
+            panel.size_for("ngram", 4)
+            panel.show(MetricsSnapshot(), MetricsSnapshot(), settle=True)
+            await pilot.pause()
+            assert (histogram.size.height, positions.size.height) == (5, 4)
+            assert str(histogram.render()).split("\n")[0] == "no drafting steps yet"
+            verdicts = [panel.query_one(f"#{name}", Static) for name in ("breakeven", "recommend", "controller")]
+            assert [static.size.height for static in verdicts] == [2, 2, 2]  # a long verdict wraps to two
+            layouts = counting_layouts(histogram), counting_layouts(positions)
+            for gamma in range(1, 5):
+                turn = MetricsSnapshot(num_steps=gamma, acceptance_histogram=(1,) * (gamma + 1),
+                                       per_position_acceptance=(0.5,) * gamma, gamma_history=tuple(range(1, gamma + 1)))
+                panel.show(turn, turn)
+                await pilot.pause()
+                assert str(histogram.render()).count("█") > 0
+                assert (histogram.size.height, positions.size.height) == (5, 4)
+            assert [count[0] for count in layouts] == [0, 0]
+            panel.size_for("ngram", 10**6)  # a crafted recording's: at most a profile's largest γ
+            panel.show(MetricsSnapshot(), MetricsSnapshot(), settle=True)
+            await pilot.pause()
+            assert (histogram.size.height, positions.size.height) == (17, 16)
+            panel.size_for("none", 4)  # a profile without drafts: no room kept
+            panel.show(MetricsSnapshot(), MetricsSnapshot(), settle=True)
+            await pilot.pause()
+            assert (histogram.size.height, positions.size.height) == (1, 1)
+
+    asyncio.run(run())
+
+
 def test_the_input_cursor_does_not_blink_while_the_model_writes(tmp_path):
     """Each blink repaints the screen, twice a second, on the CPU the model shares."""
     from specchat.ui.app import SpecchatApp

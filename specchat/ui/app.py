@@ -224,7 +224,8 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self.sub_title = info.profile_name + (f" · {info.target_dtype}" if info.target_dtype else "")
         underivable = (info.details or {}).get("not_derivable")
         self.chat.reset_figures(info.max_gamma, info.method,
-                                tuple(k for k in underivable if isinstance(k, str)) if isinstance(underivable, list) else ())
+                                tuple(k for k in underivable if isinstance(k, str)) if isinstance(underivable, list) else (),
+                                gamma=info.num_speculative_tokens)
         self.chat.apply_events([Loaded(info.profile_name, info.description)])
         note = (info.details or {}).get("speculation_source")
         self.chat.query_one("#legend").set_note(note if isinstance(note, str) else "")  # type: ignore[attr-defined]

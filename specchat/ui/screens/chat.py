@@ -107,9 +107,13 @@ class ChatScreen(Screen):
             self._panel_dirty = False
             self.panel.show(self.figures.turn, self.figures.session, self.figures.turn_number, settle=settle)
 
-    def reset_figures(self, max_gamma: int, method: str, underivable: tuple[str, ...] = ()) -> None:
+    def reset_figures(self, max_gamma: int, method: str, underivable: tuple[str, ...] = (),
+                      gamma: int | str = "auto") -> None:
+        """A profile loaded: its figures start over; the panel makes room for the γ it
+        drafts at (``gamma``: a number, or "auto" up to ``max_gamma``)."""
         self.figures.reset(max_gamma, underivable)
-        self.panel.method = method
+        deepest = max_gamma if gamma == "auto" else gamma if isinstance(gamma, int) else 0
+        self.panel.size_for(method, deepest)
         self.flush_panel(force=True, settle=True)
 
     # --- events -------------------------------------------------------------------

@@ -22,6 +22,7 @@ from specchat.ui.figures import (
 )
 
 LABEL_W, COL_W = 18, 9
+MAX_GAMMA_ROWS = 16  # the largest γ a profile can ask for
 
 
 def table_content(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool) -> Content:
@@ -40,6 +41,18 @@ class SpecPanel(VerticalScroll):
         super().__init__(**kwargs)
         self.hide_timing = hide_timing
         self.method = "none"
+        self._least: dict[str, int] = {}  # selector: lines it is laid out with at least
+
+    def size_for(self, method: str, max_gamma: int) -> None:
+        """A profile's figures: its histogram can reach max_gamma + 1 rows, its
+        per-position acceptance max_gamma, and the verdicts in words two lines on the
+        panel's width, so they are laid out at that height from the start (blank rows
+        until used) and do not grow while the model runs. Applied at the next
+        ``show(settle=True)``."""
+        self.method = method
+        rows = min(max_gamma, MAX_GAMMA_ROWS) if isinstance(max_gamma, int) else 0  # a recording's, maybe
+        self._least = ({"#histogram": rows + 1, "#positions": rows, "#breakeven": 2, "#recommend": 2,
+                        "#controller": 2} if method != "none" and rows > 0 else {})
 
     def compose(self) -> ComposeResult:
         yield Static("", id="panel-title")
@@ -66,7 +79,8 @@ class SpecPanel(VerticalScroll):
         is left alone and a changed one asks for a layout only when it wraps to more
         lines than before. A figure that gets shorter keeps its height (blank lines
         below) until ``settle``, when a profile is loaded: so after a turn or two the
-        panel keeps still, and its figures stay where the eye left them."""
+        panel keeps still, and its figures stay where the eye left them. The
+        histograms are laid out at their largest height from the start (size_for)."""
         static = self.query_one(selector, Static)
         key = (content.plain, tuple(content.spans))
         shown = self._shown.get(selector)
@@ -74,9 +88,12 @@ class SpecPanel(VerticalScroll):
             return static
         width = static.content_size.width
         height = content.get_height(static.styles, width) if width else None
+        least = self._least.get(selector, 0)
         if shown is not None and None not in (height, shown[1]) and height < shown[1] and not settle:
-            content = content + Content("\n" * (shown[1] - height))
-            height = shown[1]
+            least = max(least, shown[1])
+        if height is not None and height < least:
+            content = content + Content("\n" * (least - height))
+            height = least
         if shown is None or shown[0] != key or height != shown[1]:
             static.update(content, layout=shown is None or height is None or height != shown[1])
         self._shown[selector] = (key, height)
