@@ -315,3 +315,42 @@ def test_lines_wrapped_paragraph_by_paragraph_equal_the_whole_texts_wrap():
             check()
 
     asyncio.run(run())
+
+
+SPACES_AND_LONG_WORDS = ["x" * 45, "   ", " ", "  a", "b  ", "中文字 "]
+TABS_AND_WIDE = SPACES_AND_LONG_WORDS + ["\t", "a\tb", " 漢字漢字漢字", "\n"]
+
+
+def test_the_growing_paragraphs_kept_lines_equal_the_whole_wrap_with_awkward_text():
+    """A drain re-wraps the growing paragraph only from its second-last line (greedy
+    wrapping keeps the lines above). Runs of spaces that wrap (a line may start inside
+    one), words longer than the line (folded), tabs (their width depends on the column)
+    and wide characters must still give exactly the whole text's lines, offsets
+    included, after every batch."""
+    from textual.visual import Visual
+
+    from specchat.ui.widgets.provenance_text import provenance_content
+
+    async def run(awkward: list[str], seed: int, width: int):
+        rng = random.Random(seed)
+        tokens = []
+        for token in paragraph_tokens(seed):
+            tokens.append(token)
+            if rng.random() < 0.2:
+                tokens.append(Token(id=0, kind="target", text=rng.choice(awkward)))
+        tokens = [Token(id=i, kind=t.kind, text=t.text) for i, t in enumerate(tokens)]
+        app = ReplyApp()
+        async with app.run_test(size=(width, 200)) as pilot:
+            view = app.query_one(ReplyView)
+            provenance = view.provenance
+            view.append_tokens(tokens[:3])
+            await pilot.pause()  # laid out once: the width holds from here
+            for start in range(3, len(tokens), 3):
+                view.append_tokens(tokens[start:start + 3])
+                whole = Visual.to_strips(provenance, provenance_content(provenance.tokens), provenance.size.width,
+                                         None, provenance.visual_style)
+                assert lines_of(provenance.wrapped_lines()) == lines_of(whole), f"seed {seed}, after {start + 3} tokens"
+
+    for awkward, seed, width in [(SPACES_AND_LONG_WORDS, 6, 20), (SPACES_AND_LONG_WORDS, 5, 37),
+                                 (TABS_AND_WIDE, 4, 20), (TABS_AND_WIDE, 5, 37), (TABS_AND_WIDE, 8, 64)]:
+        asyncio.run(run(awkward, seed, width))

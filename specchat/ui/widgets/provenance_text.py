@@ -4,8 +4,9 @@ A streaming reply is appended to several times a second while the model shares t
 CPU, so the widget does as little per batch as the screen allows:
 
 * its wrapped lines are kept per paragraph: a paragraph that has ended (a token ending
-  in a newline) is wrapped once, and a batch re-wraps only the paragraph still growing
-  (wrapping splits at newlines first, so this is the text's own wrap, line for line);
+  in a newline) is wrapped once, and a batch re-wraps only the paragraph still growing,
+  from its second-last line (wrapping splits at newlines first and is greedy, so this is
+  the text's own wrap, line for line; a drain costs the same in a long paragraph);
 * it is laid out with room for about four seconds of further text (see RESERVE_S), so
   the screen is re-laid out every several lines, not at each new one;
 * between layouts it repaints from its old last line down, not the whole reply.
@@ -100,6 +101,9 @@ class ProvenanceText(Widget):
         self._done_lines: list[Strip] = []
         self._done_breaks = 0  # newlines in tokens[:_done]: where the growing paragraph starts
         self._lines: list[Strip] | None = None  # _done_lines + the growing paragraph's
+        # (the growing paragraph's first token, its lines but the last two, where those
+        # two start: character ``at``, (column, line) = (x, y) in the paragraph)
+        self._settled: tuple[int, list[Strip], int, int, int] = (-1, [], 0, 0, 0)
         self._selected: tuple[tuple, list[Strip]] | None = None  # the lines with a selection shown
         self._clock = clock
         self._reserved = 0  # lines laid out for the text, while streaming
@@ -176,19 +180,39 @@ class ProvenanceText(Widget):
                 ended = provenance_content(self.tokens[self._done:end])
                 self._done_lines = self._done_lines + self._strips(ended[:-1], width, self._done_breaks)
                 self._done, self._done_breaks = end, self._done_breaks + ended.plain.count("\n")
-            growing = provenance_content(self.tokens[self._done:])
-            self._lines = self._done_lines + self._strips(growing, width, self._done_breaks)
+            self._lines = self._done_lines + self._growing_lines(width)
         return self._lines
 
-    def _strips(self, content: Content, width: int, first_line: int = 0) -> list[Strip]:
-        """``content``'s lines; it starts at the whole text's ``first_line`` (its styles
-        carry each character's (column, line) offset, which a mouse selection maps back
-        to the whole text)."""
+    def _growing_lines(self, width: int) -> list[Strip]:
+        """The growing paragraph's lines. Wrapping is greedy, so text added at the end
+        changes only the last lines: the lines above the last two are kept
+        (``_settled``), and the text from where those two start is wrapped again (two:
+        a line that ends the text exactly at the width wraps its space to an empty one)."""
+        growing = provenance_content(self.tokens[self._done:])
+        first, settled, at, x, y = self._settled
+        if first != self._done or "\t" in growing.plain:  # a new paragraph; tabs: see _starts_a_word
+            settled, at, x, y = [], 0, 0, 0
+        tail = self._strips(growing[at:], width, self._done_breaks + y, x)
+        lines = settled + tail
+        start = _offset(tail[-2]) if len(tail) > 2 else None
+        if start is not None:  # where the second-last line starts, in the paragraph
+            x_kept, y_kept = start[0], start[1] - self._done_breaks  # (moved to the whole text's)
+            text = growing.plain
+            at_kept = sum(len(line) + 1 for line in text.split("\n")[:y_kept]) + x_kept
+            if _starts_a_word(text, at_kept):
+                self._settled = (self._done, lines[:-2], at_kept, x_kept, y_kept)
+        return lines
+
+    def _strips(self, content: Content, width: int, first_line: int = 0, first_column: int = 0) -> list[Strip]:
+        """``content``'s lines; it starts at the whole text's ``first_line``, column
+        ``first_column`` (its styles carry each character's (column, line) offset, which
+        a mouse selection maps back to the whole text)."""
         strips = Visual.to_strips(self, content, width, None, self.visual_style)
-        return [_moved_down(strip, first_line) for strip in strips] if first_line else strips
+        return [_moved(strip, first_line, first_column) for strip in strips] if first_line or first_column else strips
 
     def _forget(self, width: int = 0) -> None:
         self._width, self._done, self._done_lines, self._done_breaks, self._lines = width, 0, [], 0, None
+        self._settled = (-1, [], 0, 0, 0)
         self._selected = None
 
     def notify_style_update(self) -> None:
@@ -196,14 +220,33 @@ class ProvenanceText(Widget):
         self._forget()
 
 
-def _moved_down(strip: Strip, lines: int) -> Strip:
-    """The strip with its offset metadata moved ``lines`` lines down."""
+def _starts_a_word(text: str, at: int) -> bool:
+    """Whether wrapping may restart at ``at``: the wrapper cuts a line into chunks of a
+    word and its spaces, so from a word's start (not inside a word or a run of spaces)
+    the rest wraps as it does within the whole; tabs widen by their column, so not with
+    tabs."""
+    return (0 <= at < len(text) and not text[at].isspace() and (at == 0 or text[at - 1].isspace())
+            and "\t" not in text)
+
+
+def _offset(strip: Strip) -> tuple[int, int] | None:
+    """The (column, line) offset of the strip's first character, if it has one."""
+    for segment in strip:
+        style = segment.style
+        if style is not None and style.meta.get("offset") is not None:
+            return style.meta["offset"]
+    return None
+
+
+def _moved(strip: Strip, lines: int, columns: int = 0) -> Strip:
+    """The strip with its offset metadata moved ``lines`` lines down, and ``columns``
+    right on its first line (the text it was wrapped from started mid-line)."""
     segments = []
     for segment in strip:
         style = segment.style
         offset = style.meta.get("offset") if style is not None else None
         if offset is not None:
             x, y = offset
-            style = style + RichStyle.from_meta({"offset": (x, y + lines)})
+            style = style + RichStyle.from_meta({"offset": (x + columns if y == 0 else x, y + lines)})
         segments.append(Segment(segment.text, style, segment.control))
     return Strip(segments, strip.cell_length)
