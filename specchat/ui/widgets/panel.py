@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.content import Content, Span
 from textual.widgets import Collapsible, Sparkline, Static
 
+from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.telemetry import MetricsSnapshot
 from specchat.ui.figures import (
     breakeven_text,
@@ -22,7 +23,6 @@ from specchat.ui.figures import (
 )
 
 LABEL_W, COL_W = 18, 9
-MAX_GAMMA_ROWS = 16  # the largest γ a profile can ask for
 
 
 def table_content(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool) -> Content:
@@ -50,7 +50,7 @@ class SpecPanel(VerticalScroll):
         until used) and do not grow while the model runs. Applied at the next
         ``show(settle=True)``."""
         self.method = method
-        rows = min(max_gamma, MAX_GAMMA_ROWS) if isinstance(max_gamma, int) else 0  # a recording's, maybe
+        rows = min(max_gamma, MAX_SPECULATIVE_TOKENS) if isinstance(max_gamma, int) else 0  # a recording's, maybe
         self._least = ({"#histogram": rows + 1, "#positions": rows, "#breakeven": 2, "#recommend": 2,
                         "#controller": 2} if method != "none" and rows > 0 else {})
 

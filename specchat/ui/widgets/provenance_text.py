@@ -81,7 +81,7 @@ RESERVE_S = 4.0
 MAX_RESERVED_LINES = 16
 
 
-def lines_to_reserve(needed: int, lines_per_s: float, screen_height: int = 48) -> int:
+def lines_to_reserve(needed: int, lines_per_s: float, screen_height: int) -> int:
     """The height to lay a streaming reply out at once it needs ``needed`` lines."""
     return needed + min(MAX_RESERVED_LINES, screen_height // 3, int(lines_per_s * RESERVE_S))
 
