@@ -14,7 +14,7 @@ real run's reply can part from the plain one at a near-tie; the replay follows t
 reply throughout. Use it to compare controllers, and confirm with ``specchat bench``.
 
     python docs/benchmarks/controller_replay.py --costs bench-results/…/results.json
-    python docs/benchmarks/controller_replay.py --costs … --max-gamma 5 10 --flat-prior
+    python docs/benchmarks/controller_replay.py --costs … --max-gamma 5 10 --before
 """
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ def oracle(replies: list[dict], costs: dict[int, float], ceiling: int, lookup: t
         prompt, reply = request["prompt"], request["reply"]
         best = [0.0] * (len(reply) + 1)
         for pos in range(len(reply) - 1, 0, -1):
-            drafts = proposer._scan(prompt + reply[:pos], ceiling)[0][: len(reply) - pos - 1]
+            drafts = proposer.lookup(prompt + reply[:pos], ceiling)[0][: len(reply) - pos - 1]
+            proposer.observe(0)
             options, kept = [costs[0] + best[pos + 1]], 0
             for k in range(1, len(drafts) + 1):
                 if kept == k - 1 and drafts[k - 1] == reply[pos + k - 1]:
@@ -136,10 +137,15 @@ def oracle(replies: list[dict], costs: dict[int, float], ceiling: int, lookup: t
     return {name: plain[name] / spent[name] for name in spent if spent[name]}
 
 
+def length_only() -> None:
+    """The controller before consensus: keyed by the agreement length's bucket alone."""
+    controller_module.match_key = lambda match: (controller_module.length_bucket(match.length), "alone")
+
+
 def flat_prior() -> None:
     """The controller before match-length buckets: keyed by the n-gram matched (≤ 3), one
     prior (0.6) for every key."""
-    controller_module.match_key = lambda length: min(length, 3)
+    controller_module.match_key = lambda match: (min(match.length, 3), "alone")
     controller_module.match_prior = lambda key: 0.6
 
 
@@ -156,7 +162,8 @@ def main() -> None:
     parser.add_argument("--max-gamma", type=int, nargs="+", default=[10])
     parser.add_argument("--noise", type=float, default=0.1, help="relative sd of each step's time")
     parser.add_argument("--seeds", type=int, default=4, help="noise seeds to average over")
-    parser.add_argument("--flat-prior", action="store_true", help="also replay the controller before match buckets")
+    parser.add_argument("--before", action="store_true",
+                        help="also replay the controller before consensus, and before match buckets")
     args = parser.parse_args()
 
     if args.replies.exists():
@@ -171,7 +178,8 @@ def main() -> None:
         costs = step_costs(args.costs, ceiling)
         print(f"γ ≤ {ceiling}: step ms by drafts " + " ".join(f"{k}:{t:.1f}" for k, t in costs.items()))
         print("  oracle          " + _line(oracle(replies, costs, ceiling, lookup)))
-        variants = [("match buckets", None)] + ([("flat prior", flat_prior)] if args.flat_prior else [])
+        variants = [("consensus", None)] + ([("length only", length_only), ("flat prior", flat_prior)]
+                                            if args.before else [])
         for name, patch in variants:
             saved = controller_module.match_key, controller_module.match_prior
             if patch:

@@ -8,8 +8,9 @@ not even change a seeded reply, only its speed (the coupled form in sampling.py)
   that measure the single-token target time the cost model needs.
 * :class:`AdaptiveGamma` picks the k in 0..max that maximises expected tokens per
   millisecond, E(k) / T(k), from online estimates of the conditional acceptance of each
-  draft position (for n-gram lookup: per bucket of match length, and no drafts at all
-  without a match) and of the measured step time T(k) (draft + verify + overhead).
+  draft position (for n-gram lookup: per bucket of match length and consensus of the
+  n-gram's earlier occurrences, and no drafts at all without a match) and of the
+  measured step time T(k) (draft + verify + overhead).
   Each bucket starts from a prior that grows with the match length (:func:`match_prior`),
   so a long quote is drafted deep from its first step while a one-token match waits for
   evidence; where verifying is dear (two CPU cores: 5 drafts cost ~2–2.7 plain steps)
@@ -26,6 +27,7 @@ few steps; and the wait between failed probes doubles only up to a cap.
 
 from __future__ import annotations
 
+from specchat.engine.ngram import NgramMatch
 from specchat.events import StepStats
 from specchat.telemetry import Telemetry
 
@@ -112,10 +114,11 @@ class _RecentMedian:
 
 
 MATCH_BUCKETS = (1, 2, 3, 4, 5, 8, 16)  # lower ends: 1, 2, 3, 4, 5–7, 8–15, 16+
+MatchKey = tuple[int, str]  # (agreement bucket, consensus); () for a draft model's drafts
 
 
-def match_key(length: int) -> int:
-    """The acceptance bucket of an n-gram match length (the lower end of its range)."""
+def length_bucket(length: int) -> int:
+    """The lower end of an agreement length's bucket (0 for none)."""
     key = 0
     for low in MATCH_BUCKETS:
         if length >= low:
@@ -123,12 +126,26 @@ def match_key(length: int) -> int:
     return key
 
 
-def match_prior(key: int) -> float:
-    """Prior probability that a draft is kept after a match of ``key`` tokens:
-    1 − 0.8 / L^0.8 — 0.20 at 1, 0.54 at 2, 0.74 at 4, 0.85 at 8, 0.91 at 16. Fitted
-    loosely to the first-draft acceptance on our prompt sets (proposers.py), as a
-    starting point that a few of the reply's own verdicts outweigh."""
-    return 1.0 - 0.8 / key ** 0.8
+def match_key(match: NgramMatch) -> MatchKey:
+    """The acceptance estimates an n-gram match shares: its agreement bucket and whether
+    the n-gram's other occurrences went on alike (ngram.py)."""
+    return length_bucket(match.length), match.consensus
+
+
+def match_prior(key: MatchKey) -> float:
+    """Prior probability that a draft is kept after a match: by agreement length L,
+    1 − 0.8 / L^0.8 — 0.20 at 1, 0.54 at 2, 0.74 at 4, 0.85 at 8, 0.91 at 16 — for a lone
+    occurrence; a third of the way from there to certainty where every other occurrence went
+    on alike, half of it where they went different ways. Fitted loosely to the first-draft
+    acceptance on our prompt sets (ngram.py), as a starting point that a few of the reply's
+    own verdicts outweigh."""
+    length, consensus = key
+    alone = 1.0 - 0.8 / length ** 0.8
+    if consensus == "agreed":
+        return 1.0 - (1.0 - alone) * 0.35
+    if consensus == "split":
+        return alone * 0.5
+    return alone
 
 
 class AdaptiveGamma(Controller):
@@ -146,7 +163,7 @@ class AdaptiveGamma(Controller):
         self.proposer = proposer
         self.probe_every = probe_every
         self.prior = prior_acceptance
-        self.accept: dict[int, list[_Ewma]] = {}  # match bucket (0 for a draft model) → per-position a_i
+        self.accept: dict[MatchKey, list[_Ewma]] = {}  # match key (() for a draft model) → per-position a_i
         self.step_ms: dict[int, _RecentMedian] = {}  # k → w(k)
         self.draft_ms = _RecentMedian()  # per drafted token
         self.plain_run = 0
@@ -157,7 +174,7 @@ class AdaptiveGamma(Controller):
         self.calibrate_every = calibrate_every
         self.since_plain = 0
         self.turn_weight = turn_weight
-        self._key = 0
+        self._key: MatchKey = ()
 
     def start_turn(self) -> None:
         # a new reply may quote far more or far less than the last one: acceptance learnt
@@ -166,7 +183,7 @@ class AdaptiveGamma(Controller):
             for estimate in estimates:
                 estimate.loosen(self.turn_weight)
 
-    def _acceptance(self, key: int) -> list[_Ewma]:
+    def _acceptance(self, key: MatchKey) -> list[_Ewma]:
         if key not in self.accept:
             prior = match_prior(key) if key else self.prior
             self.accept[key] = [_Ewma(prior) for _ in range(self.max_gamma)]
@@ -185,7 +202,7 @@ class AdaptiveGamma(Controller):
         slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
         return max(1e-3, my + max(0.0, slope) * (k - mx))
 
-    def predicted_rates(self, key: int, limit: int) -> list[float | None]:
+    def predicted_rates(self, key: MatchKey, limit: int) -> list[float | None]:
         """Expected tokens per ms for k = 0..limit (None where T(k) is unknown)."""
         acc = self._acceptance(key)
         rates: list[float | None] = []
@@ -201,9 +218,9 @@ class AdaptiveGamma(Controller):
 
     def choose(self, telemetry: Telemetry, ids: list[int]) -> tuple[int, float | None]:
         limit = self.max_gamma
-        self._key = 0
+        self._key = ()
         lookup = getattr(self.proposer, "lookup", None)
-        if lookup is not None:  # n-gram: a miss means nothing to verify; the match length informs a_i
+        if lookup is not None:  # n-gram: a miss means nothing to verify; the match informs a_i
             continuation, match = lookup(ids, limit)
             if not continuation:
                 return 0, None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from specchat.engine.backends import Backend, as_backend, common_prefix_length
+from specchat.engine.ngram import MATCH_CAP, NgramIndex, NgramMatch
 from specchat.engine.sampling import SamplingParams, on_vocab, sample, warp
 
 
@@ -23,7 +24,7 @@ class Proposal:
        draft model has no row for have probability 0), or None for point masses.
     forwards: draft-model forward passes spent. match_length: for n-gram lookup, how many
        tokens the context's end agrees with the text before the earlier occurrence (at
-       least the n-gram matched, at most ``NgramProposer.MATCH_CAP``).
+       least the n-gram matched, at most ``ngram.MATCH_CAP``).
     catch_up_tokens: context tokens the draft model ran before drafting beyond the one or
        two a warm draft runs (the last emitted token; after a bonus also the last draft) —
        the tokens it missed while the target decoded plainly. Their time is in the step's
@@ -128,18 +129,21 @@ class DraftModelProposer(Proposer):
 
 
 class NgramProposer(Proposer):
-    """Prompt lookup: find the most recent earlier occurrence of the context's last n
-    tokens (n from prompt_lookup_max down to prompt_lookup_min) and propose the tokens
-    that followed it. Drafts are point masses (q = 1 on the drafted token).
+    """Prompt lookup: find earlier occurrences of the context's last n tokens (n from
+    prompt_lookup_max down to prompt_lookup_min) and propose the tokens that followed the
+    one whose preceding text agrees longest with the context (ngram.py). Drafts are point
+    masses (q = 1 on the drafted token).
 
-    The match length reported with a lookup is how far back the context agrees with the
-    text before that occurrence, not just the n-gram: on our prompt sets the first draft
-    was kept ~20 % of the time after a 1-token agreement, ~50 % after 2, ~75 % after 5–7
-    and 91–98 % after 16 or more, which is what the adaptive controller keys its
-    acceptance estimates on (controller.py)."""
+    The match reported with a lookup (:class:`~specchat.engine.ngram.NgramMatch`) says how
+    far back the context agrees with the text before that occurrence, and whether the
+    n-gram's other occurrences were followed by the same token: the first draft was kept
+    ~20 % of the time after a lone 1-token agreement and 91–98 % after 16 or more, 33–74 %
+    after a 1-token match whose every earlier occurrence went on alike and ~10–15 % after
+    one whose occurrences went different ways. The adaptive controller keys its acceptance
+    estimates on both (controller.py)."""
 
     kind = "ngram"
-    MATCH_CAP = 16  # agreement is measured up to this many tokens
+    MATCH_CAP = MATCH_CAP
 
     def __init__(self, num_speculative_tokens: int | str = 5, prompt_lookup_min: int = 1,
                  prompt_lookup_max: int = 3, max_speculative_tokens: int | None = None,
@@ -150,10 +154,11 @@ class NgramProposer(Proposer):
         self.prompt_lookup_min = prompt_lookup_min
         self.prompt_lookup_max = prompt_lookup_max
         self.device = torch.device(device)
+        self._index = NgramIndex()
         self._memo: tuple | None = None  # this step's lookup, shared by the controller and propose
 
-    def lookup(self, ids: list[int], k: int) -> tuple[list[int], int]:
-        """(continuation of at most k ids, match length); ([], 0) without a match.
+    def lookup(self, ids: list[int], k: int) -> tuple[list[int], NgramMatch | None]:
+        """(continuation of at most k ids, its match); ([], None) without a match.
 
         The adaptive controller looks before it chooses γ and propose looks again: the
         second look reuses the first (a shorter continuation is a prefix of a longer one).
@@ -161,9 +166,9 @@ class NgramProposer(Proposer):
         speed, never exactness — drafts are verified."""
         key = (id(ids), len(ids))
         if self._memo is not None and self._memo[0] == key and self._memo[1] >= k:
-            continuation, n = self._memo[2]
-            return continuation[:k], n
-        found = self._scan(ids, k)
+            continuation, match = self._memo[2]
+            return continuation[:k], match
+        found = self._index.lookup(ids, k, self.prompt_lookup_min, self.prompt_lookup_max)
         self._memo = (key, k, found)
         return found
 
@@ -172,23 +177,9 @@ class NgramProposer(Proposer):
 
     def reset(self) -> None:
         self._memo = None
-
-    def _scan(self, ids: list[int], k: int) -> tuple[list[int], int]:
-        size = len(ids)
-        for n in range(min(self.prompt_lookup_max, size - 1), self.prompt_lookup_min - 1, -1):
-            tail = ids[size - n:]
-            last = tail[-1]
-            # scan right to left for an earlier end of the same n-gram
-            j = size - 2
-            while j >= n - 1:
-                if ids[j] == last and ids[j - n + 1:j + 1] == tail:
-                    agree = n
-                    while agree < self.MATCH_CAP and j >= agree and ids[j - agree] == ids[size - 1 - agree]:
-                        agree += 1
-                    return ids[j + 1:j + 1 + k], agree
-                j -= 1
-        return [], 0
+        self._index.reset()
 
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
-        tokens, n = self.lookup(ids, k) if k > 0 else ([], 0)
-        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), None, match_length=n)
+        tokens, match = self.lookup(ids, k) if k > 0 else ([], None)
+        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), None,
+                        match_length=match.length if match else 0)
