@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from specchat.engine.backends.base import common_prefix_length
 
 MATCH_CAP = 16  # agreement is measured up to this many tokens
-MAX_OCCURRENCES = 64  # the most recent occurrences of the last token a lookup weighs
+MAX_OCCURRENCES = 64  # a lookup weighs the most recent occurrences of the last pair (or token)
 
 
 @dataclass(frozen=True, slots=True)
