@@ -4,13 +4,13 @@ the occurrence it drafts from."""
 import random
 from collections import Counter
 
-from specchat.engine.ngram import MATCH_CAP, NgramIndex, NgramMatch
+from specchat.engine.ngram import MATCH_CAP, MAX_OCCURRENCES, NgramIndex, NgramMatch
 
 
 def scan(ids, k, min_n, max_n):
-    """Every earlier occurrence of the longest matching n-gram, found by brute force; the
-    one agreeing longest with the context (then the majority continuation, then the most
-    recent) is drafted from."""
+    """The earlier occurrences of the longest matching n-gram (the MAX_OCCURRENCES most
+    recent), found by brute force; the one agreeing longest with the context (then the
+    majority continuation, then the most recent) is drafted from."""
     end = len(ids) - 1
     for n in range(min(max_n, end), min_n - 1, -1):
         tail = ids[end - n + 1:]
@@ -21,6 +21,7 @@ def scan(ids, k, min_n, max_n):
                 while agree < MATCH_CAP and j >= agree and ids[j - agree] == ids[end - agree]:
                     agree += 1
                 found.append((agree, j))
+        found = found[:MAX_OCCURRENCES]
         if found:
             longest = max(agree for agree, _ in found)
             ties = [j for agree, j in found if agree == longest]
@@ -40,8 +41,9 @@ def test_index_matches_a_full_scan_while_the_context_grows_and_is_rewound():
         index, ids = NgramIndex(), []
         vocab = rng.choice((3, 5, 8))
         min_n, max_n = rng.choice(((1, 3), (1, 1), (2, 3), (1, 2), (3, 5)))
+        cut = rng.choice((0.1, 0.01))  # short contexts, or long ones (over MAX_OCCURRENCES of a token)
         for _ in range(120):
-            if ids and rng.random() < 0.1:
+            if ids and rng.random() < cut:
                 del ids[rng.randrange(len(ids)):]
             ids += [rng.randrange(vocab) for _ in range(rng.randint(1, 4))]
             k = rng.randint(1, 10)
@@ -62,3 +64,16 @@ def test_reports_whether_the_other_occurrences_went_on_alike():
     assert NgramIndex().lookup([1, 2, 3, 1, 2, 4, 5, 1, 2], 1, 1, 3)[1].consensus == "split"
     assert NgramIndex().lookup([1, 2, 3, 5, 1, 2], 1, 1, 3)[1].consensus == "alone"
     assert NgramIndex().lookup([1, 2, 3, 5], 1, 1, 3) == ([], None)
+
+
+def test_finds_a_long_match_behind_many_occurrences_of_its_last_tokens():
+    """A 3-gram whose one earlier occurrence lies behind 70 more recent occurrences of its
+    last two tokens is still found: the occurrences weighed are the n-gram's own."""
+    ids = [5, 6, 7, 1, 2, 3] + [9, 1, 2, 4] * 70 + [5, 6, 7, 1, 2]
+    assert NgramIndex().lookup(ids, 1, 1, 3) == ([3], NgramMatch(5))
+    assert NgramIndex().lookup(ids, 1, 3, 3) == ([3], NgramMatch(5))
+
+
+def test_ngrams_longer_than_the_agreement_cap():
+    ids = list(range(20)) + [99] + list(range(20))
+    assert NgramIndex().lookup(ids, 2, 17, 20) == ([99, 0], NgramMatch(20))
