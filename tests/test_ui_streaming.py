@@ -354,3 +354,60 @@ def test_the_growing_paragraphs_kept_lines_equal_the_whole_wrap_with_awkward_tex
     for awkward, seed, width in [(SPACES_AND_LONG_WORDS, 6, 20), (SPACES_AND_LONG_WORDS, 5, 37),
                                  (TABS_AND_WIDE, 4, 20), (TABS_AND_WIDE, 5, 37), (TABS_AND_WIDE, 8, 64)]:
         asyncio.run(run(awkward, seed, width))
+
+
+def test_the_replys_box_goes_up_with_the_message_and_its_first_tokens_need_no_layout(tmp_path):
+    """Each layout is a full one, taken from the model's cores: the reply's box is mounted
+    with the user's message (one layout for both, not a second when the first tokens come),
+    opens with room for a drain's worth of text, or for four seconds at the last reply's
+    pace, and a note of the turn goes above it."""
+    from pilot import SIZE, wait_for
+    from specchat.events import Step, StepEvent, StepStats, TurnFinished, TurnStarted, UserMessage
+    from specchat.sessions.recorder import Recorder, build_header
+    from specchat.ui.app import SpecchatApp
+    from specchat.ui.backend import replay_loader
+    from specchat.ui.widgets.reply import NoteView, UserView
+
+    path = tmp_path / "one.jsonl"
+    with Recorder(path) as rec:
+        rec.start(build_header({"name": "tiny"}))
+        for event in (UserMessage(1, "hi"), TurnStarted(1, 5, 3), TurnFinished(1, "stop", "", {}, 0.1)):
+            rec.record(event)
+
+    def step(texts):
+        tokens = tuple(Token(id=i, text=t, kind="target") for i, t in enumerate(texts))
+        return StepEvent(2, Step(tokens, StepStats(0, 0, 0), None), 0.1)
+
+    async def run():
+        app = SpecchatApp(loader=replay_loader(path, "max"), deterministic=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.turns_ended >= 1, what="the replay")
+            chat = app.chat
+            chat.apply_events([UserMessage(2, "and again")])
+            await pilot.pause()
+            reply = chat.transcript.last_reply
+            assert reply is not None and reply.turn == 2 and reply.region.height > 0  # before the turn started
+            layouts = counting_layouts(reply.provenance)
+            now = [10.0]
+            reply.provenance._clock = lambda: now[0]
+            width = reply.provenance.content_size.width
+            first = ["word "] * (width // 5 + 3)  # a drain's worth: onto a second line
+            chat.apply_events([TurnStarted(2, 9, "auto", "speculation is off"), step(first)])
+            await pilot.pause()
+            assert reply.provenance.text_height(width) == 2
+            assert layouts[0] == 0, "the first tokens asked for a layout"
+            assert chat.transcript.last_reply is reply
+            views = list(chat.transcript.children)
+            note = next(v for v in views if isinstance(v, NoteView) and "speculation is off" in str(v.render()))
+            user = [v for v in views if isinstance(v, UserView)][-1]
+            assert views.index(user) < views.index(note) < views.index(reply)
+            assert screen_lines(app, reply.provenance)[:2] == [line.plain.rstrip() for line in
+                                                              Content("".join(first)).wrap(width)]
+            # two lines in two seconds: the next reply opens with four seconds' worth, 4 lines
+            now[0] += 2.0
+            chat.apply_events([TurnFinished(2, "stop", "".join(first), {}, 2.0), UserMessage(3, "more")])
+            await pilot.pause()
+            assert chat.transcript.last_reply.turn == 3
+            assert chat.transcript.last_reply.provenance.size.height == 4
+
+    asyncio.run(run())

@@ -34,6 +34,7 @@ from specchat.ui.figures import LiveFigures
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.legend import Legend
 from specchat.ui.widgets.panel import SpecPanel
+from specchat.ui.widgets.provenance_text import FIRST_ROOM, lines_to_reserve
 from specchat.ui.widgets.reply import ReplyView
 from specchat.ui.widgets.status import StatusLine
 from specchat.ui.widgets.transcript import Transcript
@@ -56,6 +57,7 @@ class ChatScreen(Screen):
         self._panel_dirty = False
         self.last_user_text: str | None = None
         self._prompt_tokens = 0
+        self._reply_lines_per_s: float | None = None  # the last reply's pace (its box's opening room)
 
     def compose(self) -> ComposeResult:
         yield Header(icon="≈")
@@ -144,13 +146,19 @@ class ChatScreen(Screen):
         if isinstance(event, UserMessage):
             self.last_user_text = event.text
             transcript.add_user(event.text)
+            # the reply's box goes up with the message: one layout for both (each is a full
+            # one, taken from the model's cores), and the turn is seen to have begun; it
+            # opens with the room the last reply's pace would fill (a layout fewer again)
+            room = lines_to_reserve(0, self._reply_lines_per_s or 0.0, self.screen.size.height)
+            self.current = transcript.add_reply(event.turn, room=max(FIRST_ROOM, room))
         elif isinstance(event, TurnStarted):
             self.figures.apply(event)
             gamma = event.num_speculative_tokens
             self._prompt_tokens = event.prompt_tokens
+            if self.current is None or self.current.turn != event.turn:
+                self.current = transcript.add_reply(event.turn)
             if event.note:  # e.g. speculation off for this model: said once, above the reply
-                transcript.add_note(event.note)
-            self.current = transcript.add_reply(event.turn)
+                transcript.add_note(event.note, before=self.current)
             # border titles are markup: only a number or "auto" goes in
             self.current.border_title = f"assistant · γ {gamma}" if gamma in ("auto", *range(1, 17)) else "assistant"
             self._panel_dirty = True
@@ -160,6 +168,7 @@ class ChatScreen(Screen):
             if reply is None or reply.turn != event.turn:
                 reply = transcript.add_reply(event.turn)
             reply.finish(event.finish_reason, event.text)
+            self._reply_lines_per_s = reply.provenance.lines_per_s or self._reply_lines_per_s
             if event.finish_reason == "context" and not reply.tokens:
                 transcript.add_note(context_full_message(self._prompt_tokens), "warning")
             self.current = None

@@ -79,6 +79,7 @@ def provenance_content(tokens: list[Token], highlight: int | None = None, clicka
 # is not left mostly blank after the reply scrolls up.
 RESERVE_S = 4.0
 MAX_RESERVED_LINES = 16
+FIRST_ROOM = 2  # lines a reply's box opens with at least, before its first tokens (a drain's worth)
 
 
 def lines_to_reserve(needed: int, lines_per_s: float, screen_height: int) -> int:
@@ -109,6 +110,7 @@ class ProvenanceText(Widget):
         self._reserved = 0  # lines laid out for the text, while streaming
         self._started_at: float | None = None  # when the first tokens came
         self._wrapped = (0, 0)  # (content width, lines) of the text at the last append
+        self.lines_per_s: float | None = None  # how fast its lines came, once finished
 
     def append(self, tokens: list[Token]) -> None:
         self.tokens.extend(tokens)
@@ -134,8 +136,16 @@ class ProvenanceText(Widget):
             first = max(0, shown - 1)
             self.refresh(Region(0, first, width, needed - first))
 
+    def make_room(self, lines: int) -> None:
+        """Lays the (still empty) reply out with ``lines`` blank lines, so its first tokens
+        fit without another layout."""
+        self._reserved = lines
+
     def finish(self) -> None:
         """The reply is complete: its height becomes the text's."""
+        if self._started_at is not None and self._wrapped[1]:
+            elapsed = self._clock() - self._started_at
+            self.lines_per_s = self._wrapped[1] / elapsed if elapsed > 0.5 else None
         if self._reserved:
             self._reserved = 0
             self.refresh(layout=True)

@@ -20,14 +20,16 @@ class Transcript(VerticalScroll):
         self.mount(view)
         return view
 
-    def add_reply(self, turn: int, subtitle: str = "") -> ReplyView:
+    def add_reply(self, turn: int, subtitle: str = "", room: int = 0) -> ReplyView:
+        """``room``: blank lines the reply opens with until its text needs more."""
         view = ReplyView(turn, markdown=self.markdown, subtitle=subtitle)
+        view.provenance.make_room(room)
         self.mount(view)
         return view
 
-    def add_note(self, text: str, kind: str = "info") -> NoteView:
+    def add_note(self, text: str, kind: str = "info", before: ReplyView | None = None) -> NoteView:
         view = NoteView(text, kind)
-        self.mount(view)
+        self.mount(view, before=before)
         return view
 
     @property
