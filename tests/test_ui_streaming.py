@@ -411,3 +411,39 @@ def test_the_replys_box_goes_up_with_the_message_and_its_first_tokens_need_no_la
             assert chat.transcript.last_reply.provenance.size.height == 4
 
     asyncio.run(run())
+
+
+def test_a_reply_box_whose_turn_never_finishes_goes_and_notes_before_its_first_token_sit_above_it(tmp_path):
+    """The early box must not outlive a turn that never began (a recording cut after the
+    message, a backend that failed before the turn) or keep its blank room; and what is
+    said before the reply's first token reads above the reply, as before the box went up
+    early."""
+    from pilot import SIZE, wait_for
+    from specchat.events import ErrorEvent, TurnFinished, TurnStarted, UserMessage
+    from specchat.sessions.recorder import Recorder, build_header
+    from specchat.ui.app import SpecchatApp
+    from specchat.ui.backend import replay_loader
+    from specchat.ui.widgets.reply import NoteView, UserView
+
+    path = tmp_path / "cut.jsonl"
+    with Recorder(path) as rec:
+        rec.start(build_header({"name": "tiny"}))
+        for event in (UserMessage(1, "first"), TurnStarted(1, 5, 3), ErrorEvent("generation failed: boom", 1),
+                      TurnFinished(1, "error", "", {}, 0.1), UserMessage(2, "cut short")):
+            rec.record(event)
+
+    async def run():
+        app = SpecchatApp(loader=replay_loader(path, "max"), deterministic=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.turns_ended >= 1, what="the replay")
+            await pilot.pause(0.05)
+            views = [v for v in app.chat.transcript.children if isinstance(v, (UserView, ReplyView, NoteView))]
+            return [(type(v).__name__, getattr(v, "turn", None), getattr(v, "finish_reason", None),
+                     str(v.render()) if isinstance(v, NoteView) else "") for v in views]
+
+    views = asyncio.run(run())
+    replies = [v for v in views if v[0] == "ReplyView"]
+    assert replies == [("ReplyView", 1, "error", "")], views  # no box left for turn 2
+    kinds = [v[0] for v in views]
+    error = next(i for i, v in enumerate(views) if "boom" in v[3])
+    assert kinds.index("UserView") < error < kinds.index("ReplyView"), views

@@ -298,6 +298,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
 
     def _turn_ended(self, ended: _TurnEnded) -> None:
         self.generating = False
+        self.chat.turn_ended()
         self.turns_ended += 1
         self.turn_ended_at = time.perf_counter()
         box = self.chat.input

@@ -129,13 +129,42 @@ class ChatScreen(Screen):
                 if self.current is None or self.current.turn != event.turn:
                     self._flush_tokens(pending)
                     pending = []
-                    self.current = self.transcript.add_reply(event.turn)
+                    self._reply_for(event.turn)
                 pending.extend(event.step.tokens)
                 continue
             self._flush_tokens(pending)
             pending = []
             self._apply(event)
         self._flush_tokens(pending)
+
+    def _reply_for(self, turn: int) -> ReplyView:
+        """The reply box of ``turn``: the one up since its message, or a new one. An empty
+        box of another turn (one that never began) goes."""
+        if self.current is None or self.current.turn != turn:
+            self._close_reply()
+            self.current = self.transcript.add_reply(turn)
+        return self.current
+
+    def _waiting_reply(self) -> ReplyView | None:
+        """The reply box still waiting for its first token: what is said meanwhile goes
+        above it, as it did before the box went up early."""
+        reply = self.current
+        return reply if reply is not None and not reply.tokens else None
+
+    def _close_reply(self) -> None:
+        """A reply that will get no TurnFinished (a recording cut short, a backend that
+        failed before its turn began) loses its blank room, or goes if nothing was written."""
+        reply, self.current = self.current, None
+        if reply is None or reply.finish_reason is not None:
+            return
+        if reply.tokens:
+            reply.provenance.finish()
+        else:
+            reply.remove()
+
+    def turn_ended(self) -> None:
+        """The worker's turn is over, whatever events it sent."""
+        self._close_reply()
 
     def _flush_tokens(self, tokens: list[Token]) -> None:
         if tokens and self.current is not None:
@@ -155,8 +184,7 @@ class ChatScreen(Screen):
             self.figures.apply(event)
             gamma = event.num_speculative_tokens
             self._prompt_tokens = event.prompt_tokens
-            if self.current is None or self.current.turn != event.turn:
-                self.current = transcript.add_reply(event.turn)
+            self._reply_for(event.turn)
             if event.note:  # e.g. speculation off for this model: said once, above the reply
                 transcript.add_note(event.note, before=self.current)
             # border titles are markup: only a number or "auto" goes in
@@ -164,9 +192,7 @@ class ChatScreen(Screen):
             self._panel_dirty = True
         elif isinstance(event, TurnFinished):
             self.figures.apply(event)
-            reply = self.current
-            if reply is None or reply.turn != event.turn:
-                reply = transcript.add_reply(event.turn)
+            reply = self._reply_for(event.turn)
             reply.finish(event.finish_reason, event.text)
             self._reply_lines_per_s = reply.provenance.lines_per_s or self._reply_lines_per_s
             if event.finish_reason == "context" and not reply.tokens:
@@ -174,10 +200,10 @@ class ChatScreen(Screen):
             self.current = None
             self.flush_panel(force=True)
         elif isinstance(event, Notice):
-            transcript.add_note(event.message, "warning")
+            transcript.add_note(event.message, "warning", before=self._waiting_reply())
             self.notify(event.message, severity="warning", timeout=10, markup=False)
         elif isinstance(event, ErrorEvent):
-            transcript.add_note(event.message, "error")
+            transcript.add_note(event.message, "error", before=self._waiting_reply())
         elif isinstance(event, ChatReset):
             self.current = None
             transcript.add_note("— new chat —")
