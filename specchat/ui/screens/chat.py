@@ -173,6 +173,7 @@ class ChatScreen(Screen):
     def _apply(self, event: Any) -> None:
         transcript = self.transcript
         if isinstance(event, UserMessage):
+            self._close_reply()  # one whose TurnFinished never came
             self.last_user_text = event.text
             transcript.add_user(event.text)
             # the reply's box goes up with the message: one layout for both (each is a full
