@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import asynccontextmanager
 
 SIZE = (130, 40)
 
@@ -26,3 +27,26 @@ async def chat(app, pilot, prompts, timeout: float = 60.0) -> None:
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.turns_ended > before, timeout, what="the turn")
     await pilot.pause(0.1)
+
+
+def write_recording(path, events):
+    """A recording of ``events`` under a tiny profile's header, to replay without a model."""
+    from specchat.sessions.recorder import Recorder, build_header
+
+    with Recorder(path) as rec:
+        rec.start(build_header({"name": "tiny"}))
+        for event in events:
+            rec.record(event)
+    return path
+
+
+@asynccontextmanager
+async def replayed(path):
+    """(app, pilot) once the app has replayed the recording at ``path`` at full speed."""
+    from specchat.ui.app import SpecchatApp
+    from specchat.ui.backend import replay_loader
+
+    app = SpecchatApp(loader=replay_loader(path, "max"), deterministic=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.turns_ended >= 1, what="the replay")
+        yield app, pilot

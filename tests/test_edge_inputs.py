@@ -51,23 +51,15 @@ def test_a_prompt_longer_than_the_context_says_so(tiny_profile_path, capsys):
 
 
 def test_the_tui_says_why_a_reply_is_empty_when_the_context_is_full(tmp_path):
-    from pilot import SIZE, wait_for
+    from pilot import replayed, write_recording
     from specchat.events import TurnFinished, TurnStarted, UserMessage
-    from specchat.sessions.recorder import Recorder, build_header
-    from specchat.ui.app import SpecchatApp
-    from specchat.ui.backend import replay_loader
     from specchat.ui.widgets.reply import NoteView
 
-    path = tmp_path / "long.jsonl"
-    with Recorder(path) as rec:
-        rec.start(build_header({"name": "tiny"}))
-        for event in (UserMessage(1, "long"), TurnStarted(1, 40000, 3), TurnFinished(1, "context", "", {}, 0.1)):
-            rec.record(event)
+    path = write_recording(tmp_path / "long.jsonl", (UserMessage(1, "long"), TurnStarted(1, 40000, 3),
+                                                     TurnFinished(1, "context", "", {}, 0.1)))
 
     async def run():
-        app = SpecchatApp(loader=replay_loader(path, "max"), deterministic=True)
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.turns_ended >= 1, what="the replay")
+        async with replayed(path) as (app, pilot):
             await pilot.pause(0.05)
             return [str(view.render()) for view in app.chat.query(NoteView)]
 

@@ -361,27 +361,19 @@ def test_the_replys_box_goes_up_with_the_message_and_its_first_tokens_need_no_la
     with the user's message (one layout for both, not a second when the first tokens come),
     opens with room for a drain's worth of text, or for four seconds at the last reply's
     pace, and a note of the turn goes above it."""
-    from pilot import SIZE, wait_for
+    from pilot import replayed, write_recording
     from specchat.events import Step, StepEvent, StepStats, TurnFinished, TurnStarted, UserMessage
-    from specchat.sessions.recorder import Recorder, build_header
-    from specchat.ui.app import SpecchatApp
-    from specchat.ui.backend import replay_loader
     from specchat.ui.widgets.reply import NoteView, UserView
 
-    path = tmp_path / "one.jsonl"
-    with Recorder(path) as rec:
-        rec.start(build_header({"name": "tiny"}))
-        for event in (UserMessage(1, "hi"), TurnStarted(1, 5, 3), TurnFinished(1, "stop", "", {}, 0.1)):
-            rec.record(event)
+    path = write_recording(tmp_path / "one.jsonl", (UserMessage(1, "hi"), TurnStarted(1, 5, 3),
+                                                    TurnFinished(1, "stop", "", {}, 0.1)))
 
     def step(texts):
         tokens = tuple(Token(id=i, text=t, kind="target") for i, t in enumerate(texts))
         return StepEvent(2, Step(tokens, StepStats(0, 0, 0), None), 0.1)
 
     async def run():
-        app = SpecchatApp(loader=replay_loader(path, "max"), deterministic=True)
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.turns_ended >= 1, what="the replay")
+        async with replayed(path) as (app, pilot):
             chat = app.chat
             chat.apply_events([UserMessage(2, "and again")])
             await pilot.pause()
@@ -418,24 +410,16 @@ def test_a_reply_box_whose_turn_never_finishes_goes_and_notes_before_its_first_t
     message, a backend that failed before the turn) or keep its blank room; and what is
     said before the reply's first token reads above the reply, as before the box went up
     early."""
-    from pilot import SIZE, wait_for
+    from pilot import replayed, write_recording
     from specchat.events import ErrorEvent, TurnFinished, TurnStarted, UserMessage
-    from specchat.sessions.recorder import Recorder, build_header
-    from specchat.ui.app import SpecchatApp
-    from specchat.ui.backend import replay_loader
     from specchat.ui.widgets.reply import NoteView, UserView
 
-    path = tmp_path / "cut.jsonl"
-    with Recorder(path) as rec:
-        rec.start(build_header({"name": "tiny"}))
-        for event in (UserMessage(1, "first"), TurnStarted(1, 5, 3), ErrorEvent("generation failed: boom", 1),
-                      TurnFinished(1, "error", "", {}, 0.1), UserMessage(2, "cut short")):
-            rec.record(event)
+    path = write_recording(tmp_path / "cut.jsonl", (
+        UserMessage(1, "first"), TurnStarted(1, 5, 3), ErrorEvent("generation failed: boom", 1),
+        TurnFinished(1, "error", "", {}, 0.1), UserMessage(2, "cut short")))
 
     async def run():
-        app = SpecchatApp(loader=replay_loader(path, "max"), deterministic=True)
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.turns_ended >= 1, what="the replay")
+        async with replayed(path) as (app, pilot):
             await pilot.pause(0.05)
             views = [v for v in app.chat.transcript.children if isinstance(v, (UserView, ReplyView, NoteView))]
             return [(type(v).__name__, getattr(v, "turn", None), getattr(v, "finish_reason", None),
