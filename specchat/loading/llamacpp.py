@@ -159,8 +159,37 @@ def load_gguf_model(spec: ModelSpec, key: str, base: Path | None, report=None) -
         "n_ctx": backend.max_length,
         "n_threads": backend.n_threads,
         "llama_cpp_python": llama_cpp.__version__,
+        "llama_cpp_kernel": batched_kernel(llama_cpp),
     }
     return backend, info
+
+
+def batched_kernel(llama_cpp: Any) -> str:
+    """The CPU matmul kernel a batch of up to 8 tokens (a step and the drafts it verifies)
+    gets: "stream-rows" where the loaded llama.cpp carries specchat's patch
+    (patches/llama.cpp, built by `make setup`), else "upstream" (verifying a draft then
+    costs 1.5–2× a plain step on a 2-core CPU instead of ~1.1×)."""
+    import ctypes
+
+    for library in _ggml_cpu_libraries(llama_cpp):
+        try:
+            if hasattr(ctypes.CDLL(str(library)), "specchat_sgemm_stream_rows"):
+                return "stream-rows"
+        except OSError:
+            continue
+    return "upstream"
+
+
+def _ggml_cpu_libraries(llama_cpp: Any) -> list[Path]:
+    """The ggml CPU backend libraries this process loaded (Linux), else those beside llama_cpp."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            mapped = {Path(line.split()[-1]) for line in maps if "ggml-cpu" in line and "/" in line}
+        if mapped:
+            return sorted(mapped)
+    except OSError:
+        pass
+    return sorted((Path(llama_cpp.__file__).parent / "lib").glob("*ggml-cpu*"))
 
 
 def load_gguf_tokenizer(backend: Any) -> Any:

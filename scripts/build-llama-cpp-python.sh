@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Install llama-cpp-python into the venv, built from its sdist with specchat's patches to
+# the llama.cpp it vendors (patches/llama.cpp/*.patch), and keep the built wheel in a cache
+# outside the repository so later set-ups install it in seconds.
+#
+# The patch makes llama.cpp's CPU matmul stream each weight row once for batches of up to
+# 8 tokens (a decode step and the drafts it verifies): verifying drafts then costs close to
+# one plain step instead of 1.5-2x. Logits are bit-identical; one-token steps are untouched.
+# If a patch does not apply (another LLAMA_VERSION), the build goes on without it and says so.
+#
+#   PYTHON         the venv's python (default .venv/bin/python)
+#   LLAMA_VERSION  llama-cpp-python version (default 0.3.36)
+#   CMAKE_ARGS     passed to the build (e.g. -DGGML_NATIVE=ON, -DGGML_CUDA=on)
+#   JOBS           parallel compile jobs (default: the number of cores)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py="${PYTHON:-.venv/bin/python}"
+version="${LLAMA_VERSION:-0.3.36}"
+root="${XDG_CACHE_HOME:-$HOME/.cache}/specchat"
+patches=(patches/llama.cpp/*.patch)
+
+# The wheel depends on the version, the patches, the cmake flags and (GGML_NATIVE) this CPU.
+cpu="$(uname -m) $(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || sysctl -n machdep.cpu.features 2>/dev/null || true)"
+key=$( { echo "$version"; echo "${CMAKE_ARGS:-}"; echo "$cpu"; cat "${patches[@]}"; } | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-16)
+wheels="$root/wheels/llama-cpp-python-$version-$key"
+
+install_wheel() {
+  "$py" -m pip install -q --no-deps --force-reinstall "$1" && "$py" -m pip install -q "$1"
+}
+
+whl=$(ls "$wheels"/llama_cpp_python-*.whl 2>/dev/null | head -n 1 || true)
+if [ -n "$whl" ]; then
+  install_wheel "$whl"
+  echo "llama-cpp-python: installed the cached build $(basename "$whl")"
+  exit 0
+fi
+
+# The sdist: the one llama-server's build fetched, else download it.
+sdist="$root/llama-server/$version/src/llama_cpp_python-$version.tar.gz"
+if [ ! -f "$sdist" ]; then
+  sdist="$root/llama-cpp-python/$version/llama_cpp_python-$version.tar.gz"
+  if [ ! -f "$sdist" ]; then
+    mkdir -p "$(dirname "$sdist")"
+    "$py" -m pip download -q --no-binary :all: --no-deps "llama-cpp-python==$version" -d "$(dirname "$sdist")"
+  fi
+fi
+work=$(mktemp -d "${TMPDIR:-/tmp}/specchat-llama-cpp-python.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+tar -xzf "$sdist" -C "$work"
+src="$work/llama_cpp_python-$version"
+
+applied=()
+for p in "${patches[@]}"; do
+  if patch -p1 --forward --silent -d "$src/vendor/llama.cpp" < "$p" > /dev/null 2>&1; then
+    applied+=("$(basename "$p")")
+  else
+    echo "llama-cpp-python: $(basename "$p") does not apply to llama-cpp-python $version; building without it" >&2
+    # a half-applied patch must not be built: start again from the sdist
+    rm -rf "$src" && tar -xzf "$sdist" -C "$work"
+    applied=()
+    break
+  fi
+done
+if [ ${#applied[@]} -gt 0 ]; then
+  # a local version label says which build this is (pip show, specchat's bench reports)
+  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.1\"/" "$src/llama_cpp/__init__.py"
+fi
+
+mkdir -p "$wheels"
+CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-$(nproc 2>/dev/null || echo 2)}" \
+  "$py" -m pip wheel -q --no-deps -w "$work/dist" "$src"
+whl=$(ls "$work"/dist/llama_cpp_python-*.whl | head -n 1)
+cp "$whl" "$wheels/"
+install_wheel "$wheels/$(basename "$whl")"
+echo "llama-cpp-python: built $(basename "$whl") (patches: ${applied[*]:-none})"
