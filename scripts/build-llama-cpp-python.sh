@@ -3,9 +3,11 @@
 # the llama.cpp it vendors (patches/llama.cpp/*.patch), and keep the built wheel in a cache
 # outside the repository so later set-ups install it in seconds.
 #
-# The patch makes llama.cpp's CPU matmul stream each weight row once for batches of up to
-# 8 tokens (a decode step and the drafts it verifies): verifying drafts then costs close to
-# one plain step instead of 1.5-2x. Logits are bit-identical; one-token steps are untouched.
+# The patches speed up what verifying drafts runs on the CPU — a batch of a few tokens — and
+# leave one-token steps alone: 0001 streams each weight row once for batches of up to 8
+# tokens (bit-identical logits), 0002 gives attention over a few query tokens a kernel that
+# shares each block of K and V among them (AVX-512). SPECCHAT_GGML_UPSTREAM=1 at run time
+# turns both off, for A/B measurements.
 # If a patch does not apply (another LLAMA_VERSION), the build goes on without it and says so.
 #
 #   PYTHON         the venv's python (default .venv/bin/python)
@@ -62,8 +64,9 @@ for p in "${patches[@]}"; do
   fi
 done
 if [ ${#applied[@]} -gt 0 ]; then
-  # a local version label says which build this is (pip show, specchat's bench reports)
-  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.1\"/" "$src/llama_cpp/__init__.py"
+  # a local version label says which build this is (pip show, specchat's bench reports);
+  # bump it when patches/llama.cpp changes
+  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.2\"/" "$src/llama_cpp/__init__.py"
 fi
 
 mkdir -p "$wheels"

@@ -87,7 +87,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"`{env.get('target_source')}` · draft `{env.get('draft_source')}` · torch {env['torch']} · "
         f"transformers {env['transformers']} · specchat {env['specchat']}"
         + (f" · llama-cpp-python {env['llama_cpp_python']}" if env.get("llama_cpp_python") else "")
-        + (f" (small-batch matmul: {env['llama_cpp_kernel']})" if env.get("llama_cpp_kernel") else "")
+        + (f" (small-batch kernels: {env['llama_cpp_kernel']})" if env.get("llama_cpp_kernel") else "")
         + (f" · target {env['target_format']}" if env.get("target_format") else ""), "",
         *([f"Precision: {env['precision']}.", ""] if env.get("precision") else []),
         "## Method", "",

@@ -165,16 +165,19 @@ def load_gguf_model(spec: ModelSpec, key: str, base: Path | None, report=None) -
 
 
 def batched_kernel(llama_cpp: Any) -> str:
-    """The CPU matmul kernel a batch of up to 8 tokens (a step and the drafts it verifies)
-    gets: "stream-rows" where the loaded llama.cpp carries specchat's patch
-    (patches/llama.cpp, built by `make setup`), else "upstream" (verifying a draft then
-    costs 1.5–2× a plain step on a 2-core CPU instead of ~1.1×)."""
+    """Which CPU kernels a batch of a few tokens (a step and the drafts it verifies) gets:
+    "specchat" where the loaded llama.cpp carries specchat's patches (patches/llama.cpp,
+    built by `make setup`: verifying one draft costs ~1.1× a plain step on a 2-core CPU
+    instead of ~1.5×), "upstream" otherwise or where SPECCHAT_GGML_UPSTREAM turns them off."""
     import ctypes
+    import os
 
+    if os.environ.get("SPECCHAT_GGML_UPSTREAM"):
+        return "upstream (SPECCHAT_GGML_UPSTREAM)"
     for library in _ggml_cpu_libraries(llama_cpp):
         try:
             if hasattr(ctypes.CDLL(str(library)), "specchat_sgemm_stream_rows"):
-                return "stream-rows"
+                return "specchat"
         except OSError:
             continue
     return "upstream"
