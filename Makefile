@@ -9,9 +9,10 @@ PYTHON ?= python3.11
 VENV := .venv
 TORCH_SPEC ?= torch==2.13.0
 # llama.cpp backend: llama-cpp-python has no Linux wheel on PyPI, so set-up compiles it
-# (cmake + a C++ compiler; ~5 min once) with specchat's patch to llama.cpp's CPU matmul
-# (patches/llama.cpp: verifying drafts costs close to one step, logits bit-identical) and
-# keeps the wheel in ~/.cache/specchat/wheels, so later set-ups take seconds.
+# (cmake + a C++ compiler; ~4-5 min once) with specchat's patches to llama.cpp's CPU
+# kernels for small batches (patches/llama.cpp: verifying drafts costs ~1.1-1.5 plain
+# steps instead of 1.5-2.8) and keeps the wheel in ~/.cache/specchat/wheels, so later
+# set-ups take seconds.
 # GGML_NATIVE builds for this CPU's instruction set (AVX-512, …). GPU users: e.g.
 #   make setup LLAMA_CMAKE_ARGS="-DGGML_CUDA=on"
 LLAMA_SPEC ?= llama-cpp-python==0.3.36

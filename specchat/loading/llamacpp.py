@@ -172,7 +172,7 @@ def batched_kernel(llama_cpp: Any) -> str:
     import ctypes
     import os
 
-    if os.environ.get("SPECCHAT_GGML_UPSTREAM"):
+    if "SPECCHAT_GGML_UPSTREAM" in os.environ:  # the patched library tests presence, not value
         return "upstream (SPECCHAT_GGML_UPSTREAM)"
     for library in _ggml_cpu_libraries(llama_cpp):
         try:
