@@ -107,9 +107,9 @@ def noise(backend, tokenizer) -> float:
 def test_batched_logits_stray_less_than_a_logit(noise):
     """A batch and one-token steps may round differently in llama.cpp. On this Q4_1 file
     with our small-batch attention (patches/llama.cpp: F32 accumulation for batches, F16
-    in llama.cpp's one-token path) they differ by ≈1.2 on the code prompt; with
+    in llama.cpp's one-token path) they differ by ≈1.4 on the code prompt; with
     llama.cpp's own kernels (SPECCHAT_GGML_UPSTREAM=1) they agree exactly, and by ≈0.6–1.0
-    without flash attention; BF16 differs by ≈0.35 (0.22 upstream), float32 by ≈0.01.
+    without flash attention; BF16 differs by ≈0.33 (0.22 upstream), float32 by ≈0.01.
     Measured so the near-tie rule below is this bound, not a guess; a much larger value
     would mean a real fault (a cache that kept stale positions gives differences of 10+)."""
     assert 0 <= noise < 2.0
