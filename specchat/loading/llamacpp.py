@@ -8,6 +8,8 @@ ModelLoadError line naming the key and the fix.
 
 from __future__ import annotations
 
+import glob
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +87,33 @@ def check_gguf(path: Path, key: str) -> None:
                                   "convert_hf_to_gguf.py, or use backend = \"transformers\"")
 
 
+# bytes read at each of six places in a source GGUF to name its conversion
+FINGERPRINT_CHUNK = 512 * 1024
+
+
+def source_fingerprint(path: Path) -> str:
+    """What a conversion is cached under: the source's size and a hash of its start, its
+    end and four stretches between (3 MB read, a few ms). A reinstall that rewrites the
+    same file (a new mtime) keeps it; another model or version of the file changes it."""
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with path.open("rb") as f:
+        for at in sorted({0, max(0, size - FINGERPRINT_CHUNK), *(size * i // 5 for i in range(1, 5))}):
+            f.seek(at)
+            digest.update(f.read(FINGERPRINT_CHUNK))
+    return digest.hexdigest()[:16]
+
+
 def converted_gguf(llama_cpp: Any, path: Path, gguf_type: str, key: str, report=None) -> Path:
-    """``path`` converted once to ``gguf_type`` by llama.cpp's own quantiser, cached by
-    the source file's name, size and mtime; the write goes to a temporary file renamed
-    into place under a lock, so concurrent starts never see half a file."""
+    """``path`` converted once to ``gguf_type`` by llama.cpp's own quantiser, cached under
+    the source's name and :func:`source_fingerprint`; the write goes to a temporary file
+    renamed into place under a lock, so concurrent starts never see half a file."""
     import ctypes
 
     from filelock import FileLock
 
-    stat = path.stat()
-    final = paths.cache_dir() / "models" / "gguf" / f"{path.stem}-{stat.st_size}-{int(stat.st_mtime)}.{gguf_type}.gguf"
+    folder = paths.cache_dir() / "models" / "gguf"
+    final = folder / f"{path.stem}-{source_fingerprint(path)}.{gguf_type}.gguf"
     if final.is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -114,9 +133,21 @@ def converted_gguf(llama_cpp: Any, path: Path, gguf_type: str, key: str, report=
                                  key=f"{key}.gguf_type", hint="remove gguf_type to run the file as it is, or free "
                                  "disk space in the cache dir (SPECCHAT_CACHE_DIR)")
         tmp.replace(final)
+        prune_mtime_keyed(folder, path, gguf_type)
         if report is not None:
             report(LoadProgress("convert", 1, 1, f"cached {final.name}"))
     return final
+
+
+def prune_mtime_keyed(folder: Path, path: Path, gguf_type: str) -> None:
+    """Conversions of ``path`` that earlier versions of specchat cached under its size and
+    mtime (``NAME-SIZE-MTIME.TYPE.gguf``, and their locks): each reinstall of the source
+    left another copy (270 MB for the embedded model in BF16), none read again."""
+    prefix = f"{path.stem}-{path.stat().st_size}-"
+    for old in folder.glob(f"{glob.escape(prefix)}*.{gguf_type}.gguf"):
+        if old.name[len(prefix):-len(f".{gguf_type}.gguf")].isdigit():  # an mtime, not a fingerprint
+            old.unlink(missing_ok=True)
+            old.with_name(old.name + ".lock").unlink(missing_ok=True)
 
 
 def load_gguf_model(spec: ModelSpec, key: str, base: Path | None, report=None) -> tuple[Any, dict[str, Any]]:
