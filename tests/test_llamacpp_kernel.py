@@ -40,7 +40,7 @@ def test_setup_builds_llama_cpp_with_specchats_kernels():
     version (the script then builds without them and says so in its log)."""
     assert batched_kernel(llama_cpp) == "specchat", (
         "llama-cpp-python lacks specchat's llama.cpp patches: run `make setup` (see .venv/llama-cpp-build.log)")
-    assert llama_cpp.__version__.endswith("+specchat.4")
+    assert llama_cpp.__version__.endswith("+specchat.5")
 
 
 @pytest.mark.parametrize("splits", [[4, 8], [2, 2, 2, 6], [7, 5]])
@@ -48,7 +48,7 @@ def test_small_batches_give_the_logits_of_one_large_batch(bf16_gguf, splits):
     """The same 12 tokens decoded as one batch (tiled matmul, 12 > 8 columns) and as
     small batches (streamed matmul) give bit-identical logits at every position, on a
     BF16 file, the format the matmul patch speeds up; attention takes the small-batch
-    kernel both ways, which computes each token alike whatever batch it is in. Planted
+    kernel both ways, which computes each token alike whatever batch of 2–63 it is in. Planted
     bug: a second accumulator per column in stream_rows (another summation order) fails
     this (0.32 apart)."""
     backend = LlamaCppBackend(bf16_gguf, n_threads=2, max_ctx=256)
@@ -95,3 +95,19 @@ def test_small_batch_attention_agrees_with_llama_cpps_own(bf16_gguf):
     ours, theirs = batch_logits(bf16_gguf, upstream=False), batch_logits(bf16_gguf, upstream=True)
     assert np.abs(ours - theirs).max() < 1.0, np.abs(ours - theirs).max()
     assert (ours.argmax(axis=1) == theirs.argmax(axis=1)).all()
+
+
+def test_a_tokens_logits_do_not_depend_on_how_far_its_batch_pads_the_cache(bf16_gguf):
+    """llama.cpp pads the attended KV length to 256 past the highest cell in use, so after
+    1,020 tokens a batch of 2 attends 1,024 positions and a batch of 6 attends 1,280. The
+    attention kernel's ranges of positions stay the same up to 2,048, so the two tokens
+    both batches share get the same logits, bit for bit. Planted bug: ranges of n_kv/8
+    (the first version of the kernel) fail it."""
+    backend = LlamaCppBackend(bf16_gguf, n_threads=2, max_ctx=2048)
+    prompt = [int(x) for x in np.random.default_rng(1).integers(100, 40000, 1020)]
+    backend.forward(prompt)
+    backend.forward(prompt)  # the last prompt token again, alone: as the rollback below leaves it
+    two = backend.forward(prompt + [2000, 3000], num_logits=2).numpy()
+    backend.forward(prompt)  # roll back: the next batch decodes all six
+    six = backend.forward(prompt + [2000, 3000, 3007, 3014, 3021, 3028], num_logits=6).numpy()[:2]
+    assert np.array_equal(two, six), f"max difference {np.abs(two - six).max()}"
