@@ -116,7 +116,7 @@ def converted_gguf(llama_cpp: Any, path: Path, gguf_type: str, key: str, report=
     final = folder / f"{path.stem}-{source_fingerprint(path)}.{gguf_type}.gguf"
     if final.is_file():
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
         if final.is_file():
             return final
