@@ -27,13 +27,15 @@ from specchat.ui.pump import EventPump, EventsReady
 from specchat.ui.quitting import Quitting, run_to_exit
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.session_controls import SessionControls
+from specchat.ui.step_gate import StepGate
 from specchat.ui.themes import SPEC_VARIABLE_DEFAULTS, load_themes, theme_dirs
 from specchat.ui.widgets.chat_input import ChatInput
 
 DEFAULT_THEME = "specchat-dark"
 # workers' events reach the screen at most this often (see SpecchatApp._drain): each
-# drain costs ~2-3 ms of the UI thread (apply, wrap, paint), taken from the model on a
-# small CPU; six a second still reads as streaming text
+# drain costs ~2-3 ms of the UI thread (apply, wrap, paint), time the model waits on a
+# small CPU (the UI draws between its steps: step_gate.py); six a second still reads
+# as streaming text
 DRAIN_INTERVAL_S = 1 / 6
 
 
@@ -104,6 +106,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self.themes_from = list(themes_from) if themes_from is not None else None
         self.deterministic = deterministic
         self.pump = EventPump(self)
+        self.gate = StepGate()  # the UI draws between the model's steps (see step_gate.py)
         self.loaded: LoadedBackend | None = None
         self.loading: str | None = None
         self._generating = False
@@ -276,7 +279,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
     def _run_turn(self, backend: Any, text: str) -> None:
         delivered = False
         try:
-            for event in backend.send(text):
+            for event in self.gate.steps(backend.send(text)):
                 delivered = delivered or isinstance(event, UserMessage)
                 self.pump.put(event)
         except Exception as exc:
@@ -317,7 +320,8 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         """Applies what the workers put, at most every DRAIN_INTERVAL_S: the UI shares the
         CPU with the model (llama.cpp keeps every core busy), and a relayout per token
         would cost more than the tokens. Events wait in the pump meanwhile; one timer
-        brings them in, and no event is dropped or reordered."""
+        brings them in, and no event is dropped or reordered. The batch is applied
+        between two of the model's steps (see step_gate.py)."""
         now = time.perf_counter()
         wait = self._drained_at + DRAIN_INTERVAL_S - now
         if wait > 0 and not self.pump.urgent:  # a turn's or a load's end is shown at once
@@ -326,6 +330,10 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
                 self.set_timer(wait, self._scheduled_drain)
             return
         self._drained_at = now
+        with self.gate.drawing():
+            self._apply_drained(now)
+
+    def _apply_drained(self, now: float) -> None:
         batch: list[Any] = []
         for put_at, event in self.pump.drain():
             self.max_lag_s = max(self.max_lag_s, now - put_at)

@@ -76,6 +76,11 @@ class ChatScreen(Screen):
         self.set_interval(PANEL_INTERVAL_S, self.flush_panel)
         self.post_message(self.Ready())
 
+    def _on_timer_update(self) -> None:
+        """Textual's paint tick: it draws between the model's steps (see step_gate.py)."""
+        with self.app.gate.drawing():
+            super()._on_timer_update()
+
     def steady_cursor(self, on: bool) -> None:
         """While the model writes, the input's cursor does not blink: each blink repaints
         the screen, on the CPU the model shares. Typing still works."""

@@ -72,9 +72,9 @@ def provenance_content(tokens: list[Token], highlight: int | None = None, clicka
 
 # While a reply streams, its widget is laid out with room for about this many seconds
 # of further text (at the rate its lines have been coming): each layout re-arranges and
-# repaints the whole screen (~10-20 ms of a CPU core that the model shares, and twice
-# that in lost decoding, as llama.cpp's threads wait for the one the UI preempted), and
-# a reply that grew a line at a time asked for one every other drain. The blank room is
+# repaints the whole screen (~10-20 ms of the CPU the model shares; the model waits for
+# it between two steps, see step_gate.py), and a reply that grew a line at a time asked
+# for one every other drain. The blank room is
 # at most MAX_RESERVED_LINES and a third of the screen's height, so a small terminal
 # is not left mostly blank after the reply scrolls up.
 RESERVE_S = 4.0

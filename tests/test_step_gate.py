@@ -1,0 +1,150 @@
+"""The UI draws between the model's steps, never in the middle of one (specchat.ui.step_gate).
+
+Units on real threads, then the app: a live tiny model in the TUI driven by Pilot, its
+every step and every drain and paint of the chat screen timed, none overlapping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from textual.screen import Screen
+
+from pilot import SIZE, wait_for
+from specchat.live import LiveLoader
+from specchat.ui.app import SpecchatApp
+from specchat.ui.screens.chat import ChatScreen
+from specchat.ui.step_gate import StepGate
+from tiny_models import build_tiny_model, write_tiny_profile
+
+
+class Clock:
+    """(start, end) of each step and each UI section, on one clock."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[float, float]] = []
+        self.sections: list[tuple[float, float]] = []
+
+    def timed_steps(self, events, step_s: float = 0.0):
+        """``events``, each step (computing it, then ``step_s`` more) timed."""
+        iterator = iter(events)
+        while True:
+            start = time.perf_counter()
+            try:
+                event = next(iterator)
+            except StopIteration:
+                return
+            time.sleep(step_s)
+            self.steps.append((start, time.perf_counter()))
+            yield event
+
+
+def overlaps(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple]:
+    return [(x, y) for x in a for y in b if x[0] < y[1] and y[0] < x[1]]
+
+
+def run_worker(gate: StepGate, events) -> tuple[threading.Thread, list]:
+    out: list = []
+    thread = threading.Thread(target=lambda: out.extend(gate.steps(events)))
+    thread.start()
+    return thread, out
+
+
+def test_a_ui_section_waits_for_the_step_in_progress_and_the_next_step_for_it():
+    gate, clock = StepGate(wait_s=5.0), Clock()
+    thread, out = run_worker(gate, clock.timed_steps(range(12), 0.02))
+    deadline = time.monotonic() + 10
+    while thread.is_alive() and time.monotonic() < deadline:
+        with gate.drawing():
+            start = time.perf_counter()
+            time.sleep(0.005)
+            clock.sections.append((start, time.perf_counter()))
+    thread.join()
+    assert out == list(range(12))
+    assert len(clock.sections) >= 3, "the UI never got a turn between the steps"
+    assert not overlaps(clock.steps, clock.sections)
+    assert gate.overlapped == 0
+
+
+def test_a_long_step_holds_the_ui_back_no_longer_than_wait_s():
+    """A prefill of seconds must not freeze the screen or the keyboard: past wait_s the
+    UI draws anyway, and says so in ``overlapped``."""
+    gate = StepGate(wait_s=0.05)
+    thread, _ = run_worker(gate, Clock().timed_steps([1], 1.0))
+    time.sleep(0.1)  # the step is in progress
+    start = time.perf_counter()
+    with gate.drawing():
+        waited = time.perf_counter() - start
+    thread.join()
+    assert 0.04 <= waited < 0.5
+    assert gate.overlapped == 1
+
+
+def test_events_pass_in_order_and_a_failed_step_releases_the_gate():
+    def failing():
+        yield "a"
+        yield "b"
+        raise RuntimeError("the backend failed")
+
+    gate = StepGate(wait_s=5.0)
+    seen = []
+    with pytest.raises(RuntimeError, match="the backend failed"):
+        for event in gate.steps(failing()):
+            seen.append(event)
+    assert seen == ["a", "b"]
+    start = time.perf_counter()
+    with gate.drawing():  # no step in progress: no wait
+        pass
+    assert time.perf_counter() - start < 0.5 and gate.overlapped == 0
+    assert list(gate.steps(iter(()))) == []
+
+
+def test_the_tui_never_drains_or_paints_during_a_step(tmp_path, _tiny_tokenizer, monkeypatch):
+    """A live model streaming through the app: every step of the turn (each ``next`` of
+    the backend's events, timed inside the worker) and every drain and paint of the chat
+    screen (timed where they run), pairwise disjoint. A wider tiny target (~10 ms a step)
+    gives the UI many steps to land in."""
+    slow_dir = build_tiny_model(tmp_path / "slow", seed=0, num_layers=6, hidden=256, tokenizer=_tiny_tokenizer)
+    profile = write_tiny_profile(tmp_path / "slow.toml", slow_dir, method="ngram", temperature=1.0,
+                                 max_new_tokens=150, seed=1)
+    clock = Clock()
+
+    def timed(name, method):
+        def wrapper(self, *args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                if isinstance(self, ChatScreen) or name == "drain":
+                    clock.sections.append((start, time.perf_counter()))
+        return wrapper
+
+    monkeypatch.setattr(Screen, "_compositor_refresh", timed("paint", Screen._compositor_refresh))
+    monkeypatch.setattr(Screen, "_refresh_layout", timed("layout", Screen._refresh_layout))
+    monkeypatch.setattr(ChatScreen, "apply_events", timed("drain", ChatScreen.apply_events))
+
+    async def run():
+        app = SpecchatApp(str(profile), loader=LiveLoader(record=False))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.loaded is not None and app.loading is None, what="the profile")
+            app.gate.wait_s = 5.0  # a first step's warm-up may pass 50 ms; the bound is tested above
+            backend = app.loaded.backend
+            send = backend.send
+            backend.send = lambda text: clock.timed_steps(send(text))
+            clock.sections.clear()
+            app.chat.input.text = "tell me a story"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.turns_ended == 1, 60, "the turn")
+            reply = app.chat.transcript.last_reply
+            return app.gate.overlapped, len(reply.tokens)
+
+    overlapped, tokens = asyncio.run(run())
+    first, last = clock.steps[0][0], clock.steps[-1][1]
+    during = [s for s in clock.sections if first < s[1] and s[0] < last]
+    assert tokens >= 50 and len(clock.steps) >= 20
+    assert len(during) >= 3, "the screen was not drawn while the reply streamed"
+    assert overlapped == 0
+    assert not overlaps(clock.steps, during)
