@@ -83,6 +83,22 @@ def test_a_long_step_holds_the_ui_back_no_longer_than_wait_s():
     assert gate.overlapped == 1
 
 
+def test_where_steps_outlast_wait_s_the_ui_draws_at_once():
+    """A large model on a CPU (steps of 150 ms here): waiting would only make the screen
+    lag behind the keyboard, so once the steps have shown their length the UI stops
+    waiting for them."""
+    gate = StepGate(wait_s=0.05)
+    thread, _ = run_worker(gate, Clock().timed_steps(range(6), 0.15))
+    while len(gate._recent) < 3:
+        time.sleep(0.01)
+    time.sleep(0.05)  # inside the fourth step
+    start = time.perf_counter()
+    with gate.drawing():
+        waited = time.perf_counter() - start
+    thread.join()
+    assert waited < 0.02 and gate.overlapped == 1
+
+
 def test_events_pass_in_order_and_a_failed_step_releases_the_gate():
     def failing():
         yield "a"

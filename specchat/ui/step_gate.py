@@ -11,13 +11,18 @@ The worker runs the backend's event generator through :meth:`StepGate.steps` (ea
 ``next`` computes one step); the UI wraps its drains and paints in
 :meth:`StepGate.drawing`. A UI section waits for the step in progress to end (a few
 ms; at most ``wait_s``, so a long prompt's prefill never freezes the screen), and the
-next step starts once no UI section is waiting or running. Nothing is dropped or
-reordered: the gate only decides *when* each side runs.
+next step starts once no UI section is waiting or running. Where steps take longer
+than ``wait_s`` (a large model on a CPU), waiting would only make the screen lag, so
+the UI draws at once, as it would without the gate. Nothing is dropped or reordered:
+the gate only decides *when* each side runs.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
+import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -25,8 +30,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 # The longest a UI section waits for the model's step to end before drawing anyway:
-# beyond a step's length (7-25 ms here), short enough that a prefill of seconds does
-# not stall the screen or the keyboard.
+# beyond a step's length on our CPU (7-25 ms for the default model), short enough that a
+# prefill of seconds does not stall the screen or the keyboard. Where the last steps'
+# median is longer, the UI does not wait at all.
 WAIT_S = 0.05
 
 
@@ -36,7 +42,8 @@ class StepGate:
         self._cond = threading.Condition()
         self._stepping = False
         self._drawing = 0  # UI sections waiting or running
-        self.overlapped = 0  # UI sections that ran during a step (waited wait_s in vain)
+        self._recent: deque[float] = deque(maxlen=16)  # the last steps' durations (s)
+        self.overlapped = 0  # UI sections that ran during a step (long steps, or waited in vain)
 
     def steps(self, events: Iterable[T]) -> Iterator[T]:
         """``events``, each computed while no UI section runs (worker side)."""
@@ -46,6 +53,7 @@ class StepGate:
                 while self._drawing:
                     self._cond.wait()
                 self._stepping = True
+            start = time.perf_counter()
             try:
                 event = next(iterator)
             except StopIteration:
@@ -53,6 +61,7 @@ class StepGate:
             finally:
                 with self._cond:
                     self._stepping = False
+                    self._recent.append(time.perf_counter() - start)
                     self._cond.notify_all()
             yield event
 
@@ -62,7 +71,9 @@ class StepGate:
         and the next step waits for it (UI side)."""
         with self._cond:
             self._drawing += 1
-            if not self._cond.wait_for(lambda: not self._stepping, timeout=self.wait_s):
+            long_steps = len(self._recent) >= 3 and statistics.median(self._recent) > self.wait_s
+            if self._stepping and (long_steps or not self._cond.wait_for(lambda: not self._stepping,
+                                                                         timeout=self.wait_s)):
                 self.overlapped += 1
         try:
             yield

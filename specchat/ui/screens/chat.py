@@ -77,7 +77,9 @@ class ChatScreen(Screen):
         self.post_message(self.Ready())
 
     def _on_timer_update(self) -> None:
-        """Textual's paint tick: it draws between the model's steps (see step_gate.py)."""
+        """Textual's paint tick: it draws between the model's steps (see step_gate.py).
+        A private method of Textual's Screen: tests/test_step_gate.py fails if an upgrade
+        stops calling it."""
         with self.app.gate.drawing():
             super()._on_timer_update()
 
