@@ -77,13 +77,25 @@ def measure(side: str, profile: str, tokens: int, seed: int) -> tuple[int, float
     return int(n), float(s)
 
 
+def median_ci(values: list[float], resamples: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """A 95 % percentile-bootstrap interval for the median of ``values``."""
+    import random
+
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
 def summary(rates: dict[str, list[float]]) -> str:
-    """Medians of each side, and the median of the paired ratios: each repeat's two sides
-    share a seed (the same reply), so the pairs are the measure."""
+    """Medians of each side, and the median of the paired ratios with its 95 % bootstrap
+    interval: each repeat's two sides share a seed (the same reply), so the pairs are the
+    measure."""
     run, tui = statistics.median(rates["run"]), statistics.median(rates["tui"])
     pairs = [t / r for t, r in zip(rates["tui"], rates["run"])]
+    low, high = median_ci(pairs)
     return (f"median: run {run:.1f} tok/s, TUI {tui:.1f} tok/s, TUI/run {tui / run:.3f}; "
-            f"paired TUI/run: median {statistics.median(pairs):.3f} (" + ", ".join(f"{x:.3f}" for x in pairs) + ")")
+            f"paired TUI/run: median {statistics.median(pairs):.3f} [95 % CI {low:.3f}, {high:.3f}] ("
+            + ", ".join(f"{x:.3f}" for x in pairs) + ")")
 
 
 def main() -> None:
