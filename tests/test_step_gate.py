@@ -47,8 +47,12 @@ def overlaps(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list
 
 
 def run_worker(gate: StepGate, events) -> tuple[threading.Thread, list]:
+    return run_worker_with(gate, events, lambda event: True)
+
+
+def run_worker_with(gate: StepGate, events, is_step) -> tuple[threading.Thread, list]:
     out: list = []
-    thread = threading.Thread(target=lambda: out.extend(gate.steps(events)))
+    thread = threading.Thread(target=lambda: out.extend(gate.steps(events, is_step)))
     thread.start()
     return thread, out
 
@@ -62,6 +66,7 @@ def test_a_ui_section_waits_for_the_step_in_progress_and_the_next_step_for_it():
             start = time.perf_counter()
             time.sleep(0.005)
             clock.sections.append((start, time.perf_counter()))
+        time.sleep(0.002)  # the UI's loop between two sections (Textual's timers)
     thread.join()
     assert out == list(range(12))
     assert len(clock.sections) >= 3, "the UI never got a turn between the steps"
@@ -74,12 +79,13 @@ def test_a_long_step_holds_the_ui_back_no_longer_than_wait_s():
     UI draws anyway, and says so in ``overlapped``."""
     gate = StepGate(wait_s=0.05)
     thread, _ = run_worker(gate, Clock().timed_steps([1], 1.0))
-    time.sleep(0.1)  # the step is in progress
+    while not gate._stepping:
+        time.sleep(0.001)
     start = time.perf_counter()
-    with gate.drawing():
+    with gate.drawing():  # waits until wait_s after the step began, then draws
         waited = time.perf_counter() - start
     thread.join()
-    assert 0.04 <= waited < 0.5
+    assert 0.03 <= waited < 0.2
     assert gate.overlapped == 1
 
 
@@ -164,3 +170,63 @@ def test_the_tui_never_drains_or_paints_during_a_step(tmp_path, _tiny_tokenizer,
     assert len(during) >= 3, "the screen was not drawn while the reply streamed"
     assert overlapped == 0
     assert not overlaps(clock.steps, during)
+
+
+def test_only_the_models_steps_teach_the_gate_their_length():
+    """A turn's instant events (its message, its start, its end) are not steps: counted
+    as steps of 0 ms they would pull the median down, and a large model's short replies
+    would keep the UI waiting 50 ms at every paint."""
+    gate = StepGate(wait_s=0.05)
+
+    def turn():
+        yield "message"
+        for _ in range(3):
+            time.sleep(0.12)
+            yield "step"
+        yield "finished"
+
+    thread, _ = run_worker_with(gate, turn(), lambda event: event == "step")
+    thread.join()
+    assert len(gate._recent) == 3 and min(gate._recent) >= 0.1
+
+
+def test_a_section_waits_from_the_steps_start_not_its_own():
+    """A step already past wait_s (a prefill) is drawn over at once, not after another
+    wait_s at every paint."""
+    gate = StepGate(wait_s=0.05)
+    thread, _ = run_worker(gate, Clock().timed_steps([1], 0.6))
+    time.sleep(0.2)
+    start = time.perf_counter()
+    with gate.drawing():
+        waited = time.perf_counter() - start
+    thread.join()
+    assert waited < 0.02 and gate.overlapped == 1
+
+
+def test_a_consumer_that_stops_early_ends_the_backends_generator():
+    closed = []
+
+    def backend():
+        try:
+            yield from range(10)
+        finally:
+            closed.append(True)
+
+    inner = backend()  # still referenced here, as the worker's frame holds it
+    steps = StepGate().steps(inner)
+    assert next(steps) == 0
+    steps.close()
+    assert closed == [True]
+
+
+@pytest.mark.parametrize("info, gated", [
+    ({"target": {"device": "cpu"}, "draft": None}, True),
+    ({"target": {"device": "cuda:0"}, "draft": None}, False),
+    ({"target": {"device": "cpu+gpu (99 layers)"}}, False),
+    ({"target": {"device": "cuda:0"}, "draft": {"device": "cpu"}}, True),
+    ({}, False),  # a server's: nothing computes here
+])
+def test_the_app_gates_models_that_compute_on_this_cpu(info, gated):
+    from specchat.live import computes_on_cpu
+
+    assert computes_on_cpu(info) is gated

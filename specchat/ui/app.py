@@ -18,7 +18,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from specchat.events import ErrorEvent, Loaded, LoadProgress, UserMessage
+from specchat.events import ErrorEvent, Loaded, LoadProgress, StepEvent, UserMessage
 from specchat.sanitize import clean_data, clean_line, decode_input
 from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader, replay_loader
 from specchat.ui.commands import profile_commands, system_commands
@@ -37,6 +37,11 @@ DEFAULT_THEME = "specchat-dark"
 # small CPU (the UI draws between its steps: step_gate.py); six a second still reads
 # as streaming text
 DRAIN_INTERVAL_S = 1 / 6
+
+
+def is_step(event: Any) -> bool:
+    """The events that each cost a model step (the StepGate times these)."""
+    return isinstance(event, StepEvent)
 
 
 def one_line(exc: BaseException) -> str:
@@ -219,6 +224,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
 
     def _install(self, loaded: LoadedBackend) -> None:
         previous, self.loaded = self.loaded, loaded
+        self.gate = StepGate()  # another model: its steps' lengths are learnt anew
         self.loaded_at = time.perf_counter()
         if previous is not None:
             previous.close()
@@ -273,13 +279,16 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self.generating = True
         self._update_status()
         self._engine_idle.clear()
-        self._run_turn(self.loaded.backend, text)
+        self._run_turn(self.loaded.backend, text, gated=self.loaded.info.computes_on_cpu)
 
     @work(thread=True, exclusive=True, group="engine")
-    def _run_turn(self, backend: Any, text: str) -> None:
+    def _run_turn(self, backend: Any, text: str, gated: bool) -> None:
+        """``gated``: the model shares the CPU with the UI, which then draws between its
+        steps (see step_gate.py)."""
         delivered = False
         try:
-            for event in self.gate.steps(backend.send(text)):
+            events = backend.send(text)
+            for event in self.gate.steps(events, is_step) if gated else events:
                 delivered = delivered or isinstance(event, UserMessage)
                 self.pump.put(event)
         except Exception as exc:

@@ -69,6 +69,9 @@ class BackendInfo:
     recording: Path | None = None
     details: dict[str, Any] = field(default_factory=dict)
     warning: str | None = None
+    # a model runs its steps on this machine's CPU, whose cores the UI shares: the UI then
+    # draws between the steps (step_gate.py); not a server's, a GPU's or a replay's
+    computes_on_cpu: bool = False
 
     @property
     def target_dtype(self) -> str | None:
