@@ -46,6 +46,13 @@ def overlaps(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list
     return [(x, y) for x in a for y in b if x[0] < y[1] and y[0] < x[1]]
 
 
+def section_wait(gate: StepGate) -> float:
+    """How long a UI section waited to start (s)."""
+    start = time.perf_counter()
+    with gate.drawing():
+        return time.perf_counter() - start
+
+
 def run_worker(gate: StepGate, events) -> tuple[threading.Thread, list]:
     return run_worker_with(gate, events, lambda event: True)
 
@@ -81,9 +88,7 @@ def test_a_long_step_holds_the_ui_back_no_longer_than_wait_s():
     thread, _ = run_worker(gate, Clock().timed_steps([1], 1.0))
     while not gate._stepping:
         time.sleep(0.001)
-    start = time.perf_counter()
-    with gate.drawing():  # waits until wait_s after the step began, then draws
-        waited = time.perf_counter() - start
+    waited = section_wait(gate)  # until wait_s after the step began, then it draws
     thread.join()
     assert 0.03 <= waited < 0.2
     assert gate.overlapped == 1
@@ -95,12 +100,9 @@ def test_where_steps_outlast_wait_s_the_ui_draws_at_once():
     waiting for them."""
     gate = StepGate(wait_s=0.05)
     thread, _ = run_worker(gate, Clock().timed_steps(range(6), 0.15))
-    while len(gate._recent) < 3:
-        time.sleep(0.01)
-    time.sleep(0.05)  # inside the fourth step
-    start = time.perf_counter()
-    with gate.drawing():
-        waited = time.perf_counter() - start
+    while len(gate._recent) < 3 or not gate._stepping:  # the fourth step has just begun
+        time.sleep(0.001)
+    waited = section_wait(gate)
     thread.join()
     assert waited < 0.02 and gate.overlapped == 1
 
@@ -117,10 +119,7 @@ def test_events_pass_in_order_and_a_failed_step_releases_the_gate():
         for event in gate.steps(failing()):
             seen.append(event)
     assert seen == ["a", "b"]
-    start = time.perf_counter()
-    with gate.drawing():  # no step in progress: no wait
-        pass
-    assert time.perf_counter() - start < 0.5 and gate.overlapped == 0
+    assert section_wait(gate) < 0.5 and gate.overlapped == 0  # no step in progress: no wait
     assert list(gate.steps(iter(()))) == []
 
 
@@ -196,9 +195,7 @@ def test_a_section_waits_from_the_steps_start_not_its_own():
     gate = StepGate(wait_s=0.05)
     thread, _ = run_worker(gate, Clock().timed_steps([1], 0.6))
     time.sleep(0.2)
-    start = time.perf_counter()
-    with gate.drawing():
-        waited = time.perf_counter() - start
+    waited = section_wait(gate)
     thread.join()
     assert waited < 0.02 and gate.overlapped == 1
 
