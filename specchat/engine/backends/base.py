@@ -56,6 +56,12 @@ class Backend:
     eos_token_ids: frozenset[int] = frozenset()
     precision: str = "float32"
     can_rollback: bool = True
+    provides_features: bool = False
+    features_note: str = "this backend cannot hand out hidden states"
+    num_layers: int = 0
+    hidden_size: int = 0
+    last_features: torch.Tensor | None = None
+    features_start: int = 0
 
     @property
     def ids(self) -> list[int]:
@@ -77,6 +83,14 @@ class Backend:
     def reset(self) -> None:
         """Drops all cached state (a new chat)."""
         raise NotImplementedError
+
+    def request_features(self, layer_ids: tuple[int, ...]) -> None:
+        """From the next call on, keep the inputs of these layers (see the class docstring)."""
+        raise NotImplementedError(self.features_note)
+
+    def token_embeddings(self) -> torch.Tensor:
+        """The input embedding matrix [V, H] (float32, host), for heads that share it."""
+        raise NotImplementedError(self.features_note)
 
     def cache_bytes(self) -> int:
         """Bytes the KV cache holds now (0 when unknown)."""

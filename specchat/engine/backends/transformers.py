@@ -121,6 +121,11 @@ class TransformersBackend(Backend):
         self.cache: DynamicCache | None = None
         self._ids: list[int] = []
         self._pending: list[torch.Tensor] = []  # ids fed as device tensors, not yet read back
+        # hidden states: every decoder-only model transformers builds returns them
+        self.provides_features = True
+        self.num_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+        self.hidden_size = int(getattr(model.config, "hidden_size", 0) or 0)
+        self._feature_layers: tuple[int, ...] = ()
 
     @property
     def ids(self) -> list[int]:
@@ -177,11 +182,22 @@ class TransformersBackend(Backend):
         del self._ids[keep:]
         return keep
 
+    def request_features(self, layer_ids: tuple[int, ...]) -> None:
+        self._feature_layers = tuple(layer_ids)
+
+    def token_embeddings(self) -> torch.Tensor:
+        return self.model.get_input_embeddings().weight.detach().float().cpu()
+
     def _run(self, host_ids: list[int] | None, new: torch.Tensor, num_logits: int) -> torch.Tensor:
         if self.cache is None:
             self.cache = self._new_cache()
+        start = len(self._ids) + sum(t.numel() for t in self._pending)
         out = self.model(input_ids=new[None], use_cache=True, logits_to_keep=num_logits,
-                         **{self._cache_keyword: self.cache})
+                         output_hidden_states=bool(self._feature_layers), **{self._cache_keyword: self.cache})
+        if self._feature_layers:
+            # hidden_states[l] is what enters decoder layer l (0: the embeddings)
+            self.last_features = torch.cat([out.hidden_states[i][0] for i in self._feature_layers], -1).float().cpu()
+            self.features_start = start
         if host_ids is not None:  # forward() read self.ids first, so nothing is pending
             self._ids += host_ids
             if new.numel() > len(host_ids):

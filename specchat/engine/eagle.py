@@ -1,0 +1,102 @@
+"""EAGLE-3 drafting: a head on the target's own hidden states proposes a chain of k tokens.
+
+The head keeps a KV cache of teacher-forced pairs (token P+1, g_P) — g_P fused from the
+features the target handed out when it ran position P (``Backend.last_features``). After
+every step the target's features for the positions it kept are queued (``observe``);
+the next ``propose`` runs the queued pairs through the head in one call, then drafts:
+the pair at the last position the target ran gives draft 1, and each draft is fed back
+with the head's own pre-norm output as the next g. Draft positions are dropped from the
+head's cache afterwards (they are re-made from the target's features once verified).
+
+Each draft is sampled from q = warp(head logits) with the target's sampling settings, on
+the head's draft vocabulary and reported on the target's (zero elsewhere), so the exact
+rejection sampler verifies it like any draft model's. Positions whose features never
+arrived (a turn's first step, which runs the prompt) are simply missing from the head's
+context: that costs acceptance, never exactness.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specchat.engine.backends import Backend, common_prefix_length
+from specchat.engine.proposers import Proposal, Proposer
+from specchat.engine.sampling import SamplingParams, sample, warp
+from specchat.heads.eagle3 import Eagle3Head, HeadCache, step
+
+
+class EagleProposer(Proposer):
+    """Drafts with an EAGLE-3 head reading ``target``'s features (the target backend
+    must declare ``provides_features``; the loader checks before building this)."""
+
+    kind = "eagle3"
+
+    def __init__(self, head: Eagle3Head, target: Backend, num_speculative_tokens: int | str = 3,
+                 max_speculative_tokens: int | None = None) -> None:
+        super().__init__(num_speculative_tokens, max_speculative_tokens)
+        if not target.provides_features:
+            raise ValueError(target.features_note)
+        self.head = head.eval()
+        self.target = target
+        self.sampling_device = torch.device("cpu")
+        target.request_features(head.config.layer_ids)
+        self._draft_ids = head.draft_ids()  # [V_draft] target id of each draft id
+        self._cache = HeadCache()
+        self._seen: list[int] = []  # ids the head's cached pairs were made from
+        self._queued: dict[int, torch.Tensor] = {}  # position → features [F] not yet run
+        self._drafted = 0
+
+    def reset(self) -> None:
+        self._cache, self._seen, self._queued, self._drafted = HeadCache(), [], {}, 0
+
+    def observe(self, num_accepted: int) -> None:
+        """Queues the features of the positions the target ran and kept this step."""
+        features = self.target.last_features
+        if features is None:
+            return
+        start = self.target.features_start
+        kept = features.shape[0] - (self._drafted - num_accepted)  # rows of the verify call that were kept
+        for row in range(max(0, self._cache.end - start), kept):
+            self._queued[start + row] = features[row]
+        self.target.last_features = None  # each call's rows are queued once
+        self._drafted = 0
+
+    @torch.inference_mode()
+    def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
+        self._drafted = 0
+        last = len(ids) - 2  # the last position the target ran; ids[-1] is its newest token
+        self._sync(ids)
+        positions = sorted(p for p in self._queued if p <= last)
+        if positions:
+            g = self.head.fuse(torch.stack([self._queued.pop(p) for p in positions]))  # [T, H]
+            tokens = torch.tensor([ids[p + 1] for p in positions], dtype=torch.long)
+            step(self.head, self._cache, tokens, g, positions)
+            self._seen = list(ids)
+        prenorm = self._cache.tail
+        if k <= 0 or prenorm is None or self._cache.end != last + 1:
+            return Proposal(torch.empty(0, dtype=torch.long), None)  # the newest position has no features yet
+        drafts, qs = [], []
+        for i in range(k):
+            q_draft = warp(self.head.logits(prenorm), params)  # [1, V_draft]
+            pick = sample(q_draft, generator)  # [1] a draft-vocabulary index
+            token = self._draft_ids[pick]
+            drafts.append(token)
+            q = torch.zeros(1, self.vocab_size or self.head.config.vocab_size, dtype=q_draft.dtype)
+            q[:, self._draft_ids] = q_draft
+            qs.append(q)  # [1, V] on the target's vocabulary
+            if i + 1 < k:  # the last draft is verified, never run through the head
+                prenorm = step(self.head, self._cache, token, prenorm, [last + 1 + i])
+        self._cache.truncate(last + 1)  # drafts are re-made from the target's features once kept
+        self._drafted = k
+        return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k)
+
+    def _sync(self, ids: list[int]) -> None:
+        """Drops cached pairs that no longer match ``ids`` (a new turn that edits the
+        conversation, a rollback further back): the pair at position p used ids[p + 1]."""
+        if not self._seen:
+            return
+        agree = common_prefix_length(self._seen, ids)
+        if agree < len(self._seen):
+            self._cache.truncate(max(0, agree - 1))
+            self._queued = {p: f for p, f in self._queued.items() if p < agree - 1}
+            self._seen = self._seen[:agree]

@@ -1,0 +1,1 @@
+"""Draft heads on the target's own hidden states (EAGLE-3)."""

@@ -1,0 +1,221 @@
+"""An EAGLE-3 draft head (Li et al. 2025) in torch, in the layout other engines load.
+
+The head reads the target's own hidden states: the inputs of three target layers
+(low, middle, high — ``layer_ids``, llama.cpp's and vLLM's convention: the residual
+stream *entering* layer l, which is transformers' ``hidden_states[l]``), fused by ``fc``
+into one vector g per position. One Llama decoder layer then takes, at position P, the
+pair (embedding of token P+1, g_P) with RoPE at P, and predicts token P+2 over a reduced
+draft vocabulary (``d2t`` maps a draft id d to the target id d + d2t[d]). Drafting
+a chain feeds the layer its own pre-norm output as the next g (llama.cpp's
+``common_speculative_impl_draft_eagle3``, whose convention this follows exactly, so a
+head trained here drafts the same tokens in ``llama-server --spec-type draft-eagle3``).
+
+The token embedding is the target's (shared, never saved), so a head is small: for the
+embedded SmolLM2 (H = 576) with a 4,096-token draft vocabulary, 8.6 M parameters.
+
+Checkpoint layout (SpecForge's ``LlamaForCausalLMEagle3``, which vLLM, SGLang and
+llama.cpp's ``convert_hf_to_gguf.py`` read): ``config.json`` plus ``model.safetensors``
+with ``fc.weight``, ``midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight``,
+``midlayer.self_attn.{q,k,v,o}_proj.weight``, ``midlayer.mlp.{gate,up,down}_proj.weight``,
+``norm.weight``, ``lm_head.weight``, ``d2t`` (int64) and ``t2d`` (bool).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Eagle3Config:
+    """The head's shape. ``vocab_size`` is the target's; ``draft_vocab_size`` the head's."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    draft_vocab_size: int
+    target_hidden_size: int
+    layer_ids: tuple[int, ...]
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 8192
+    norm_before_residual: bool = False
+    extra: dict = field(default_factory=dict, compare=False)  # other keys, kept on save
+
+    @classmethod
+    def for_target(cls, target: dict, layer_ids: tuple[int, ...], draft_vocab_size: int) -> Eagle3Config:
+        """A head shaped like one layer of the target (its config.json as a dict)."""
+        heads = target["num_attention_heads"]
+        return cls(
+            hidden_size=target["hidden_size"], intermediate_size=target["intermediate_size"],
+            num_attention_heads=heads, num_key_value_heads=target.get("num_key_value_heads", heads),
+            head_dim=target.get("head_dim") or target["hidden_size"] // heads, vocab_size=target["vocab_size"],
+            draft_vocab_size=draft_vocab_size, target_hidden_size=target["hidden_size"], layer_ids=tuple(layer_ids),
+            rms_norm_eps=target.get("rms_norm_eps", 1e-5), rope_theta=float(target.get("rope_theta", 10000.0)),
+            max_position_embeddings=target.get("max_position_embeddings", 8192))
+
+    def to_json(self) -> dict:
+        config = dict(self.extra)
+        config.update({
+            "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_act": "silu",
+            "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
+            "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim, "num_hidden_layers": 1, "vocab_size": self.vocab_size,
+            "draft_vocab_size": self.draft_vocab_size, "target_hidden_size": self.target_hidden_size,
+            "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta, "rope_scaling": None,
+            "max_position_embeddings": self.max_position_embeddings, "tie_word_embeddings": False,
+            "attention_bias": False, "norm_before_residual": self.norm_before_residual,
+            "torch_dtype": "bfloat16",
+            # vLLM and llama.cpp read the top-level key, SpecForge's loaders the nested one
+            "eagle_aux_hidden_state_layer_ids": list(self.layer_ids),
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.layer_ids), "use_aux_hidden_state": True},
+        })
+        return config
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    variance = x.float().pow(2).mean(-1, keepdim=True)
+    return (x.float() * torch.rsqrt(variance + eps)).to(weight.dtype) * weight
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Llama's rotate-half RoPE. x: [..., T, d]; positions: [T]."""
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))  # [d/2]
+    angles = positions.to(torch.float32)[:, None] * inv[None]  # [T, d/2]
+    cos = torch.cat([angles.cos(), angles.cos()], -1).to(x.dtype)  # [T, d]
+    sin = torch.cat([angles.sin(), angles.sin()], -1).to(x.dtype)
+    half = d // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
+
+
+class Eagle3Head(nn.Module):
+    """The head's weights and its one decoder layer. ``embed`` is the target's token
+    embedding matrix [V, H] (a buffer, not saved)."""
+
+    def __init__(self, config: Eagle3Config, embed: torch.Tensor | None = None) -> None:
+        super().__init__()
+        c = self.config = config
+        h, n_q, n_kv, hd = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.fc = nn.Linear(len(c.layer_ids) * c.target_hidden_size, h, bias=False)
+        self.input_layernorm = nn.Parameter(torch.ones(h))
+        self.hidden_norm = nn.Parameter(torch.ones(h))
+        self.post_attention_layernorm = nn.Parameter(torch.ones(h))
+        self.q_proj = nn.Linear(2 * h, n_q * hd, bias=False)
+        self.k_proj = nn.Linear(2 * h, n_kv * hd, bias=False)
+        self.v_proj = nn.Linear(2 * h, n_kv * hd, bias=False)
+        self.o_proj = nn.Linear(n_q * hd, h, bias=False)
+        self.gate_proj = nn.Linear(h, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(h, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, h, bias=False)
+        self.norm = nn.Parameter(torch.ones(h))
+        self.lm_head = nn.Linear(h, c.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("embed", embed if embed is not None else torch.zeros(0, h), persistent=False)
+
+    # --- the pieces ---------------------------------------------------------------------
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """features [T, 3·H_target] (low, mid, high concatenated) → g [T, H]."""
+        return self.fc(features.to(self.fc.weight.dtype))
+
+    def draft_ids(self) -> torch.Tensor:
+        """[V_draft] the target id of each draft id."""
+        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
+
+    def qkv(self, tokens: torch.Tensor, g: torch.Tensor, positions: torch.Tensor):
+        """tokens [..., T], g [..., T, H], positions [T] → (q [..., n_q, T, d], k, v [..., n_kv, T, d])."""
+        c = self.config
+        e = self.embed[tokens].to(g.dtype)
+        x = torch.cat([rms_norm(e, self.input_layernorm, c.rms_norm_eps),
+                       rms_norm(g, self.hidden_norm, c.rms_norm_eps)], -1)  # [..., T, 2H]
+        shape = x.shape[:-1]
+
+        def heads(t: torch.Tensor, n: int) -> torch.Tensor:
+            return t.view(*shape, n, c.head_dim).transpose(-2, -3)  # [..., n, T, d]
+
+        q = rope(heads(self.q_proj(x), c.num_attention_heads), positions, c.rope_theta)
+        k = rope(heads(self.k_proj(x), c.num_key_value_heads), positions, c.rope_theta)
+        return q, k, heads(self.v_proj(x), c.num_key_value_heads)
+
+    def finish(self, attended: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """attended [..., n_q, T, d], the layer's g input [..., T, H] → pre-norm output [..., T, H]."""
+        c = self.config
+        a = attended.transpose(-2, -3).reshape(*g.shape[:-1], c.num_attention_heads * c.head_dim)
+        residual = rms_norm(g, self.hidden_norm, c.rms_norm_eps) if c.norm_before_residual else g
+        h = self.o_proj(a) + residual
+        m = rms_norm(h, self.post_attention_layernorm, c.rms_norm_eps)
+        return h + self.down_proj(nn.functional.silu(self.gate_proj(m)) * self.up_proj(m))
+
+    def logits(self, prenorm: torch.Tensor) -> torch.Tensor:
+        """[..., H] → draft-vocabulary logits [..., V_draft]."""
+        return self.lm_head(rms_norm(prenorm, self.norm, self.config.rms_norm_eps))
+
+    def expand_kv(self, t: torch.Tensor) -> torch.Tensor:
+        """[..., n_kv, T, d] → [..., n_q, T, d] (grouped-query attention)."""
+        groups = self.config.num_attention_heads // self.config.num_key_value_heads
+        return t if groups == 1 else t.repeat_interleave(groups, dim=-3)
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+class HeadCache:
+    """The head's KV cache for one sequence: K, V [n_kv, T, d] at absolute positions.
+    Positions the head has no target features for are simply absent (attention skips
+    them; exactness never depends on a draft's quality). ``truncate(P)`` drops positions
+    ≥ P — rollback is bookkeeping, as in the target's cache."""
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self.outputs: torch.Tensor | None = None  # the pre-norm outputs [T, H] of the cached pairs
+        self.positions: list[int] = []
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, positions: list[int]) -> None:
+        self.k = k if self.k is None else torch.cat([self.k, k], -2)
+        self.v = v if self.v is None else torch.cat([self.v, v], -2)
+        self.positions += positions
+
+    def truncate(self, position: int) -> None:
+        n = len(self.positions)
+        while n and self.positions[n - 1] >= position:
+            n -= 1
+        if n < len(self.positions):
+            self.positions = self.positions[:n]
+            self.k, self.v = (None, None) if n == 0 else (self.k[..., :n, :], self.v[..., :n, :])
+            self.outputs = None if n == 0 else self.outputs[:n]
+
+    @property
+    def tail(self) -> torch.Tensor | None:
+        """The pre-norm output [1, H] at the last cached position."""
+        return None if self.outputs is None else self.outputs[-1:]
+
+    @property
+    def end(self) -> int:
+        """One past the last position held (0 when empty)."""
+        return self.positions[-1] + 1 if self.positions else 0
+
+
+def step(head: Eagle3Head, cache: HeadCache, tokens: torch.Tensor, g: torch.Tensor,
+         positions: list[int]) -> torch.Tensor:
+    """Runs pairs (tokens [T], g [T, H]) at ``positions`` after what ``cache`` holds
+    (causal among themselves), appends their K/V → pre-norm outputs [T, H]."""
+    pos = torch.tensor(positions, dtype=torch.long)
+    q, k, v = head.qkv(tokens, g, pos)  # q [n_q, T, d]; k, v [n_kv, T, d]
+    cache.append(k, v, positions)
+    t, total = len(positions), len(cache.positions)
+    # a new row sees everything cached before it and the new rows up to itself
+    mask = torch.ones(t, total, dtype=torch.bool).tril(total - t)
+    attended = nn.functional.scaled_dot_product_attention(
+        q, head.expand_kv(cache.k), head.expand_kv(cache.v), attn_mask=mask,
+        scale=1.0 / math.sqrt(head.config.head_dim))
+    out = head.finish(attended, g)
+    cache.outputs = out if cache.outputs is None else torch.cat([cache.outputs, out])
+    return out
