@@ -19,6 +19,7 @@ COMMANDS = [
     "replay",
     "demo",
     "export",
+    "train_head",
 ]
 
 

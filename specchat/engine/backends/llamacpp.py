@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from specchat.engine.backends.base import Backend, common_prefix_length
+from specchat.engine.backends.llamacpp_features import LAYER_INPUT_ARCHITECTURES, bind
 
 
 def default_threads() -> int:
@@ -70,6 +71,17 @@ class LlamaCppBackend(Backend):
         self.eos_token_ids = frozenset(i for i in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, i))
         self.precision = "gguf:" + model_file_type(self.llm)
         self._ids: list[int] = []
+        self.num_layers = int(llama_cpp.llama_model_n_layer(self.llm._model.model))
+        self.hidden_size = int(llama_cpp.llama_model_n_embd(self.llm._model.model))
+        self._layer_inputs = bind(llama_cpp)
+        architecture = str(self.llm.metadata.get("general.architecture", "unknown"))
+        self.provides_features = self._layer_inputs is not None and architecture in LAYER_INPUT_ARCHITECTURES
+        if self._layer_inputs is None:
+            self.features_note = "this llama.cpp build does not export the layer-input API heads read"
+        elif not self.provides_features:
+            self.features_note = (f"llama.cpp keeps no layer inputs for the {architecture!r} architecture "
+                                  f"(it does for {', '.join(sorted(LAYER_INPUT_ARCHITECTURES))})")
+        self._feature_layers: tuple[int, ...] = ()
 
     @property
     def ids(self) -> list[int]:
@@ -78,6 +90,21 @@ class LlamaCppBackend(Backend):
     def reset(self) -> None:
         self._llama_cpp.llama_memory_clear(self._memory, True)
         self._ids = []
+
+    def request_features(self, layer_ids: tuple[int, ...]) -> None:
+        if not self.provides_features:
+            raise NotImplementedError(self.features_note)
+        for layer in layer_ids:
+            if not 0 <= layer < self.num_layers:
+                raise ValueError(f"layer {layer} is not one of the model's {self.num_layers}")
+            self._layer_inputs.enable(self._ctx, layer)
+        self._feature_layers = tuple(layer_ids)
+
+    def token_embeddings(self) -> torch.Tensor:
+        if self._layer_inputs is None:
+            raise NotImplementedError(self.features_note)
+        rows = self._layer_inputs.token_embeddings(self.llm._model.model, self.vocab_size, self.hidden_size)
+        return torch.from_numpy(rows)
 
     def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
         keep = min(common_prefix_length(self._ids, ids), len(ids) - 1)
@@ -103,10 +130,16 @@ class LlamaCppBackend(Backend):
             # the final batch is the last n_batch tokens, so it holds every position that
             # needs logits (num_logits ≤ k+1 ≤ n_batch); the prompt before it runs without
             bounds = list(range(0, max(len(new) - self._n_batch, 0), self._n_batch)) + [max(len(new) - self._n_batch, 0)]
+            features, first = [], len(self._ids)
             for start, end in zip(bounds, bounds[1:] + [len(new)]):
                 chunk = new[start:end]
                 self._decode(chunk, len(self._ids), num_logits if end == len(new) else 0)
                 self._ids += chunk
+                if self._feature_layers and chunk:
+                    features.append(np.concatenate([self._layer_inputs.read(self._ctx, layer, len(chunk), self.hidden_size)
+                                                    for layer in self._feature_layers], axis=1))
+            if features:
+                self.last_features, self.features_start = torch.from_numpy(np.concatenate(features)), first
         except BaseException:
             self.reset()  # a half-updated cache must never be trusted again
             raise

@@ -1,0 +1,102 @@
+"""``specchat train-head``: train an EAGLE-3 head for a profile's target, here, offline.
+
+The target answers a shipped prompt corpus (self-distillation), its own hidden states
+and next-token laws on those replies are the training data, and the head is saved in
+the SpecForge/vLLM EAGLE-3 layout that llama.cpp's ``convert_hf_to_gguf.py``, vLLM and
+SGLang load. Each stage shows a bar with its ETA; Ctrl+C keeps what is done and
+``--resume`` carries on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "train-head",
+        help="train an EAGLE-3 draft head on the target's own replies (offline, resumable)",
+        description="Self-distil the profile's target on a shipped prompt corpus and train an EAGLE-3 head "
+                    "on its hidden states (training-time test). The head is written in the SpecForge/vLLM "
+                    "layout (config.json + model.safetensors). Ctrl+C keeps the last epoch; --resume continues.",
+    )
+    parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
+    parser.add_argument("--kind", default="eagle3", choices=["eagle3"], help="head kind (default eagle3)")
+    parser.add_argument("--out", metavar="DIR", help="where the head goes (default: <cache>/heads/<profile>-eagle3)")
+    parser.add_argument("--prompts", type=int, default=0, metavar="N", help="train on the first N corpus prompts (0: all)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="reply length (default 256)")
+    parser.add_argument("--epochs", type=int, default=4, metavar="N", help="passes over the data (default 4)")
+    parser.add_argument("--ttt-steps", type=int, default=4, metavar="S", help="training-time-test depth (default 4)")
+    parser.add_argument("--draft-vocab", type=int, default=8192, metavar="N", help="draft vocabulary size (default 8192)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    parser.add_argument("--resume", action="store_true", help="carry on from the work folder's stages")
+    parser.add_argument("--smoke", action="store_true", help="a seconds-long run on 6 prompts (a pipeline check)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from specchat.config import load_profile
+    from specchat.errors import SpecchatError
+
+    for flag, value, low in (("--prompts", args.prompts, 0), ("--max-new-tokens", args.max_new_tokens, 1),
+                             ("--epochs", args.epochs, 1), ("--ttt-steps", args.ttt_steps, 1),
+                             ("--draft-vocab", args.draft_vocab, 16)):
+        if value < low:
+            raise SpecchatError(f"{flag} {value} is out of range", key=flag, hint=f"use at least {low}")
+    profile = load_profile(args.profile)
+    if profile.target.backend in ("llama-server", "vllm"):
+        raise SpecchatError(f"profile '{profile.name}' runs its target on a server", key="target.backend",
+                            hint="train a head with a profile whose target runs here (llama.cpp or transformers)")
+
+    import torch
+
+    from specchat.loading import load_models
+    from specchat.paths import cache_dir
+    from specchat.training.pipeline import Plan, Stages, layer_ids_for
+    from specchat.training.train import TrainConfig
+
+    plan = Plan(prompts=args.prompts, max_new_tokens=args.max_new_tokens, draft_vocab=args.draft_vocab,
+                train=TrainConfig(epochs=args.epochs, steps=args.ttt_steps, lr=args.lr))
+    if args.smoke:
+        plan = Plan(prompts=6, held_out=2, max_new_tokens=12, draft_vocab=min(args.draft_vocab, 256), n_seq=3,
+                    train=TrainConfig(epochs=1, steps=2, batch_tokens=256))
+    out = Path(args.out) if args.out else cache_dir() / "heads" / f"{profile.name}-{args.kind}"
+    work = out / "work"
+    if not args.resume and work.exists():
+        import shutil
+
+        shutil.rmtree(work)
+    loaded = load_models(profile, progress=lambda e: print(f"[load] {e.message}", file=sys.stderr))
+    from specchat.engine.backends import as_backend
+
+    backend = as_backend(loaded.target)
+    if not backend.provides_features:
+        raise SpecchatError(f"the target cannot hand out hidden states: {backend.features_note}",
+                            key="target.backend", hint="EAGLE-3 heads need a llama.cpp (llama, qwen3, …) or "
+                            "transformers target")
+    torch.set_num_threads(max(1, getattr(backend, "n_threads", 0) or torch.get_num_threads()))
+    stages = Stages(backend, loaded.tokenizer, work, plan, _bar, lambda line: print(f"[train-head] {line}", file=sys.stderr))
+    layer_ids = layer_ids_for(backend.num_layers)
+    say = stages.say
+    try:
+        rows = stages.distill()
+        say(f"distilled {len(rows)} replies ({sum(len(r['ids']) - r['reply_start'] for r in rows)} tokens)")
+        draft_ids, covered = stages.vocabulary(rows)
+        say(f"draft vocabulary: {draft_ids.numel()} tokens, {covered:.1%} of the reply tokens")
+        taught = stages.teach(rows, layer_ids)
+        history = stages.train_and_export(taught, rows, layer_ids, draft_ids, out, args.resume)
+    except KeyboardInterrupt:
+        say(f"interrupted: what each stage finished is kept in {work}; run again with --resume to carry on")
+        return 130
+    size = (out / "model.safetensors").stat().st_size / 2**20
+    say(f"head written to {out} ({size:.1f} MiB, {history.seconds / 60:.1f} min of training)")
+    print(out)
+    return 0
+
+
+def _bar(total: int, label: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=label, unit="", dynamic_ncols=True, file=sys.stderr, leave=True)

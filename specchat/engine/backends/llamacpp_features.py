@@ -1,0 +1,72 @@
+"""Hidden states out of libllama, for heads that read the target's features (EAGLE-3).
+
+llama.cpp stages the API in ``src/llama-ext.h`` with C++ linkage, so llama-cpp-python
+binds none of it; the symbols are exported all the same, under their mangled names:
+
+* ``llama_set_embeddings_layer_inp(ctx, layer, enable)`` — from the next decode on, keep
+  the residual stream *entering* ``layer`` for every token of the batch;
+* ``llama_get_embeddings_layer_inp(ctx, layer)`` → float [n_tokens, n_embd] of the last
+  decode (all its tokens, in batch order, whatever their logits flags);
+* ``llama_model_get_tok_embd(model, out)`` → the token embedding matrix as float32.
+
+A graph that never records a layer's input aborts the process inside llama.cpp, so the
+architectures whose graphs do (``res->t_layer_inp`` in ``src/models/*.cpp`` of the
+vendored llama.cpp) are listed here and a backend declares the capability from this
+list — never by trying.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+# general.architecture values whose graphs record layer inputs (vendored llama.cpp 0.3.36)
+LAYER_INPUT_ARCHITECTURES = frozenset({
+    "llama", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "gemma4", "lfm2", "gpt-oss",
+})
+
+_SET = "_Z30llama_set_embeddings_layer_inpP13llama_contextjb"
+_GET = "_Z30llama_get_embeddings_layer_inpP13llama_contextj"
+_EMBD = "_Z24llama_model_get_tok_embdPK11llama_modelPf"
+
+
+class LayerInputs:
+    """The three staged functions, bound once from the loaded libllama."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._set = getattr(lib, _SET)
+        self._set.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_bool]
+        self._set.restype = None
+        self._get = getattr(lib, _GET)
+        self._get.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+        self._get.restype = ctypes.POINTER(ctypes.c_float)
+        self._embd = getattr(lib, _EMBD)
+        self._embd.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_float)]
+        self._embd.restype = ctypes.c_uint32
+
+    def enable(self, ctx, layer: int) -> None:
+        self._set(ctx, layer, True)
+
+    def read(self, ctx, layer: int, n_tokens: int, n_embd: int) -> np.ndarray:
+        """A copy of [n_tokens, n_embd] float32 (the buffer is reused by the next decode)."""
+        pointer = self._get(ctx, layer)
+        if not pointer:
+            raise RuntimeError(f"llama.cpp kept no input for layer {layer}")
+        return np.ctypeslib.as_array(pointer, shape=(n_tokens, n_embd)).copy()
+
+    def token_embeddings(self, model, n_vocab: int, n_embd: int) -> np.ndarray:
+        out = np.empty((n_vocab, n_embd), dtype=np.float32)
+        written = self._embd(model, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+        if written != n_vocab * n_embd:
+            raise RuntimeError(f"llama.cpp wrote {written} of {n_vocab * n_embd} embedding values")
+        return out
+
+
+def bind(llama_cpp) -> LayerInputs | None:
+    """The staged API of the libllama llama-cpp-python loaded, or None where that build
+    does not export it (an older or newer llama.cpp)."""
+    try:
+        return LayerInputs(llama_cpp.llama_cpp._lib)
+    except AttributeError:
+        return None

@@ -1,0 +1,219 @@
+"""``train-head`` as named stages, each resumable from what it left in the work folder:
+
+corpus → distill (the target answers, ``distilled.jsonl``, one line per finished reply)
+→ vocabulary (the draft vocabulary from the replies' token counts) → teach (features and
+soft labels, ``taught.safetensors``) → train (``checkpoint/`` after every epoch) →
+export (the head in SpecForge's EAGLE-3 layout, plus ``training.json``: the command's
+settings, times and the held-out acceptance curve).
+
+Ctrl+C in any stage keeps what that stage finished; ``--resume`` carries on from there.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from specchat.heads.checkpoint import load_eagle3, save_eagle3
+from specchat.heads.eagle3 import Eagle3Config, Eagle3Head
+from specchat.training.corpus import split, training_prompts
+from specchat.training.teacher import Taught, teach
+from specchat.training.train import History, TrainConfig, train
+
+
+@dataclass
+class Plan:
+    """What to train; ``smoke`` shrinks everything to a seconds-long run (CI)."""
+
+    prompts: int = 0  # 0: the whole corpus
+    held_out: int = 24
+    max_new_tokens: int = 256
+    draft_vocab: int = 8192
+    n_seq: int = 8
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def layer_ids_for(num_layers: int) -> tuple[int, int, int]:
+    """Low, middle and high layer, as vLLM and llama.cpp default them."""
+    return (min(2, num_layers - 1), num_layers // 2, max(0, num_layers - 3))
+
+
+class Stages:
+    def __init__(self, backend, tokenizer, work: Path, plan: Plan, bar: Callable, say: Callable[[str], None]) -> None:
+        self.backend, self.tokenizer, self.work, self.plan, self.bar, self.say = backend, tokenizer, work, plan, bar, say
+        work.mkdir(parents=True, exist_ok=True)
+
+    # --- distill ----------------------------------------------------------------------
+    def distill(self) -> list[dict]:
+        prompts = training_prompts()
+        if self.plan.prompts:
+            prompts = prompts[: self.plan.prompts]
+        path = self.work / "distilled.jsonl"
+        done = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                row = json.loads(line)
+                done[row["index"]] = row
+        todo = [i for i in range(len(prompts)) if i not in done]
+        if todo:
+            from specchat.engine.chat import ChatSession
+            from specchat.engine.engine import SpeculativeEngine
+
+            session = ChatSession(SpeculativeEngine(self.backend, None), self.tokenizer)  # its chat formatting
+            chats = [session.prompt_ids([{"role": "user", "content": prompts[i]}]) for i in todo]
+            temperatures = [0.0 if i % 2 == 0 else 0.8 for i in todo]  # greedy and sampled replies
+            progress = self.bar(len(todo) * self.plan.max_new_tokens, f"distill: {len(todo)} replies (tokens, at most)")
+            with path.open("a") as out:
+                for k, sample in self._generate(chats, temperatures, progress.update):
+                    i = todo[k]
+                    row = {"index": i, "greedy": temperatures[k] == 0.0, "ids": sample[0], "reply_start": sample[1]}
+                    out.write(json.dumps(row) + "\n")
+                    out.flush()
+                    done[i] = row
+            progress.close()
+        held = set(range(len(prompts)))
+        _, held_out = split(list(range(len(prompts))), self.plan.held_out)
+        for i in held:
+            done[i]["held_out"] = i in set(held_out)
+        return [done[i] for i in sorted(done)]
+
+    def _generate(self, chats, temperatures, update):
+        if self.backend.name == "llama.cpp":
+            from specchat.training.distill import BatchedGenerator
+
+            generator = BatchedGenerator(self.backend, n_seq=self.plan.n_seq,
+                                         n_ctx_per_seq=self.plan.max_new_tokens + 320)
+            try:
+                for k, s in generator.generate(chats, self.plan.max_new_tokens, temperatures, progress=update):
+                    yield k, (s.ids, s.reply_start)
+            finally:
+                generator.close()
+            return
+        from specchat.engine import SamplingParams, SpeculativeEngine
+
+        self.backend.reset()
+        engine = SpeculativeEngine(self.backend, None)
+        for k, chat in enumerate(chats):
+            params = SamplingParams(temperature=temperatures[k], seed=k)
+            reply = []
+            for step in engine.generate(chat, params, max_new_tokens=self.plan.max_new_tokens):
+                reply += [t.id for t in step.tokens]
+                update(len(step.tokens))
+            yield k, (list(chat) + reply, len(chat))
+
+    # --- vocabulary ---------------------------------------------------------------------
+    def vocabulary(self, rows: list[dict]) -> tuple[torch.Tensor, float]:
+        """(the draft vocabulary's target ids, ascending, [V_draft]; the share of reply
+        tokens it covers). The most frequent reply tokens, plus the end-of-turn ids."""
+        counts = torch.zeros(self.backend.vocab_size, dtype=torch.long)
+        for row in rows:
+            if not row["held_out"]:
+                counts += torch.bincount(torch.tensor(row["ids"][row["reply_start"]:], dtype=torch.long),
+                                         minlength=self.backend.vocab_size)
+        for eos in self.backend.eos_token_ids:
+            counts[eos] += 1 << 40
+        size = min(self.plan.draft_vocab, self.backend.vocab_size)
+        ids = counts.topk(size).indices.sort().values
+        covered = float(counts[ids].clamp_max(1 << 39).sum()) / max(1, float(counts.clamp_max(1 << 39).sum()))
+        return ids, covered
+
+    # --- teach ----------------------------------------------------------------------------
+    def teach(self, rows: list[dict], layer_ids: tuple[int, ...]) -> list[Taught]:
+        from safetensors.torch import load_file, save_file
+
+        path = self.work / "taught.safetensors"
+        if path.exists():
+            flat = load_file(str(path))
+            meta = json.loads((self.work / "taught.json").read_text())
+            if meta.get("layer_ids") == list(layer_ids) and meta.get("count") == len(rows):
+                return [Taught(flat[f"{i}.ids"], flat[f"{i}.features"], flat[f"{i}.top_ids"], flat[f"{i}.top_p"],
+                               int(meta["reply_start"][i])) for i in range(len(rows))]
+        taught = []
+        progress = self.bar(len(rows), "teach: features and soft labels (replies)")
+        limit = min(512, self.backend.max_length)
+        for row in rows:
+            taught.append(teach(self.backend, row["ids"][:limit], row["reply_start"], layer_ids))
+            progress.update(1)
+        progress.close()
+        self.backend.reset()
+        flat = {}
+        for i, t in enumerate(taught):
+            flat.update({f"{i}.ids": t.ids, f"{i}.features": t.features, f"{i}.top_ids": t.top_ids, f"{i}.top_p": t.top_p})
+        save_file(flat, str(path))
+        (self.work / "taught.json").write_text(json.dumps({
+            "layer_ids": list(layer_ids), "count": len(rows), "reply_start": [t.reply_start for t in taught]}))
+        return taught
+
+    # --- train + export -------------------------------------------------------------------
+    def new_head(self, layer_ids: tuple[int, ...], draft_ids: torch.Tensor, embed: torch.Tensor) -> Eagle3Head:
+        b = self.backend
+        target = {"hidden_size": b.hidden_size, "intermediate_size": self._intermediate(),
+                  "num_attention_heads": self._heads()[0], "num_key_value_heads": self._heads()[1],
+                  "vocab_size": b.vocab_size, "max_position_embeddings": b.max_length}
+        config = Eagle3Config.for_target(target, layer_ids, int(draft_ids.numel()))
+        head = Eagle3Head(config, embed)
+        with torch.no_grad():
+            head.d2t.copy_(draft_ids - torch.arange(draft_ids.numel()))
+            head.lm_head.weight.copy_(embed[draft_ids])  # tied-embedding targets: the target's own head rows
+        return head
+
+    def _intermediate(self) -> int:
+        meta = getattr(getattr(self.backend, "llm", None), "metadata", {}) or {}
+        arch = meta.get("general.architecture", "llama")
+        value = meta.get(f"{arch}.feed_forward_length")
+        if value is None:
+            value = getattr(getattr(self.backend, "model", None), "config", None).intermediate_size
+        return int(value)
+
+    def _heads(self) -> tuple[int, int]:
+        meta = getattr(getattr(self.backend, "llm", None), "metadata", {}) or {}
+        arch = meta.get("general.architecture", "llama")
+        if f"{arch}.attention.head_count" in meta:
+            n = int(meta[f"{arch}.attention.head_count"])
+            return n, int(meta.get(f"{arch}.attention.head_count_kv", n))
+        config = self.backend.model.config
+        return int(config.num_attention_heads), int(getattr(config, "num_key_value_heads", config.num_attention_heads))
+
+    def train_and_export(self, taught, rows, layer_ids, draft_ids, out: Path, resume: bool) -> History:
+        embed = self.backend.token_embeddings()
+        index = torch.full((self.backend.vocab_size,), -1, dtype=torch.long)
+        index[draft_ids] = torch.arange(draft_ids.numel())
+        train_set = [t for t, r in zip(taught, rows) if not r["held_out"]]
+        held_out = [t for t, r in zip(taught, rows) if r["held_out"] and r["greedy"]]
+        checkpoint = self.work / "checkpoint"
+        history = History()
+        if resume and (checkpoint / "history.json").exists():
+            head = load_eagle3(checkpoint, target_hidden=self.backend.hidden_size, target_vocab=self.backend.vocab_size,
+                               target_layers=self.backend.num_layers, embed=embed)
+            history = History(**json.loads((checkpoint / "history.json").read_text()))
+            self.say(f"resuming after epoch {history.epochs_done}")
+        else:
+            head = self.new_head(layer_ids, draft_ids, embed)
+        head.embed.requires_grad_(False)
+
+        def keep(h: History) -> None:
+            save_eagle3(head, checkpoint, dtype=torch.float32)
+            (checkpoint / "history.json").write_text(json.dumps(asdict(h)))
+            last = h.held_out[-1]
+            self.say(f"epoch {h.epochs_done}: loss {h.loss[-1]:.3f}, held-out acceptance length "
+                     + ", ".join(f"γ={g}: {last[f'mean_acceptance_length@{g}']}" for g in self.plan.train.gammas)
+                     + f"; per position {last['acceptance_by_position']}")
+
+        started = time.perf_counter()
+        try:
+            history = train(head, train_set, held_out, index, self.plan.train, self.bar, history, keep)
+        finally:
+            if history.epochs_done:
+                save_eagle3(load_eagle3(checkpoint, target_hidden=self.backend.hidden_size,
+                                        target_vocab=self.backend.vocab_size, target_layers=self.backend.num_layers,
+                                        embed=embed), out)
+                (out / "training.json").write_text(json.dumps({
+                    "history": asdict(history), "plan": asdict(self.plan), "layer_ids": list(layer_ids),
+                    "train_samples": len(train_set), "held_out_samples": len(held_out),
+                    "train_seconds": round(time.perf_counter() - started, 1)}, indent=2) + "\n")
+        return history

@@ -1,0 +1,45 @@
+"""Teacher-forced features and soft labels for each distilled sample.
+
+One target forward over the whole sample gives, at every position, the inputs of the
+head's three layers (the features it reads when drafting) and the target's next-token
+distribution. The distribution is kept as its ``top`` most likely tokens (float16
+probabilities at temperature 1, int32 ids): the loss is a cross-entropy against the
+target's own law, not against the one token the reply happened to take, which is what
+makes the head's q close to p at any temperature. Features are kept in bfloat16 (a
+tenth of a million positions of three 576-wide layers fit in ~330 MB).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Taught:
+    """One sample: ``ids`` [T]; ``features`` [T, F] bf16; ``top_ids`` [T, K] int32 and
+    ``top_p`` [T, K] float16 — the target's next-token law after each position;
+    ``reply_start``: positions before it are the prompt (not trained on)."""
+
+    ids: torch.Tensor
+    features: torch.Tensor
+    top_ids: torch.Tensor
+    top_p: torch.Tensor
+    reply_start: int
+
+
+def teach(backend, ids: list[int], reply_start: int, layer_ids: tuple[int, ...], top: int = 32) -> Taught:
+    backend.reset()
+    backend.request_features(layer_ids)
+    logits = backend.forward(ids, num_logits=len(ids)).float().numpy()  # [T, V]
+    features = backend.last_features
+    assert features is not None and features.shape[0] == len(ids) and backend.features_start == 0
+    part = np.argpartition(-logits, top, axis=1)[:, :top]  # [T, K] unordered top ids
+    z = logits - logits.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    top_p = np.take_along_axis(p, part, axis=1)
+    return Taught(torch.tensor(ids, dtype=torch.long), features.to(torch.bfloat16),
+                  torch.from_numpy(part.astype(np.int32)), torch.from_numpy(top_p.astype(np.float16)), reply_start)

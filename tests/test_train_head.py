@@ -1,0 +1,56 @@
+"""``specchat train-head`` end to end on a tiny target, in seconds (--smoke).
+
+Every stage runs for real — distillation by the target, teacher-forced features and
+soft labels, the training-time-test loop, export — and the exported head loads in the
+SpecForge layout, drafts through the engine, and keeps greedy decoding's reply. A second
+run with --resume reuses what the first left (no stage runs again).
+"""
+
+import json
+import subprocess
+import sys
+
+import torch
+
+from specchat.config import load_profile
+from specchat.engine import SamplingParams, SpeculativeEngine
+from specchat.engine.backends import as_backend
+from specchat.engine.chat import ChatSession
+from specchat.engine.eagle import EagleProposer
+from specchat.heads.checkpoint import load_eagle3
+from specchat.loading import load_models
+from tiny_models import write_tiny_profile
+
+
+def train_head(*args):
+    return subprocess.run([sys.executable, "-m", "specchat", "train-head", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_smoke_training_writes_a_head_that_drafts(tmp_path, tiny_model_dir):
+    profile = write_tiny_profile(tmp_path / "tiny.toml", tiny_model_dir, method="ngram")
+    out = tmp_path / "head"
+    result = train_head("--profile", str(profile), "--smoke", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "held-out acceptance length" in result.stderr and "head written to" in result.stderr
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["num_hidden_layers"] == 1
+    report = json.loads((out / "training.json").read_text())
+    assert report["history"]["epochs_done"] == 1 and report["held_out_samples"] >= 1
+
+    loaded = load_models(load_profile(str(profile)))
+    target = as_backend(loaded.target)
+    head = load_eagle3(out, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
+                       target_layers=target.num_layers, embed=target.token_embeddings())
+    prompt = ChatSession(SpeculativeEngine(target, None), loaded.tokenizer).prompt_ids([{"role": "user", "content": "Hi"}])
+    params = SamplingParams(temperature=0.0)
+    plain = [t.id for s in SpeculativeEngine(target, None).generate(prompt, params, max_new_tokens=16) for t in s.tokens]
+    target.reset()
+    engine = SpeculativeEngine(target, EagleProposer(head, target, 3))
+    got = [t.id for s in engine.generate(prompt, params, max_new_tokens=16) for t in s.tokens]
+    assert got == plain
+    assert engine.metrics.num_draft_tokens > 0
+
+    again = train_head("--profile", str(profile), "--smoke", "--out", str(out), "--resume")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "distill:" not in again.stderr and "teach:" not in again.stderr
