@@ -136,10 +136,12 @@ class LiveLoader:
 
 
 def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, *, record: bool = True,
-                  quiet: bool = False, trust_remote_code: bool = False) -> Loader:
+                  quiet: bool = False, trust_remote_code: bool = False,
+                  trust_recorded_server: bool = False) -> Loader:
     """A loader that reopens a recorded conversation: the profile the recording carries
-    (as data — no file it names is read, and its ``trust_remote_code`` only with
-    ``trust_remote_code=True``), or ``profile_ref``, with the history restored and
+    (as data — no file it names is read, its ``trust_remote_code`` only with
+    ``trust_remote_code=True``, and a server it names is neither contacted nor sent the
+    variable it names before ``trust_recorded_server=True``), or ``profile_ref``, with the history restored and
     recording on into the same file — one conversation, one file. A damaged file, or
     one another specchat is writing, is left as it is and the continuation goes to a new
     recording whose header names it (``resumed_from``). ``LoadedBackend.pending``
@@ -160,7 +162,8 @@ def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, 
     if profile_ref is not None:
         chosen = load_profile(profile_ref)
     else:
-        chosen = profile_from_recording(recording.header.profile, str(path), trust_remote_code=trust_remote_code)
+        chosen = profile_from_recording(recording.header.profile, str(path), trust_remote_code=trust_remote_code,
+                                        trust_server=trust_recorded_server)
     loader = LiveLoader(record=False, quiet=quiet)
 
     def load(ref: str | None, progress: ProgressCallback) -> LoadedBackend:
