@@ -89,3 +89,32 @@ def vllm_profile(tmp_path: Path, url: str, key_env: str | None = None, name: str
     key = f'api_key_env = "{key_env}"\n' if key_env else ""
     path.write_text(f'[target]\nbackend = "vllm"\nurl = "{url}"\n{key}[speculation]\nnum_speculative_tokens = 3\n')
     return path
+
+
+def sse(*chunks: Any) -> str:
+    """An SSE body: one ``data:`` line per chunk (JSON unless already text)."""
+    return "".join(f"data: {c if isinstance(c, str) else json.dumps(c)}\n\n" for c in chunks)
+
+
+def llama_routes(model_path: str = "model.gguf", metrics: str = "", completion: str | None = None) -> dict[str, Reply]:
+    """A llama-server that speculates: ``/props`` names ``model_path``; ``/completion``
+    streams ``completion`` (default: one drafted step "Hi" and a final chunk)."""
+    if completion is None:
+        timings = {"predicted_ms": 2.0, "prompt_ms": 1.0, "prompt_n": 3, "draft_n": 2, "draft_n_accepted": 1}
+        completion = sse({"content": "Hi", "tokens": [7], "tokens_predicted": 2, "timings": timings},
+                         {"content": "", "stop": True, "stop_type": "eos", "tokens_predicted": 2, "timings": timings})
+    return {"/health": (200, {"status": "ok"}),
+            "/props": (200, {"model_path": model_path, "build_info": "b1",
+                             "default_generation_settings": {"params": {"speculative.types": "draft"}}}),
+            "/slots": (200, [{"id": 0, "speculative": True}]),
+            "/metrics": (200, metrics),
+            "/apply-template": (200, {"prompt": "<user>hi</user>"}),
+            "/tokenize": (200, {"tokens": [1, 2, 3]}),
+            "/completion": (200, completion)}
+
+
+def llama_profile(tmp_path: Path, url: str, key_env: str | None = None, extra: str = "") -> Path:
+    path = tmp_path / "llama.toml"
+    key = f'api_key_env = "{key_env}"\n' if key_env else ""
+    path.write_text(f'[target]\nbackend = "llama-server"\nurl = "{url}"\n{key}{extra}')
+    return path

@@ -139,7 +139,7 @@ class RemoteChat:
         except RemoteError as exc:
             yield ErrorEvent(str(exc), turn)
         except Exception as exc:  # a protocol surprise: one line, and the chat goes on
-            yield ErrorEvent(f"remote generation failed: {type(exc).__name__}: {exc}", turn)
+            yield ErrorEvent(self.endpoint.shown(f"remote generation failed: {type(exc).__name__}: {exc}"), turn)
         text_out = "".join(reply)
         self.history.append({"role": "assistant", "content": text_out})
         metrics = {"turn": self.turn_metrics.to_dict(), "session": self.session_metrics.to_dict()}
