@@ -41,14 +41,14 @@ def _build(profile_ref: Any, progress: ProgressCallback):
     """(profile, LoadedModels, ChatSession, BackendInfo) for a profile name or path, or
     a :class:`~specchat.config.Profile` already built (a recording's, on resume)."""
     from specchat.config import DEFAULT_PROFILE, Profile, load_profile
+    from specchat.remote import is_remote
+
+    profile = profile_ref if isinstance(profile_ref, Profile) else load_profile(profile_ref or DEFAULT_PROFILE)
+    if is_remote(profile):  # the server runs the model: no torch here
+        return _build_remote(profile, progress)
     from specchat.engine.factory import build_chat
     from specchat.loading import load_models
 
-    profile = profile_ref if isinstance(profile_ref, Profile) else load_profile(profile_ref or DEFAULT_PROFILE)
-    from specchat.remote import is_remote
-
-    if is_remote(profile):
-        return _build_remote(profile, progress)
     models = load_models(profile, progress=progress)
     session = build_chat(profile, models)
     spec = profile.speculation

@@ -79,15 +79,16 @@ def describe(endpoint: Endpoint) -> dict[str, Any]:
     """
     health = endpoint.get_json("/health")
     if isinstance(health, dict) and health.get("status") not in (None, "ok"):
-        raise RemoteError(f"{endpoint.url}: the server is not ready ({health.get('status')})")
+        raise RemoteError(f"{endpoint.url}: the server is not ready ({endpoint.shown(str(health.get('status')))})")
     info: dict[str, Any] = {"backend": "llama-server", "url": endpoint.url}
     props = endpoint.get_json("/props")
     types = ""
     if isinstance(props, dict):
-        info["target"] = str(props.get("model_path") or props.get("model_alias") or "")
-        info["server_build"] = str(props.get("build_info") or "")
+        # the server's own words: shown and recorded, so redacted and cleaned here
+        info["target"] = endpoint.shown(str(props.get("model_path") or props.get("model_alias") or ""))
+        info["server_build"] = endpoint.shown(str(props.get("build_info") or ""))
         params = (props.get("default_generation_settings") or {}).get("params") or {}
-        types = str(params.get("speculative.types") or "") if isinstance(params, dict) else ""
+        types = endpoint.shown(str(params.get("speculative.types") or "")) if isinstance(params, dict) else ""
     try:
         slots = endpoint.get_json("/slots")
     except RemoteError:
