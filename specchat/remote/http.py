@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import socket
 from collections.abc import Iterator
@@ -161,9 +162,21 @@ class Endpoint:
 
     def _parse(self, text: str, where: str, what: str = "answer is not JSON") -> Any:
         try:
-            return json.loads(text)
+            return json.loads(text, parse_constant=_not_finite, parse_float=_finite)
         except ValueError:
             raise RemoteError(f"{where}: {what}: {self.shown(text[:4096], 80)!r}") from None
+
+
+def _not_finite(word: str) -> float:
+    """JSON has no NaN or Infinity; Python's parser takes them, a server's answer may not."""
+    raise ValueError(f"{word} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise ValueError(f"{text} is not a finite number")
+    return value
 
 
 def _error_text(text: str) -> str:

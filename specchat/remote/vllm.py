@@ -57,7 +57,7 @@ def chunk_tokens(chunk: dict[str, Any]) -> tuple[list[tuple[str, float | None]],
     tokens: list[tuple[str, float | None]] = []
     for entry in entries:
         lp = entry.get("logprob")
-        p = math.exp(lp) if isinstance(lp, (int, float)) and lp > -1e30 else None
+        p = math.exp(lp) if isinstance(lp, (int, float)) and -1e30 < lp <= 0 else None
         tokens.append((str(entry.get("token", "")), p))
     if not tokens and text:
         tokens = [("", None)]  # text without logprobs: one token, as far as can be told
