@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="let --resume run a recorded profile's trust_remote_code = true (the model repo's own "
                              "Python code); never taken from a recording otherwise")
+    parser.add_argument("--trust-recorded-server", action="store_true",
+                        help="let --resume connect to the server a recorded profile names, sending the variable it "
+                             "names as the key; otherwise refused before any request")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in available_commands():
         before = set(subparsers.choices)
@@ -66,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command is None:
             return open_tui(args.tui_profile, resume=args.resume, record=not args.no_record,
-                            trust_remote_code=args.trust_remote_code)
+                            trust_remote_code=args.trust_remote_code,
+                            trust_recorded_server=args.trust_recorded_server)
         return args._run(args)
     except SpecchatError as error:
         print(f"specchat: error: {error}", file=sys.stderr)
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def open_tui(profile: str | None, *, resume: str | None = None, record: bool = True,
-             trust_remote_code: bool = False) -> int:
+             trust_remote_code: bool = False, trust_recorded_server: bool = False) -> int:
     """The TUI on a profile, or carrying on a recorded chat. The profile and the
     recording are checked first, so a bad one fails here in one line."""
     from .config import DEFAULT_PROFILE, load_profile
@@ -94,11 +98,13 @@ def open_tui(profile: str | None, *, resume: str | None = None, record: bool = T
         raise SpecchatError(f"the TUI needs the '{error.name}' package", hint="pip install textual") from None
     from .live import LiveLoader, resume_loader
 
+    trust = {"trust_remote_code": trust_remote_code, "trust_recorded_server": trust_recorded_server}
+
     def reopen(path):  # the history screen's "reopen"
-        return resume_loader(path, record=record, quiet=True, trust_remote_code=trust_remote_code)
+        return resume_loader(path, record=record, quiet=True, **trust)
 
     # --resume without --profile: the profile the recording carries (as data)
-    loader = (resume_loader(resume, profile, record=record, quiet=True, trust_remote_code=trust_remote_code)
+    loader = (resume_loader(resume, profile, record=record, quiet=True, **trust)
               if resume else LiveLoader(record=record, quiet=True))
     return run_app(profile if resume else profile or DEFAULT_PROFILE, loader=loader, reopen=reopen)
 

@@ -6,6 +6,7 @@ CLI and the UI as-is, never with a traceback.
 
 from __future__ import annotations
 
+from .redact import redact_url
 from .sanitize import clean_line
 
 
@@ -33,13 +34,14 @@ class SpecchatError(Exception):
     def __str__(self) -> str:
         # One line of inert text, whatever a wrapped library (or a recording's file
         # name, key or value quoted in the message) put in it; each part is cleaned on
-        # its own, so a broken sequence in the file name cannot hide the message.
+        # its own, so a broken sequence in the file name cannot hide the message. A URL
+        # quoted anywhere in it is shown without its user info (a password, a token).
         parts = [f"{clean_line(self.file)}:" if self.file else "", clean_line(self.message)]
         if self.line is not None:
             parts.append(f"(line {self.line})")
         if self.hint:
             parts.append(f"— {clean_line(self.hint)}")
-        return clean_line(*parts)
+        return redact_url(clean_line(*parts))
 
 
 class ProfileError(SpecchatError):

@@ -41,14 +41,14 @@ def _build(profile_ref: Any, progress: ProgressCallback):
     """(profile, LoadedModels, ChatSession, BackendInfo) for a profile name or path, or
     a :class:`~specchat.config.Profile` already built (a recording's, on resume)."""
     from specchat.config import DEFAULT_PROFILE, Profile, load_profile
+    from specchat.remote import is_remote
+
+    profile = profile_ref if isinstance(profile_ref, Profile) else load_profile(profile_ref or DEFAULT_PROFILE)
+    if is_remote(profile):  # the server runs the model: no torch here
+        return _build_remote(profile, progress)
     from specchat.engine.factory import build_chat
     from specchat.loading import load_models
 
-    profile = profile_ref if isinstance(profile_ref, Profile) else load_profile(profile_ref or DEFAULT_PROFILE)
-    from specchat.remote import is_remote
-
-    if is_remote(profile):
-        return _build_remote(profile, progress)
     models = load_models(profile, progress=progress)
     session = build_chat(profile, models)
     spec = profile.speculation
@@ -136,10 +136,12 @@ class LiveLoader:
 
 
 def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, *, record: bool = True,
-                  quiet: bool = False, trust_remote_code: bool = False) -> Loader:
+                  quiet: bool = False, trust_remote_code: bool = False,
+                  trust_recorded_server: bool = False) -> Loader:
     """A loader that reopens a recorded conversation: the profile the recording carries
-    (as data — no file it names is read, and its ``trust_remote_code`` only with
-    ``trust_remote_code=True``), or ``profile_ref``, with the history restored and
+    (as data — no file it names is read, its ``trust_remote_code`` only with
+    ``trust_remote_code=True``, and a server it names is neither contacted nor sent the
+    variable it names before ``trust_recorded_server=True``), or ``profile_ref``, with the history restored and
     recording on into the same file — one conversation, one file. A damaged file, or
     one another specchat is writing, is left as it is and the continuation goes to a new
     recording whose header names it (``resumed_from``). ``LoadedBackend.pending``
@@ -160,7 +162,8 @@ def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, 
     if profile_ref is not None:
         chosen = load_profile(profile_ref)
     else:
-        chosen = profile_from_recording(recording.header.profile, str(path), trust_remote_code=trust_remote_code)
+        chosen = profile_from_recording(recording.header.profile, str(path), trust_remote_code=trust_remote_code,
+                                        trust_server=trust_recorded_server)
     loader = LiveLoader(record=False, quiet=quiet)
 
     def load(ref: str | None, progress: ProgressCallback) -> LoadedBackend:

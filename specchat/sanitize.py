@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from typing import Any
 
@@ -111,5 +112,20 @@ def _escape(match: re.Match[str]) -> str:
 def inert_json(value: Any, **options: Any) -> str:
     """``json.dumps(value, ensure_ascii=False)`` that a terminal can show safely: the
     exact data, with C1 controls and format characters written as ``\\uXXXX`` escapes
-    (JSON already escapes C0 ones). For ``--json`` output and recording lines."""
-    return _JSON_UNSAFE.sub(_escape, json.dumps(value, ensure_ascii=False, **options))
+    (JSON already escapes C0 ones). For ``--json`` output and recording lines.
+    Strict JSON: a NaN or infinity, which JSON cannot spell, is written as null."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, **options)
+    except ValueError:  # rare: only then is the value walked
+        text = json.dumps(_finite(value), ensure_ascii=False, allow_nan=False, **options)
+    return _JSON_UNSAFE.sub(_escape, text)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -43,6 +43,7 @@ def demo_loader(steps, record: bool):
 def _headless(args: argparse.Namespace, steps) -> int:
     from specchat.sessions.ansi import render, strip_sgr
     from specchat.live import load_backend
+    from specchat.sanitize import clean_line
     from specchat.sessions.demo import ScriptedBackend
 
     colour = sys.stdout.isatty()
@@ -53,8 +54,8 @@ def _headless(args: argparse.Namespace, steps) -> int:
         sys.stdout.flush()
 
     def progress(event) -> None:
-        if event.message:
-            print(f"[{event.stage}] {event.message}", file=sys.stderr)
+        if event.message:  # quotes a server's words on connecting: inert on the terminal
+            print(clean_line(f"[{event.stage}] {event.message}"), file=sys.stderr)
 
     loaded = load_backend(args.profile, progress, record=not args.no_record)
     if loaded.info.recording:

@@ -28,6 +28,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--list", action="store_true", help="list recorded sessions and exit")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="let a session reopened from the replay run its recorded trust_remote_code = true")
+    parser.add_argument("--trust-recorded-server", action="store_true",
+                        help="let a session reopened from the replay connect to the server its profile names")
     return parser
 
 
@@ -75,14 +77,15 @@ def _headless(path, speed: str) -> int:
     return 0
 
 
-def _tui(path, speed: str, trust_remote_code: bool) -> int:
+def _tui(path, speed: str, trust_remote_code: bool, trust_recorded_server: bool) -> int:
     from specchat.live import resume_loader
     from specchat.ui.app import run_app
     from specchat.ui.backend import replay_loader
 
     # The history key can reopen a session (that loads its model); a replay itself never does.
     return run_app(None, loader=replay_loader(path, speed),
-                   reopen=lambda p: resume_loader(p, quiet=True, trust_remote_code=trust_remote_code))
+                   reopen=lambda p: resume_loader(p, quiet=True, trust_remote_code=trust_remote_code,
+                                                  trust_recorded_server=trust_recorded_server))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
 
         parse_speed(args.speed)  # a bad --speed fails before anything opens
         path = locate(args.file)
-        return _headless(path, args.speed) if args.headless else _tui(path, args.speed, args.trust_remote_code)
+        if args.headless:
+            return _headless(path, args.speed)
+        return _tui(path, args.speed, args.trust_remote_code, args.trust_recorded_server)
     except (SpecchatError, OSError, ValueError) as exc:
         from specchat.sanitize import clean_line
 

@@ -190,4 +190,4 @@ def human_summary(m: dict, finish_reason: str) -> str:
 
 def _progress_to_stderr(event) -> None:
     if event.message and event.stage != "done":
-        print(f"[{event.stage}] {event.message}", file=sys.stderr, flush=True)
+        _say(f"[{event.stage}] {event.message}")  # quotes a server's words on connecting

@@ -4,7 +4,9 @@ A recording is shared like any document, so the profile in its header is untrust
 it is validated like a profile file, but no file it names is read (``source_path`` and
 ``extends`` are never followed) and its ``trust_remote_code = true`` — which would run
 the model repository's own Python code — is refused unless the user passes
-``--trust-remote-code``.
+``--trust-remote-code``. A server profile is refused the same way unless the user
+passes ``--trust-recorded-server``: connecting would let whoever shared the file choose
+where specchat connects and which environment variable it sends as a key.
 """
 
 from __future__ import annotations
@@ -14,17 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProfileError
+from ..remote import REMOTE_BACKENDS
 from .model import Profile
 from .schema import build_profile, check_keys
 
 _HINT = "or pass --profile NAME to carry the chat on with a profile of yours"
 
 
-def profile_from_recording(data: Any, file: str, *, trust_remote_code: bool = False) -> Profile:
+def profile_from_recording(data: Any, file: str, *, trust_remote_code: bool = False,
+                           trust_server: bool = False) -> Profile:
     """The recorded, resolved profile (``SessionHeader.profile``) as a :class:`Profile`.
 
-    Raises ProfileError (one line naming the recording) when it does not validate, or
-    when it asks for ``trust_remote_code`` and ``trust_remote_code`` is False.
+    Raises ProfileError (one line naming the recording) when it does not validate, when
+    it asks for ``trust_remote_code`` and ``trust_remote_code`` is False, or when it
+    names a server and ``trust_server`` is False — before anything connects.
     """
     if not isinstance(data, dict) or not data:
         raise ProfileError("the recording carries no profile", file=file, hint=_HINT.removeprefix("or "))
@@ -46,9 +51,21 @@ def profile_from_recording(data: Any, file: str, *, trust_remote_code: bool = Fa
             "repository", file=file, key="trust_remote_code",
             hint=f"pass --trust-remote-code only if you trust '{profile.target.source}', {_HINT}",
         )
+    if profile.target.backend in REMOTE_BACKENDS and not trust_server:
+        raise _server_refused(profile, file)
     # The recorded file's folder still anchors relative model paths, as it did live;
     # the file itself is never read.
     return dataclasses.replace(profile, source_path=Path(source_path) if isinstance(source_path, str) else None)
+
+
+def _server_refused(profile: Profile, file: str) -> ProfileError:
+    url, variable = profile.target.url, profile.target.api_key_env
+    sends = f" and send the value of ${variable} as its key" if variable else ""
+    return ProfileError(
+        f"the recorded profile would connect to the server at {url}{sends}", file=file, key="target.url",
+        hint=f"pass --trust-recorded-server only if you trust that server{' with that variable' if variable else ''}, "
+             f"{_HINT}",
+    )
 
 
 def _without_nulls(value: Any) -> Any:

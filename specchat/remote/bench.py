@@ -69,7 +69,10 @@ def remote_bench(profile, sets, *, plain_url: str | None, repeat: int = 1, max_n
     spec, plain = summary.get("speculative", {}), summary.get("plain", {})
     speedup = (spec["tokens_per_s"] / plain["tokens_per_s"]
                if spec.get("tokens_per_s") and plain.get("tokens_per_s") else None)
-    return {"profile": profile.name, "url": profile.target.url, "plain_url": plain_url, "rows": rows,
+    from specchat.redact import redact_url
+
+    return {"profile": profile.name, "url": redact_url(profile.target.url),
+            "plain_url": plain_url and redact_url(plain_url), "rows": rows,
             "summary": summary, "measured_speedup": speedup}
 
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 from specchat.events import ErrorEvent, Step, StepEvent, TurnFinished, TurnStarted, UserMessage
 from specchat.remote import without_underivable
 from specchat.remote.http import Endpoint, RemoteError
+from specchat.remote.metrics import BadCounters
 from specchat.telemetry import MetricsSnapshot, Telemetry
 
 def remote_snapshot(telemetry: Telemetry) -> MetricsSnapshot:
@@ -101,13 +103,34 @@ class RemoteChat:
         raise NotImplementedError
 
     def server_counters(self) -> dict[str, Any] | None:
-        """The server's speculation counters now, or None where it exposes no /metrics."""
+        """The server's speculation counters now, or None where it exposes no /metrics.
+        Raises BadCounters when they fail validation."""
         from specchat.remote.metrics import spec_counters
 
         try:
-            return spec_counters(self.endpoint.get_text("/metrics"), self.backend)
+            text = self.endpoint.get_text("/metrics")
         except RemoteError:
             return None
+        return spec_counters(text, self.backend)
+
+    def _counters_across(self, before: Any) -> tuple[dict[str, Any] | None, str | None]:
+        """(the server's counters across the turn, or None; what was wrong with them, or None).
+        ``before`` is the counters at its start, None, or the BadCounters they raised."""
+        from specchat.remote.metrics import counter_delta
+
+        def problem(exc: BadCounters) -> str:
+            return f"{self.endpoint.url}{exc.message}; the server's own counters are left out of this turn"
+
+        if before is None or isinstance(before, BadCounters):
+            return None, before and problem(before)
+        try:
+            after = self.server_counters()
+        except BadCounters as exc:
+            return None, problem(exc)
+        try:
+            return (None if after is None else counter_delta(before, after)), None
+        except BadCounters as exc:
+            return None, problem(exc)
 
     def send(self, text: str) -> Iterator[Any]:
         self.turn += 1
@@ -123,30 +146,37 @@ class RemoteChat:
         reply: list[str] = []
         finish = "error"
         self.finish_reason = "error"
-        before = self.server_counters()
+        try:
+            before = self.server_counters()
+        except BadCounters as exc:  # said when the turn ends
+            before = exc
         try:
             yield TurnStarted(turn, self.prompt_tokens(messages), self.num_speculative_tokens)
-            for step in self.stream_steps(messages):
-                for telemetry in (self.turn_telemetry, self.session_telemetry):
-                    telemetry.update(step.stats, len(step.tokens))
-                reply.extend(t.text for t in step.tokens)
-                yield StepEvent(turn, step, time.perf_counter() - start)
-                if self._cancel.is_set():
-                    finish = "cancelled"
-                    break
-            else:
-                finish = self.finish_reason
+            with closing(self.stream_steps(messages)) as steps:  # a break closes the stream now
+                for step in steps:
+                    for telemetry in (self.turn_telemetry, self.session_telemetry):
+                        telemetry.update(step.stats, len(step.tokens))
+                    reply.extend(t.text for t in step.tokens)
+                    yield StepEvent(turn, step, time.perf_counter() - start)
+                    if self._cancel.is_set():
+                        finish = "cancelled"
+                        break
+                    if self.turn_telemetry.num_tokens >= self.max_new_tokens:  # whatever the server goes on sending
+                        finish = "length"
+                        break
+                else:
+                    finish = self.finish_reason
         except RemoteError as exc:
             yield ErrorEvent(str(exc), turn)
         except Exception as exc:  # a protocol surprise: one line, and the chat goes on
-            yield ErrorEvent(f"remote generation failed: {type(exc).__name__}: {exc}", turn)
+            yield ErrorEvent(self.endpoint.shown(f"remote generation failed: {type(exc).__name__}: {exc}"), turn)
         text_out = "".join(reply)
         self.history.append({"role": "assistant", "content": text_out})
         metrics = {"turn": self.turn_metrics.to_dict(), "session": self.session_metrics.to_dict()}
-        after = self.server_counters() if before is not None else None
-        if before is not None and after is not None:
-            from specchat.remote.metrics import counter_delta
-
-            # the server's own counters across this turn (exact only with one client at a time)
-            metrics["server"] = counter_delta(before, after)
+        # the server's own counters across this turn (exact only with one client at a time)
+        counters, problem = self._counters_across(before)
+        if counters is not None:
+            metrics["server"] = counters
+        if problem is not None:
+            yield ErrorEvent(self.endpoint.shown(problem, 400), turn)
         yield TurnFinished(turn, finish, text_out, metrics, time.perf_counter() - start)

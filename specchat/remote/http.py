@@ -3,12 +3,17 @@
 Standard library only (``http.client``). Every call has a connect and a read timeout
 and is made once — no retry loop; the next user message simply makes a new request.
 Failures raise :class:`RemoteError`, whose ``str()`` is one line for the UI and CLI.
+What a server sends can quote the key it was sent (an error body often does), so all
+server text in an error passes through :meth:`Endpoint.shown` here, where the key is
+known: redacted, then cleaned (:mod:`specchat.sanitize`). The URL is kept and shown
+without its user info.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import socket
 from collections.abc import Iterator
@@ -16,10 +21,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specchat.errors import SpecchatError
+from specchat.redact import redact, redact_url
+from specchat.sanitize import clean_line
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0  # the longest silence between two chunks (a long prompt's prefill)
 MAX_LINE = 1 << 20  # one SSE line; a bigger one is a broken or hostile server
+MAX_SHOWN = 200  # characters of a server's own words in an error line
 
 
 class RemoteError(SpecchatError):
@@ -28,7 +36,8 @@ class RemoteError(SpecchatError):
 
 class Endpoint:
     """A server's base URL and optional bearer key (read from an environment variable
-    named in the profile; the key itself is never stored or recorded)."""
+    named in the profile; the key itself is never stored or recorded). ``url`` is the
+    URL as shown: without its user info, which is kept only to redact."""
 
     def __init__(self, url: str, api_key_env: str | None = None, *, connect_timeout: float | None = None,
                  read_timeout: float | None = None) -> None:
@@ -36,7 +45,9 @@ class Endpoint:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise RemoteError(f"url {url!r} is not an http(s) URL", key="target.url",
                               hint='write it as "http://HOST:PORT"')
-        self.url = url.rstrip("/")
+        self.url = redact_url(url.rstrip("/"))
+        # a URL password (or a token written as the user name) is a secret like the key
+        self._secrets: list[str | None] = [parts.password or parts.username]
         self.scheme = parts.scheme
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -52,8 +63,15 @@ class Endpoint:
             if not key:
                 raise RemoteError(f"environment variable {self.api_key_env} (target.api_key_env) is not set",
                                   key="target.api_key_env", hint=f"export {self.api_key_env}=… with the server's key")
+            if key not in self._secrets:
+                self._secrets.append(key)
             headers["Authorization"] = f"Bearer {key}"
         return headers
+
+    def shown(self, text: str, limit: int = MAX_SHOWN) -> str:
+        """Server text as it may appear in an error line: every secret this endpoint
+        holds redacted (before it is cut, so no part of one is left), then cleaned."""
+        return clean_line(redact(text, self._secrets))[:limit]
 
     def _open(self, method: str, path: str, body: Any | None) -> tuple[http.client.HTTPConnection, Any]:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
@@ -82,7 +100,7 @@ class Endpoint:
         if response.status >= 400:
             text = response.read(4096).decode("utf-8", "replace")
             conn.close()
-            raise RemoteError(f"{where} answered HTTP {response.status}: {_error_text(text)}")
+            raise RemoteError(f"{where} answered HTTP {response.status}: {self.shown(_error_text(text))}")
         return conn, response
 
     def get_text(self, path: str) -> str:
@@ -95,7 +113,7 @@ class Endpoint:
             conn.close()
 
     def get_json(self, path: str) -> Any:
-        return _parse(self.get_text(path), f"{self.url}{path}")
+        return self._parse(self.get_text(path), f"{self.url}{path}")
 
     def post_json(self, path: str, body: Any) -> Any:
         conn, response = self._open("POST", path, body)
@@ -105,7 +123,7 @@ class Endpoint:
             raise RemoteError(f"{self.url}{path}: the answer broke off ({type(exc).__name__})") from None
         finally:
             conn.close()
-        return _parse(text, f"{self.url}{path}")
+        return self._parse(text, f"{self.url}{path}")
 
     def stream(self, path: str, body: Any, cancelled=lambda: False) -> Iterator[dict[str, Any]]:
         """The JSON objects of an SSE stream's ``data:`` lines until ``[DONE]`` or the end.
@@ -128,26 +146,37 @@ class Endpoint:
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 if not line.startswith("data:"):
                     if line.startswith("error:"):
-                        raise RemoteError(f"{where}: the server reported {_error_text(line[6:])}")
+                        raise RemoteError(f"{where}: the server reported {self.shown(_error_text(line[6:]))}")
                     continue  # blank separators, comments, event: lines
                 data = line[5:].strip()
                 if data == "[DONE]":
                     return
-                chunk = _parse(data, where, what="malformed chunk")
+                chunk = self._parse(data, where, what="malformed chunk")
                 if not isinstance(chunk, dict):
                     raise RemoteError(f"{where}: malformed chunk (not a JSON object)")
                 if "error" in chunk and len(chunk) <= 2:
-                    raise RemoteError(f"{where}: the server reported {_error_text(json.dumps(chunk))}")
+                    raise RemoteError(f"{where}: the server reported {self.shown(_error_text(json.dumps(chunk)))}")
                 yield chunk
         finally:
             conn.close()
 
+    def _parse(self, text: str, where: str, what: str = "answer is not JSON") -> Any:
+        try:
+            return json.loads(text, parse_constant=_not_finite, parse_float=_finite)
+        except ValueError:
+            raise RemoteError(f"{where}: {what}: {self.shown(text[:4096], 80)!r}") from None
 
-def _parse(text: str, where: str, what: str = "answer is not JSON") -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise RemoteError(f"{where}: {what}: {text[:80]!r}") from None
+
+def _not_finite(word: str) -> float:
+    """JSON has no NaN or Infinity; Python's parser takes them, a server's answer may not."""
+    raise ValueError(f"{word} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise ValueError(f"{text} is not a finite number")
+    return value
 
 
 def _error_text(text: str) -> str:
@@ -155,8 +184,8 @@ def _error_text(text: str) -> str:
     try:
         data = json.loads(text)
     except ValueError:
-        return text.strip()[:200] or "(empty body)"
+        return text.strip() or "(empty body)"
     error = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(error, dict):
-        return str(error.get("message") or error)[:200]
-    return str(error)[:200]
+        return str(error.get("message") or error)
+    return str(error)

@@ -17,6 +17,7 @@ from specchat.events import Step
 from specchat.remote.chat import RemoteChat
 from specchat.remote.http import Endpoint, RemoteError
 from specchat.remote.llama_server_steps import MalformedChunk, StepBuilder
+from specchat.remote.metrics import MAX_POSITIONS
 
 
 class LlamaServerChat(RemoteChat):
@@ -52,7 +53,7 @@ class LlamaServerChat(RemoteChat):
         return body
 
     def stream_steps(self, messages: list[dict[str, str]]) -> Iterator[Step]:
-        builder = StepBuilder(int(self.info.get("server_num_speculative_tokens") or 0))
+        builder = StepBuilder(int(self.info.get("server_num_speculative_tokens") or 0), self.max_new_tokens)
         chunks = self.endpoint.stream("/completion", self.request(self._prompt), cancelled=self._cancel.is_set)
         try:
             for chunk in chunks:
@@ -79,15 +80,16 @@ def describe(endpoint: Endpoint) -> dict[str, Any]:
     """
     health = endpoint.get_json("/health")
     if isinstance(health, dict) and health.get("status") not in (None, "ok"):
-        raise RemoteError(f"{endpoint.url}: the server is not ready ({health.get('status')})")
+        raise RemoteError(f"{endpoint.url}: the server is not ready ({endpoint.shown(str(health.get('status')))})")
     info: dict[str, Any] = {"backend": "llama-server", "url": endpoint.url}
     props = endpoint.get_json("/props")
     types = ""
     if isinstance(props, dict):
-        info["target"] = str(props.get("model_path") or props.get("model_alias") or "")
-        info["server_build"] = str(props.get("build_info") or "")
+        # the server's own words: shown and recorded, so redacted and cleaned here
+        info["target"] = endpoint.shown(str(props.get("model_path") or props.get("model_alias") or ""))
+        info["server_build"] = endpoint.shown(str(props.get("build_info") or ""))
         params = (props.get("default_generation_settings") or {}).get("params") or {}
-        types = str(params.get("speculative.types") or "") if isinstance(params, dict) else ""
+        types = endpoint.shown(str(params.get("speculative.types") or "")) if isinstance(params, dict) else ""
     try:
         slots = endpoint.get_json("/slots")
     except RemoteError:
@@ -112,5 +114,6 @@ def per_position_count(endpoint: Endpoint) -> int:
         text = endpoint.get_text("/metrics")
     except RemoteError:
         return 0  # started without --metrics
-    return sum(1 for line in text.splitlines()
-               if line.startswith("llamacpp:spec_decode_num_accepted_tokens_per_pos_total{"))
+    count = sum(1 for line in text.splitlines()
+                if line.startswith("llamacpp:spec_decode_num_accepted_tokens_per_pos_total{"))
+    return min(count, MAX_POSITIONS)  # it sizes the panel and the histograms: bounded by ours

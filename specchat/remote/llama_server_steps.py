@@ -51,8 +51,9 @@ class StepBuilder:
     :meth:`finish` returns the last one. ``num_speculative_tokens`` is the server's
     γ (``speculative.n_max``), recorded in each step's stats."""
 
-    def __init__(self, num_speculative_tokens: int = 0) -> None:
+    def __init__(self, num_speculative_tokens: int = 0, max_tokens: int = 1 << 20) -> None:
         self.gamma = num_speculative_tokens
+        self.max_tokens = max_tokens  # the n_predict asked for: no server's count goes beyond it
         self.drafts = 0
         self.accepted = 0
         self.decoded = 0
@@ -80,8 +81,10 @@ class StepBuilder:
             raise MalformedChunk("'tokens' is not a list of ids")
         if chunk.get("stop"):
             return []  # the final chunk repeats totals, not new tokens
-        if not isinstance(decoded, int):
+        if not isinstance(decoded, int) or isinstance(decoded, bool):
             raise MalformedChunk("'tokens_predicted' is missing")
+        if decoded > self.max_tokens:  # and nothing is sized by it
+            raise MalformedChunk(f"'tokens_predicted' {decoded} is beyond the {self.max_tokens} tokens asked for")
         count = decoded - self.decoded
         if count <= 0:
             return []
@@ -93,7 +96,7 @@ class StepBuilder:
         new = [(-1, "", None)] * (count - 1) + [(ids[-1] if ids else -1, text, p)]
         self._prompt(timings)
         drafts, accepted = _int(timings, "draft_n"), _int(timings, "draft_n_accepted")
-        now_ms = float(timings.get("predicted_ms", self.prev_ms) or 0.0)
+        now_ms = _ms(timings, "predicted_ms", self.prev_ms)
         done: list[Step] = []
         for i, token in enumerate(new):
             if i == 0 and (drafts, accepted) != (self.drafts, self.accepted):
@@ -124,7 +127,7 @@ class StepBuilder:
 
     def _prompt(self, timings: dict[str, Any]) -> None:
         if self.first and "prompt_ms" in timings:
-            self.prompt_ms = float(timings.get("prompt_ms") or 0.0)
+            self.prompt_ms = _ms(timings, "prompt_ms", 0.0)
             self.prompt_tokens = _int(timings, "prompt_n")
 
     def _close(self) -> list[Step]:
@@ -162,10 +165,19 @@ def _int(d: dict[str, Any], key: str) -> int:
     return value
 
 
+def _ms(d: dict[str, Any], key: str, default: float) -> float:
+    value = d.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1e12:
+        raise MalformedChunk(f"'timings.{key}' is not a time in ms")
+    return float(value)
+
+
 def _probability(chunk: dict[str, Any]) -> float | None:
     """p of the emitted token when the request asked for ``n_probs`` (post-sampling)."""
     probs = chunk.get("completion_probabilities")
     if not isinstance(probs, list) or not probs or not isinstance(probs[-1], dict):
         return None
     value = probs[-1].get("prob")
-    return float(value) if isinstance(value, (int, float)) else None
+    return float(value) if isinstance(value, (int, float)) and 0 <= value <= 1 else None

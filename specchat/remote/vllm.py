@@ -57,7 +57,7 @@ def chunk_tokens(chunk: dict[str, Any]) -> tuple[list[tuple[str, float | None]],
     tokens: list[tuple[str, float | None]] = []
     for entry in entries:
         lp = entry.get("logprob")
-        p = math.exp(lp) if isinstance(lp, (int, float)) and lp > -1e30 else None
+        p = math.exp(lp) if isinstance(lp, (int, float)) and -1e30 < lp <= 0 else None
         tokens.append((str(entry.get("token", "")), p))
     if not tokens and text:
         tokens = [("", None)]  # text without logprobs: one token, as far as can be told
@@ -94,9 +94,13 @@ class VllmChat(RemoteChat):
     def describe(endpoint: Endpoint, profile) -> dict[str, Any]:
         return describe(endpoint, profile)
 
+    def __init__(self, endpoint: Endpoint, profile, info: dict[str, Any]) -> None:
+        self.model_id = info.pop("model_id")  # as the server spells it: sent back, never shown or recorded
+        super().__init__(endpoint, profile, info)
+
     def request(self, messages: list[dict[str, str]]) -> dict[str, Any]:
         s = self.profile.sampling
-        body = {"model": self.info["target"], "messages": messages, "stream": True, "logprobs": True,
+        body = {"model": self.model_id, "messages": messages, "stream": True, "logprobs": True,
                 "max_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": s.top_p,
                 "stream_options": {"include_usage": True}}
         if s.top_k:
@@ -140,11 +144,12 @@ def describe(endpoint: Endpoint, profile) -> dict[str, Any]:
     name = profile.target.source or ids[0]
     if name not in ids:
         raise RemoteError(f"{endpoint.url} does not serve {name!r}", key="target.source",
-                          hint="it serves: " + ", ".join(ids[:5]))
+                          hint="it serves: " + endpoint.shown(", ".join(ids[:5])))
     spec = profile.speculation
     gamma = 0 if spec.method == "none" else int(spec.num_speculative_tokens if spec.num_speculative_tokens != "auto"
                                                  else spec.max_speculative_tokens)
-    return {"backend": "vllm", "url": endpoint.url, "target": name, "server_num_speculative_tokens": gamma,
+    return {"backend": "vllm", "url": endpoint.url, "target": endpoint.shown(name), "model_id": name,
+            "server_num_speculative_tokens": gamma,
             "server_speculates": bool(gamma), "server_speculative": {"type": spec.method},
             "speculation_source": ("chunk sizes: accepted known, resampled/bonus and drafts inferred from γ"
                                    if gamma else "no speculation declared in the profile")}

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 from specchat import __version__
 from specchat.errors import SpecchatError
 from specchat.events import ChatReset, ProfileSwitched, SessionHeader, TurnFinished, to_json
+from specchat.redact import redact_url
 from specchat.sanitize import inert_json
 from specchat.sessions.fileformat import FORMAT_VERSION, SUFFIX, sessions_dir
 from specchat.sessions.private_files import create_private, private_dir, write_all
@@ -39,14 +40,17 @@ _SYNC_AFTER = (TurnFinished, ChatReset, ProfileSwitched, SessionHeader)
 
 
 def _jsonable(value: Any) -> Any:
-    """Profiles and info dicts hold Paths, tuples and nested dataclasses; make them JSON."""
+    """Profiles and info dicts hold Paths, tuples and nested dataclasses; make them JSON.
+    A URL's user info (a server's password or token) is never recorded."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
+    if isinstance(value, str):
+        return redact_url(value)
+    if value is None or isinstance(value, (int, float, bool)):
         return value
     return str(value)
 
