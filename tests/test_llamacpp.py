@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make setup builds it)")
-
+from needs import llama_cpp, needs_llama_cpp
 from specchat.engine import NgramProposer, SamplingParams, SpeculativeEngine  # noqa: E402
 from specchat.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from specchat.loading.embedded import find_gguf  # noqa: E402
 from specchat.loading.gguf_tokenizer import GgufTokenizer  # noqa: E402
 
 CODE_PROMPT = "Rewrite this with a docstring and type hints: def add(a, b): return a + b"
+pytestmark = needs_llama_cpp  # each test counted in the run's summary when it cannot run
 
 
 @pytest.fixture(scope="module")
