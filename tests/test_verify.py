@@ -102,8 +102,8 @@ def test_goodness_of_fit_and_two_sample_on_known_distributions():
 def test_greedy_profile_runs_only_the_diff(peaked):
     profile, loaded = peaked
     report = verify(loaded, profile, samples=100, params=dataclasses.replace(PARAMS, temperature=0.0), gamma=2)
-    assert [c.name.split(" (")[0] for c in report.checks] == ["greedy token-by-token diff"]
-    assert report.passed, report.checks[0].line()
+    assert [c.name.split(" (")[0] for c in report.checks] == ["batched vs one-token logits", "greedy token-by-token diff"]
+    assert report.passed, [c.line() for c in report.checks]
 
 
 def test_cli_exit_codes(tiny_profile_path, tmp_path, capsys):
