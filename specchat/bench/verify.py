@@ -57,6 +57,10 @@ GREEDY_TOKENS = 32
 MAX_DIVERGENCES = 8  # reported at most, in the 32-token window
 ENUMERATE_FIRST = 64  # first tokens whose second-token distribution is enumerated exactly
 PLAIN_SEEDS = 10**9  # plain sample i uses seed PLAIN_SEEDS + i, never a speculative sample's seed
+# The γ = auto pass's sample i uses seed AUTO_SEEDS + i. With the fixed pass's seeds it
+# repeated that pass's samples token for token (n-gram drafts are coupled to the seed,
+# README "Seeds"): the same TV and p printed twice, counted as two checks' evidence.
+AUTO_SEEDS = 2 * 10**9
 END = -1  # code of "no token: the sequence ended"
 
 
@@ -144,7 +148,8 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
             for i in range(samples):
                 if i % 50 == 0:
                     report(m * samples + i, total, f"speculative samples {label}".strip())
-                seqs[i] = _speculative_sample(engine, ids, dataclasses.replace(params, seed=i), tokens, stats)
+                seed = AUTO_SEEDS + i if label else i
+                seqs[i] = _speculative_sample(engine, ids, dataclasses.replace(params, seed=seed), tokens, stats)
             spec_runs.append((label, seqs))
             if label:
                 auto_stats = stats
