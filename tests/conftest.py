@@ -105,8 +105,16 @@ def draft(target):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Prints the mutation check's table (tests/test_mutations.py), which workers hand back
-    as a user property of each mutation's report."""
+    """Says how many tests were skipped and why (tests/needs.py gives the skips of a part
+    set-up did not build one reason each, e.g. "23 tests skipped: llama.cpp backend not
+    built"), then prints the mutation check's table (tests/test_mutations.py), which workers
+    hand back as a user property of each mutation's report."""
+    skipped = skip_counts(terminalreporter.stats.get("skipped", []))
+    terminalreporter.write_sep("=", "skipped tests")
+    for reason, count in sorted(skipped.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{count} test{'s' if count != 1 else ''} skipped: {reason}")
+    if not skipped:
+        terminalreporter.write_line("0 tests skipped")
     parts = []
     for outcome in ("passed", "failed"):
         for report in terminalreporter.stats.get(outcome, []):
@@ -116,3 +124,14 @@ def pytest_terminal_summary(terminalreporter):
     if parts:
         terminalreporter.write_sep("=", "mutation check: each planted bug, per setting, and the checks that caught it")
         terminalreporter.write_line("\n".join(sorted(parts)))
+
+
+def skip_counts(reports) -> dict[str, int]:
+    """reason → how many skipped tests gave it (a module skipped whole counts once)."""
+    counts: dict[str, int] = {}
+    for report in reports:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts

@@ -60,6 +60,19 @@ def _left_padded(probs: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.nn.functional.pad(probs, (vocab - width, 0))  # zeros in front: every id shifted
 
 
+def shifted_rows(forward: Callable, only_with_drafts: bool = False) -> Callable:
+    """A backend's ``forward`` with a planted fault: on a call for several rows of logits
+    (a verification), every row gets the previous position's logits (the first repeated);
+    with ``only_with_drafts``, only when drafts are passed (``extra``)."""
+    def wrong(self, ids, extra=None, num_logits=1):
+        logits = forward(self, ids, extra, num_logits)
+        if num_logits > 1 and (not only_with_drafts or (extra is not None and extra.numel() > 0)):
+            logits = torch.cat([logits[:1], logits[:-1]])
+        return logits
+
+    return wrong
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str

@@ -179,3 +179,31 @@ def test_a_crafted_recording_replayed_in_the_real_tui_writes_no_escape_of_its_ow
     assert b"\x07" not in ours, "a bell (or an OSC it ends) reached the terminal"
     assert not re.search(rb"\xc2[\x80-\x9f]", output), "a C1 control reached the terminal"
     assert_terminal_restored(output)
+
+
+def test_a_quit_that_lands_before_a_drain_exits_cleanly():
+    """The race that made the quit tests above fail at random with exit 1 (MountError:
+    "Can't mount widget(s) before Transcript… is mounted"): a turn's first event waits
+    in the pump for its drain (the drain interval, or a quit's grace period, which holds
+    the app's queue), the quit lands first, and the drain then runs in an exiting app,
+    whose widgets Textual counts as detached. Here the drain is queued behind the exit
+    on purpose: the app must exit with 0, not crash mounting the message."""
+    import asyncio
+
+    from endless_app import EndlessChat
+    from pilot import wait_for
+    from specchat.events import UserMessage
+    from specchat.ui.app import DRAIN_INTERVAL_S, SpecchatApp
+    from specchat.ui.backend import BackendInfo, LoadedBackend
+
+    async def run() -> SpecchatApp:
+        app = SpecchatApp("endless", loader=lambda ref, progress: LoadedBackend(EndlessChat(), BackendInfo("endless")))
+        async with app.run_test(size=(110, 30)) as pilot:
+            await wait_for(pilot, lambda: app.loaded is not None and app.loading is None, what="the backend")
+            await pilot.pause(2 * DRAIN_INTERVAL_S)  # the next drain runs at once, not on a timer
+            app.pump.put(UserMessage(1, "hello"))  # its drain is queued...
+            app.exit()  # ...and runs after the exit began
+            await pilot.pause()
+        return app
+
+    assert asyncio.run(run()).return_code == 0

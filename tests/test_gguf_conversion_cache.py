@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 
+from needs import LLAMA_CPP_NOT_BUILT
 from specchat.loading.llamacpp import source_fingerprint
 
 
@@ -34,7 +35,7 @@ def test_fingerprint_keeps_across_rewrites_and_changes_with_content(tmp_path):
 def test_a_rewritten_source_reuses_its_conversion_and_old_mtime_copies_go(tmp_path, monkeypatch):
     """A real conversion of the embedded file (~3 s). Planted bug: keying by mtime again
     converts a second time after the rewrite."""
-    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make setup builds it)")
+    llama_cpp = pytest.importorskip("llama_cpp", reason=LLAMA_CPP_NOT_BUILT)
     from specchat.loading.embedded import find_gguf
     from specchat.loading.llamacpp import converted_gguf
 

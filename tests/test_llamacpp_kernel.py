@@ -20,13 +20,13 @@ import sys
 import numpy as np
 import pytest
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make setup builds it)")
-
+from needs import llama_cpp, needs_llama_cpp
 from specchat.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from specchat.loading.embedded import find_gguf  # noqa: E402
 from specchat.loading.llamacpp import batched_kernel, converted_gguf  # noqa: E402
 
 IDS = [1, 504, 3458, 282, 260, 1345, 30, 1782, 314, 10863, 1085, 11]
+pytestmark = needs_llama_cpp  # each test counted in the run's summary when it cannot run
 
 
 @pytest.fixture(scope="module")

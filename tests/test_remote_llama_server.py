@@ -18,12 +18,13 @@ import pytest
 
 from llama_server_helpers import (REPEAT_PROMPT, SPEC_ARGS, FaultyProxy, free_port, llama_server,
                                   per_position_delta, server_dir, spec_counters, spec_delta)
+from needs import LLAMA_SERVER_NOT_BUILT
 from specchat.loading.embedded import find_gguf
 
 BIN = server_dir()
 GGUF = find_gguf()
 pytestmark = pytest.mark.skipif(BIN is None or GGUF is None,
-                                reason="needs llama-server (make llama-server) and the embedded GGUF")
+                                reason=LLAMA_SERVER_NOT_BUILT)
 
 
 @pytest.fixture(scope="module")

@@ -102,8 +102,8 @@ def test_goodness_of_fit_and_two_sample_on_known_distributions():
 def test_greedy_profile_runs_only_the_diff(peaked):
     profile, loaded = peaked
     report = verify(loaded, profile, samples=100, params=dataclasses.replace(PARAMS, temperature=0.0), gamma=2)
-    assert [c.name.split(" (")[0] for c in report.checks] == ["greedy token-by-token diff"]
-    assert report.passed, report.checks[0].line()
+    assert [c.name.split(" (")[0] for c in report.checks] == ["batched vs one-token logits", "greedy token-by-token diff"]
+    assert report.passed, [c.line() for c in report.checks]
 
 
 def test_cli_exit_codes(tiny_profile_path, tmp_path, capsys):
@@ -149,3 +149,25 @@ def test_progress_is_logged_a_line_per_tenth_off_a_terminal(capsys):
         _progress(done, 400, "speculative samples")
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 11 and lines[0].endswith("0/400 (0 %)") and lines[-1].endswith("400/400 (100 %)")
+
+
+def test_the_gamma_auto_pass_draws_its_own_samples(tiny_ngram_profile_path, monkeypatch):
+    """With the fixed pass's seeds, n-gram drafts (coupled to the seed) made the γ = auto
+    pass repeat its samples token for token: the same evidence counted twice. Each pass,
+    and plain sampling, now draws from seeds no other uses."""
+    from specchat.bench import verify as verify_module
+
+    seeds: dict[int, set[int]] = {}
+    real = verify_module._speculative_sample
+
+    def recording(engine, ids, params, tokens, stats):
+        seeds.setdefault(id(engine), set()).add(params.seed)
+        return real(engine, ids, params, tokens, stats)
+
+    monkeypatch.setattr(verify_module, "_speculative_sample", recording)
+    profile = load_profile(str(tiny_ngram_profile_path))
+    auto = profile.replace(speculation={"num_speculative_tokens": "auto", "max_speculative_tokens": 3})
+    verify(load_models(auto), auto, samples=50, tokens=1, params=PARAMS)
+    runs = list(seeds.values())
+    assert len(runs) == 3 and all(len(r) == 50 for r in runs)  # fixed γ, γ = auto, plain
+    assert not (runs[0] & runs[1] or runs[0] & runs[2] or runs[1] & runs[2])

@@ -27,6 +27,21 @@ wider is a bug. How close is "near" depends on the precision the logits pass thr
   same way the gap moves by a median 2, p99 13, at most 27 bf16 ULPs, flips at gaps up
   to 6: **32 ULPs** of bf16.
 
+* llama.cpp (``gguf:<type>``): its kernels take other code paths for a batch of tokens
+  than for one (and set-up's small-batch attention accumulates in F32 where the
+  one-token path uses F16), so logits move by far more than rounding. Each format's
+  bound on that move is a constant, :data:`GGUF_NOISE_BOUND`, measured once on healthy
+  builds (see its comment); a divergence is a near-tie within twice it.
+
+Every bound here is a fixed constant of the format, never measured on the backend
+being judged: a backend fault that corrupts batched logits would otherwise widen its
+own tolerance (logits shifted one row in every batch measured a "noise" of 20 and
+waved every divergence through). ``specchat verify`` measures the batched-vs-one-token
+difference and fails when it exceeds :func:`noise_bound` (verify.batch_logit_noise).
+Why twice: greedy speculation and plain decoding part where one computation's argmax
+differs from the other's, and two logits that each moved by at most b move their
+difference by at most 2b — so a flip needs a gap of at most 2b.
+
 A planted sampler bug (a wrongly kept draft) diverges at ordinary gaps, typically many
 logit units; the statistical checks in ``specchat verify`` and the tests, not this rule,
 are what catch subtle sampling bugs.
@@ -43,12 +58,42 @@ FLOAT32_TOLERANCE = 1e-3
 SIXTEEN_BIT_ULPS = 8
 INT8_ULPS = 32
 
+# llama.cpp: the largest |Δ logit| between a batched forward (verify's k+1 tokens, drafts
+# passed after a rollback, as verification runs them) and one-token steps that a healthy
+# build shows, per GGUF format, in logits. Measured on the embedded SmolLM2-135M, each
+# format converted from the wheel's Q4_1 by llama.cpp's quantiser, with
+# scripts/measure-batch-noise.py (3 prompts × batch widths 2, 4, 8, 11; 24 positions;
+# one thread):
+#   without AVX-512 (llama.cpp's own attention; our 2-core AMD EPYC): F32 0.021,
+#     F16 0.047, BF16 0.36, Q8_0 / Q4_1 / Q4_0 0.000 (a batch and one token run the same
+#     kernels), but the K-quants take another matmul path from 4 or 8 tokens on:
+#     Q4_K_M 1.58, Q5_K_M 3.03, Q6_K 1.20;
+#   with AVX-512, where set-up's small-batch attention accumulates a batch in F32 and the
+#     one-token path stays F16 (README, "Seeds"; tests/test_llamacpp.py): BF16 0.33,
+#     Q4_1 1.40 on the code prompt, F32 ~0.01.
+# Each bound is the worst of these with room (≈1.3-1.5×) for prompts not measured. On the
+# AVX-512 path only F32, BF16 and Q4_1 were measured: Q8_0 and Q4_0 get Q4_1's bound.
+GGUF_NOISE_BOUND = {
+    "gguf:F32": 0.05,
+    "gguf:F16": 0.1,
+    "gguf:BF16": 0.5,
+    "gguf:Q8_0": 2.0,
+    "gguf:Q4_1": 2.0,
+    "gguf:Q4_0": 2.0,
+    "gguf:Q6_K": 2.0,
+    "gguf:Q4_K_M": 2.5,
+    "gguf:Q5_K_M": 4.5,
+}
+# A format not in the table (llama.cpp has more): the widest healthy bound above, so a
+# sound build of it does not fail, while a fault that moves logits by whole units (rows
+# shifted in a batch measured 20-34) still does.
+DEFAULT_NOISE_BOUND = max(GGUF_NOISE_BOUND.values())
+
 
 def compute_precision(model: Any) -> str:
     """The coarsest precision the model's logits pass through: "float64", "float32",
     "bfloat16", "float16", "4bit" or "8bit" (bitsandbytes quantisation); for a backend
-    its declared precision ("gguf:BF16" for llama.cpp, whose batch/one-token difference
-    verify measures instead, see verify.batch_logit_noise)."""
+    its declared precision ("gguf:BF16" for llama.cpp, whose bound is GGUF_NOISE_BOUND)."""
     declared = getattr(model, "precision", None)
     if isinstance(declared, str):  # a backend (specchat.engine.backends) says what it computes in
         return "4bit" if declared.startswith("4bit") else declared
@@ -81,21 +126,36 @@ def ulp_unit(precision: str) -> tuple[torch.dtype | None, int]:
     return None, 0
 
 
+def noise_bound(precision: str, magnitude: float) -> float:
+    """The largest |Δ logit| between batched and one-token logits that a healthy build of
+    ``precision`` shows, for logits up to |magnitude|: a fixed constant of the format (half
+    the near-tie width: see the module docstring), never a measurement of the backend
+    being judged. Formats not known here get the widest gguf bound."""
+    dtype, ulps = ulp_unit(precision)
+    if dtype is not None:
+        return ulps / 2 * ulp(magnitude, dtype)
+    if precision in ("float32", "float64"):
+        return FLOAT32_TOLERANCE / 2
+    return GGUF_NOISE_BOUND.get(precision, DEFAULT_NOISE_BOUND)
+
+
 def near_tie_tolerance(precision: str, top_logit: float) -> float:
     """Largest top-two logit gap at which rounding may flip an argmax between two
-    computations of the same logits (see the module docstring for the derivation)."""
-    dtype, ulps = ulp_unit(precision)
-    if dtype is None:
-        return FLOAT32_TOLERANCE
-    return ulps * ulp(top_logit, dtype)
+    computations of the same logits: twice :func:`noise_bound` (see the module docstring)."""
+    return 2 * noise_bound(precision, top_logit)
 
 
 def describe_gap(gap: float, precision: str, top_logit: float) -> str:
-    """e.g. "0.125 (1 ULP of bfloat16 at 20.5; near-tie ≤ 1 = 8 ULPs)"."""
+    """e.g. "0.125 (1 ULP of bfloat16 at 20.5; near-tie ≤ 1 = 8 ULPs)"; the bound named is
+    the one the verdict uses."""
     tolerance = near_tie_tolerance(precision, top_logit)
     dtype, ulps = ulp_unit(precision)
-    if dtype is None:
+    if dtype is None and precision in ("float32", "float64"):
         return f"{gap:.2e} (near-tie ≤ {tolerance:g} in {precision})"
+    if dtype is None:
+        known = "" if precision in GGUF_NOISE_BOUND else ", a format without a measured bound"
+        return (f"{gap:.4g} (near-tie ≤ {tolerance:g} = twice the batched-vs-one-token bound "
+                f"{noise_bound(precision, top_logit):g} of {precision}{known})")
     unit = ulp(top_logit, dtype)
     name = str(dtype).replace("torch.", "")
     return (f"{gap:.4g} ({gap / unit:.3g} ULP of {name} at {top_logit:.4g}; near-tie ≤ {tolerance:g} = {ulps} ULPs"

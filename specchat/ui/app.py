@@ -331,6 +331,8 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         would cost more than the tokens. Events wait in the pump meanwhile; one timer
         brings them in, and no event is dropped or reordered. The batch is applied
         between two of the model's steps (see step_gate.py)."""
+        if not self.chat.can_show:  # events wait in the pump (see ChatScreen.can_show)
+            return
         now = time.perf_counter()
         wait = self._drained_at + DRAIN_INTERVAL_S - now
         if wait > 0 and not self.pump.urgent:  # a turn's or a load's end is shown at once

@@ -90,6 +90,17 @@ class ChatScreen(Screen):
 
     # --- widgets ------------------------------------------------------------------
     @property
+    def can_show(self) -> bool:
+        """Whether events can be applied: the screen is mounted (its composed widgets, the
+        transcript among them, mount before it) and still attached. Once the app exits,
+        Textual counts every widget detached and mounting one raises MountError; a quit
+        that lands while a drain is still queued (it waits for the drain interval, or for
+        the quit's grace period, which holds the app's queue) would otherwise crash the app
+        with exit code 1. The workers have recorded every event by then: the UI showing
+        them is all that is skipped."""
+        return self.is_mounted and self.is_attached
+
+    @property
     def transcript(self) -> Transcript:
         return self.query_one(Transcript)
 
