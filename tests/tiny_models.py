@@ -149,6 +149,7 @@ def write_tiny_profile(
     dtype: str = "float32",
     quantization: str = "none",
     draft_num_layers: int | None = None,
+    head=None,
 ) -> Path:
     """Write a profile TOML that points at local tiny model directories (``dtype`` and
     ``quantization`` apply to the target and the draft alike)."""
@@ -170,6 +171,8 @@ def write_tiny_profile(
     ]
     if method == "ngram":
         lines += ["prompt_lookup_min = 1", "prompt_lookup_max = 3"]
+    if method == "eagle3":
+        lines.append(f"head = {_toml_str(head)}")
     if method == "draft_model":
         lines += ["", "[speculation.draft]", f"source = {_toml_str(draft_dir)}", *model_keys]
         if draft_num_layers is not None:

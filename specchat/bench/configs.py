@@ -7,7 +7,7 @@ from pathlib import Path
 
 from specchat.errors import SpecchatError
 
-METHODS = ("draft", "ngram", "none")
+METHODS = ("draft", "ngram", "eagle3", "none")
 MAX_GAMMA = 16
 
 
@@ -59,7 +59,7 @@ def parse_methods(text: str) -> list[str]:
     for part in (p.strip() for p in text.split(",")):
         if part not in METHODS:
             raise SpecchatError(f"--methods value {part!r} is not valid", key="--methods",
-                                hint="use a comma-separated list of draft, ngram, none")
+                                hint="use a comma-separated list of draft, ngram, eagle3, none")
         if part not in methods:
             methods.append(part)
     return methods
@@ -67,7 +67,7 @@ def parse_methods(text: str) -> list[str]:
 
 def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, peer: bool,
                   note=print, peer_methods: tuple[str, ...] = ("none", "draft", "ngram"),
-                  peer_models: tuple[str, ...] = ()) -> list[BenchConfig]:
+                  peer_models: tuple[str, ...] = (), has_head: bool = False) -> list[BenchConfig]:
     """The plain baseline first (always present: every speedup is relative to it), then
     each speculative method × γ; with ``peer``, the peer engine's own plain generation
     and its speculation at the same settings, for the methods it has (``peer_methods``),
@@ -79,6 +79,10 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
         if method == "draft" and not has_draft:
             note("bench: the profile has no draft model; skipping method 'draft' "
                  "(use a profile with speculation.method = \"draft_model\")")
+            continue
+        if method == "eagle3" and not has_head:
+            note("bench: the profile has no EAGLE-3 head; skipping method 'eagle3' "
+                 "(use a profile with speculation.method = \"eagle3\")")
             continue
         configs += [BenchConfig(method, gamma) for gamma in gammas]
     if peer:

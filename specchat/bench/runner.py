@@ -58,14 +58,12 @@ def build_requests(sets: list[PromptSet], chat: Any, repeat: int, base_seed: int
 
 
 def make_engine(config: BenchConfig, loaded: Any, speculation: Any) -> Any:
-    from specchat.engine import DraftModelProposer, NgramProposer, SpeculativeEngine
+    from specchat.engine import SpeculativeEngine
+    from specchat.engine.factory import build_proposer
 
-    ceiling = speculation.max_speculative_tokens if config.gamma == "auto" else None
-    proposer = None
-    if config.method == "draft":
-        proposer = DraftModelProposer(loaded.draft, config.gamma, ceiling)
-    elif config.method == "ngram":
-        proposer = NgramProposer(config.gamma, speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
+    ceiling = speculation.max_speculative_tokens if config.gamma == "auto" else config.gamma
+    method = {"draft": "draft_model", "none": "none"}.get(config.method, config.method)
+    proposer = None if method == "none" else build_proposer(speculation, loaded, config.gamma, ceiling, method)
     return SpeculativeEngine(loaded.target, proposer)
 
 

@@ -86,15 +86,10 @@ class VerifyReport:
 
 
 def default_proposer(loaded: Any, profile: Any, gamma: int | str) -> Any:
-    from specchat.engine import DraftModelProposer, NgramProposer
+    from specchat.engine.factory import build_proposer
 
     spec = profile.speculation
-    ceiling = spec.max_speculative_tokens if gamma == "auto" else None
-    if spec.method == "draft_model":
-        return DraftModelProposer(loaded.draft, gamma, ceiling)
-    if spec.method == "ngram":
-        return NgramProposer(gamma, spec.prompt_lookup_min, spec.prompt_lookup_max, ceiling)
-    return None
+    return build_proposer(spec, loaded, gamma, spec.max_speculative_tokens if gamma == "auto" else gamma)
 
 
 def _modes(loaded: Any, target: Backend, profile: Any, factory: Callable,

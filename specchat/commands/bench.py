@@ -25,8 +25,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="prompt sets: repetitive, open, unusual, long, all (default), or .toml/.jsonl files")
     parser.add_argument("--gamma", default="auto,1,2,3,5,8", metavar="LIST",
                         help="γ values, comma-separated integers and/or auto (default: auto,1,2,3,5,8)")
-    parser.add_argument("--methods", default="draft,ngram,none", metavar="LIST",
-                        help="proposers to compare (draft, ngram, none; default: all; none always runs)")
+    parser.add_argument("--methods", metavar="LIST",
+                        help="proposers to compare (draft, ngram, eagle3, none; default: those the profile can "
+                             "run; none always runs)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per prompt and configuration")
     parser.add_argument("--max-new-tokens", type=int, metavar="N",
                         help="tokens per reply (default: per set, e.g. 256; long: 1200)")
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
             raise SpecchatError(f"--{name.replace('_', '-')} must be ≥ 1, got {value}", key=f"--{name}")
     profile = load_profile(args.profile)
     gammas = parse_gammas(args.gamma)
-    methods = parse_methods(args.methods)
+    default_methods = "draft,ngram,eagle3,none" if profile.speculation.method == "eagle3" else "draft,ngram,none"
+    methods = parse_methods(args.methods or default_methods)
     sets = load_prompt_sets(args.prompts)
     out_dir = args.out or Path("bench-results") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise SpecchatError(f"--peer-model file '{path}' does not exist", key="--peer-model",
                                 hint="give the path of a .gguf file")
-    configs = build_configs(methods, gammas, loaded.draft is not None, not args.no_peer,
+    configs = build_configs(methods, gammas, loaded.draft is not None, not args.no_peer, has_head=loaded.head is not None,
                             note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=PEER_METHODS[kind],
                             peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model))
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)

@@ -107,6 +107,8 @@ SPECULATION_KEYS = {
     "max_speculative_tokens": Key(*_INT, check=_between(1, MAX_SPECULATIVE_TOKENS)),
     "prompt_lookup_min": Key(*_INT, check=_at_least(1)),
     "prompt_lookup_max": Key(*_INT, check=_at_least(1)),
+    "head": Key(*_STR),
+    "head_revision": Key(*_STR),
 }
 SAMPLING_KEYS = {
     "temperature": Key(*_NUM, check=_finite_at_least(0)),
@@ -235,6 +237,14 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         raise err(f"prompt_lookup_min ({speculation.prompt_lookup_min}) is larger than prompt_lookup_max "
                   f"({speculation.prompt_lookup_max})", "speculation.prompt_lookup_min",
                   "make prompt_lookup_min ≤ prompt_lookup_max")
+    if speculation.method == "eagle3" and not speculation.head:
+        raise err("method 'eagle3' needs a head", "speculation.head",
+                  'add head = "embedded:smollm2-135m-instruct-eagle3" (or a folder, or a Hub id such as '
+                  '"AngelSlim/Qwen3-8B_eagle3"); `specchat train-head` trains one')
+    if speculation.method == "eagle3" and target_raw.get("backend") in REMOTE_BACKENDS:
+        raise err(f"method 'eagle3' runs the head here, beside a local target, not a '{target_raw['backend']}' server",
+                  "speculation.method", "give the server the head itself (llama-server -md head.gguf "
+                  "--spec-type draft-eagle3; vLLM --speculative-config '{\"method\": \"eagle3\", …}')")
     gamma = speculation.num_speculative_tokens
     if isinstance(gamma, int) and gamma > speculation.max_speculative_tokens:
         raise err(f"num_speculative_tokens ({gamma}) exceeds max_speculative_tokens "

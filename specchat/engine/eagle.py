@@ -36,9 +36,10 @@ class EagleProposer(Proposer):
         super().__init__(num_speculative_tokens, max_speculative_tokens)
         if not target.provides_features:
             raise ValueError(target.features_note)
-        self.head = head.eval()
+        self.device = target.device
+        self.head = head.to(self.device).eval()  # beside the target's features (a GPU's, or the host)
         self.target = target
-        self.sampling_device = torch.device("cpu")
+        self.sampling_device = self.device
         target.request_features(head.config.layer_ids)
         self._draft_ids = head.draft_ids()  # [V_draft] target id of each draft id
         self._cache = HeadCache()
@@ -69,19 +70,19 @@ class EagleProposer(Proposer):
         positions = sorted(p for p in self._queued if p <= last)
         if positions:
             g = self.head.fuse(torch.stack([self._queued.pop(p) for p in positions]))  # [T, H]
-            tokens = torch.tensor([ids[p + 1] for p in positions], dtype=torch.long)
+            tokens = torch.tensor([ids[p + 1] for p in positions], dtype=torch.long, device=self.device)
             step(self.head, self._cache, tokens, g, positions)
             self._seen = list(ids)
         prenorm = self._cache.tail
         if k <= 0 or prenorm is None or self._cache.end != last + 1:
-            return Proposal(torch.empty(0, dtype=torch.long), None)  # the newest position has no features yet
+            return Proposal(torch.empty(0, dtype=torch.long, device=self.device), None)  # no features yet
         drafts, qs = [], []
         for i in range(k):
             q_draft = warp(self.head.logits(prenorm), params)  # [1, V_draft]
             pick = sample(q_draft, generator)  # [1] a draft-vocabulary index
             token = self._draft_ids[pick]
             drafts.append(token)
-            q = torch.zeros(1, self.vocab_size or self.head.config.vocab_size, dtype=q_draft.dtype)
+            q = torch.zeros(1, self.vocab_size or self.head.config.vocab_size, dtype=q_draft.dtype, device=self.device)
             q[:, self._draft_ids] = q_draft
             qs.append(q)  # [1, V] on the target's vocabulary
             if i + 1 < k:  # the last draft is verified, never run through the head

@@ -5,22 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 from specchat.engine.chat import ChatSession
+from specchat.engine.eagle import EagleProposer
 from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from specchat.engine.sampling import SamplingParams
 
 
-def build_proposer(speculation: Any, draft_model: Any = None) -> Proposer | None:
-    """The proposer a profile's ``[speculation]`` table asks for (None for plain decoding)."""
-    method = speculation.method
-    gamma = speculation.num_speculative_tokens
-    ceiling = getattr(speculation, "max_speculative_tokens", None)
+def build_proposer(speculation: Any, loaded: Any = None, gamma: int | str | None = None,
+                   ceiling: int | None = None, method: str | None = None) -> Proposer | None:
+    """The proposer a profile's ``[speculation]`` table asks for (None for plain decoding),
+    over ``loaded``'s models; ``gamma`` / ``method`` override the profile's (bench, verify),
+    ``ceiling`` the γ = auto ceiling (default: the profile's)."""
+    method = method or speculation.method
+    gamma = speculation.num_speculative_tokens if gamma is None else gamma
+    ceiling = ceiling or getattr(speculation, "max_speculative_tokens", None)
     if method == "draft_model":
-        if draft_model is None:
+        if getattr(loaded, "draft", None) is None:
             raise ValueError("speculation.method = 'draft_model' needs a loaded draft model")
-        return DraftModelProposer(draft_model, gamma, ceiling)
+        return DraftModelProposer(loaded.draft, gamma, ceiling)
     if method == "ngram":
         return NgramProposer(gamma, speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
+    if method == "eagle3":
+        if getattr(loaded, "head", None) is None:
+            raise ValueError("speculation.method = 'eagle3' needs a loaded head")
+        return EagleProposer(loaded.head, loaded.target, gamma, ceiling)
     return None
 
 
@@ -30,7 +38,7 @@ def sampling_params(sampling: Any) -> SamplingParams:
 
 
 def build_chat(profile: Any, loaded: Any) -> ChatSession:
-    proposer = build_proposer(profile.speculation, getattr(loaded, "draft", None))
+    proposer = build_proposer(profile.speculation, loaded)
     engine = SpeculativeEngine(loaded.target, proposer)
     return ChatSession(
         engine,

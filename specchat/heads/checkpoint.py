@@ -121,13 +121,24 @@ def _config_from_json(raw: dict, path: Path) -> Eagle3Config:
                              "vocab_size and draft_vocab_size") from None
 
 
+def weights_file(directory: Path) -> Path:
+    """model.safetensors, or the folder's one other .safetensors file; pickle is refused."""
+    path = directory / WEIGHTS
+    if path.is_file():
+        return path
+    found = sorted(directory.glob("*.safetensors"))
+    if len(found) == 1:
+        return found[0]
+    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".pkl"))
+    raise HeadError(f"no {WEIGHTS} beside config.json" + (f" (found {', '.join(pickles)})" if pickles else ""),
+                    file=str(directory), hint="heads are loaded from one safetensors file only, never from "
+                    "pickle (.bin/.pt) files, which can run code: convert it with safetensors first")
+
+
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    if not path.is_file():
-        raise HeadError(f"no {WEIGHTS} beside config.json", file=str(path.parent),
-                        hint="heads are loaded from safetensors only (never pickle .bin/.pt files)")
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
@@ -175,7 +186,8 @@ def load_eagle3(directory: str | Path, *, target_hidden: int, target_vocab: int,
     if mismatch:
         raise HeadError("the head was built for another target: " + "; ".join(mismatch), file=str(config_path),
                         hint="use a head trained for this model (specchat train-head makes one)")
-    tensors = _normalise_names(_read_tensors(directory / WEIGHTS))
+    weights = weights_file(directory)
+    tensors = _normalise_names(_read_tensors(weights))
     head_embed = tensors.pop("embed_tokens.weight", None)
     if head_embed is not None:
         embed = head_embed
@@ -188,11 +200,11 @@ def load_eagle3(directory: str | Path, *, target_hidden: int, target_vocab: int,
     for ours, theirs in NAMES.items():
         t = tensors.get(theirs)
         if t is None:
-            raise HeadError(f"tensor {theirs} is missing", file=str(directory / WEIGHTS),
+            raise HeadError(f"tensor {theirs} is missing", file=str(weights),
                             hint="the file is incomplete or another kind of checkpoint")
         if tuple(t.shape) != tuple(expected[ours].shape):
             raise HeadError(f"tensor {theirs} has shape {list(t.shape)}, config.json implies "
-                            f"{list(expected[ours].shape)}", file=str(directory / WEIGHTS),
+                            f"{list(expected[ours].shape)}", file=str(weights),
                             hint="config.json and the weights do not belong together")
         state[ours] = t.to(dtype)
     d2t = tensors.get("d2t")
@@ -202,7 +214,7 @@ def load_eagle3(directory: str | Path, *, target_hidden: int, target_vocab: int,
     ids = torch.arange(config.draft_vocab_size) + d2t if d2t.numel() == config.draft_vocab_size else None
     if ids is None or int(ids.min()) < 0 or int(ids.max()) >= config.vocab_size or ids.unique().numel() != ids.numel():
         raise HeadError("d2t does not map the draft vocabulary one-to-one into the target's",
-                        file=str(directory / WEIGHTS), hint="the head is damaged or for another tokenizer")
+                        file=str(weights), hint="the head is damaged or for another tokenizer")
     state["d2t"] = d2t
     head.load_state_dict(state)
     return head.eval()

@@ -84,11 +84,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return (x.float() * torch.rsqrt(variance + eps)).to(weight.dtype) * weight
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Llama's rotate-half RoPE. x: [..., T, d]; positions: [T]."""
+def rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Llama's rotate-half RoPE. x: [..., T, d]; positions: [T]; inv_freq: [d/2]."""
     d = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))  # [d/2]
-    angles = positions.to(torch.float32)[:, None] * inv[None]  # [T, d/2]
+    angles = positions.to(torch.float32)[:, None] * inv_freq[None]  # [T, d/2]
     cos = torch.cat([angles.cos(), angles.cos()], -1).to(x.dtype)  # [T, d]
     sin = torch.cat([angles.sin(), angles.sin()], -1).to(x.dtype)
     half = d // 2
@@ -119,6 +118,8 @@ class Eagle3Head(nn.Module):
         self.lm_head = nn.Linear(h, c.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
         self.register_buffer("embed", embed if embed is not None else torch.zeros(0, h), persistent=False)
+        inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))  # [d/2]
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     # --- the pieces ---------------------------------------------------------------------
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
@@ -140,8 +141,8 @@ class Eagle3Head(nn.Module):
         def heads(t: torch.Tensor, n: int) -> torch.Tensor:
             return t.view(*shape, n, c.head_dim).transpose(-2, -3)  # [..., n, T, d]
 
-        q = rope(heads(self.q_proj(x), c.num_attention_heads), positions, c.rope_theta)
-        k = rope(heads(self.k_proj(x), c.num_key_value_heads), positions, c.rope_theta)
+        q = rope(heads(self.q_proj(x), c.num_attention_heads), positions, self.inv_freq)
+        k = rope(heads(self.k_proj(x), c.num_key_value_heads), positions, self.inv_freq)
         return q, k, heads(self.v_proj(x), c.num_key_value_heads)
 
     def finish(self, attended: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -207,12 +208,13 @@ def step(head: Eagle3Head, cache: HeadCache, tokens: torch.Tensor, g: torch.Tens
          positions: list[int]) -> torch.Tensor:
     """Runs pairs (tokens [T], g [T, H]) at ``positions`` after what ``cache`` holds
     (causal among themselves), appends their K/V → pre-norm outputs [T, H]."""
-    pos = torch.tensor(positions, dtype=torch.long)
-    q, k, v = head.qkv(tokens, g, pos)  # q [n_q, T, d]; k, v [n_kv, T, d]
+    device = g.device
+    pos = torch.tensor(positions, dtype=torch.long, device=device)
+    q, k, v = head.qkv(tokens.to(device), g, pos)  # q [n_q, T, d]; k, v [n_kv, T, d]
     cache.append(k, v, positions)
     t, total = len(positions), len(cache.positions)
     # a new row sees everything cached before it and the new rows up to itself
-    mask = torch.ones(t, total, dtype=torch.bool).tril(total - t)
+    mask = torch.ones(t, total, dtype=torch.bool, device=device).tril(total - t)
     attended = nn.functional.scaled_dot_product_attention(
         q, head.expand_kv(cache.k), head.expand_kv(cache.v), attn_mask=mask,
         scale=1.0 / math.sqrt(head.config.head_dim))

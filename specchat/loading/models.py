@@ -27,6 +27,7 @@ class LoadedModels:
     tokenizer: Any
     draft: Any | None
     info: dict[str, Any] = field(default_factory=dict)
+    head: Any | None = None  # an EAGLE-3 head (method = "eagle3"), reading ``target``'s features
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,19 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
                 draft_tokenizer = load_tokenizer(draft_source, profile, "speculation.draft.source")
         check_draft_compatible(target, tokenizer, draft, draft_tokenizer, profile)
 
+    head = None
+    if profile.speculation.method == "eagle3":
+        from specchat.engine.backends import as_backend
+
+        from .heads import load_head
+
+        report(LoadProgress("head", 0, 0, f"loading head {profile.speculation.head}"))
+        # the head reads the features of this very backend object, which the engine then drives
+        target = as_backend(target)
+        head = load_head(profile.speculation, target, base)
+        target_info["head"] = {"source": profile.speculation.head, "parameters": head.parameter_count(),
+                               "draft_vocab": head.config.draft_vocab_size, "layer_ids": list(head.config.layer_ids)}
+
     info = {
         "profile": profile.name,
         "target": target_info,
@@ -89,7 +103,7 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
     }
     _settle_heap()
     report(LoadProgress("done", 1, 1, f"loaded in {info['load_seconds']:.1f} s"))
-    return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info)
+    return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info, head=head)
 
 
 def _settle_heap() -> None:

@@ -37,7 +37,7 @@ class BatchedGenerator:
         params.n_ctx = n_seq * n_ctx_per_seq
         params.n_batch = params.n_ubatch = 512
         params.n_seq_max = n_seq
-        params.kv_unified = True
+        params.kv_unified = False  # each sequence attends over its own cells only
         params.n_threads = params.n_threads_batch = backend.n_threads
         params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         self.ctx = llama_cpp.llama_init_from_model(backend.llm._model.model, params)

@@ -58,7 +58,8 @@ class Stages:
         if path.exists():
             for line in path.read_text().splitlines():
                 row = json.loads(line)
-                done[row["index"]] = row
+                if row["index"] < len(prompts):  # a resumed run may train on fewer prompts
+                    done[row["index"]] = row
         todo = [i for i in range(len(prompts)) if i not in done]
         if todo:
             from specchat.engine.chat import ChatSession
@@ -76,9 +77,8 @@ class Stages:
                     out.flush()
                     done[i] = row
             progress.close()
-        held = set(range(len(prompts)))
         _, held_out = split(list(range(len(prompts))), self.plan.held_out)
-        for i in held:
+        for i in done:
             done[i]["held_out"] = i in set(held_out)
         return [done[i] for i in sorted(done)]
 
@@ -115,11 +115,12 @@ class Stages:
             if not row["held_out"]:
                 counts += torch.bincount(torch.tensor(row["ids"][row["reply_start"]:], dtype=torch.long),
                                          minlength=self.backend.vocab_size)
+        ranked = counts.clone()
         for eos in self.backend.eos_token_ids:
-            counts[eos] += 1 << 40
+            ranked[eos] = ranked.max() + 1  # a draft must be able to end the reply
         size = min(self.plan.draft_vocab, self.backend.vocab_size)
-        ids = counts.topk(size).indices.sort().values
-        covered = float(counts[ids].clamp_max(1 << 39).sum()) / max(1, float(counts.clamp_max(1 << 39).sum()))
+        ids = ranked.topk(size).indices.sort().values
+        covered = float(counts[ids].sum()) / max(1, int(counts.sum()))
         return ids, covered
 
     # --- teach ----------------------------------------------------------------------------

@@ -33,8 +33,8 @@ class Taught:
 def teach(backend, ids: list[int], reply_start: int, layer_ids: tuple[int, ...], top: int = 32) -> Taught:
     backend.reset()
     backend.request_features(layer_ids)
-    logits = backend.forward(ids, num_logits=len(ids)).float().numpy()  # [T, V]
-    features = backend.last_features
+    logits = backend.forward(ids, num_logits=len(ids)).float().cpu().numpy()  # [T, V]
+    features = backend.last_features.cpu()
     assert features is not None and features.shape[0] == len(ids) and backend.features_start == 0
     part = np.argpartition(-logits, top, axis=1)[:, :top]  # [T, K] unordered top ids
     z = logits - logits.max(axis=1, keepdims=True)

@@ -114,7 +114,7 @@ def train(head: Eagle3Head, train_set: list, held_out: list, draft_index: torch.
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
                 optimizer.step()
-                losses.append(float(loss))
+                losses.append(float(loss.detach()))
                 done += 1
                 progress.update(1)
                 progress.set_postfix_str(f"epoch {epoch + 1}/{cfg.epochs} loss {sum(losses[-20:]) / len(losses[-20:]):.3f}")

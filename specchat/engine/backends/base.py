@@ -89,7 +89,7 @@ class Backend:
         raise NotImplementedError(self.features_note)
 
     def token_embeddings(self) -> torch.Tensor:
-        """The input embedding matrix [V, H] (float32, host), for heads that share it."""
+        """The input embedding matrix [V, H] (float32, on ``device``), for heads that share it."""
         raise NotImplementedError(self.features_note)
 
     def cache_bytes(self) -> int:

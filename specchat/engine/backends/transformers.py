@@ -186,7 +186,7 @@ class TransformersBackend(Backend):
         self._feature_layers = tuple(layer_ids)
 
     def token_embeddings(self) -> torch.Tensor:
-        return self.model.get_input_embeddings().weight.detach().float().cpu()
+        return self.model.get_input_embeddings().weight.detach().float()
 
     def _run(self, host_ids: list[int] | None, new: torch.Tensor, num_logits: int) -> torch.Tensor:
         if self.cache is None:
@@ -196,7 +196,7 @@ class TransformersBackend(Backend):
                          output_hidden_states=bool(self._feature_layers), **{self._cache_keyword: self.cache})
         if self._feature_layers:
             # hidden_states[l] is what enters decoder layer l (0: the embeddings)
-            self.last_features = torch.cat([out.hidden_states[i][0] for i in self._feature_layers], -1).float().cpu()
+            self.last_features = torch.cat([out.hidden_states[i][0] for i in self._feature_layers], -1).float()
             self.features_start = start
         if host_ids is not None:  # forward() read self.ids first, so nothing is pending
             self._ids += host_ids

@@ -1,0 +1,58 @@
+"""Finding and loading a profile's draft head (``[speculation] head``), checked against
+the target before anything runs.
+
+``head`` names a folder (relative to the profile), a Hub repo ``org/name`` (only its
+``config.json`` and ``*.safetensors`` are fetched: a head is data, never code or pickle),
+or ``embedded:<name>``, a head specchat ships in ``specchat/heads/shipped/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specchat.errors import ModelLoadError
+
+EMBEDDED = "embedded:"
+SHIPPED = Path(__file__).resolve().parent.parent / "heads" / "shipped"
+
+
+def shipped_heads() -> list[str]:
+    return sorted(p.name for p in SHIPPED.iterdir() if (p / "config.json").is_file()) if SHIPPED.is_dir() else []
+
+
+def resolve_head(head: str, revision: str | None, base: Path | None) -> Path:
+    """The local folder holding the head's config.json and weights."""
+    if head.startswith(EMBEDDED):
+        name = head[len(EMBEDDED):]
+        folder = SHIPPED / name
+        if not (folder / "config.json").is_file():
+            known = ", ".join(f"'{EMBEDDED}{n}'" for n in shipped_heads()) or "none in this install"
+            raise ModelLoadError(f"no shipped head named {name!r}", key="speculation.head", hint=f"shipped: {known}")
+        return folder
+    local = Path(head).expanduser()
+    if not local.is_absolute() and base is not None:
+        local = base / local
+    if local.exists() or head.startswith((".", "/", "~")) or head.count("/") != 1:
+        if not local.is_dir():
+            raise ModelLoadError(f"head folder {str(local)!r} does not exist", key="speculation.head",
+                                 hint="give the folder holding config.json and model.safetensors, or a Hub id org/name")
+        return local
+    from huggingface_hub import snapshot_download
+
+    from .hub_errors import friendly_load_errors
+
+    with friendly_load_errors(head, "speculation.head", "head"):
+        return Path(snapshot_download(head, revision=revision, allow_patterns=["config.json", "*.safetensors"]))
+
+
+def load_head(spec, target, base: Path | None):
+    """The profile's EAGLE-3 head for ``target`` (a Backend); one-line errors for a
+    target that cannot hand out features and for a head that does not fit it."""
+    from specchat.heads.checkpoint import load_eagle3
+
+    if not target.provides_features:
+        raise ModelLoadError(f"method 'eagle3' needs the target's hidden states, and {target.features_note}",
+                             key="speculation.method", hint='use method = "ngram" or "draft_model" with this target')
+    folder = resolve_head(spec.head, spec.head_revision, base)
+    return load_eagle3(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
+                       target_layers=target.num_layers, embed=target.token_embeddings())

@@ -1,0 +1,123 @@
+"""A head made here drafts in a real llama-server, converted by llama.cpp's own script.
+
+The head is an "early exit" of the embedded SmolLM2 itself, built exactly (no training):
+``fc`` passes the input of layer 27 through, the decoder layer adds nothing (zero output
+projections), and ``lm_head`` is the target's tied embedding, so each draft is the token
+the target would predict three layers early — accepted often enough at temperature 0 to
+compare. It is saved in SpecForge's layout, converted with the vendored
+``convert_hf_to_gguf.py --target-model-dir``, and served by ``llama-server -md head.gguf
+--spec-type draft-eagle3`` beside the same BF16 target file specchat runs in-process. On
+the same prompt ids at temperature 0 with chains of 3, llama-server's accepted/drafted
+(its own ``timings``) must be within 0.1 of specchat's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+import torch
+
+from llama_server_helpers import Server, server_dir
+from needs import LLAMA_SERVER_NOT_BUILT, llama_cpp
+
+BIN = server_dir()
+pytestmark = pytest.mark.skipif(BIN is None or llama_cpp is None, reason=LLAMA_SERVER_NOT_BUILT)
+
+PROMPTS = ["Why is the sky blue?", "Write a short story about a fox and a crow.", "Give three tips for learning to cook."]
+GAMMA = 3
+TOKENS = 48
+
+
+def convert_script():
+    for root in (BIN.parent / "src", BIN.parent.parent / "src"):
+        for script in root.glob("llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py"):
+            return script
+    pytest.fail(f"llama.cpp's convert_hf_to_gguf.py is not beside {BIN} (make llama-server unpacks it)")
+
+
+def early_exit_head(backend):
+    from specchat.heads.eagle3 import Eagle3Config, Eagle3Head
+
+    target = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
+              "vocab_size": backend.vocab_size, "max_position_embeddings": 8192, "rope_theta": 100000.0}
+    config = Eagle3Config.for_target(target, (2, 15, 27), backend.vocab_size)
+    embed = backend.token_embeddings()
+    head = Eagle3Head(config, embed)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.zero_()
+        head.fc.weight[:, 2 * 576:] = torch.eye(576)  # g = the input of layer 27
+        head.norm.fill_(1.0)
+        head.input_layernorm.fill_(1.0)
+        head.hidden_norm.fill_(1.0)
+        head.post_attention_layernorm.fill_(1.0)
+        head.lm_head.weight.copy_(embed)
+    return head.eval()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from specchat.config import load_profile
+    from specchat.heads.checkpoint import save_eagle3
+    from specchat.loading import load_models
+    from specchat.loading.embedded import ensure_embedded_model
+
+    loaded = load_models(load_profile("default"))
+    backend = loaded.target
+    head = early_exit_head(backend)
+    folder = tmp_path_factory.mktemp("head")
+    save_eagle3(head, folder)
+    gguf = folder / "head.gguf"
+    script = convert_script()
+    result = subprocess.run([sys.executable, str(script), str(folder), "--target-model-dir",
+                             str(ensure_embedded_model()), "--outfile", str(gguf), "--outtype", "bf16"],
+                            capture_output=True, text=True, timeout=300,
+                            env={"PYTHONPATH": str(script.parent / "gguf-py"), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return loaded, head, gguf
+
+
+def in_process(loaded, head, ids):
+    from power import EveryStep
+    from specchat.engine import SamplingParams, SpeculativeEngine
+    from specchat.engine.eagle import EagleProposer
+
+    backend = loaded.target
+    backend.reset()
+    engine = SpeculativeEngine(backend, EagleProposer(head, backend, GAMMA), controller=EveryStep(GAMMA))
+    out = [t.id for s in engine.generate(ids, SamplingParams(temperature=0.0), max_new_tokens=TOKENS) for t in s.tokens]
+    m = engine.metrics
+    return out, m.num_draft_tokens, m.num_accepted_tokens
+
+
+def completion(url, ids):
+    body = json.dumps({"prompt": ids, "n_predict": TOKENS, "temperature": 0.0, "cache_prompt": False}).encode()
+    with urllib.request.urlopen(urllib.request.Request(url + "/completion", body), timeout=120) as r:
+        reply = json.loads(r.read())
+    return reply["tokens"] if "tokens" in reply else None, reply["timings"]["draft_n"], reply["timings"]["draft_n_accepted"]
+
+
+def test_a_head_saved_here_drafts_in_llama_server_as_it_does_in_process(setup, tmp_path):
+    loaded, head, gguf = setup
+    target_file = loaded.target.model_path
+    server = Server(BIN / "llama-server", ["-m", target_file, "-md", str(gguf), "--spec-type", "draft-eagle3",
+                                           "--spec-draft-n-max", str(GAMMA), "--spec-draft-p-min", "0", "-t", "2",
+                                           "-c", "2048", "-np", "1"], tmp_path / "server.log")
+    try:
+        ours, theirs = [0, 0], [0, 0]
+        for text in PROMPTS:
+            ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}])
+            _, drafted, accepted = in_process(loaded, head, ids)
+            ours = [ours[0] + drafted, ours[1] + accepted]
+            _, drafted, accepted = completion(server.url, ids)
+            theirs = [theirs[0] + drafted, theirs[1] + accepted]
+    finally:
+        server.stop()
+    assert theirs[0] > 0 and theirs[1] > 0, f"llama-server's eagle3 counters did not move: {theirs}"
+    assert ours[0] > 0 and ours[1] > 0
+    ratio_ours, ratio_theirs = ours[1] / ours[0], theirs[1] / theirs[0]
+    assert abs(ratio_ours - ratio_theirs) <= 0.1, (ours, theirs)
