@@ -31,6 +31,12 @@ from .model import (
 
 
 MAX_SEED = 2**64 - 1  # what a torch generator takes
+# llama.cpp's n_ctx: it rounds a context up to a multiple of 256 anyway but clamps its
+# batch to the value asked for, so a smaller one saves nothing and aborts the process
+# (GGML_ASSERT) on the first prompt longer than it. 2**20 is the longest context models
+# ship (Qwen2.5-1M); beyond it the KV cache alone is tens of GB, allocated before failing.
+MIN_CTX = 256
+MAX_CTX = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,12 @@ def _finite_at_least(low):
 
 def _between(low, high):
     return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+
+
+def _n_ctx(v: int) -> str | None:
+    if v == 0 or MIN_CTX <= v <= MAX_CTX:
+        return None
+    return f"must be 0 (the model's own) or between {MIN_CTX} and {MAX_CTX:,} tokens"
 
 
 def _device(v: str) -> str | None:
@@ -94,7 +106,7 @@ MODEL_KEYS = {
     "num_layers": Key(*_INT, check=_at_least(1)),
     "backend": Key(*_STR, choices=BACKENDS),
     "n_gpu_layers": Key(*_INT, check=_at_least(-1)),
-    "n_ctx": Key(*_INT, check=_at_least(0)),
+    "n_ctx": Key(*_INT, check=_n_ctx),
     "n_threads": Key(*_INT, check=_at_least(0)),
     "gguf_type": Key(*_STR, choices=GGUF_TYPES),
     "url": Key(*_STR, check=_url),

@@ -164,11 +164,20 @@ def load_gguf_model(spec: ModelSpec, key: str, base: Path | None, report=None) -
     if spec.n_gpu_layers and not llama_cpp.llama_supports_gpu_offload():
         raise ModelLoadError(f"{key}.n_gpu_layers = {spec.n_gpu_layers} but this llama-cpp-python was built without "
                              f"GPU support", key=f"{key}.n_gpu_layers", hint=GPU_BUILD_HINT)
-    from specchat.engine.backends.llamacpp import LlamaCppBackend, last_log_lines
+    from specchat.engine.backends.llamacpp import (
+        LlamaCppBackend, default_threads, last_log_lines, quiet_logs, trained_context)
 
+    quiet_logs(llama_cpp)  # reading the trained context logs the vocabulary to stderr
+
+    threads = spec.n_threads or None
+    if threads and threads > default_threads():
+        # more threads than cores only makes them wait on each other (1000: 0.3 tok/s)
+        threads = default_threads()
+        (report or (lambda event: None))(LoadProgress(key, 0, 0, f"{key}.n_threads = {spec.n_threads} is more than "
+                                                      f"the {threads} CPUs this process may use: using {threads}"))
     try:
-        backend = LlamaCppBackend(path, n_ctx=spec.n_ctx, n_threads=spec.n_threads or None,
-                                  n_gpu_layers=spec.n_gpu_layers)
+        check_context(spec.n_ctx, trained_context(llama_cpp, path), key)
+        backend = LlamaCppBackend(path, n_ctx=spec.n_ctx, n_threads=threads, n_gpu_layers=spec.n_gpu_layers)
     except (ValueError, RuntimeError, OSError) as error:
         raise ModelLoadError(f"{key}.source: llama.cpp cannot load '{path}' ({str(error).strip() or type(error).__name__}; {last_log_lines()})",
                              key=f"{key}.source", hint="check that the file is a complete GGUF model "
@@ -193,6 +202,19 @@ def load_gguf_model(spec: ModelSpec, key: str, base: Path | None, report=None) -
         "llama_cpp_kernel": batched_kernel(llama_cpp),
     }
     return backend, info
+
+
+# Rope scaling (YaRN) stretches a trained context at most 4× in the models that ship it
+# (Qwen3: 32,768 → 131,072); beyond that a context only allocates memory.
+MAX_CTX_STRETCH = 4
+
+
+def check_context(n_ctx: int, trained: int, key: str) -> None:
+    """One line, before llama.cpp allocates, for an n_ctx the model cannot use."""
+    if trained and n_ctx > MAX_CTX_STRETCH * trained:
+        raise ModelLoadError(f"{key}.n_ctx = {n_ctx:,} is more than {MAX_CTX_STRETCH}× the {trained:,} tokens the model "
+                             f"was trained on", key=f"{key}.n_ctx",
+                             hint=f"set n_ctx = 0 (the model's own) or at most {MAX_CTX_STRETCH * trained:,}")
 
 
 def batched_kernel(llama_cpp: Any) -> str:

@@ -62,7 +62,9 @@ class LlamaCppBackend(Backend):
         self.flash_attn = flash_attn
         self._ctx = self.llm._ctx.ctx
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self._n_batch = n_batch
+        # llama.cpp clamps its batch to the n_ctx asked for (and pads the context past
+        # it): a batch larger than its own aborts the process, so chunk by what it kept
+        self._n_batch = min(n_batch, int(llama_cpp.llama_n_batch(self._ctx)), int(llama_cpp.llama_n_ubatch(self._ctx)))
         self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=verbose)
         self.device = torch.device("cpu")  # logits land on the host
         self.max_length = int(self.llm.n_ctx())
@@ -203,9 +205,21 @@ def trained_context(llama_cpp, model_path: str | Path) -> int:
     if not model:
         raise ValueError(f"llama.cpp cannot read the model file ({last_log_lines()})")
     try:
-        return int(llama_cpp.llama_model_n_ctx_train(model))
+        # a vocab-only model reports n_ctx_train 0: the GGUF's metadata says it
+        architecture = _meta(llama_cpp, model, "general.architecture")
+        trained = _meta(llama_cpp, model, f"{architecture}.context_length") if architecture else None
+        return int(trained) if trained and trained.isdigit() else int(llama_cpp.llama_model_n_ctx_train(model))
     finally:
         llama_cpp.llama_model_free(model)
+
+
+def _meta(llama_cpp, model, key: str) -> str | None:
+    import ctypes
+
+    buffer = ctypes.create_string_buffer(256)
+    if llama_cpp.llama_model_meta_val_str(model, key.encode(), buffer, len(buffer)) < 0:
+        return None
+    return buffer.value.decode("utf-8", errors="replace")
 
 
 def model_file_type(llm) -> str:
