@@ -68,7 +68,10 @@ class RemoteChat:
 
     # --- controls: the server owns γ; temperature and thinking go with each request
     def cancel(self) -> None:
+        """Ends the turn now, from any thread: the stream's socket is shut from here, so
+        a server that trickles bytes or has gone silent is not waited for."""
         self._cancel.set()
+        self.endpoint.abort()
 
     def reset(self) -> None:
         self.history = []
@@ -165,7 +168,7 @@ class RemoteChat:
                         finish = "length"
                         break
                 else:
-                    finish = self.finish_reason
+                    finish = "cancelled" if self._cancel.is_set() else self.finish_reason
         except RemoteError as exc:
             yield ErrorEvent(str(exc), turn)
         except Exception as exc:  # a protocol surprise: one line, and the chat goes on
@@ -174,7 +177,8 @@ class RemoteChat:
         self.history.append({"role": "assistant", "content": text_out})
         metrics = {"turn": self.turn_metrics.to_dict(), "session": self.session_metrics.to_dict()}
         # the server's own counters across this turn (exact only with one client at a time)
-        counters, problem = self._counters_across(before)
+        # (not after a cancel: that would wait on the server the user just left)
+        counters, problem = (None, None) if finish == "cancelled" else self._counters_across(before)
         if counters is not None:
             metrics["server"] = counters
         if problem is not None:

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -55,6 +56,22 @@ class Endpoint:
         self.api_key_env = api_key_env
         self.connect_timeout = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
         self.read_timeout = READ_TIMEOUT_S if read_timeout is None else read_timeout
+        # the sockets of the streams open now, for abort() (a response that reads to the
+        # end of the stream takes its socket off the connection, so it is kept here)
+        self._streams: dict[http.client.HTTPConnection, socket.socket] = {}
+        self._lock = threading.Lock()
+
+    def abort(self) -> None:
+        """Shut the sockets of the streams open now, from any thread: a reader blocked on
+        a server that trickles or has gone silent wakes at once instead of at the next
+        read timeout (up to READ_TIMEOUT_S). ``close()`` alone would not wake it."""
+        with self._lock:
+            sockets = list(self._streams.values())
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -73,13 +90,29 @@ class Endpoint:
         holds redacted (before it is cut, so no part of one is left), then cleaned."""
         return clean_line(redact(text, self._secrets))[:limit]
 
-    def _open(self, method: str, path: str, body: Any | None) -> tuple[http.client.HTTPConnection, Any]:
+    def _open(self, method: str, path: str, body: Any | None,
+              abortable: bool = False) -> tuple[http.client.HTTPConnection, Any]:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
         conn = cls(self.host, self.port, timeout=self.connect_timeout)
+        try:
+            return self._request(conn, method, path, body, abortable)
+        except BaseException:
+            self._forget(conn)
+            raise
+
+    def _forget(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._streams.pop(conn, None)
+
+    def _request(self, conn, method: str, path: str, body: Any | None,
+                 abortable: bool) -> tuple[http.client.HTTPConnection, Any]:
         where = f"{self.url}{path}"
         try:
             conn.connect()
             conn.sock.settimeout(self.read_timeout)
+            if abortable:
+                with self._lock:
+                    self._streams[conn] = conn.sock
             data = None if body is None else json.dumps(body).encode()
             conn.request(method, self.base_path + path, body=data, headers=self._headers())
             response = conn.getresponse()
@@ -128,17 +161,27 @@ class Endpoint:
     def stream(self, path: str, body: Any, cancelled=lambda: False) -> Iterator[dict[str, Any]]:
         """The JSON objects of an SSE stream's ``data:`` lines until ``[DONE]`` or the end.
         A stream that breaks off raises RemoteError("… dropped …"); a line that is not
-        JSON raises RemoteError("malformed chunk …")."""
-        conn, response = self._open("POST", path, body)
+        JSON raises RemoteError("malformed chunk …"). Once ``cancelled()`` is true the
+        stream just ends, however :meth:`abort` broke it off."""
+        try:
+            conn, response = self._open("POST", path, body, abortable=True)
+        except RemoteError:
+            if cancelled():  # abort() shut the socket while it waited for the headers
+                return
+            raise
         where = f"{self.url}{path}"
         try:
             while not cancelled():
                 try:
                     raw = response.readline(MAX_LINE + 1)
-                except socket.timeout:
-                    raise RemoteError(f"{where}: no data for {self.read_timeout:g} s, stream abandoned") from None
                 except (OSError, http.client.HTTPException) as exc:
+                    if cancelled():  # abort() shut the socket under the read
+                        return
+                    if isinstance(exc, socket.timeout):
+                        raise RemoteError(f"{where}: no data for {self.read_timeout:g} s, stream abandoned") from None
                     raise RemoteError(f"{where}: the stream dropped mid-reply ({type(exc).__name__})") from None
+                if cancelled():
+                    return
                 if not raw:
                     return
                 if len(raw) > MAX_LINE:
@@ -158,6 +201,7 @@ class Endpoint:
                     raise RemoteError(f"{where}: the server reported {self.shown(_error_text(json.dumps(chunk)))}")
                 yield chunk
         finally:
+            self._forget(conn)
             conn.close()
 
     def _parse(self, text: str, where: str, what: str = "answer is not JSON") -> Any:

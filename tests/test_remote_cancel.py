@@ -1,0 +1,109 @@
+"""Cancel never waits for the network: against a real server on 127.0.0.1 that
+trickles a byte a second, or goes silent mid-stream, ``cancel()`` from another thread
+(the UI's Esc) ends the turn within a second, and the recording closes the turn."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from hostile_server import vllm_profile
+
+CHUNK = {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]}
+
+
+class SlowServer:
+    """vLLM's routes, with a chat stream that sends one chunk, then ``mode``: "trickle"
+    (one space a second, never a newline) or "silent" (nothing), until the client leaves."""
+
+    def __init__(self, mode: str) -> None:
+        self.stop = threading.Event()
+
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+                if self.path == "/metrics":
+                    body = b""
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write(f"data: {json.dumps(CHUNK)}\n\n".encode())
+                self.wfile.flush()
+                while not outer.stop.wait(1.0):
+                    if mode == "trickle":
+                        try:
+                            self.wfile.write(b" ")
+                            self.wfile.flush()
+                        except OSError:
+                            return
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._http.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._http.server_address[1]}"
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self._http.shutdown()
+        self._http.server_close()
+
+
+@pytest.mark.parametrize("mode", ["trickle", "silent"])
+def test_cancel_abandons_a_slow_stream_at_once_and_the_turn_is_closed(tmp_path, mode):
+    from specchat.config import load_profile
+    from specchat.events import StepEvent, TurnFinished
+    from specchat.remote import open_chat
+    from specchat.sessions.reader import read_recording
+    from specchat.sessions.recorder import Recorder, build_header
+    from specchat.sessions.recording_backend import RecordingBackend
+
+    server = SlowServer(mode)
+    try:
+        profile = load_profile(str(vllm_profile(tmp_path, server.url)))
+        chat, info = open_chat(profile)
+        recorder = Recorder.for_profile(profile, directory=tmp_path / "sessions")
+        recorder.start(build_header(profile, info))
+        backend = RecordingBackend(chat, recorder)
+        events, first = [], threading.Event()
+
+        def consume():
+            for event in backend.send("hi"):
+                events.append(event)
+                if isinstance(event, StepEvent):
+                    first.set()
+
+        worker = threading.Thread(target=consume, daemon=True)
+        worker.start()
+        assert first.wait(10), "the server's first chunk never arrived"
+        time.sleep(0.3)  # the reader is blocked on the socket now
+        start = time.monotonic()
+        backend.cancel()
+        worker.join(5)
+        waited = time.monotonic() - start
+        recorder.close()
+    finally:
+        server.close()
+    assert not worker.is_alive() and waited < 1.0, f"cancel took {waited:.1f} s"
+    assert isinstance(events[-1], TurnFinished) and events[-1].finish_reason == "cancelled", events[-1]
+    recording = read_recording(recorder.path)
+    assert recording.damage is None
+    last = recording.events[-1].event
+    assert isinstance(last, TurnFinished) and last.finish_reason == "cancelled" and last.text == "Hi"
