@@ -60,16 +60,16 @@ def _headless(args: argparse.Namespace, steps) -> int:
     loaded = load_backend(args.profile, progress, record=not args.no_record)
     if loaded.info.recording:
         print(f"recording to {loaded.info.recording}", file=sys.stderr)
+    from specchat.commands.interrupt import signals_cancel
+
     demo = ScriptedBackend(loaded.backend, steps)
     try:
-        for event in demo.events():
-            out(render(event))
-    except KeyboardInterrupt:
-        demo.cancel()
-        return 130
+        with signals_cancel(demo.cancel) as caught:  # the turn is recorded as cancelled
+            for event in demo.events():
+                out(render(event))  # after a cancel, events() ends with the turn
     finally:
         loaded.close()
-    return 0
+    return caught.exit_code if caught.signum else 0
 
 
 def run(args: argparse.Namespace) -> int:

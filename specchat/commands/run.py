@@ -52,9 +52,14 @@ def run(args: argparse.Namespace) -> int:
 
         loaded = load_models(profile, progress=_progress_to_stderr)
         chat, info = build_chat(profile, loaded), loaded.info
+    from specchat.commands.interrupt import signals_cancel
+
     recorder = _recorder(profile, info, enabled=not args.no_record)
+    backend = RecordingBackend(chat, recorder)
     try:
-        return stream_reply(RecordingBackend(chat, recorder), prompt, profile, info, as_json=args.json)
+        with signals_cancel(backend.cancel) as caught:  # the turn is recorded as cancelled
+            code = stream_reply(backend, prompt, profile, info, as_json=args.json)
+        return caught.exit_code if caught.signum else code
     finally:
         recorder.close()
         if recorder.path is not None and recorder.failure is None:
