@@ -43,6 +43,21 @@ def layer_ids_for(num_layers: int) -> tuple[int, int, int]:
     return (min(2, num_layers - 1), num_layers // 2, max(0, num_layers - 3))
 
 
+def early_exit(head: Eagle3Head, lm_rows: torch.Tensor) -> None:
+    """Starts the head as the target's own early exit: ``fc`` passes the high layer's
+    input through, the decoder layer adds (almost) nothing, and ``lm_head`` is the
+    target's embedding rows (its output head, for tied-embedding models). Its first drafts
+    are then the token the target would predict a few layers early — far better than
+    random — and training improves on that instead of starting from noise."""
+    h = head.config.hidden_size
+    if head.config.target_hidden_size == h:
+        head.fc.weight.zero_()
+        head.fc.weight[:, -h:] = torch.eye(h)  # the high layer's slice (layer_ids[2])
+    head.o_proj.weight.mul_(1e-3)
+    head.down_proj.weight.mul_(1e-3)
+    head.lm_head.weight.copy_(lm_rows)
+
+
 class Stages:
     def __init__(self, backend, tokenizer, work: Path, plan: Plan, bar: Callable, say: Callable[[str], None]) -> None:
         self.backend, self.tokenizer, self.work, self.plan, self.bar, self.say = backend, tokenizer, work, plan, bar, say
@@ -160,7 +175,7 @@ class Stages:
         head = Eagle3Head(config, embed)
         with torch.no_grad():
             head.d2t.copy_(draft_ids - torch.arange(draft_ids.numel()))
-            head.lm_head.weight.copy_(embed[draft_ids])  # tied-embedding targets: the target's own head rows
+            early_exit(head, embed[draft_ids])
         return head
 
     def _intermediate(self) -> int:
