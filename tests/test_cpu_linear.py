@@ -13,11 +13,24 @@ from specchat.loading.cpu_linear import PackedLinear, copied_bytes, pack_linears
 from specchat.loading.models import load_models
 from tiny_models import write_tiny_profile
 
-# whether the build has the ops at all (not packing_works(): a bug in the packed layer must
-# fail these tests, not skip them)
+
+
+def cpu_can_pack_bf16() -> bool:
+    """oneDNN packs bf16 weights only on CPUs with AVX-NE-CONVERT or AVX-512 BW+VL+DQ
+    (it raises otherwise): read from the CPU's own feature list, not from the packed layer."""
+    from specchat.loading.cpu_features import _read_flags
+
+    flags = set((_read_flags()[0] or "").split())
+    return "avx_ne_convert" in flags or {"avx512bw", "avx512vl", "avx512dq"} <= flags
+
+
+# whether the build has the ops and the CPU the instructions (not packing_works(): a bug in
+# the packed layer must fail these tests, not skip them)
 needs_packing = pytest.mark.skipif(
-    not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")),
-    reason="this torch build has no oneDNN linear packing")
+    not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+         and cpu_can_pack_bf16()),
+    reason="no oneDNN bf16 linear packing here (this torch build lacks it, or the CPU lacks AVX-512 BW/VL/DQ "
+           "and AVX-NE-CONVERT)")
 
 
 @needs_packing
@@ -88,6 +101,20 @@ def test_nothing_is_packed_where_the_build_cannot(monkeypatch):
     monkeypatch.setattr(cpu_linear, "packing_works", lambda dtype=torch.bfloat16: False)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8, dtype=torch.bfloat16))
     assert pack_linears(model) == 0 and type(model[0]) is torch.nn.Linear
+
+
+@pytest.mark.skipif(cpu_can_pack_bf16(), reason="this CPU packs bf16 weights (the tests above run)")
+def test_a_cpu_without_the_instructions_packs_nothing_and_still_computes():
+    """On an AVX2-only CPU oneDNN refuses to pack bf16 weights: the probe says so and every
+    layer stays a plain nn.Linear, with the same output as before."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 50)).to(torch.bfloat16)
+    x = torch.randn(2, 16).to(torch.bfloat16)
+    with torch.inference_mode():
+        expected = model(x)
+    assert not cpu_linear.packing_works()
+    assert pack_linears(model) == 0 and all(type(m) is torch.nn.Linear for m in model)
+    with torch.inference_mode():
+        assert torch.equal(model(x), expected)
 
 
 @needs_packing

@@ -1,14 +1,12 @@
-"""A head made here drafts in a real llama-server, converted by llama.cpp's own script.
+"""A head trained here drafts in a real llama-server, converted by llama.cpp's own script.
 
-The head is an "early exit" of the embedded SmolLM2 itself, built exactly (no training):
-``fc`` passes the input of layer 27 through, the decoder layer adds nothing (zero output
-projections), and ``lm_head`` is the target's tied embedding, so each draft is the token
-the target would predict three layers early — accepted often enough at temperature 0 to
-compare. It is saved in SpecForge's layout, converted with the vendored
-``convert_hf_to_gguf.py --target-model-dir``, and served by ``llama-server -md head.gguf
---spec-type draft-eagle3`` beside the same BF16 target file specchat runs in-process. On
-the same prompt ids at temperature 0 with chains of 3, llama-server's accepted/drafted
-(its own ``timings``) must be within 0.1 of specchat's.
+The head specchat ships for the embedded SmolLM2 (trained by ``specchat train-head``)
+is converted with the vendored ``convert_hf_to_gguf.py --target-model-dir`` and served
+by ``llama-server -md head.gguf --spec-type draft-eagle3`` beside the same BF16 target
+file specchat runs in-process. On the same prompt ids at temperature 0 with chains of
+3, llama-server's accepted/drafted (its own ``timings``) must be within 0.1 of
+specchat's — a head layout, layer convention or position shift that differed between
+the two would make the counts part (they were equal, prompt by prompt, when measured).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import sys
 import urllib.request
 
 import pytest
-import torch
 
 from llama_server_helpers import Server, server_dir
 from needs import LLAMA_SERVER_NOT_BUILT, llama_cpp
@@ -27,7 +24,7 @@ from needs import LLAMA_SERVER_NOT_BUILT, llama_cpp
 BIN = server_dir()
 pytestmark = pytest.mark.skipif(BIN is None or llama_cpp is None, reason=LLAMA_SERVER_NOT_BUILT)
 
-PROMPTS = ["Why is the sky blue?", "Write a short story about a fox and a crow.", "Give three tips for learning to cook."]
+PROMPTS = ["Why is the sky blue?", "Write a short story about a fox and a crow."]
 GAMMA = 3
 TOKENS = 48
 
@@ -39,39 +36,17 @@ def convert_script():
     pytest.fail(f"llama.cpp's convert_hf_to_gguf.py is not beside {BIN} (make llama-server unpacks it)")
 
 
-def early_exit_head(backend):
-    from specchat.heads.eagle3 import Eagle3Config, Eagle3Head
-
-    target = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
-              "vocab_size": backend.vocab_size, "max_position_embeddings": 8192, "rope_theta": 100000.0}
-    config = Eagle3Config.for_target(target, (2, 15, 27), backend.vocab_size)
-    embed = backend.token_embeddings()
-    head = Eagle3Head(config, embed)
-    with torch.no_grad():
-        for p in head.parameters():
-            p.zero_()
-        head.fc.weight[:, 2 * 576:] = torch.eye(576)  # g = the input of layer 27
-        head.norm.fill_(1.0)
-        head.input_layernorm.fill_(1.0)
-        head.hidden_norm.fill_(1.0)
-        head.post_attention_layernorm.fill_(1.0)
-        head.lm_head.weight.copy_(embed)
-    return head.eval()
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     from specchat.config import load_profile
-    from specchat.heads.checkpoint import save_eagle3
     from specchat.loading import load_models
     from specchat.loading.embedded import ensure_embedded_model
+    from specchat.loading.heads import SHIPPED
 
-    loaded = load_models(load_profile("default"))
-    backend = loaded.target
-    head = early_exit_head(backend)
-    folder = tmp_path_factory.mktemp("head")
-    save_eagle3(head, folder)
-    gguf = folder / "head.gguf"
+    loaded = load_models(load_profile("smollm2-eagle3"))
+    head = loaded.head
+    folder = SHIPPED / "smollm2-135m-instruct-eagle3"
+    gguf = tmp_path_factory.mktemp("head") / "head.gguf"
     script = convert_script()
     result = subprocess.run([sys.executable, str(script), str(folder), "--target-model-dir",
                              str(ensure_embedded_model()), "--outfile", str(gguf), "--outtype", "bf16"],
