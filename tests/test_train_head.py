@@ -54,3 +54,14 @@ def test_smoke_training_writes_a_head_that_drafts(tmp_path, tiny_model_dir):
     again = train_head("--profile", str(profile), "--smoke", "--out", str(out), "--resume")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "distill:" not in again.stderr and "teach:" not in again.stderr
+
+
+def test_paths_named_by_the_user_reach_the_terminal_cleaned(tmp_path, tiny_model_dir):
+    """The head's folder is printed in the progress lines and on stdout: an escape sequence
+    in its name (a screen clear) is removed, like any untrusted text."""
+    profile = write_tiny_profile(tmp_path / "tiny.toml", tiny_model_dir, method="ngram")
+    out = tmp_path / "head\x1b[2J\x1b]0;title\x07"
+    result = train_head("--profile", str(profile), "--smoke", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "head written to" in result.stderr
+    assert "\x1b" not in result.stdout and "\x1b" not in result.stderr.replace("\x1b[A", "")

@@ -68,7 +68,10 @@ def run(args: argparse.Namespace) -> int:
         import shutil
 
         shutil.rmtree(work)
-    loaded = load_models(profile, progress=lambda e: print(f"[load] {e.message}", file=sys.stderr))
+    from specchat.sanitize import clean_line
+
+    # load messages and paths name a profile's sources: untrusted text, cleaned at the edge
+    loaded = load_models(profile, progress=lambda e: print(f"[load] {clean_line(e.message)}", file=sys.stderr))
     from specchat.engine.backends import as_backend
 
     backend = as_backend(loaded.target)
@@ -77,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
                             key="target.backend", hint="EAGLE-3 heads need a llama.cpp (llama, qwen3, …) or "
                             "transformers target")
     torch.set_num_threads(max(1, getattr(backend, "n_threads", 0) or torch.get_num_threads()))
-    stages = Stages(backend, loaded.tokenizer, work, plan, _bar, lambda line: print(f"[train-head] {line}", file=sys.stderr))
+    stages = Stages(backend, loaded.tokenizer, work, plan, _bar,
+                    lambda line: print(f"[train-head] {clean_line(line)}", file=sys.stderr))
     layer_ids = layer_ids_for(backend.num_layers)
     say = stages.say
     try:
@@ -92,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     size = (out / "model.safetensors").stat().st_size / 2**20
     say(f"head written to {out} ({size:.1f} MiB, {history.seconds / 60:.1f} min of training)")
-    print(out)
+    print(clean_line(str(out)))
     return 0
 
 
