@@ -57,6 +57,7 @@ class Token:
     rejected_p: float | None = None
     rejected_q: float | None = None
     text: str = ""
+    source: str = ""  # which proposer drafted it (accepted) or the rejected draft (resampled)
 
     @property
     def acceptance_probability(self) -> float | None:
@@ -89,6 +90,8 @@ class StepStats:
         (so its verify_ms includes them) and those whose KV cache was reused.
     predicted_gain: the controller's predicted tokens per unit of plain-step time for
         the γ it chose (None for a fixed γ).
+    draft_source: the proposer kind that drafted ("ngram", "eagle3", "draft_model"; a
+        hybrid names the one it routed to), "" for a plain step.
     """
 
     num_speculative_tokens: int
@@ -105,6 +108,7 @@ class StepStats:
     reused_tokens: int = 0
     predicted_gain: float | None = None
     draft_catch_up_tokens: int = 0
+    draft_source: str = ""
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,9 @@ class MetricsSnapshot:
     predicted_gain: float | None = None
     gamma_history: tuple[int, ...] = ()
     acceptance_history: tuple[float, ...] = ()
+    # per proposer kind that drafted (a hybrid drafts from two): steps, drafted, accepted
+    # and drafting time per drafted token (ms; steps that caught up excluded)
+    drafts_by_source: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -229,6 +232,7 @@ class Telemetry:
         self._recent: deque[tuple[int, float]] = deque(maxlen=self.window)
         self._gamma_history: deque[int] = deque(maxlen=self._history)
         self._acceptance_history: deque[float] = deque(maxlen=self._history)
+        self._by_source: dict[str, list[float]] = {}  # source → [steps, drafted, accepted, ms, timed drafts]
 
     def _grow(self, k: int) -> None:
         if k > self.max_gamma:
@@ -270,6 +274,13 @@ class Telemetry:
             self.plain_total.add(stats.total_ms)
             return
         self._grow(k)
+        source = self._by_source.setdefault(stats.draft_source, [0, 0, 0, 0.0, 0])
+        source[0] += 1
+        source[1] += k
+        source[2] += n
+        if stats.draft_catch_up_tokens == 0 and stats.prefill_tokens == 0:
+            source[3] += stats.draft_ms
+            source[4] += k
         self.num_drafts += 1
         self.num_draft_tokens += k
         self.num_accepted_tokens += n
@@ -370,4 +381,7 @@ class Telemetry:
             predicted_gain=self.predicted_gain,
             gamma_history=tuple(self._gamma_history),
             acceptance_history=tuple(self._acceptance_history),
+            drafts_by_source={name: {"steps": s[0], "drafted": s[1], "accepted": s[2],
+                                     "draft_ms_per_token": s[3] / s[4] if s[4] else None}
+                              for name, s in self._by_source.items()},
         )

@@ -1,6 +1,7 @@
 """The γ controllers, driven by synthetic step measurements (pure logic, no model)."""
 
 from specchat.engine.controller import AdaptiveGamma, FixedGamma
+from specchat.engine.proposers import Candidate, Proposer
 from specchat.engine.ngram import NgramMatch
 from specchat.events import StepStats
 from specchat.telemetry import Telemetry
@@ -48,9 +49,9 @@ def test_prefers_short_drafts_when_verification_is_expensive():
 
 
 def test_ngram_without_a_match_is_a_plain_step():
-    class Lookup:
-        def lookup(self, ids, k):
-            return [], None
+    class Lookup(Proposer):
+        def candidates(self, ids, k):
+            return []  # an n-gram miss
 
     controller = AdaptiveGamma(5, Lookup())
     assert controller.choose(Telemetry(), [1, 2, 3]) == (0, None)
@@ -93,7 +94,7 @@ def drive_phases(controller, phases, draft_ms_per_token=1.0, plain_ms=10.0, seed
                               draft_catch_up_tokens=catch_up)
             telemetry.update(stats, n + 1)
             controller.observe(stats, None)
-            estimates.append(controller.draft_ms.value if isinstance(controller, AdaptiveGamma) else None)
+            estimates.append(draft_cost(controller) if isinstance(controller, AdaptiveGamma) else None)
             behind = (2 if n == k else 1) if k else behind + 1
     return chosen, estimates
 
@@ -114,7 +115,7 @@ def test_drafting_resumes_after_acceptance_comes_back():
     resumed = last[bound:]
     assert sum(k > 0 for k in resumed) / len(resumed) > 0.9, (
         f"drafted on {sum(k > 0 for k in resumed)} of the last {len(resumed)} steps")
-    assert controller.draft_ms.value <= 1.5  # 1 ms a token, plus the bonus token a warm draft runs
+    assert draft_cost(controller) <= 1.5  # 1 ms a token, plus the bonus token a warm draft runs
 
 
 def test_probes_back_off_only_up_to_a_cap():
@@ -139,6 +140,12 @@ def test_a_new_turn_that_quotes_nothing_stops_drafting_within_a_few_steps():
     assert sum(k > 0 for k in chosen) <= 10, f"drafted {sum(k > 0 for k in chosen)} times on stale acceptance"
 
 
+def draft_cost(controller, source=""):
+    """The controller's draft time per token for ``source`` ("" without a proposer)."""
+    estimate = controller.draft_ms.get(source)
+    return estimate.value if estimate is not None else None
+
+
 def cpu_like_controller(max_gamma=10):
     """An adaptive controller whose step times are already measured, with the costs of
     llama.cpp in bf16 on two CPU cores (v(1) ≈ 1.5, v(5) ≈ 2.0, v(10) ≈ 2.7)."""
@@ -146,17 +153,20 @@ def cpu_like_controller(max_gamma=10):
     for k, ms in ((0, 11.0), (1, 16.4), (2, 18.5), (3, 20.0), (5, 22.3), (10, 29.3)):
         for _ in range(3):
             controller.observe(StepStats(num_speculative_tokens=k, num_draft_tokens=k, num_accepted_tokens=0,
-                                         total_ms=ms), None)
+                                         total_ms=ms, draft_source="ngram" if k else ""), None)
     controller.accept.clear()  # the priming verdicts (nothing kept) are no evidence
     return controller
 
 
-class FixedLookup:
+class FixedLookup(Proposer):
+    kind = "ngram"
+
     def __init__(self, length, agreeing=0, rival=0):
+        super().__init__("auto", 10)
         self.match = NgramMatch(length, agreeing, rival)
 
-    def lookup(self, ids, k):
-        return list(range(100, 100 + k)), self.match
+    def candidates(self, ids, k):
+        return [Candidate(self.kind, k, self.match)]
 
 
 def test_ngram_match_length_sets_the_starting_acceptance():

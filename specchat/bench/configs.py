@@ -7,7 +7,7 @@ from pathlib import Path
 
 from specchat.errors import SpecchatError
 
-METHODS = ("draft", "ngram", "eagle3", "none")
+METHODS = ("draft", "ngram", "eagle3", "hybrid", "none")
 MAX_GAMMA = 16
 
 
@@ -59,7 +59,7 @@ def parse_methods(text: str) -> list[str]:
     for part in (p.strip() for p in text.split(",")):
         if part not in METHODS:
             raise SpecchatError(f"--methods value {part!r} is not valid", key="--methods",
-                                hint="use a comma-separated list of draft, ngram, eagle3, none")
+                                hint="use a comma-separated list of draft, ngram, eagle3, hybrid, none")
         if part not in methods:
             methods.append(part)
     return methods
@@ -80,9 +80,12 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
             note("bench: the profile has no draft model; skipping method 'draft' "
                  "(use a profile with speculation.method = \"draft_model\")")
             continue
-        if method == "eagle3" and not has_head:
-            note("bench: the profile has no EAGLE-3 head; skipping method 'eagle3' "
-                 "(use a profile with speculation.method = \"eagle3\")")
+        if method in ("eagle3", "hybrid") and not has_head:
+            note(f"bench: the profile has no EAGLE-3 head; skipping method '{method}' "
+                 "(use a profile with speculation.method = \"eagle3\" or \"hybrid\")")
+            continue
+        if method == "hybrid":  # its controller picks source and γ each step: auto only
+            configs.append(BenchConfig(method, "auto"))
             continue
         configs += [BenchConfig(method, gamma) for gamma in gammas]
     if peer:

@@ -26,7 +26,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--gamma", default="auto,1,2,3,5,8", metavar="LIST",
                         help="γ values, comma-separated integers and/or auto (default: auto,1,2,3,5,8)")
     parser.add_argument("--methods", metavar="LIST",
-                        help="proposers to compare (draft, ngram, eagle3, none; default: those the profile can "
+                        help="proposers to compare (draft, ngram, eagle3, hybrid, none; default: those the profile can "
                              "run; none always runs)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per prompt and configuration")
     parser.add_argument("--max-new-tokens", type=int, metavar="N",
@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
             raise SpecchatError(f"--{name.replace('_', '-')} must be ≥ 1, got {value}", key=f"--{name}")
     profile = load_profile(args.profile)
     gammas = parse_gammas(args.gamma)
-    default_methods = "draft,ngram,eagle3,none" if profile.speculation.method == "eagle3" else "draft,ngram,none"
+    default_methods = ("draft,ngram,eagle3,hybrid,none" if profile.speculation.method in ("eagle3", "hybrid")
+                       else "draft,ngram,none")
     methods = parse_methods(args.methods or default_methods)
     sets = load_prompt_sets(args.prompts)
     out_dir = args.out or Path("bench-results") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")

@@ -18,6 +18,7 @@ from .model import (
     BACKENDS,
     DTYPES,
     GGUF_TYPES,
+    HEAD_METHODS,
     MAX_SPECULATIVE_TOKENS,
     METHODS,
     REMOTE_BACKENDS,
@@ -249,12 +250,12 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         raise err(f"prompt_lookup_min ({speculation.prompt_lookup_min}) is larger than prompt_lookup_max "
                   f"({speculation.prompt_lookup_max})", "speculation.prompt_lookup_min",
                   "make prompt_lookup_min ≤ prompt_lookup_max")
-    if speculation.method == "eagle3" and not speculation.head:
-        raise err("method 'eagle3' needs a head", "speculation.head",
+    if speculation.method in HEAD_METHODS and not speculation.head:
+        raise err(f"method '{speculation.method}' needs a head", "speculation.head",
                   'add head = "embedded:smollm2-135m-instruct-eagle3" (or a folder, or a Hub id such as '
                   '"AngelSlim/Qwen3-8B_eagle3"); `specchat train-head` trains one')
-    if speculation.method == "eagle3" and target_raw.get("backend") in REMOTE_BACKENDS:
-        raise err(f"method 'eagle3' runs the head here, beside a local target, not a '{target_raw['backend']}' server",
+    if speculation.method in HEAD_METHODS and target_raw.get("backend") in REMOTE_BACKENDS:
+        raise err(f"method '{speculation.method}' runs the head here, beside a local target, not a '{target_raw['backend']}' server",
                   "speculation.method", "give the server the head itself (llama-server -md head.gguf "
                   "--spec-type draft-eagle3; vLLM --speculative-config '{\"method\": \"eagle3\", …}')")
     gamma = speculation.num_speculative_tokens

@@ -29,6 +29,7 @@ few steps; and the wait between failed probes doubles only up to a cap.
 from __future__ import annotations
 
 from specchat.engine.ngram import NgramMatch
+from specchat.engine.proposers import Candidate, Proposer
 from specchat.events import StepStats
 from specchat.telemetry import Telemetry
 
@@ -115,7 +116,8 @@ class _RecentMedian:
 
 
 MATCH_BUCKETS = (1, 2, 3, 4, 5, 8, 16)  # lower ends: 1, 2, 3, 4, 5–7, 8–15, 16+
-MatchKey = tuple[int, str]  # (agreement bucket, consensus); () for a draft model's drafts
+MatchKey = tuple[int, str]  # (agreement bucket, consensus); () for a model's drafts
+AcceptanceKey = tuple[str, MatchKey | tuple[()]]  # (source, match key)
 
 
 def length_bucket(length: int) -> int:
@@ -158,15 +160,15 @@ class AdaptiveGamma(Controller):
     (measured per k; a line fitted through the measured k elsewhere).
     """
 
-    def __init__(self, max_gamma: int, proposer: object | None = None, probe_every: int = 24,
+    def __init__(self, max_gamma: int, proposer: Proposer | None = None, probe_every: int = 24,
                  prior_acceptance: float = 0.6, calibrate_every: int = 64, turn_weight: float = 4.0) -> None:
         self.max_gamma = max_gamma
         self.proposer = proposer
         self.probe_every = probe_every
         self.prior = prior_acceptance
-        self.accept: dict[MatchKey, list[_Ewma]] = {}  # match key (() for a draft model) → per-position a_i
-        self.step_ms: dict[int, _RecentMedian] = {}  # k → w(k)
-        self.draft_ms = _RecentMedian()  # per drafted token
+        self.accept: dict[AcceptanceKey, list[_Ewma]] = {}  # (source, match key) → per-position a_i
+        self.step_ms: dict[int, _RecentMedian] = {}  # k → w(k), whoever drafted
+        self.draft_ms: dict[str, _RecentMedian] = {}  # source → time per drafted token
         self.plain_run = 0
         self.probe_after = probe_every  # plain steps before the next probe (backs off)
         self.max_probe_after = 8 * probe_every  # the back-off's cap: a probe at least this often
@@ -175,7 +177,7 @@ class AdaptiveGamma(Controller):
         self.calibrate_every = calibrate_every
         self.since_plain = 0
         self.turn_weight = turn_weight
-        self._key: MatchKey = ()
+        self._key: AcceptanceKey = ("", ())
 
     def start_turn(self) -> None:
         # a new reply may quote far more or far less than the last one: acceptance learnt
@@ -184,9 +186,9 @@ class AdaptiveGamma(Controller):
             for estimate in estimates:
                 estimate.loosen(self.turn_weight)
 
-    def _acceptance(self, key: MatchKey) -> list[_Ewma]:
+    def _acceptance(self, key: AcceptanceKey) -> list[_Ewma]:
         if key not in self.accept:
-            prior = match_prior(key) if key else self.prior
+            prior = match_prior(key[1]) if key[1] else self.prior
             self.accept[key] = [_Ewma(prior) for _ in range(self.max_gamma)]
         return self.accept[key]
 
@@ -203,9 +205,11 @@ class AdaptiveGamma(Controller):
         slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
         return max(1e-3, my + max(0.0, slope) * (k - mx))
 
-    def predicted_rates(self, key: MatchKey, limit: int) -> list[float | None]:
-        """Expected tokens per ms for k = 0..limit (None where T(k) is unknown)."""
+    def predicted_rates(self, key: AcceptanceKey, limit: int, source: str = "") -> list[float | None]:
+        """Expected tokens per ms for k = 0..limit when ``source`` drafts (None where T(k)
+        or its draft cost is unknown)."""
         acc = self._acceptance(key)
+        draft_ms = self.draft_ms.get(source)
         rates: list[float | None] = []
         expected, survive = 1.0, 1.0
         for k in range(limit + 1):
@@ -213,33 +217,44 @@ class AdaptiveGamma(Controller):
                 survive *= acc[k - 1].value
                 expected += survive
             w = self._w(k)
-            d = self.draft_ms.value if k else 0.0
+            d = (draft_ms.value if draft_ms is not None else None) if k else 0.0
             rates.append(None if w is None or (k and d is None) else expected / (k * d + w))
         return rates
 
     def choose(self, telemetry: Telemetry, ids: list[int]) -> tuple[int, float | None]:
-        limit = self.max_gamma
-        self._key = ()
-        lookup = getattr(self.proposer, "lookup", None)
-        if lookup is not None:  # n-gram: a miss means nothing to verify; the match informs a_i
-            continuation, match = lookup(ids, limit)
-            if not continuation:
-                return 0, None
-            limit, self._key = len(continuation), match_key(match)
+        # n-gram: a miss means nothing to verify, and the match informs a_i; a hybrid
+        # offers the head beside it, with its own acceptance and cost (hybrid.py)
+        candidates = self.proposer.candidates(ids, self.max_gamma) if self.proposer else [Candidate("", self.max_gamma)]
+        if not candidates:
+            return 0, None
         self.since_plain += 1
         if 0 not in self.step_ms or self.since_plain >= self.calibrate_every:
             return 0, None  # (re)measure a plain step: the baseline every gain is relative to
-        rates = self.predicted_rates(self._key, limit)
-        known = [(r, k) for k, r in enumerate(rates) if r is not None]
-        if len(known) < 2:  # explore: measure one speculative step size
-            return min(limit, 2 + len(self.step_ms) - 1), None
-        best_rate, best_k = max(known)
-        plain = rates[0]
+        best: tuple[float, int, Candidate] | None = None
+        unexplored: Candidate | None = None
+        for candidate in candidates:
+            rates = self.predicted_rates(self._key_of(candidate), candidate.limit, candidate.source)
+            known = [(r, k) for k, r in enumerate(rates) if r is not None]
+            if len(known) < 2:
+                unexplored = unexplored or candidate
+                continue
+            rate, k = max(known)
+            if best is None or rate > best[0]:
+                best = (rate, k, candidate)
+        w0 = self._w(0)
+        plain = 1.0 / w0 if w0 else None
+        if unexplored is not None and (best is None or best[1] == 0):
+            # explore: measure one speculative step size (of a source not yet timed)
+            self._use(unexplored)
+            return min(unexplored.limit, 2 + len(self.step_ms) - 1), None
+        best_rate, best_k, chosen = best
+        self._use(chosen)
         if best_k == 0:
             self.plain_run += 1
             if self.plain_run >= self.probe_after:  # conditions change: look again
                 self.plain_run = 0
                 self._probing = True  # observe() sets the wait for the next probe
+                self._use(self._probe_source(candidates))
                 return 1, None
             return 0, 1.0
         self.plain_run = 0
@@ -248,10 +263,26 @@ class AdaptiveGamma(Controller):
         if self.speculative_run % self.probe_every == 0:
             # keep the neighbours' estimates fresh: a length measured badly once (or on
             # another context length) would otherwise never be tried again
-            neighbour = best_k + 1 if best_k < limit else best_k - 1
+            neighbour = best_k + 1 if best_k < chosen.limit else best_k - 1
             if neighbour >= 1:
-                return neighbour, rates[neighbour] / plain if rates[neighbour] else None
-        return best_k, best_rate / plain
+                rates = self.predicted_rates(self._key_of(chosen), chosen.limit, chosen.source)
+                return neighbour, rates[neighbour] / plain if rates[neighbour] and plain else None
+        return best_k, best_rate / plain if plain else None
+
+    def _key_of(self, candidate: Candidate) -> AcceptanceKey:
+        return candidate.source, (match_key(candidate.match) if candidate.match is not None else ())
+
+    def _use(self, candidate: Candidate) -> None:
+        self._key = self._key_of(candidate)
+        if self.proposer is not None:
+            self.proposer.select(candidate.source)
+
+    def _probe_source(self, candidates: list[Candidate]) -> Candidate:
+        """The source a probe tries: the one whose single draft is predicted best."""
+        def one_draft(candidate: Candidate) -> float:
+            rates = self.predicted_rates(self._key_of(candidate), 1, candidate.source)
+            return rates[1] if len(rates) > 1 and rates[1] is not None else 0.0
+        return max(candidates, key=one_draft)
 
     def prefills_proposer(self) -> bool:
         # while speculation does not pay, a draft model's pass over each new prompt is
@@ -272,16 +303,17 @@ class AdaptiveGamma(Controller):
             self.since_plain = 0
             return
         if stats.prefill_tokens == 0 and stats.draft_catch_up_tokens == 0:
-            self.draft_ms.add(stats.draft_ms / k)
+            source = stats.draft_source or self._key[0]  # what drafted; else what was chosen
+            self.draft_ms.setdefault(source, _RecentMedian()).add(stats.draft_ms / k)
         acc = self._acceptance(self._key)
         for i in range(min(k, n + 1)):  # positions verified on the kept path
             acc[i].add(1.0 if i < n else 0.0)
 
 
-def make_controller(proposer: object | None) -> Controller:
+def make_controller(proposer: Proposer | None) -> Controller:
     if proposer is None:
         return FixedGamma(0)
-    gamma = getattr(proposer, "num_speculative_tokens", 5)
+    gamma = proposer.num_speculative_tokens
     if gamma == "auto":
         return AdaptiveGamma(proposer.max_speculative_tokens, proposer)
     return FixedGamma(int(gamma))

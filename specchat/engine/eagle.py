@@ -46,9 +46,15 @@ class EagleProposer(Proposer):
         self._seen: list[int] = []  # ids the head's cached pairs were made from
         self._queued: dict[int, torch.Tensor] = {}  # position → features [F] not yet run
         self._drafted = 0
+        self._warm = False  # whether the last step's drafts were the head's
 
     def reset(self) -> None:
-        self._cache, self._seen, self._queued, self._drafted = HeadCache(), [], {}, 0
+        self._cache, self._seen, self._queued, self._drafted, self._warm = HeadCache(), [], {}, 0, False
+
+    def drafted_elsewhere(self, k: int) -> None:
+        """Another proposer drafted this step's k tokens (hybrid.py): the target's features
+        for those of them it keeps are queued all the same, and run at the head's next turn."""
+        self._drafted, self._warm = k, False
 
     def observe(self, num_accepted: int) -> None:
         """Queues the features of the positions the target ran and kept this step."""
@@ -64,7 +70,7 @@ class EagleProposer(Proposer):
 
     @torch.inference_mode()
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
-        self._drafted = 0
+        self._drafted, warm, self._warm = 0, self._warm, True
         last = len(ids) - 2  # the last position the target ran; ids[-1] is its newest token
         self._sync(ids)
         positions = sorted(p for p in self._queued if p <= last)
@@ -75,7 +81,8 @@ class EagleProposer(Proposer):
             self._seen = list(ids)
         prenorm = self._cache.tail
         if k <= 0 or prenorm is None or self._cache.end != last + 1:
-            return Proposal(torch.empty(0, dtype=torch.long, device=self.device), None)  # no features yet
+            return Proposal(torch.empty(0, dtype=torch.long, device=self.device), None,
+                            source=self.kind)  # no features yet
         drafts, qs = [], []
         for i in range(k):
             q_draft = warp(self.head.logits(prenorm), params)  # [1, V_draft]
@@ -89,7 +96,9 @@ class EagleProposer(Proposer):
                 prenorm = step(self.head, self._cache, token, prenorm, [last + 1 + i])
         self._cache.truncate(last + 1)  # drafts are re-made from the target's features once kept
         self._drafted = k
-        return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k)
+        # pairs queued while another proposer drafted are catch-up, not the cost of drafting
+        return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k, source=self.kind,
+                        catch_up_tokens=0 if warm else len(positions))
 
     def _sync(self, ids: list[int]) -> None:
         """Drops cached pairs that no longer match ``ids`` (a new turn that edits the

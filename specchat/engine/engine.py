@@ -56,9 +56,8 @@ class SpeculativeEngine:
                            f"(recurrent state), so this model decodes plainly")
             proposer = None
         self.proposer = proposer
-        if proposer is not None and hasattr(proposer, "device"):
-            proposer.device = self.device
         if proposer is not None:
+            proposer.place(self.device)
             proposer.vocab_size = self.target.vocab_size  # q is reported on the target's vocabulary
         self.eos_token_ids = set(eos_token_ids) if eos_token_ids is not None else set(self.target.eos_token_ids)
         max_gamma = proposer.max_speculative_tokens if proposer else 1
@@ -164,6 +163,7 @@ class SpeculativeEngine:
                 verify_ms=timer.ms(drafted, drafted + 1),  # the target's forward
                 total_ms=timer.ms(0, timer.mark()),  # + sampling, verification and bookkeeping
                 predicted_gain=gain,
+                draft_source=(proposal.source or self.proposer.kind) if k else "",
                 **prefill,
             )
             prefill = {}
@@ -205,8 +205,9 @@ class SpeculativeEngine:
         n = 0
         while n < k and read.accepted[n]:
             n += 1
-        tokens = [Token(id=dl[i], kind="accepted", p=read.p_draft[i], q=read.q_draft[i], alternatives=alts[i])
-                  for i in range(n)]
+        source = proposal.source
+        tokens = [Token(id=dl[i], kind="accepted", p=read.p_draft[i], q=read.q_draft[i], alternatives=alts[i],
+                        source=source) for i in range(n)]
         nxt, p_nxt = read.next_tokens, read.p_next
         if k == 0:
             tokens.append(Token(id=nxt[0], kind="target", p=p_nxt[0], alternatives=alts[0]))
@@ -214,7 +215,8 @@ class SpeculativeEngine:
             tokens.append(Token(id=nxt[k], kind="bonus", p=p_nxt[k], alternatives=alts[k]))
         else:
             tokens.append(Token(id=nxt[n], kind="resampled", p=p_nxt[n], alternatives=alts[n],
-                                rejected_id=dl[n], rejected_p=read.p_draft[n], rejected_q=read.q_draft[n]))
+                                rejected_id=dl[n], rejected_p=read.p_draft[n], rejected_q=read.q_draft[n],
+                                source=source))
         # α is measured on the positions verification actually judged on the kept path
         return _Verified(tokens, n, float(sum(read.alpha[: min(k, n + 1)])))
 

@@ -7,6 +7,7 @@ from typing import Any
 from specchat.engine.chat import ChatSession
 from specchat.engine.eagle import EagleProposer
 from specchat.engine.engine import SpeculativeEngine
+from specchat.engine.hybrid import HEAD_CEILING, HybridProposer
 from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from specchat.engine.sampling import SamplingParams
 
@@ -25,10 +26,13 @@ def build_proposer(speculation: Any, loaded: Any = None, gamma: int | str | None
         return DraftModelProposer(loaded.draft, gamma, ceiling)
     if method == "ngram":
         return NgramProposer(gamma, speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
-    if method == "eagle3":
+    if method in ("eagle3", "hybrid"):
         if getattr(loaded, "head", None) is None:
-            raise ValueError("speculation.method = 'eagle3' needs a loaded head")
-        return EagleProposer(loaded.head, loaded.target, gamma, ceiling)
+            raise ValueError(f"speculation.method = '{method}' needs a loaded head")
+        if method == "eagle3":
+            return EagleProposer(loaded.head, loaded.target, gamma, ceiling)
+        ngram = NgramProposer("auto", speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
+        return HybridProposer(ngram, EagleProposer(loaded.head, loaded.target, "auto", HEAD_CEILING), ceiling)
     return None
 
 

@@ -35,6 +35,18 @@ class Proposal:
     forwards: int = 0
     match_length: int = 0
     catch_up_tokens: int = 0
+    source: str = ""  # the proposer kind that drafted them ("ngram", "eagle3", "draft_model")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way a proposer can draft the next step: ``source`` (a proposer kind) can give
+    up to ``limit`` drafts; ``match`` is the n-gram match behind them (None for a model),
+    which the adaptive controller keys its acceptance estimates on."""
+
+    source: str
+    limit: int
+    match: NgramMatch | None = None
 
 
 class Proposer:
@@ -60,6 +72,18 @@ class Proposer:
 
     def prefill(self, ids: list[int]) -> None:
         """Warms any state on the prompt (timed as prefill, not as drafting)."""
+
+    def candidates(self, ids: list[int], limit: int) -> list[Candidate]:
+        """What this proposer can draft after ``ids`` (at most ``limit`` tokens), one
+        entry per source; none when it has nothing to offer (an n-gram miss)."""
+        return [Candidate(self.kind, limit)]
+
+    def select(self, source: str) -> None:
+        """The controller's pick among ``candidates`` for the next ``propose``."""
+
+    def place(self, device: torch.device) -> None:
+        """The target's device, told by the engine: point-mass drafts are made there (a
+        model's drafts stay on its own device)."""
 
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
         raise NotImplementedError
@@ -122,7 +146,8 @@ class DraftModelProposer(Proposer):
             qs.append(on_vocab(q, vocab))  # [1, V]
             if i + 1 < k:  # the last draft is verified, never run through the draft
                 logits = self.lm.extend(token)
-        return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k, catch_up_tokens=max(0, behind - 2))
+        return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k, catch_up_tokens=max(0, behind - 2),
+                        source=self.kind)
 
     def reset(self) -> None:
         self.lm.reset()
@@ -172,6 +197,13 @@ class NgramProposer(Proposer):
         self._memo = (key, k, found)
         return found
 
+    def candidates(self, ids: list[int], limit: int) -> list[Candidate]:
+        continuation, match = self.lookup(ids, limit)
+        return [Candidate(self.kind, len(continuation), match)] if continuation else []
+
+    def place(self, device: torch.device) -> None:
+        self.device = device
+
     def observe(self, num_accepted: int) -> None:
         self._memo = None
 
@@ -182,4 +214,4 @@ class NgramProposer(Proposer):
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
         tokens, match = self.lookup(ids, k) if k > 0 else ([], None)
         return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), None,
-                        match_length=match.length if match else 0)
+                        match_length=match.length if match else 0, source=self.kind)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config.model import ModelSpec, Profile
+from ..config.model import HEAD_METHODS, ModelSpec, Profile
 from ..errors import ModelLoadError
 from ..events import LoadProgress
 from . import embedded
@@ -77,7 +77,7 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         check_draft_compatible(target, tokenizer, draft, draft_tokenizer, profile)
 
     head = None
-    if profile.speculation.method == "eagle3":
+    if profile.speculation.method in HEAD_METHODS:
         from specchat.engine.backends import as_backend
 
         from .heads import load_head

@@ -1,0 +1,68 @@
+"""Hybrid drafting: n-gram lookup where the context has a match, a head elsewhere.
+
+Each step the adaptive controller weighs both sources (controller.py): n-gram lookup's
+continuation, with its acceptance estimate keyed on the match, at almost no drafting
+cost; and the head's chain, with its own measured acceptance and its measured cost per
+draft. It picks the source and γ with the most expected tokens per millisecond — or a
+plain step when neither pays — and ``select`` routes the next ``propose`` there.
+
+The head follows every step whichever source drafted: the target hands out features
+for every position it runs, and those it keeps are queued for the head (eagle.py), so
+a switch back to the head finds its context whole. Exactness is each source's own:
+n-gram drafts are point masses, the head's come with their q.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specchat.engine.eagle import EagleProposer
+from specchat.engine.proposers import Candidate, NgramProposer, Proposal, Proposer
+from specchat.engine.sampling import SamplingParams
+
+
+HEAD_CEILING = 4  # the head's chains stop here: each further draft is kept less often
+
+
+class HybridProposer(Proposer):
+    kind = "hybrid"
+
+    def __init__(self, ngram: NgramProposer, head: EagleProposer, max_speculative_tokens: int | None = None) -> None:
+        super().__init__("auto", max_speculative_tokens or max(ngram.max_speculative_tokens, head.max_speculative_tokens))
+        self.ngram, self.head = ngram, head
+        self.head_limit = head.max_speculative_tokens  # a head's chain degrades fast: its own ceiling
+        self.ngram.place(head.device)
+        self.sampling_device = head.sampling_device
+        self.can_rollback = ngram.can_rollback and head.can_rollback
+        self._route: Proposer = ngram
+
+    @property
+    def vocab_size(self) -> int | None:  # type: ignore[override]
+        return self.head.vocab_size
+
+    @vocab_size.setter
+    def vocab_size(self, value: int | None) -> None:
+        self.head.vocab_size = self.ngram.vocab_size = value
+
+    def candidates(self, ids: list[int], limit: int) -> list[Candidate]:
+        return self.ngram.candidates(ids, limit) + self.head.candidates(ids, min(limit, self.head_limit))
+
+    def place(self, device: torch.device) -> None:
+        self.ngram.place(device)
+
+    def select(self, source: str) -> None:
+        self._route = self.head if source == self.head.kind else self.ngram
+
+    def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
+        proposal = self._route.propose(ids, k, params, generator)
+        if self._route is not self.head:
+            self.head.drafted_elsewhere(len(proposal.tokens))
+        return proposal
+
+    def observe(self, num_accepted: int) -> None:
+        self.ngram.observe(num_accepted)
+        self.head.observe(num_accepted)
+
+    def reset(self) -> None:
+        self.ngram.reset()
+        self.head.reset()
