@@ -26,6 +26,7 @@ SHIPPED_SETS = ("repetitive", "open", "unusual", "long")  # specchat/bench/promp
 ALL_SETS = "all"
 PLAIN_PEER = "peer:none"
 BUSY = "busy machine: timings unreliable"
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "RESULTS.md"
 
 HOW_TO_READ = """\
 ## How to read this
@@ -189,8 +190,8 @@ def render(runs: list[tuple[str, dict]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Regenerate docs/benchmarks/RESULTS.md from `specchat bench` output.")
     parser.add_argument("runs", nargs="+", metavar="RUN", help="a bench --out folder or its results.json")
-    parser.add_argument("-o", "--out", type=Path, default=Path("docs/benchmarks/RESULTS.md"),
-                        help="where to write (default: docs/benchmarks/RESULTS.md; - for stdout)")
+    parser.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT,
+                        help="where to write (default: this checkout's docs/benchmarks/RESULTS.md; - for stdout)")
     args = parser.parse_args(argv)
     try:
         runs = [load(spec) for spec in args.runs]
