@@ -7,7 +7,7 @@ query head that uses it, in ranges of positions merged at the end (AVX-512, head
 64 and 128). The claims checked here: set-up really builds them; the matmul
 changes no number; a token's logits do not depend on the batch it came in; and the
 attention agrees with llama.cpp's own within the rounding noise a batch already has. The
-speed they buy is a benchmark's business (docs/benchmarks/README.md), not a test's.
+speed they buy is a benchmark's business (docs/benchmarks/RESULTS.md and archive/), not a test's.
 """
 
 from __future__ import annotations

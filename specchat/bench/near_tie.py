@@ -69,7 +69,7 @@ INT8_ULPS = 32
 #     kernels), but the K-quants take another matmul path from 4 or 8 tokens on:
 #     Q4_K_M 1.58, Q5_K_M 3.03, Q6_K 1.20;
 #   with AVX-512, where set-up's small-batch attention accumulates a batch in F32 and the
-#     one-token path stays F16 (README, "Seeds"; tests/test_llamacpp.py): BF16 0.33,
+#     one-token path stays F16 (docs/engine-api.md, "Seeds"; tests/test_llamacpp.py): BF16 0.33,
 #     Q4_1 1.40 on the code prompt, F32 ~0.01.
 # Each bound is the worst of these with room (≈1.3-1.5×) for prompts not measured. On the
 # AVX-512 path only F32, BF16 and Q4_1 were measured: Q8_0 and Q4_0 get Q4_1's bound.

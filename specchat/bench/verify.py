@@ -59,7 +59,7 @@ ENUMERATE_FIRST = 64  # first tokens whose second-token distribution is enumerat
 PLAIN_SEEDS = 10**9  # plain sample i uses seed PLAIN_SEEDS + i, never a speculative sample's seed
 # The γ = auto pass's sample i uses seed AUTO_SEEDS + i. With the fixed pass's seeds it
 # repeated that pass's samples token for token (n-gram drafts are coupled to the seed,
-# README "Seeds"): the same TV and p printed twice, counted as two checks' evidence.
+# docs/engine-api.md, "Seeds"): the same TV and p printed twice, counted as two checks' evidence.
 AUTO_SEEDS = 2 * 10**9
 END = -1  # code of "no token: the sequence ended"
 

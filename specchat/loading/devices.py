@@ -20,7 +20,7 @@ def resolve_device(spec: ModelSpec, key: str) -> str:
     if spec.device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ModelLoadError(f"device '{spec.device}' requested but CUDA is not available", key=f"{key}.device",
-                                 hint="use device = \"auto\" or \"cpu\", or install a CUDA build of torch (see README)")
+                                 hint="use device = \"auto\" or \"cpu\", or install a CUDA build of torch (see docs/guide.md)")
         index = int(spec.device.split(":")[1]) if ":" in spec.device else 0
         if index >= torch.cuda.device_count():
             raise ModelLoadError(f"device '{spec.device}' does not exist ({torch.cuda.device_count()} CUDA devices)",

@@ -26,7 +26,7 @@ FTYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q4_K_M": 15, "Q5
 INSTALL_HINT = ("run `make setup` (it compiles llama-cpp-python once, about 4–6 min) or "
                 "`pip install llama-cpp-python`; or set backend = \"transformers\"")
 GPU_BUILD_HINT = ('install a GPU build: CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall '
-                  '--no-cache-dir llama-cpp-python (see README), or set n_gpu_layers = 0')
+                  '--no-cache-dir llama-cpp-python (see docs/guide.md), or set n_gpu_layers = 0')
 
 
 def require_llama_cpp(key: str) -> Any:
