@@ -39,6 +39,7 @@ MAX_LINE = 1 << 20  # one SSE line; a bigger one is a broken or hostile server
 MAX_BODY = 8 << 20  # a JSON answer or a /metrics text
 MAX_ERROR_BODY = 4096  # what is read of an error answer
 MAX_SHOWN = 200  # characters of a server's own words in an error line
+PROXY_HINT = "check HTTP_PROXY / HTTPS_PROXY / ALL_PROXY, or name the server in NO_PROXY"
 
 
 class RemoteError(SpecchatError):
@@ -61,6 +62,7 @@ class Endpoint:
         # it is never sent (httpx would send it as Basic auth, in place of the bearer key)
         self._secrets: list[str | None] = [parts.password or parts.username]
         self._base = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path.rstrip('/')}"
+        self._address = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
         self.api_key_env = api_key_env
         self.read_timeout = READ_TIMEOUT_S if read_timeout is None else read_timeout
         connect = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
@@ -105,21 +107,38 @@ class Endpoint:
     @contextmanager
     def _open(self, method: str, path: str, body: Any | None = None,
               on_connect: Callable[[socket.socket], None] | None = None) -> Iterator[httpx.Response]:
-        """The response to one request, its status checked, its body not read yet."""
+        """The response to one request, its status checked, its body not read yet.
+        ``on_connect`` gets the connection's socket as soon as it is connected."""
         where = f"{self.url}{path}"
-        extensions = {} if on_connect is None else {"trace": _on_connect(on_connect)}
+        dialling: list[tuple[str, int]] = []  # a TCP connect begun and not completed
+
+        def trace(event: str, info: dict[str, Any]) -> None:  # httpcore's trace extension
+            if event == "connection.connect_tcp.started":
+                dialling.append((info["host"], info["port"]))
+            elif event == "connection.connect_tcp.complete":
+                dialling.clear()
+                sock = info["return_value"].get_extra_info("socket")
+                if on_connect is not None and sock is not None:
+                    on_connect(sock)
+
         request = self._client.build_request(method, self._base + path, json=body, headers=self._headers(),
-                                             extensions=extensions)
+                                             extensions={"trace": trace})
         try:
             response = self._client.send(request, stream=True)
         except httpx.TimeoutException:
             raise RemoteError(f"no answer from {where} within the timeout", hint="is the server busy or stuck?") from None
         except httpx.ProxyError as exc:
             raise RemoteError(f"cannot reach the server at {self.url} through the proxy: {self.shown(str(exc))}",
-                              hint="check HTTPS_PROXY / HTTP_PROXY / NO_PROXY") from None
+                              hint=PROXY_HINT) from None
         except httpx.NetworkError as exc:  # refused, unknown host, reset, TLS
-            raise RemoteError(f"cannot reach the server at {self.url}: {self.shown(_reason(exc))}",
-                              hint="is it running? check [target] url") from None
+            if dialling and dialling[-1] != self._address:  # the proxy the environment names
+                host, port = dialling[-1]
+                raise RemoteError(f"cannot reach the proxy at {host}:{port} (for {self.url}): "
+                                  f"{self.shown(_reason(exc))}", hint=PROXY_HINT) from None
+            reason = _reason(exc)
+            hint = ("check [target] url (http or https?) and the server's certificate" if reason.startswith("TLS")
+                    else "is it running? check [target] url")
+            raise RemoteError(f"cannot reach the server at {self.url}: {self.shown(reason)}", hint=hint) from None
         except httpx.HTTPError as exc:
             raise RemoteError(f"{where} broke the HTTP protocol: {type(exc).__name__}") from None
         try:
@@ -248,17 +267,6 @@ def _loopback_direct(host: str) -> dict[str, None]:
     if not loopback:
         return {}
     return {f"all://[{host}]" if ":" in host else f"all://{host}": None}
-
-
-def _on_connect(callback: Callable[[socket.socket], None]) -> Callable[[str, dict], None]:
-    """An httpcore ``trace`` extension that hands each new connection's socket (to the
-    server, or to the proxy) to ``callback`` as soon as it is connected."""
-    def trace(event: str, info: dict[str, Any]) -> None:
-        if event == "connection.connect_tcp.complete":
-            sock = info["return_value"].get_extra_info("socket")
-            if sock is not None:
-                callback(sock)
-    return trace
 
 
 def _shut(sock: socket.socket) -> None:
