@@ -1,6 +1,7 @@
 """Cancel never waits for the network: against a real server on 127.0.0.1 that
-trickles a byte a second, or goes silent mid-stream, ``cancel()`` from another thread
-(the UI's Esc) ends the turn within a second, and the recording closes the turn."""
+trickles a byte a second, goes silent mid-stream, or never sends its headers (a long
+prefill), ``cancel()`` from another thread (the UI's Esc) ends the turn within a
+second, and the recording closes the turn."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ CHUNK = {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": N
 
 class SlowServer:
     """vLLM's routes, with a chat stream that sends one chunk, then ``mode``: "trickle"
-    (one space a second, never a newline) or "silent" (nothing), until the client leaves."""
+    (one space a second, never a newline) or "silent" (nothing), until the client leaves;
+    or, in "prefill", not even the headers (``posted`` is set once the request is in)."""
 
     def __init__(self, mode: str) -> None:
         self.stop = threading.Event()
+        self.posted = threading.Event()
 
         outer = self
 
@@ -42,6 +45,10 @@ class SlowServer:
 
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.posted.set()
+                if mode == "prefill":
+                    outer.stop.wait()
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
@@ -66,7 +73,7 @@ class SlowServer:
         self._http.server_close()
 
 
-@pytest.mark.parametrize("mode", ["trickle", "silent"])
+@pytest.mark.parametrize("mode", ["trickle", "silent", "prefill"])
 def test_cancel_abandons_a_slow_stream_at_once_and_the_turn_is_closed(tmp_path, mode):
     from specchat.config import load_profile
     from specchat.events import StepEvent, TurnFinished
@@ -92,7 +99,10 @@ def test_cancel_abandons_a_slow_stream_at_once_and_the_turn_is_closed(tmp_path, 
 
         worker = threading.Thread(target=consume, daemon=True)
         worker.start()
-        assert first.wait(10), "the server's first chunk never arrived"
+        if mode == "prefill":  # cancel while the reply's headers are awaited
+            assert server.posted.wait(10), "the request never arrived"
+        else:
+            assert first.wait(10), "the server's first chunk never arrived"
         time.sleep(0.3)  # the reader is blocked on the socket now
         start = time.monotonic()
         backend.cancel()
@@ -106,4 +116,5 @@ def test_cancel_abandons_a_slow_stream_at_once_and_the_turn_is_closed(tmp_path, 
     recording = read_recording(recorder.path)
     assert recording.damage is None
     last = recording.events[-1].event
-    assert isinstance(last, TurnFinished) and last.finish_reason == "cancelled" and last.text == "Hi"
+    assert isinstance(last, TurnFinished) and last.finish_reason == "cancelled"
+    assert last.text == ("" if mode == "prefill" else "Hi")

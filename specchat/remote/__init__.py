@@ -4,7 +4,7 @@ llama.cpp's ``llama-server`` (one machine, or many through its RPC backend) and 
 do their own speculative decoding; a remote backend streams a reply from one and turns
 what the server reports into the same chat-level events a local ``ChatSession`` yields
 (UserMessage, TurnStarted, StepEvent…, TurnFinished), so the TUI, the recorder, replay,
-export and ``specchat run`` work unchanged. Standard library HTTP only; no torch.
+export and ``specchat run`` work unchanged. HTTP goes through httpx (:mod:`.http`); no torch.
 """
 
 from __future__ import annotations

@@ -1,25 +1,33 @@
-"""Bounded HTTP for remote engines: JSON requests and server-sent events (SSE).
+"""Bounded HTTP for remote engines: JSON requests and server-sent events (SSE), over httpx.
 
-Standard library only (``http.client``). Every call has a connect and a read timeout
-and is made once — no retry loop; the next user message simply makes a new request.
-Failures raise :class:`RemoteError`, whose ``str()`` is one line for the UI and CLI.
-What a server sends can quote the key it was sent (an error body often does), so all
-server text in an error passes through :meth:`Endpoint.shown` here, where the key is
-known: redacted, then cleaned (:mod:`specchat.sanitize`). The URL is kept and shown
-without its user info.
+Every call has a connect and a read timeout and is made once — no retry loop; the next
+user message simply makes a new request. Failures raise :class:`RemoteError`, whose
+``str()`` is one line for the UI and CLI. What a server sends can quote the key it was
+sent (an error body often does), so all server text in an error passes through
+:meth:`Endpoint.shown` here, where the key is known: redacted, then cleaned
+(:mod:`specchat.sanitize`). The URL is kept and shown without its user info.
+
+Proxies: a proxy set in the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``,
+``NO_PROXY``, read by httpx) is used, except for a server on this machine's loopback
+(``localhost``, 127.0.0.0/8, ``::1``), which is always reached directly — see
+:func:`_loopback_direct`.
 """
 
 from __future__ import annotations
 
-import http.client
+import ipaddress
 import json
 import math
 import os
 import socket
+import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
+
+import httpx
 
 from specchat.errors import SpecchatError
 from specchat.redact import redact, redact_url
@@ -28,7 +36,10 @@ from specchat.sanitize import clean_line
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0  # the longest silence between two chunks (a long prompt's prefill)
 MAX_LINE = 1 << 20  # one SSE line; a bigger one is a broken or hostile server
+MAX_BODY = 8 << 20  # a JSON answer or a /metrics text
+MAX_ERROR_BODY = 4096  # what is read of an error answer
 MAX_SHOWN = 200  # characters of a server's own words in an error line
+PROXY_HINT = "check HTTP_PROXY / HTTPS_PROXY / ALL_PROXY, or name the server in NO_PROXY"
 
 
 class RemoteError(SpecchatError):
@@ -47,34 +58,38 @@ class Endpoint:
             raise RemoteError(f"url {url!r} is not an http(s) URL", key="target.url",
                               hint='write it as "http://HOST:PORT"')
         self.url = redact_url(url.rstrip("/"))
-        # a URL password (or a token written as the user name) is a secret like the key
+        # a URL password (or a token written as the user name) is a secret like the key;
+        # it is never sent (httpx would send it as Basic auth, in place of the bearer key)
         self._secrets: list[str | None] = [parts.password or parts.username]
-        self.scheme = parts.scheme
-        self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.base_path = parts.path.rstrip("/")
+        self._base = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path.rstrip('/')}"
+        self._address = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
         self.api_key_env = api_key_env
-        self.connect_timeout = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
         self.read_timeout = READ_TIMEOUT_S if read_timeout is None else read_timeout
-        # the sockets of the streams open now, for abort() (a response that reads to the
-        # end of the stream takes its socket off the connection, so it is kept here)
-        self._streams: dict[http.client.HTTPConnection, socket.socket] = {}
+        connect = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
+        # No keep-alive: each request opens its own connection (as http.client did here),
+        # so the socket of a stream is known from its connect on (see stream()) and cancel
+        # can shut it while the server is still thinking. On loopback a connect costs
+        # nothing; to a TLS server far away it costs a handshake per request.
+        self._client = httpx.Client(timeout=httpx.Timeout(self.read_timeout, connect=connect),
+                                    limits=httpx.Limits(max_keepalive_connections=0),
+                                    mounts=_loopback_direct(parts.hostname))
+        self._sockets: set[socket.socket] = set()  # of the streams open now, for abort()
         self._lock = threading.Lock()
 
     def abort(self) -> None:
         """Shut the sockets of the streams open now, from any thread: a reader blocked on
         a server that trickles or has gone silent wakes at once instead of at the next
-        read timeout (up to READ_TIMEOUT_S). ``close()`` alone would not wake it."""
+        read timeout (up to READ_TIMEOUT_S). Closing the response from here would not
+        wake it (close() leaves a blocked recv() waiting), shutdown() does."""
         with self._lock:
-            sockets = list(self._streams.values())
+            sockets = list(self._sockets)
         for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed
+            _shut(sock)
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        # identity: what is counted against MAX_BODY is what is held, never a body that
+        # inflates a thousandfold when decompressed
+        headers = {"Accept": "application/json, text/event-stream", "Accept-Encoding": "identity"}
         if self.api_key_env:
             key = os.environ.get(self.api_key_env)
             if not key:
@@ -90,72 +105,80 @@ class Endpoint:
         holds redacted (before it is cut, so no part of one is left), then cleaned."""
         return clean_line(redact(text, self._secrets))[:limit]
 
-    def _open(self, method: str, path: str, body: Any | None,
-              abortable: bool = False) -> tuple[http.client.HTTPConnection, Any]:
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        conn = cls(self.host, self.port, timeout=self.connect_timeout)
-        try:
-            return self._request(conn, method, path, body, abortable)
-        except BaseException:
-            self._forget(conn)
-            raise
-
-    def _forget(self, conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            self._streams.pop(conn, None)
-
-    def _request(self, conn, method: str, path: str, body: Any | None,
-                 abortable: bool) -> tuple[http.client.HTTPConnection, Any]:
+    @contextmanager
+    def _open(self, method: str, path: str, body: Any | None = None,
+              on_connect: Callable[[socket.socket], None] | None = None) -> Iterator[httpx.Response]:
+        """The response to one request, its status checked, its body not read yet.
+        ``on_connect`` gets the connection's socket as soon as it is connected."""
         where = f"{self.url}{path}"
+        dialling: list[tuple[str, int]] = []  # a TCP connect begun and not completed
+
+        def trace(event: str, info: dict[str, Any]) -> None:  # httpcore's trace extension
+            if event == "connection.connect_tcp.started":
+                dialling.append((info["host"], info["port"]))
+            elif event == "connection.connect_tcp.complete":
+                dialling.clear()
+                sock = info["return_value"].get_extra_info("socket")
+                if on_connect is not None and sock is not None:
+                    on_connect(sock)
+
+        request = self._client.build_request(method, self._base + path, json=body, headers=self._headers(),
+                                             extensions={"trace": trace})
         try:
-            conn.connect()
-            conn.sock.settimeout(self.read_timeout)
-            if abortable:
-                with self._lock:
-                    self._streams[conn] = conn.sock
-            data = None if body is None else json.dumps(body).encode()
-            conn.request(method, self.base_path + path, body=data, headers=self._headers())
-            response = conn.getresponse()
-        except RemoteError:
-            conn.close()
-            raise
-        except socket.timeout:
-            conn.close()
+            response = self._client.send(request, stream=True)
+        except httpx.TimeoutException:
             raise RemoteError(f"no answer from {where} within the timeout", hint="is the server busy or stuck?") from None
-        except OSError as exc:
-            conn.close()
-            reason = exc.strerror or type(exc).__name__
-            raise RemoteError(f"cannot reach the server at {self.url}: {reason}",
-                              hint="is it running? check [target] url") from None
-        except http.client.HTTPException as exc:
-            conn.close()
+        except httpx.ProxyError as exc:
+            raise RemoteError(f"cannot reach the server at {self.url} through the proxy: {self.shown(str(exc))}",
+                              hint=PROXY_HINT) from None
+        except httpx.NetworkError as exc:  # refused, unknown host, reset, TLS
+            if dialling and dialling[-1] != self._address:  # the proxy the environment names
+                host, port = dialling[-1]
+                raise RemoteError(f"cannot reach the proxy at {host}:{port} (for {self.url}): "
+                                  f"{self.shown(_reason(exc))}", hint=PROXY_HINT) from None
+            reason = _reason(exc)
+            hint = ("check [target] url (http or https?) and the server's certificate" if reason.startswith("TLS")
+                    else "is it running? check [target] url")
+            raise RemoteError(f"cannot reach the server at {self.url}: {self.shown(reason)}", hint=hint) from None
+        except httpx.HTTPError as exc:
             raise RemoteError(f"{where} broke the HTTP protocol: {type(exc).__name__}") from None
-        if response.status >= 400:
-            text = response.read(4096).decode("utf-8", "replace")
-            conn.close()
-            raise RemoteError(f"{where} answered HTTP {response.status}: {self.shown(_error_text(text))}")
-        return conn, response
+        try:
+            if response.status_code >= 400:
+                text = self._read(response, MAX_ERROR_BODY, where, cut=True)
+                raise RemoteError(f"{where} answered HTTP {response.status_code}: {self.shown(_error_text(text))}")
+            encoding = response.headers.get("Content-Encoding", "identity").lower()
+            if encoding not in ("identity", ""):
+                raise RemoteError(f"{where}: the answer is compressed ({self.shown(encoding, 40)}), "
+                                  "though specchat asked for it plain")
+            yield response
+        finally:
+            response.close()
+
+    def _read(self, response: httpx.Response, limit: int, where: str, cut: bool = False) -> str:
+        """The body as text, read up to ``limit`` bytes: cut there, or refused beyond it."""
+        data = bytearray()
+        try:
+            for chunk in response.iter_raw():
+                data += chunk
+                if len(data) > limit:
+                    if cut:
+                        break
+                    raise RemoteError(f"{where}: the answer is over {limit >> 20} MiB")
+        except httpx.HTTPError as exc:
+            if not cut:  # an error answer's status says enough without its whole body
+                raise RemoteError(f"{where}: the answer broke off ({type(exc).__name__})") from None
+        return data[:limit].decode("utf-8", "replace")
 
     def get_text(self, path: str) -> str:
-        conn, response = self._open("GET", path, None)
-        try:
-            return response.read(8 << 20).decode("utf-8", "replace")
-        except (OSError, http.client.HTTPException) as exc:
-            raise RemoteError(f"{self.url}{path}: the answer broke off ({type(exc).__name__})") from None
-        finally:
-            conn.close()
+        with self._open("GET", path) as response:
+            return self._read(response, MAX_BODY, f"{self.url}{path}")
 
     def get_json(self, path: str) -> Any:
         return self._parse(self.get_text(path), f"{self.url}{path}")
 
     def post_json(self, path: str, body: Any) -> Any:
-        conn, response = self._open("POST", path, body)
-        try:
-            text = response.read(8 << 20).decode("utf-8", "replace")
-        except (OSError, http.client.HTTPException) as exc:
-            raise RemoteError(f"{self.url}{path}: the answer broke off ({type(exc).__name__})") from None
-        finally:
-            conn.close()
+        with self._open("POST", path, body) as response:
+            text = self._read(response, MAX_BODY, f"{self.url}{path}")
         return self._parse(text, f"{self.url}{path}")
 
     def stream(self, path: str, body: Any, cancelled=lambda: False) -> Iterator[dict[str, Any]]:
@@ -163,52 +186,111 @@ class Endpoint:
         A stream that breaks off raises RemoteError("… dropped …"); a line that is not
         JSON raises RemoteError("malformed chunk …"). Once ``cancelled()`` is true the
         stream just ends, however :meth:`abort` broke it off."""
+        where = f"{self.url}{path}"
+        mine: list[socket.socket] = []
+
+        def connected(sock: socket.socket) -> None:
+            with self._lock:
+                self._sockets.add(sock)
+                mine.append(sock)
+            if cancelled():  # cancel came between the request and its connect
+                _shut(sock)
+
         try:
-            conn, response = self._open("POST", path, body, abortable=True)
+            with self._open("POST", path, body, on_connect=connected) as response:
+                for raw in self._lines(response, where):
+                    if cancelled():
+                        return
+                    line = raw.decode("utf-8", "replace").rstrip("\r")
+                    if not line.startswith("data:"):
+                        if line.startswith("error:"):
+                            raise RemoteError(f"{where}: the server reported {self.shown(_error_text(line[6:]))}")
+                        continue  # blank separators, comments, event: lines
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    chunk = self._parse(data, where, what="malformed chunk")
+                    if not isinstance(chunk, dict):
+                        raise RemoteError(f"{where}: malformed chunk (not a JSON object)")
+                    if "error" in chunk and len(chunk) <= 2:
+                        raise RemoteError(f"{where}: the server reported {self.shown(_error_text(json.dumps(chunk)))}")
+                    yield chunk
         except RemoteError:
-            if cancelled():  # abort() shut the socket while it waited for the headers
+            if cancelled():  # abort() shut the socket under the request or the read
                 return
             raise
-        where = f"{self.url}{path}"
-        try:
-            while not cancelled():
-                try:
-                    raw = response.readline(MAX_LINE + 1)
-                except (OSError, http.client.HTTPException) as exc:
-                    if cancelled():  # abort() shut the socket under the read
-                        return
-                    if isinstance(exc, socket.timeout):
-                        raise RemoteError(f"{where}: no data for {self.read_timeout:g} s, stream abandoned") from None
-                    raise RemoteError(f"{where}: the stream dropped mid-reply ({type(exc).__name__})") from None
-                if cancelled():
-                    return
-                if not raw:
-                    return
-                if len(raw) > MAX_LINE:
-                    raise RemoteError(f"{where}: malformed chunk (a line over {MAX_LINE} bytes)")
-                line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                if not line.startswith("data:"):
-                    if line.startswith("error:"):
-                        raise RemoteError(f"{where}: the server reported {self.shown(_error_text(line[6:]))}")
-                    continue  # blank separators, comments, event: lines
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    return
-                chunk = self._parse(data, where, what="malformed chunk")
-                if not isinstance(chunk, dict):
-                    raise RemoteError(f"{where}: malformed chunk (not a JSON object)")
-                if "error" in chunk and len(chunk) <= 2:
-                    raise RemoteError(f"{where}: the server reported {self.shown(_error_text(json.dumps(chunk)))}")
-                yield chunk
         finally:
-            self._forget(conn)
-            conn.close()
+            with self._lock:
+                self._sockets.difference_update(mine)
+
+    def _lines(self, response: httpx.Response, where: str) -> Iterator[bytes]:
+        """The body's lines (without "\\n") as they arrive, none longer than MAX_LINE
+        (httpx's own iter_lines() would buffer an endless line whole)."""
+        pending = b""
+        chunks = response.iter_raw()
+        while True:
+            try:
+                chunk = next(chunks, None)
+            except httpx.ReadTimeout:
+                raise RemoteError(f"{where}: no data for {self.read_timeout:g} s, stream abandoned") from None
+            except httpx.HTTPError as exc:
+                raise RemoteError(f"{where}: the stream dropped mid-reply ({type(exc).__name__})") from None
+            if chunk is None:
+                if pending:
+                    yield pending
+                return
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines + [pending]:
+                if len(line) > MAX_LINE:
+                    raise RemoteError(f"{where}: malformed chunk (a line over {MAX_LINE} bytes)")
+            yield from lines
 
     def _parse(self, text: str, where: str, what: str = "answer is not JSON") -> Any:
         try:
             return json.loads(text, parse_constant=_not_finite, parse_float=_finite)
         except ValueError:
             raise RemoteError(f"{where}: {what}: {self.shown(text[:4096], 80)!r}") from None
+
+
+def _loopback_direct(host: str) -> dict[str, None]:
+    """httpx mounts that reach ``host`` without a proxy when it is this machine's loopback.
+
+    A proxy in the environment is used for every other host, and NO_PROXY is honoured as
+    httpx reads it. Loopback is the exception, as in Go's net/http: a proxy cannot reach
+    this machine's loopback (it would connect to its own), so sending a local
+    llama-server's requests there only fails with the proxy's 502 — and shows the proxy
+    the key and the conversation. Users with a corporate HTTPS_PROXY and no NO_PROXY
+    would otherwise find that nothing local works."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name, not an address
+        loopback = False
+    if not loopback:
+        return {}
+    return {f"all://[{host}]" if ":" in host else f"all://{host}": None}
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a connection failed, in a few words: the innermost OS or TLS error's own
+    ("Connection refused", "TLS: certificate verify failed: …"), else the error's type."""
+    reason = type(exc).__name__
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return f"TLS: certificate verify failed: {seen.verify_message}"
+        if isinstance(seen, ssl.SSLError):
+            return f"TLS: {(seen.reason or type(seen).__name__).replace('_', ' ').lower()}"
+        if isinstance(seen, OSError) and seen.strerror:
+            reason = seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    return reason
 
 
 def _not_finite(word: str) -> float:
