@@ -40,7 +40,8 @@ def test_the_profile_table_lists_every_shipped_profile():
 def test_the_profile_table_says_the_profiles_proposer_and_gamma(name):
     cell = profile_rows()[name]
     spec = load_profile(str(ROOT / "profiles" / f"{name}.toml")).speculation
-    method = "ngram" if cell.startswith("n-gram lookup") else "eagle3" if "EAGLE-3 head" in cell else "draft_model"
+    method = ("ngram" if cell.startswith("n-gram lookup") else "hybrid" if cell.startswith("hybrid")
+              else "eagle3" if "EAGLE-3 head" in cell else "draft_model")
     assert spec.method == method
     gamma = re.search(r"γ = (auto|\d+)(?: \(≤ (\d+)\))?", cell)
     assert gamma, cell
