@@ -20,7 +20,7 @@ replies to our bench's requests the first draft was kept, by consensus:
     split      0.11–0.17  0.07–0.39  0.21–0.47  0.19–0.60
 
 (each range spans the four sets; a few cells rest on under 20 cases; docs/benchmarks/
-README.md, "consensus"). Which occurrence is drafted from changes only speed: drafts
+archive/README.md, "consensus"). Which occurrence is drafted from changes only speed: drafts
 are verified.
 """
 
