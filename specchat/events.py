@@ -92,6 +92,8 @@ class StepStats:
         the γ it chose (None for a fixed γ).
     draft_source: the proposer kind that drafted ("ngram", "eagle3", "draft_model"; a
         hybrid names the one it routed to), "" for a plain step.
+    cpu_others: the share of all cores other processes used since the previous step
+        (contention.py; None where it cannot be read, and for a server's steps).
     """
 
     num_speculative_tokens: int
@@ -109,6 +111,7 @@ class StepStats:
     predicted_gain: float | None = None
     draft_catch_up_tokens: int = 0
     draft_source: str = ""
+    cpu_others: float | None = None
 
 
 @dataclass(frozen=True)

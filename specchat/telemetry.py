@@ -52,7 +52,9 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specchat.contention import BUSY_SHARE
 from specchat.events import StepStats
+from specchat.speedup import StepSums, measured_speedup
 
 
 def expected_tokens_per_round(alpha: float, gamma: int) -> float:
@@ -130,6 +132,13 @@ class MetricsSnapshot:
     # per proposer kind that drafted (a hybrid drafts from two): steps, drafted, accepted
     # and drafting time per drafted token (ms; steps that caught up excluded)
     drafts_by_source: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    # honesty (speedup.py): measured_speedup is None when the figures cannot tell — a busy
+    # machine, too few plain steps, or a ratio above what the step counts allow — and
+    # measured_speedup_note says which; the interval is 95 %, from the step times' spread
+    measured_speedup_interval: tuple[float, float] | None = None
+    measured_speedup_note: str = ""
+    busy_machine: bool | None = None
+    cpu_others: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -142,6 +151,8 @@ class MetricsSnapshot:
         d["verify_cost"] = {int(k): v for k, v in d.get("verify_cost", {}).items()}
         for key in ("acceptance_histogram", "per_position_acceptance", "gamma_history", "acceptance_history"):
             d[key] = tuple(d.get(key, ()))
+        if d.get("measured_speedup_interval") is not None:
+            d["measured_speedup_interval"] = tuple(d["measured_speedup_interval"])
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -233,6 +244,8 @@ class Telemetry:
         self._gamma_history: deque[int] = deque(maxlen=self._history)
         self._acceptance_history: deque[float] = deque(maxlen=self._history)
         self._by_source: dict[str, list[float]] = {}  # source → [steps, drafted, accepted, ms, timed drafts]
+        self.decode = StepSums()  # the timed steps' tokens and times, for the interval
+        self._others_ms = self._share_ms = 0.0  # Σ cpu_others × ms, Σ ms over steps that read it
 
     def _grow(self, k: int) -> None:
         if k > self.max_gamma:
@@ -262,6 +275,10 @@ class Telemetry:
         if timed:
             self.decode_tokens += num_tokens
             self.decode_ms += stats.total_ms
+            self.decode.add(num_tokens, stats.total_ms)
+        if stats.cpu_others is not None:
+            self._others_ms += stats.cpu_others * stats.total_ms
+            self._share_ms += stats.total_ms
         if k == 0:
             if not timed:
                 return
@@ -342,7 +359,8 @@ class Telemetry:
         plain_ms = self.plain_total.mean
         plain_tps = 1000.0 / plain_ms if plain_ms else None
         decode_tps = 1000.0 * self.decode_tokens / self.decode_ms if self.decode_ms > 0 else None
-        measured = decode_tps / plain_tps if (decode_tps and plain_tps) else None
+        others = self._others_ms / self._share_ms if self._share_ms > 0 else None
+        honest = measured_speedup(self.decode, list(self.plain_total.values), others)
         drafted = self.position_drafted
         per_pos = tuple(a / d for a, d in zip(self.position_accepted, drafted) if d)
         return MetricsSnapshot(
@@ -374,7 +392,11 @@ class Telemetry:
             rolling_tokens_per_s=rolling,
             decode_tokens_per_s=decode_tps,
             plain_tokens_per_s=plain_tps,
-            measured_speedup=measured,
+            measured_speedup=honest.value,
+            measured_speedup_interval=honest.interval,
+            measured_speedup_note=honest.note,
+            busy_machine=None if others is None else others > BUSY_SHARE,
+            cpu_others=others,
             ttft_ms=self.ttft_ms,
             elapsed_ms=self.elapsed_ms,
             last_gamma=self.last_gamma,

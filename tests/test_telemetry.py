@@ -117,10 +117,20 @@ def test_plain_decoding_after_a_long_prompt_reports_no_speedup():
     from vocab16 import tiny_lm
 
     model = tiny_lm(0, max_positions=2048)
-    engine = SpeculativeEngine(model, None, eos_token_ids=[])
+    engine = SpeculativeEngine(model, None, eos_token_ids=[], cpu_share=quiet_machine())
     prompt = [i % 16 for i in range(1500)]
     steps = list(engine.generate(prompt, SamplingParams(temperature=0), max_new_tokens=40))
     m = engine.turn_metrics
     assert len(steps) == 40 and steps[0].stats.prefill_tokens == 1499
     assert m.measured_speedup == approx(1.0)  # 39 plain steps: the same steps on both sides
     assert m.tokens_per_s < m.decode_tokens_per_s  # the turn's own rate does include the prompt
+
+
+def quiet_machine():
+    """A CpuShare that reads a machine where nothing else runs (the suite's other worker
+    would otherwise count as a busy neighbour)."""
+    import time
+
+    from specchat.contention import CpuShare
+
+    return CpuShare(read=lambda: (time.process_time(), time.process_time(), time.perf_counter()), cpus=2)

@@ -177,6 +177,14 @@ def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
     return 0
 
 
+def measured_text(m: dict) -> str:
+    """The measured speed-up with its interval, or why it cannot be told."""
+    value, interval = m.get("measured_speedup"), m.get("measured_speedup_interval")
+    if value is None:
+        return f"– ({m['measured_speedup_note']})" if m.get("measured_speedup_note") else "–"
+    return f"{value:.2f}× [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else f"{value:.2f}×"
+
+
 def human_summary(m: dict, finish_reason: str) -> str:
     def fmt(key, spec=".2f", suffix=""):
         value = m.get(key)
@@ -187,9 +195,11 @@ def human_summary(m: dict, finish_reason: str) -> str:
         f"{fmt('tokens_per_s', '.1f', ' tok/s')}",
         f"  mean acceptance length {fmt('mean_acceptance_length')}, draft acceptance rate "
         f"{fmt('draft_acceptance_rate', '.0%')}, α {fmt('alpha')}, c {fmt('cost_ratio', '.3f')}",
-        f"  speedup: predicted {fmt('predicted_speedup', '.2f', '×')}, measured {fmt('measured_speedup', '.2f', '×')}"
+        f"  speedup: predicted {fmt('predicted_speedup', '.2f', '×')}, measured {measured_text(m)}"
         + ("" if m.get("breakeven") is None else f"; α > c: {'yes' if m['breakeven'] else 'no'}"),
     ]
+    if m.get("busy_machine"):
+        lines.append("  busy machine: timings unreliable (c, v(k) and the speed-ups are measured on a shared CPU)")
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ from specchat.engine.host_sampling import verify_point_mass
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, nonfinite_rows, position_uniforms, rejection_sample, topk, warp
 from specchat.engine.timing import Stopwatch, StepTimer
+from specchat.contention import CpuShare
 from specchat.errors import GenerationError
 from specchat.events import Alternative, Step, StepStats, Token
 from specchat.telemetry import MetricsSnapshot, Telemetry
@@ -46,7 +47,8 @@ class SpeculativeEngine:
     """
 
     def __init__(self, target: Backend | torch.nn.Module, proposer: Proposer | None = None, *,
-                 controller: Controller | None = None, eos_token_ids: Iterable[int] | None = None) -> None:
+                 controller: Controller | None = None, eos_token_ids: Iterable[int] | None = None,
+                 cpu_share: CpuShare | None = None) -> None:
         self.target = as_backend(target)
         self.device = self.target.device
         self.notice: str | None = None
@@ -65,6 +67,7 @@ class SpeculativeEngine:
         self.turn_telemetry = Telemetry(max_gamma=max_gamma)
         self.controller = controller or make_controller(proposer)
         self._cancel = threading.Event()
+        self.cpu_share = cpu_share or CpuShare()  # other processes' share of the cores, per step
         self._as_float64 = torch.empty(0, dtype=torch.float64, device=self.device)
 
     @property
@@ -106,6 +109,7 @@ class SpeculativeEngine:
         self.telemetry.start_turn()
         self.controller.start_turn()
         watch = Stopwatch(self.device)
+        self.cpu_share.take()  # the first step's share starts here
         reused = min(common_prefix_length(self.target.ids, ids), len(ids) - 1)
         if len(ids) >= self.target.max_length or max_new_tokens <= 0:
             yield Step((), StepStats(0, 0, 0), "context" if max_new_tokens > 0 else "length")
@@ -164,6 +168,7 @@ class SpeculativeEngine:
                 total_ms=timer.ms(0, timer.mark()),  # + sampling, verification and bookkeeping
                 predicted_gain=gain,
                 draft_source=(proposal.source or self.proposer.kind) if k else "",
+                cpu_others=self.cpu_share.take(),
                 **prefill,
             )
             prefill = {}

@@ -1,0 +1,61 @@
+"""How much of the machine other processes took while we decoded.
+
+A measured speed-up compares the times of speculative and plain steps. When another
+process competes for the cores (a laptop's browser, a build, a second chat), some steps
+land on busy moments and others do not, and the ratio says more about the neighbours
+than about speculation. So each step records the share of the machine's CPU time that
+went to *other* processes during it (:class:`CpuShare`), and the telemetry fold
+(telemetry.py) withholds the measured figures of a turn where that share was high.
+
+The share is (all CPUs' busy time − this process's CPU time) / (wall time × CPUs), read
+from psutil: /proc/stat on Linux, the equivalents elsewhere. Pure Python, no torch: the
+recorded shares replay with the steps.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+# Other processes using more than this share of all cores during the timed steps make
+# the timings unreliable: on two cores, a quarter is one core busy half the time.
+BUSY_SHARE = 0.25
+
+Reading = tuple[float, float, float]  # (all CPUs' busy seconds, own CPU seconds, wall seconds)
+
+
+def read_machine() -> Reading:
+    import psutil
+
+    times = psutil.cpu_times()
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    busy = sum(times) - idle - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return busy, time.process_time(), time.perf_counter()
+
+
+class CpuShare:
+    """``take()`` → the share of all cores other processes used since the last call
+    (None on the first call, or where it cannot be read). ``read`` and ``cpus`` are
+    injectable: tests simulate a competing load with a fake clock."""
+
+    def __init__(self, read: Callable[[], Reading] | None = None, cpus: int | None = None) -> None:
+        if cpus is None:
+            import os
+
+            cpus = os.cpu_count() or 1
+        self.read, self.cpus = read or read_machine, cpus
+        self._last: Reading | None = None
+
+    def take(self) -> float | None:
+        try:
+            now = self.read()
+        except Exception:  # no psutil support here: the share is unknown, never invented
+            return None
+        last, self._last = self._last, now
+        if last is None:
+            return None
+        wall = now[2] - last[2]
+        if wall <= 0:
+            return None
+        others = (now[0] - last[0]) - (now[1] - last[1])
+        return min(1.0, max(0.0, others / (wall * self.cpus)))
