@@ -107,3 +107,28 @@ def test_a_target_without_features_is_one_line(good_head):
     with pytest.raises(ModelLoadError) as error:
         load_head(SpeculationSpec(method="eagle3", head=str(good_head)), NoFeatures(), None)
     assert "'mamba' architecture" in str(error.value) and "method = \"ngram\"" in str(error.value)
+
+
+def test_a_tree_on_a_chain_only_backend_is_one_line(good_head):
+    """siblings > 1 drafts a tree; a backend that verifies chains only (llama.cpp here)
+    says so at load, naming the key."""
+    from specchat.config.model import SpeculationSpec
+
+    class ChainsOnly(NoFeatures):
+        provides_features = True
+        supports_trees = False
+        name = "llama.cpp"
+
+    with pytest.raises(ModelLoadError) as error:
+        load_head(SpeculationSpec(method="hybrid", head=str(good_head), siblings=3), ChainsOnly(), None)
+    assert error.value.key == "speculation.siblings" and "chains only" in str(error.value)
+
+
+def test_a_tree_profile_runs_on_transformers(tmp_path, tiny_model_dir, good_head):
+    profile = write_tiny_profile(tmp_path / "tree.toml", tiny_model_dir, method="eagle3", head=str(good_head))
+    profile.write_text(profile.read_text().replace('method = "eagle3"', 'method = "eagle3"\nsiblings = 3'))
+    result = subprocess.run([sys.executable, "-m", "specchat", "run", "--profile", str(profile), "--prompt", "hi",
+                             "--max-new-tokens", "8", "--json"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-1500:]
+    summary = json.loads(result.stdout.splitlines()[-1])
+    assert summary["num_draft_tokens"] > 0

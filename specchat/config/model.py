@@ -73,6 +73,9 @@ class SpeculationSpec:
     # profile), a Hub id "org/name", or "embedded:<name>" for a head specchat ships
     head: str | None = None
     head_revision: str | None = None
+    # eagle3 / hybrid: > 1 drafts a tree — the head's first draft and siblings − 1 rivals
+    # drawn without replacement beside it, verified in one pass (transformers targets)
+    siblings: int = 1
 
 
 @dataclass(frozen=True)

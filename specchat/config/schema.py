@@ -122,6 +122,7 @@ SPECULATION_KEYS = {
     "prompt_lookup_max": Key(*_INT, check=_at_least(1)),
     "head": Key(*_STR),
     "head_revision": Key(*_STR),
+    "siblings": Key(*_INT, check=_between(1, 8)),
 }
 SAMPLING_KEYS = {
     "temperature": Key(*_NUM, check=_finite_at_least(0)),

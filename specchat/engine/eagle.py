@@ -32,10 +32,15 @@ class EagleProposer(Proposer):
     kind = "eagle3"
 
     def __init__(self, head: Eagle3Head, target: Backend, num_speculative_tokens: int | str = 3,
-                 max_speculative_tokens: int | None = None) -> None:
+                 max_speculative_tokens: int | None = None, siblings: int = 1) -> None:
         super().__init__(num_speculative_tokens, max_speculative_tokens)
         if not target.provides_features:
             raise ValueError(target.features_note)
+        if siblings > 1 and not target.supports_trees:
+            raise ValueError(f"the {target.name} backend verifies chains only: siblings = {siblings} needs a tree")
+        # > 1: a tree — the first draft's rivals, drawn without replacement from the same law,
+        # hang beside the chain (engine/tree.py verifies them in the same pass)
+        self.siblings = siblings
         self.device = target.device
         self.head = head.to(self.device).eval()  # beside the target's features (a GPU's, or the host)
         self.target = target
@@ -46,6 +51,7 @@ class EagleProposer(Proposer):
         self._seen: list[int] = []  # ids the head's cached pairs were made from
         self._queued: dict[int, torch.Tensor] = {}  # position → features [F] not yet run
         self._drafted = 0
+        self._tree = False  # whether the last proposal was a tree
         self._warm = False  # whether the last step's drafts were the head's
 
     def reset(self) -> None:
@@ -62,7 +68,8 @@ class EagleProposer(Proposer):
         if features is None:
             return
         start = self.target.features_start
-        kept = features.shape[0] - (self._drafted - num_accepted)  # rows of the verify call that were kept
+        # rows of the verify call that were kept (after a tree, the backend kept only those)
+        kept = features.shape[0] - (0 if self._tree else self._drafted - num_accepted)
         for row in range(max(0, self._cache.end - start), kept):
             self._queued[start + row] = features[row]
         self.target.last_features = None  # each call's rows are queued once
@@ -70,7 +77,7 @@ class EagleProposer(Proposer):
 
     @torch.inference_mode()
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
-        self._drafted, warm, self._warm = 0, self._warm, True
+        self._drafted, warm, self._warm, self._tree = 0, self._warm, True, False
         last = len(ids) - 2  # the last position the target ran; ids[-1] is its newest token
         self._sync(ids)
         positions = sorted(p for p in self._queued if p <= last)
@@ -83,22 +90,59 @@ class EagleProposer(Proposer):
         if k <= 0 or prenorm is None or self._cache.end != last + 1:
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device), None,
                             source=self.kind)  # no features yet
-        drafts, qs = [], []
+        drafts, qs, rivals = [], [], []
         for i in range(k):
-            q_draft = warp(self.head.logits(prenorm), params)  # [1, V_draft]
+            logits = self.head.logits(prenorm)
+            q_draft = warp(logits, params)  # [1, V_draft]
             pick = sample(q_draft, generator)  # [1] a draft-vocabulary index
             token = self._draft_ids[pick]
             drafts.append(token)
-            q = torch.zeros(1, self.vocab_size or self.head.config.vocab_size, dtype=q_draft.dtype, device=self.device)
-            q[:, self._draft_ids] = q_draft
-            qs.append(q)  # [1, V] on the target's vocabulary
+            qs.append(self._on_target_vocab(q_draft))  # [1, V]
+            if i == 0 and self.siblings > 1:
+                rivals = self._rivals(logits.softmax(-1) if params.greedy else q_draft, pick, params, generator)
             if i + 1 < k:  # the last draft is verified, never run through the head
                 prenorm = step(self.head, self._cache, token, prenorm, [last + 1 + i])
         self._cache.truncate(last + 1)  # drafts are re-made from the target's features once kept
         self._drafted = k
+        if rivals:  # the chain first, then the first draft's rivals beside it
+            self._tree = True
+            tokens, laws = [t for t, _ in rivals], [q for _, q in rivals]
+            return Proposal(torch.cat(drafts + tokens), torch.cat(qs + laws), forwards=k, source=self.kind,
+                            catch_up_tokens=0 if warm else len(positions),
+                            parents=tuple(range(-1, k - 1)) + (-1,) * len(rivals))
         # pairs queued while another proposer drafted are catch-up, not the cost of drafting
         return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k, source=self.kind,
                         catch_up_tokens=0 if warm else len(positions))
+
+    def _on_target_vocab(self, q_draft: torch.Tensor) -> torch.Tensor:
+        """[1, V_draft] → [1, V] on the target's vocabulary (zero where the head has no id)."""
+        q = torch.zeros(1, self.vocab_size or self.head.config.vocab_size, dtype=q_draft.dtype, device=self.device)
+        q[:, self._draft_ids] = q_draft
+        return q
+
+    def _rivals(self, q_draft: torch.Tensor, first: torch.Tensor, params: SamplingParams,
+                generator: torch.Generator | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Up to siblings − 1 more first drafts, each drawn from q_draft without the ids
+        drawn before it (renormalised) → [(target id [1], its law [1, V])]. Greedy: the
+        head's next-best ids (q_draft is then its plain softmax; their laws point masses)."""
+        out, law = [], q_draft.clone()
+        law[0, first] = 0.0
+        for _ in range(self.siblings - 1):
+            mass = law.sum()
+            if mass <= 0:
+                break  # every id of the law is drafted already
+            law = law / mass
+            if params.greedy:
+                pick = law.argmax(-1)
+                point = torch.zeros_like(law)
+                point[0, pick] = 1.0
+                out.append((self._draft_ids[pick], self._on_target_vocab(point)))
+            else:
+                pick = sample(law, generator)
+                out.append((self._draft_ids[pick], self._on_target_vocab(law)))
+            law = law.clone()
+            law[0, pick] = 0.0
+        return out
 
     def _sync(self, ids: list[int]) -> None:
         """Drops cached pairs that no longer match ``ids`` (a new turn that edits the

@@ -14,6 +14,7 @@ from specchat.engine.host_sampling import verify_point_mass
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, nonfinite_rows, position_uniforms, rejection_sample, topk, warp
 from specchat.engine.timing import Stopwatch, StepTimer
+from specchat.engine.tree import walk
 from specchat.contention import CpuShare
 from specchat.errors import GenerationError
 from specchat.events import Alternative, Step, StepStats, Token
@@ -31,6 +32,7 @@ class _Verified:
     num_accepted: int
     alpha_sum: float
     nonfinite: str | None = None  # "target" / "draft": whose logits were NaN or infinite
+    alpha_count: int | None = None  # verified positions behind alpha_sum (None: min(k, n + 1))
 
 
 class SpeculativeEngine:
@@ -160,7 +162,7 @@ class SpeculativeEngine:
                 num_draft_tokens=k,
                 num_accepted_tokens=n,
                 alpha_sum=result.alpha_sum,
-                alpha_count=min(k, n + 1),
+                alpha_count=min(k, n + 1) if result.alpha_count is None else result.alpha_count,
                 draft_forwards=proposal.forwards,
                 draft_catch_up_tokens=proposal.catch_up_tokens,
                 draft_ms=timer.ms(0, drafted),
@@ -194,6 +196,8 @@ class SpeculativeEngine:
                 generator: torch.Generator, seed: int, timer: StepTimer) -> _Verified:
         """One target pass over the last token and k drafts → the emitted tokens
         (accepted drafts, then one resampled/bonus/target token)."""
+        if proposal.parents is not None and proposal.tokens.numel():
+            return self._verify_tree(ids, proposal, params, generator, timer)
         drafts = proposal.tokens.to(self.device)  # [k]
         k = drafts.numel()
         logits = self.target.forward(ids, extra=drafts, num_logits=k + 1)  # [k+1, V]
@@ -224,6 +228,35 @@ class SpeculativeEngine:
                                 source=source))
         # α is measured on the positions verification actually judged on the kept path
         return _Verified(tokens, n, float(sum(read.alpha[: min(k, n + 1)])))
+
+    def _verify_tree(self, ids: list[int], proposal: Proposal, params: SamplingParams,
+                     generator: torch.Generator, timer: StepTimer) -> _Verified:
+        """A tree of drafts in one target pass, walked by recursive rejection sampling
+        (tree.py); the target's cache then keeps the walked path only."""
+        tokens = proposal.tokens.tolist()
+        logits = self.target.forward_tree(ids, tokens, proposal.parents)  # [N+1, V]
+        timer.mark()
+        if bool(nonfinite_rows(logits).any()):
+            return _Verified([], 0, 0.0, "target")
+        p = warp(logits, params).double()
+        q = proposal.q.to(self.device) if proposal.q is not None else None
+        verdict = walk(p, tokens, proposal.parents, q, generator, greedy=params.greedy)
+        self.target.keep_path(verdict.path)
+        rows = [0] + [c + 1 for c in verdict.path]  # p's row at each emitted token
+        top_p, top_ids = topk(p[rows], min(NUM_ALTERNATIVES, p.shape[-1]))
+        alts = [tuple(Alternative(id=int(a), p=float(b)) for a, b in zip(i, v) if b > 0)
+                for i, v in zip(top_ids.tolist(), top_p.tolist())]
+        out = [Token(id=tokens[c], kind="accepted", p=verdict.p_kept[j], q=verdict.q_kept[j], alternatives=alts[j],
+                     source=proposal.source) for j, c in enumerate(verdict.path)]
+        n = len(out)
+        if verdict.bonus:
+            out.append(Token(id=verdict.next_token, kind="bonus", p=verdict.p_next, alternatives=alts[n]))
+        else:
+            rejected_id, rejected_p, rejected_q = verdict.rejected
+            out.append(Token(id=verdict.next_token, kind="resampled", p=verdict.p_next, alternatives=alts[n],
+                             rejected_id=rejected_id, rejected_p=rejected_p, rejected_q=rejected_q,
+                             source=proposal.source))
+        return _Verified(out, n, 0.0, alpha_count=0)  # α is a chain's figure: no sample from a tree
 
     def _read_device(self, logits: torch.Tensor, proposal: Proposal, drafts: torch.Tensor, params: SamplingParams,
                      generator: torch.Generator, seed: int, start: int) -> _Read:

@@ -29,10 +29,12 @@ def build_proposer(speculation: Any, loaded: Any = None, gamma: int | str | None
     if method in ("eagle3", "hybrid"):
         if getattr(loaded, "head", None) is None:
             raise ValueError(f"speculation.method = '{method}' needs a loaded head")
+        siblings = speculation.siblings
         if method == "eagle3":
-            return EagleProposer(loaded.head, loaded.target, gamma, ceiling)
+            return EagleProposer(loaded.head, loaded.target, gamma, ceiling, siblings=siblings)
         ngram = NgramProposer("auto", speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
-        return HybridProposer(ngram, EagleProposer(loaded.head, loaded.target, "auto", HEAD_CEILING), ceiling)
+        head = EagleProposer(loaded.head, loaded.target, "auto", HEAD_CEILING, siblings=siblings)
+        return HybridProposer(ngram, head, ceiling)
     return None
 
 

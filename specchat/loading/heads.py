@@ -51,8 +51,12 @@ def load_head(spec, target, base: Path | None):
     from specchat.heads.checkpoint import load_eagle3
 
     if not target.provides_features:
-        raise ModelLoadError(f"method 'eagle3' needs the target's hidden states, and {target.features_note}",
+        raise ModelLoadError(f"method '{spec.method}' needs the target's hidden states, and {target.features_note}",
                              key="speculation.method", hint='use method = "ngram" or "draft_model" with this target')
+    if spec.siblings > 1 and not target.supports_trees:
+        raise ModelLoadError(f"siblings = {spec.siblings} drafts a tree, and the {target.name} backend verifies "
+                             "chains only", key="speculation.siblings",
+                             hint="set siblings = 1, or use a transformers target")
     folder = resolve_head(spec.head, spec.head_revision, base)
     return load_eagle3(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
                        target_layers=target.num_layers, embed=target.token_embeddings())

@@ -47,6 +47,8 @@ class Backend:
         recomputing; a backend that cannot (recurrent state) is still correct — it re-runs
         the ids from the start when asked to go back — and the engine decodes it without
         speculation, saying so once (``SpeculativeEngine.notice``).
+      supports_trees: whether ``forward_tree`` / ``keep_path`` verify a tree of drafts in
+        one pass (engine/tree.py); proposers then may draft trees, else chains only.
     """
 
     name = "backend"
@@ -62,6 +64,7 @@ class Backend:
     hidden_size: int = 0
     last_features: torch.Tensor | None = None
     features_start: int = 0
+    supports_trees: bool = False
 
     @property
     def ids(self) -> list[int]:
@@ -83,6 +86,16 @@ class Backend:
     def reset(self) -> None:
         """Drops all cached state (a new chat)."""
         raise NotImplementedError
+
+    def forward_tree(self, ids: list[int], tokens: list[int], parents: list[int] | tuple[int, ...]) -> torch.Tensor:
+        """Logits [N+1, V]: at ids' last token, then after each node of a draft tree
+        (``parents[i]``: node i's parent, -1 the last token), each node seeing only the
+        context and its ancestors. Only where ``supports_trees``."""
+        raise NotImplementedError(f"the {self.name} backend verifies chains of drafts only")
+
+    def keep_path(self, path: list[int]) -> None:
+        """After ``forward_tree``: the cache keeps the nodes on ``path`` (root down)."""
+        raise NotImplementedError(f"the {self.name} backend verifies chains of drafts only")
 
     def request_features(self, layer_ids: tuple[int, ...]) -> None:
         """From the next call on, keep the inputs of these layers (see the class docstring)."""

@@ -34,6 +34,7 @@ import torch
 from transformers import DynamicCache
 
 from specchat.engine.backends.base import Backend, common_prefix_length
+from specchat.engine.tree import depths
 
 
 def eos_ids_of(model: torch.nn.Module) -> frozenset[int]:
@@ -126,6 +127,8 @@ class TransformersBackend(Backend):
         self.num_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
         self.hidden_size = int(getattr(model.config, "hidden_size", 0) or 0)
         self._feature_layers: tuple[int, ...] = ()
+        self._tree: tuple[int, list[int]] | None = None  # (first node row, node ids) after forward_tree
+        self.supports_trees = not self._sliding
 
     @property
     def ids(self) -> list[int]:
@@ -181,6 +184,63 @@ class TransformersBackend(Backend):
             self.cache.crop(-drop)  # crop(0) trims sliding layers back to their window
         del self._ids[keep:]
         return keep
+
+    def forward_tree(self, ids: list[int], tokens: list[int], parents: list[int] | tuple[int, ...]) -> torch.Tensor:
+        """One pass over ids' last token and a tree of drafts (engine/tree.py): node i at
+        the position of its depth, seeing the context and its own ancestors only (a 4D
+        mask) → logits [N+1, V] (row 0 at the last token, row i+1 after node i). The cache
+        then holds every node until ``keep_path`` keeps the verified ones."""
+        if self._sliding:
+            raise ValueError("trees need a cache without sliding-window layers")
+        cached = self.ids
+        try:
+            keep = self._roll_back(min(common_prefix_length(cached, ids), len(ids) - 1))
+            host = ids[keep:]
+            base = keep + len(host)  # the first node's row in the cache
+            n, q_len = len(tokens), len(host) + len(tokens)
+            depth = depths(parents)
+            positions = list(range(keep, base)) + [base - 1 + d for d in depth]
+            sees = torch.zeros(q_len, keep + q_len, dtype=torch.bool)
+            sees[:, :keep] = True
+            sees[:len(host), keep:base] = torch.ones(len(host), len(host), dtype=torch.bool).tril()
+            sees[len(host):, keep:base] = True
+            for i, parent in enumerate(parents):  # a node sees itself and its parent's ancestry
+                row = len(host) + i
+                if parent >= 0:
+                    sees[row, base:base + n] = sees[len(host) + parent, base:base + n]
+                sees[row, base + i] = True
+            if self.cache is None:
+                self.cache = self._new_cache()
+            new = torch.tensor(host + list(tokens), dtype=torch.long, device=self.device)
+            out = self.model(input_ids=new[None], use_cache=True, logits_to_keep=n + 1,
+                             position_ids=torch.tensor([positions], device=self.device),
+                             attention_mask=sees[None, None].to(self.device),
+                             output_hidden_states=bool(self._feature_layers), **{self._cache_keyword: self.cache})
+            if self._feature_layers:
+                self.last_features = torch.cat([out.hidden_states[i][0] for i in self._feature_layers], -1).float()
+                self.features_start = keep
+            self._ids += host
+            self._tree = (base, list(tokens))
+            return out.logits[0, -(n + 1):]
+        except BaseException:
+            self.reset()
+            raise
+
+    def keep_path(self, path: list[int]) -> None:
+        """After ``forward_tree``: keeps the KV of the nodes on ``path`` (root down) right
+        after the context, in order, and drops the other nodes'; features likewise."""
+        base, tokens = self._tree
+        rows = torch.tensor(path, dtype=torch.long, device=self.device) + base
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                setattr(layer, name, torch.cat([t[..., :base, :], t.index_select(-2, rows)], -2))
+        if self._feature_layers and self.last_features is not None:
+            offset = base - self.features_start
+            keep_rows = torch.cat([torch.arange(offset), torch.tensor(path, dtype=torch.long) + offset])
+            self.last_features = self.last_features.index_select(0, keep_rows.to(self.last_features.device))
+        self._ids += [tokens[i] for i in path]
+        self._tree = None
 
     def request_features(self, layer_ids: tuple[int, ...]) -> None:
         self._feature_layers = tuple(layer_ids)

@@ -1,0 +1,107 @@
+"""Exact verification of a tree of drafts: recursive rejection sampling over siblings.
+
+A tree hangs under the root, the last context token. Node i holds a drafted id, its
+parent (-1: the root; parents come before children) and q_i, the law it was drawn from
+*given its earlier siblings* (None: a point mass — n-gram candidates). Siblings of a
+head are drawn one after another without replacement, so q_i is the head's law with
+the earlier siblings' ids removed and renormalised.
+
+At a node whose target law is p, the children are tried in order (Jeon et al. 2024,
+recursive rejection sampling; SpecInfer's multi-step speculative sampling):
+
+    for each child x_i with law q_i:  keep it with probability min(1, p(x_i) / q_i(x_i))
+                                      else p ← norm(max(p − q_i, 0))
+    no child kept: the next token is drawn from p (what is left of it)
+
+A kept child becomes the node, and the walk goes on from there; a node without children
+ends the walk with a bonus token drawn from its p. Each emitted token is distributed as
+the target's law given the tokens before it: a chain is the tree with one child per
+node, and this is then the ordinary speculative sampling rule. For a point-mass child,
+min(1, p(x)/1) = p(x) and the residual is p with x removed: "is it x? if not, is it the
+next candidate, among the rest?" — the chain rule of one categorical draw.
+
+Greedy (T = 0): p is the target's argmax; a child is kept iff it is that argmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specchat.engine.sampling import residual_distribution, sample
+
+
+@dataclass(frozen=True)
+class TreeWalk:
+    """The verdict: ``path`` the kept nodes from the root down; ``next_token`` the token
+    after them, ``bonus`` True when drawn at a leaf (else after the last rejection);
+    per kept node the target's p and the q it was drawn from; for the last rejected
+    sibling its id, p and q (None when the walk ended at a leaf)."""
+
+    path: list[int]
+    next_token: int
+    bonus: bool
+    p_kept: list[float]
+    q_kept: list[float]
+    p_next: float
+    rejected: tuple[int, float, float] | None
+
+
+def depths(parents: list[int] | tuple[int, ...]) -> list[int]:
+    """Depth of each node (children of the root: 1)."""
+    out: list[int] = []
+    for parent in parents:
+        out.append(1 if parent < 0 else out[parent] + 1)
+    return out
+
+
+def chain_parents(k: int) -> tuple[int, ...]:
+    return tuple(range(-1, k - 1))
+
+
+def walk(p: torch.Tensor, tokens: list[int], parents: list[int] | tuple[int, ...], q: torch.Tensor | None,
+         generator: torch.Generator | None, greedy: bool = False) -> TreeWalk:
+    """p: [N+1, V] the target's (warped) laws: row 0 at the root, row i+1 after node i.
+    tokens [N], parents [N]; q: [N, V] each node's law, or None for point masses."""
+    children: dict[int, list[int]] = {}
+    for i, parent in enumerate(parents):
+        children.setdefault(parent, []).append(i)
+    node, path, p_kept, q_kept = -1, [], [], []
+    rejected = None
+    while True:
+        law = p[node + 1]
+        kids = children.get(node, [])
+        if greedy:
+            best = int(law.argmax())
+            kept = next((c for c in kids if tokens[c] == best), None)
+            if kept is None:
+                last = kids[-1] if kids else None
+                rejected = None if last is None else (tokens[last], float(law[tokens[last]]), 1.0)
+                return TreeWalk(path, best, not kids, p_kept, q_kept, float(law[best]), rejected)
+            path.append(kept)
+            p_kept.append(float(law[best]))
+            q_kept.append(float(q[kept, best]) if q is not None else 1.0)
+            node = kept
+            continue
+        residual = law
+        for c in kids:
+            x = tokens[c]
+            q_c = q[c].to(law.dtype) if q is not None else None
+            qx = float(q_c[x]) if q_c is not None else 1.0
+            px = float(residual[x])
+            u = float(torch.rand((), generator=generator, dtype=torch.float64, device=law.device))
+            if u * qx < px:  # kept with probability min(1, p/q) (q(x) > 0: x was drawn from q)
+                path.append(c)
+                p_kept.append(float(law[x]))
+                q_kept.append(qx)
+                node = c
+                break
+            rejected = (x, float(law[x]), qx)
+            if q_c is None:
+                q_c = torch.zeros_like(residual)
+                q_c[x] = 1.0
+            residual = residual_distribution(residual[None], q_c[None])[0]
+        else:
+            token = int(sample(residual[None], generator)[0])
+            return TreeWalk(path, token, not kids, p_kept, q_kept, float(law[token]), rejected if kids else None)
