@@ -96,3 +96,28 @@ def test_a_head_saved_here_drafts_in_llama_server_as_it_does_in_process(setup, t
     assert ours[0] > 0 and ours[1] > 0
     ratio_ours, ratio_theirs = ours[1] / ours[0], theirs[1] / theirs[0]
     assert abs(ratio_ours - ratio_theirs) <= 0.1, (ours, theirs)
+
+
+def test_bench_has_a_llama_server_row_with_the_same_head(setup):
+    """`bench`'s peer:eagle3 row: llama-server started with the profile's head, converted by
+    llama.cpp's own script and cached; it answers the request's ids and its counters move."""
+    from types import SimpleNamespace
+
+    from specchat.bench.configs import BenchConfig
+    from specchat.bench.peer_llama_server import LlamaServerHeadPeer, unavailable
+    from specchat.config import load_profile
+    from specchat.engine import SamplingParams
+
+    loaded, head, _ = setup
+    profile = load_profile("smollm2-eagle3")
+    assert unavailable(loaded, profile) is None
+    peer = LlamaServerHeadPeer(loaded, profile, head.folder, stops=set())
+    try:
+        ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": PROMPTS[0]}])
+        row = peer.run(BenchConfig("eagle3", 3, "peer"), SimpleNamespace(ids=ids, seed=0),
+                       SamplingParams(temperature=0.0), 24)
+    finally:
+        peer.close()
+    assert row["new_tokens"] == 24 and len(row["output_ids"]) == 24
+    assert row["server_drafted"] > 0 and row["server_accepted"] > 0, row
+    assert peer._servers == {}  # close stopped it

@@ -58,6 +58,10 @@ def benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Be
         "requests": raw["requests"],
         "rows": raw["rows"],
         "peak_rss_bytes": raw["peak_rss_bytes"],
+        # other processes' share of the cores during our rows (contention.py): above
+        # BUSY_SHARE the timings, and every ratio below, are not to be trusted
+        "cpu_others": raw["cpu_others"],
+        "busy_machine": raw["busy_machine"],
         "aggregates": aggregate(raw["rows"], [s.name for s in sets], names, concurrency),
     }
 

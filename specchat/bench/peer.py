@@ -55,6 +55,9 @@ class PeerRunner:
         tokenizer = loaded.tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stops[0]
 
+    def close(self) -> None:
+        """Nothing to stop: transformers runs in this process."""
+
     @contextlib.contextmanager
     def _assistant_settings(self, gamma: int | str):
         """Sets the draft's assisted-generation keys for one call and restores them

@@ -26,7 +26,8 @@ LOOKUP_MAX_CTX = 4096
 
 
 class LlamaCppPeerRunner:
-    def __init__(self, loaded: Any, speculation: Any, stops: set[int]) -> None:
+    def __init__(self, loaded: Any, speculation: Any, stops: set[int], head_peer: Any = None) -> None:
+        self.head_peer = head_peer  # peer:eagle3 rows: llama-server with the same head
         target = loaded.target
         self.model_path = target.model_path
         self.settings = {"n_ctx": target.max_length, "n_threads": target.n_threads,
@@ -56,7 +57,13 @@ class LlamaCppPeerRunner:
             self._instances[key] = Llama(model_path=path, draft_model=draft, **settings)
         return self._instances[key]
 
+    def close(self) -> None:
+        if self.head_peer is not None:
+            self.head_peer.close()
+
     def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
+        if config.method == "eagle3":
+            return self.head_peer.run(config, request, params, max_new_tokens)
         lookup = config.method == "ngram"
         llm = self._llama(config.model or self.model_path, lookup)
         if lookup:

@@ -90,6 +90,8 @@ def markdown(results: dict[str, Any]) -> str:
         + (f" (small-batch kernels: {env['llama_cpp_kernel']})" if env.get("llama_cpp_kernel") else "")
         + (f" · target {env['target_format']}" if env.get("target_format") else ""), "",
         *([f"Precision: {env['precision']}.", ""] if env.get("precision") else []),
+        *([f"**Busy machine: other processes used {results['cpu_others']:.0%} of the CPU during this run — "
+           "timings unreliable.**", ""] if results.get("busy_machine") else []),
         "## Method", "",
         METHOD_NOTE.format(sampling=settings["sampling"], seed=settings["base_seed"],
                            concurrency=settings["concurrency"],

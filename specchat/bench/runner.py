@@ -23,6 +23,7 @@ from typing import Any
 from specchat.bench import memory
 from specchat.bench.configs import BenchConfig
 from specchat.bench.prompt_sets import PromptSet
+from specchat.contention import BUSY_SHARE, CpuShare
 
 Progress = Callable[[int, int, str], None]
 
@@ -104,14 +105,31 @@ def peer_kind(loaded: Any) -> str:
 PEER_METHODS = {"llama.cpp": ("none", "ngram"), "transformers": ("none", "draft", "ngram")}
 
 
-def make_peer(loaded: Any, speculation: Any, stops: set[int]) -> Any:
+def peer_methods(loaded: Any, profile: Any) -> tuple[tuple[str, ...], str | None]:
+    """The methods the peer engine has here, and why it lacks eagle3 (None: it has it,
+    or the profile has no head)."""
+    kind = peer_kind(loaded)
+    if kind != "llama.cpp" or loaded.head is None:
+        return PEER_METHODS[kind], None
+    from specchat.bench.peer_llama_server import unavailable
+
+    why = unavailable(loaded, profile)
+    return PEER_METHODS[kind] + (() if why else ("eagle3",)), why
+
+
+def make_peer(loaded: Any, profile: Any, stops: set[int], eagle3: bool = False) -> Any:
     if peer_kind(loaded) == "llama.cpp":
         from specchat.bench.peer_llamacpp import LlamaCppPeerRunner
 
-        return LlamaCppPeerRunner(loaded, speculation, stops)
+        head_peer = None
+        if eagle3:  # llama-server with the same head (peer_llama_server.py)
+            from specchat.bench.peer_llama_server import LlamaServerHeadPeer
+
+            head_peer = LlamaServerHeadPeer(loaded, profile, loaded.head.folder, stops)
+        return LlamaCppPeerRunner(loaded, profile.speculation, stops, head_peer)
     from specchat.bench.peer import PeerRunner
 
-    return PeerRunner(loaded, speculation, stops)
+    return PeerRunner(loaded, profile.speculation, stops)
 
 
 def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], *,
@@ -128,7 +146,8 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
     stops = set(chat.stop_token_ids)
     requests = build_requests(sets, chat, repeat, base.seed if base.seed is not None else 0, max_new_tokens)
     engines = {c: make_engine(c, loaded, profile.speculation) for c in configs if c.runner == "specchat"}
-    peer = make_peer(loaded, profile.speculation, stops) if any(c.runner == "peer" for c in configs) else None
+    peer = (make_peer(loaded, profile, stops, eagle3=any(c.runner == "peer" and c.method == "eagle3" for c in configs))
+            if any(c.runner == "peer" for c in configs) else None)
     draft_bytes = memory.parameter_bytes(loaded.draft)
 
     def run_one(config: BenchConfig, request: Request, limit: int) -> dict:
@@ -137,28 +156,42 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
             return peer.run(config, request, params, limit)
         return run_specchat(engines[config], request, params, stops, limit)
 
-    if warmup and requests:  # first calls pay one-off costs (allocator, kernels, lazy init)
-        for i, config in enumerate(configs):
-            report(0, 0, f"warm-up {config.name}")
-            run_one(config, requests[0], WARMUP_TOKENS)
     rows = []
-    total = len(requests) * len(configs)
-    for r, request in enumerate(requests):
-        shift = r % len(configs)
-        for config in configs[shift:] + configs[:shift]:
-            report(len(rows), total, f"{request.set_name}/{request.prompt_id} #{request.repeat} · {config.name}")
-            row = run_one(config, request, request.max_new_tokens)
-            uses_draft = config.method == "draft"
-            rows.append({
-                "set": request.set_name, "prompt_id": request.prompt_id, "repeat": request.repeat,
-                "seed": request.seed, "config": config.name, "runner": config.runner, "method": config.method,
-                "gamma": config.gamma, "prompt_tokens": len(request.ids), "max_new_tokens": request.max_new_tokens,
-                "order": len(rows), "draft_param_bytes": draft_bytes if uses_draft else 0, **row,
-            })
-    report(total, total, "done")
+    cpu, others_ms, timed_ms = CpuShare(), 0.0, 0.0  # other processes' share of the cores, per row
+    try:
+        if warmup and requests:  # first calls pay one-off costs (allocator, kernels, lazy init)
+            for i, config in enumerate(configs):
+                report(0, 0, f"warm-up {config.name}")
+                run_one(config, requests[0], WARMUP_TOKENS)
+        total = len(requests) * len(configs)
+        for r, request in enumerate(requests):
+            shift = r % len(configs)
+            for config in configs[shift:] + configs[:shift]:
+                report(len(rows), total, f"{request.set_name}/{request.prompt_id} #{request.repeat} · {config.name}")
+                cpu.take()
+                row = run_one(config, request, request.max_new_tokens)
+                share = cpu.take()
+                # a server peer's own process is not a neighbour: its rows are not judged
+                if share is not None and not (config.runner == "peer" and config.method == "eagle3"):
+                    others_ms += share * row["wall_ms"]
+                    timed_ms += row["wall_ms"]
+                row["cpu_others"] = share
+                uses_draft = config.method == "draft"
+                rows.append({
+                    "set": request.set_name, "prompt_id": request.prompt_id, "repeat": request.repeat,
+                    "seed": request.seed, "config": config.name, "runner": config.runner, "method": config.method,
+                    "gamma": config.gamma, "prompt_tokens": len(request.ids), "max_new_tokens": request.max_new_tokens,
+                    "order": len(rows), "draft_param_bytes": draft_bytes if uses_draft else 0, **row,
+                })
+        report(total, total, "done")
+    finally:
+        if peer is not None:
+            peer.close()  # a server peer's processes stop with the run, whatever ends it
     return {
         "requests": [{"set": q.set_name, "prompt_id": q.prompt_id, "repeat": q.repeat, "seed": q.seed,
                       "prompt_tokens": len(q.ids), "max_new_tokens": q.max_new_tokens} for q in requests],
         "rows": rows,
         "peak_rss_bytes": memory.peak_rss_bytes(),
+        "cpu_others": others_ms / timed_ms if timed_ms else None,
+        "busy_machine": (others_ms / timed_ms > BUSY_SHARE) if timed_ms else None,
     }

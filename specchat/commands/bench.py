@@ -76,9 +76,12 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     # the loader loads a draft only for a draft_model profile; without one, 'draft' is skipped
     loaded = load_models(profile, progress=lambda e: e.message and console.print(f"[dim][{e.stage}] {e.message}[/]"))
-    from specchat.bench.runner import PEER_METHODS, peer_kind
+    from specchat.bench.runner import peer_kind, peer_methods
 
     kind = peer_kind(loaded)
+    has_peer_methods, no_head_peer = peer_methods(loaded, profile)
+    if no_head_peer and not args.no_peer:
+        console.print(f"[yellow]bench: {no_head_peer}; no peer:eagle3 row[/]")
     for path in args.peer_model:
         if kind != "llama.cpp":
             raise SpecchatError("--peer-model needs a profile whose target runs on backend 'llama.cpp'",
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             raise SpecchatError(f"--peer-model file '{path}' does not exist", key="--peer-model",
                                 hint="give the path of a .gguf file")
     configs = build_configs(methods, gammas, loaded.draft is not None, not args.no_peer, has_head=loaded.head is not None,
-                            note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=PEER_METHODS[kind],
+                            note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=has_peer_methods,
                             peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model))
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
 
@@ -133,6 +136,9 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
     # piped output keeps the full table rather than wrapping at 80 columns
     stdout = Console(file=sys.stdout)
     render_tables(stdout if stdout.is_terminal else Console(file=sys.stdout, width=160), results)
+    if results.get("busy_machine"):
+        console.print(f"[bold yellow]busy machine: other processes used {results['cpu_others']:.0%} of the CPU "
+                      "during this run — timings unreliable; rerun on a quiet machine[/]")
     console.print(f"results: {paths['json']}\nreport:  {paths['markdown']}")
     console.print(f"plot:    {paths['plot']}" if paths["plot"] else "plot:    skipped (matplotlib is not installed)")
     return 0

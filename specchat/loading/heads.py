@@ -58,5 +58,7 @@ def load_head(spec, target, base: Path | None):
                              "chains only", key="speculation.siblings",
                              hint="set siblings = 1, or use a transformers target")
     folder = resolve_head(spec.head, spec.head_revision, base)
-    return load_eagle3(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
+    head = load_eagle3(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
                        target_layers=target.num_layers, embed=target.token_embeddings())
+    head.folder = folder  # where it was read from (bench converts it for llama-server's peer row)
+    return head
