@@ -1,4 +1,4 @@
-"""Quit, Ctrl+C (SIGINT) and SIGTERM mid-reply, in a real pseudo-terminal: the reply is
+"""Quit (Ctrl+Q, or the Ctrl+C key), SIGINT and SIGTERM mid-reply, in a real pseudo-terminal: the reply is
 cancelled and recorded as such, the terminal is given back as it was (main screen,
 mouse and bracketed paste off, cursor shown), and the process is gone within a second
 or two. Also: a demo stops with the app, and a crafted recording replayed in the real
@@ -117,7 +117,7 @@ def steps_recorded(env) -> int:
     return sum(line["type"] == "StepEvent" for line in recorded(env))
 
 
-@pytest.mark.parametrize("how, code", [("SIGINT", 130), ("SIGTERM", 143), ("ctrl+q", 0)])
+@pytest.mark.parametrize("how, code", [("SIGINT", 130), ("SIGTERM", 143), ("ctrl+q", 0), ("ctrl+c", 130)])
 def test_quit_mid_reply_cancels_records_restores_and_exits(env, how, code):
     term = Terminal([sys.executable, str(ROOT / "tests" / "endless_app.py"), "chat"], env)
     term.wait_for(lambda: b"ready" in term.output, "the app")
@@ -125,6 +125,8 @@ def test_quit_mid_reply_cancels_records_restores_and_exits(env, how, code):
     term.wait_for(lambda: steps_recorded(env) >= 3, "the reply to stream")
     if how == "ctrl+q":
         term.type(b"\x11")
+    elif how == "ctrl+c":  # a key in raw mode, not a signal: the README's table says it quits
+        term.type(b"\x03")
     else:
         term.proc.send_signal(getattr(signal, how))
     exit_code, took = term.finish(timeout=10)

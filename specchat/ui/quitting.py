@@ -1,4 +1,4 @@
-"""Quitting cleanly: Ctrl+Q, SIGINT, SIGTERM and SIGHUP all end the app the same way.
+"""Quitting cleanly: Ctrl+Q, Ctrl+C, SIGINT, SIGTERM and SIGHUP all end the app the same way.
 
 A mixin of :class:`specchat.ui.app.SpecchatApp`, like :mod:`specchat.ui.controls`.
 Quitting cancels the reply (or the demo, or the replay) in flight, gives its worker a
@@ -49,6 +49,12 @@ class Quitting:
 
     async def action_quit(self) -> None:
         await self.stop()
+
+    async def action_help_quit(self) -> None:
+        """Ctrl+C quits as SIGINT does (the README's key table). Textual binds it to a
+        "press ctrl+q" toast instead, since a terminal in raw mode sends it as a key, not
+        a signal; a focused text box with a selection still copies it first."""
+        await self.stop(QUIT_SIGNALS["SIGINT"])
 
     async def stop(self, code: int = 0) -> None:
         """Quits with exit code ``code``; a second request exits at once."""
