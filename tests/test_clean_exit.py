@@ -209,3 +209,49 @@ def test_a_quit_that_lands_before_a_drain_exits_cleanly():
         return app
 
     assert asyncio.run(run()).return_code == 0
+
+
+# --- a hard exit: nothing in the process runs, the terminal is still given back --------
+
+def tty_modes(fd: int) -> tuple[bool, bool]:
+    """(canonical input, echo) of the pty, as the shell will find it."""
+    lflag = termios.tcgetattr(fd)[3]
+    return bool(lflag & termios.ICANON), bool(lflag & termios.ECHO)
+
+
+@pytest.mark.parametrize("how", ["SIGABRT", "SIGKILL"])
+def test_a_process_killed_under_the_app_still_gives_the_terminal_back(env, how):
+    """SIGABRT is what llama.cpp's GGML_ASSERT ends in (abort()); SIGKILL what the OOM
+    killer sends. Neither runs any Python, so Textual cannot restore the terminal; the
+    watcher (specchat/ui/terminal_guard.py) does. Planted bug: run_to_exit without the
+    guard leaves the alternate screen and mouse reporting on, and the tty raw."""
+    from specchat.ui.terminal_guard import RESET
+
+    app = f"ulimit -c 0; exec {sys.executable} {ROOT / 'tests' / 'endless_app.py'} chat"  # no core file
+    term = Terminal(["sh", "-c", app], env)
+    before = tty_modes(term.master)
+    term.wait_for(lambda: b"ready" in term.output, "the app")
+    term.type(b"an endless reply, please\r")
+    term.wait_for(lambda: steps_recorded(env) >= 2, "the reply to stream")
+    assert tty_modes(term.master) == (False, False), "the app did not put the tty in raw mode"
+    term.proc.send_signal(getattr(signal, how))
+    term.proc.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while RESET not in term.output and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert_terminal_restored(bytes(term.output))
+    assert tty_modes(term.master) == before == (True, True)
+    term.finish(timeout=1)
+
+
+def test_a_clean_quit_leaves_the_watcher_silent(env):
+    """After Textual's own restore the shell owns the screen: a second reset (its
+    "leave the alternate screen" moves the cursor back) must not follow."""
+    from specchat.ui.terminal_guard import RESET
+
+    term = Terminal([sys.executable, str(ROOT / "tests" / "endless_app.py"), "chat"], env)
+    term.wait_for(lambda: b"ready" in term.output, "the app")
+    term.type(b"\x11")
+    assert term.finish(timeout=10)[0] == 0
+    time.sleep(0.3)
+    assert RESET not in term.output

@@ -7,7 +7,8 @@ unmount, and Textual puts the terminal back (main screen, mouse and bracketed pa
 off) — and never waits on a model: thread pools are joined at interpreter exit, so a
 worker still busy then (a model loading, a forward pass that has not reached the
 engine's next cancel check) would keep the process alive; :func:`run_to_exit` ends it
-at once instead, with nothing left to save.
+at once instead, with nothing left to save. A process killed outright (llama.cpp's
+abort, a segfault) still gets its terminal back: see :mod:`specchat.ui.terminal_guard`.
 """
 
 from __future__ import annotations
@@ -80,8 +81,13 @@ def run_to_exit(app: Any) -> None:
     """Runs ``app`` on a loop of our own, so that returning does not wait for the
     worker threads (``asyncio.run`` would join its executor); then, if a worker is
     still busy, ends the process at once (see the module docstring)."""
+    from specchat.ui.terminal_guard import guard_terminal
+
+    guard = guard_terminal()  # puts the terminal back if the process dies under the app
     loop = asyncio.new_event_loop()
     app.run(loop=loop)
+    if guard is not None:  # Textual gave the terminal back itself
+        guard.release()
     if app.workers_busy:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
