@@ -118,3 +118,74 @@ def test_cancel_abandons_a_slow_stream_at_once_and_the_turn_is_closed(tmp_path, 
     last = recording.events[-1].event
     assert isinstance(last, TurnFinished) and last.finish_reason == "cancelled"
     assert last.text == ("" if mode == "prefill" else "Hi")
+
+
+class Unanswering:
+    """A port on 127.0.0.1 that never answers: "syn" — its accept queue is full, so a
+    connect waits for the handshake (the kernel drops the SYN); "headers" — connections
+    are made (the kernel queues them) but nothing is ever read or sent back."""
+
+    def __init__(self, mode: str) -> None:
+        import socket
+
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(0 if mode == "syn" else 64)
+        self.port = self.listener.getsockname()[1]
+        self.fillers = []
+        if mode == "syn":
+            for _ in range(4):
+                filler = socket.socket()
+                filler.setblocking(False)
+                try:
+                    filler.connect(("127.0.0.1", self.port))
+                except BlockingIOError:
+                    pass
+                self.fillers.append(filler)
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        for s in (*self.fillers, self.listener):
+            s.close()
+
+
+@pytest.mark.parametrize("mode", ["syn", "headers"])
+def test_cancel_while_connecting_closes_the_turn_at_once(tmp_path, mode):
+    """Esc while the turn's first request has no connection yet (a SYN left unanswered)
+    or no answer yet (a server that never sends its headers: the GET of its counters
+    before the stream is not a stream, so abort() cannot shut it). Planted bug: making
+    the requests on the turn's own thread (as before) holds the turn for the connect
+    timeout (5 s, twice) or the read timeout (120 s)."""
+    from specchat.config import load_profile
+    from specchat.events import TurnFinished
+    from specchat.remote import open_chat
+    from specchat.sessions.reader import read_recording
+    from specchat.sessions.recorder import Recorder, build_header
+    from specchat.sessions.recording_backend import RecordingBackend
+
+    server, unanswering = SlowServer("silent"), Unanswering(mode)
+    try:
+        profile = load_profile(str(vllm_profile(tmp_path, server.url)))
+        chat, info = open_chat(profile)
+        chat.endpoint.port = unanswering.port  # the server stops answering after the connect
+        recorder = Recorder.for_profile(profile, directory=tmp_path / "sessions")
+        recorder.start(build_header(profile, info))
+        backend = RecordingBackend(chat, recorder)
+        events = []
+        worker = threading.Thread(target=lambda: events.extend(backend.send("hi")), daemon=True)
+        worker.start()
+        time.sleep(0.5)  # inside the first request now
+        start = time.monotonic()
+        backend.cancel()
+        worker.join(15)
+        waited = time.monotonic() - start
+        recorder.close()
+    finally:
+        server.close()
+        unanswering.close()
+    assert not worker.is_alive() and waited < 1.0, f"cancel took {waited:.1f} s"
+    assert isinstance(events[-1], TurnFinished) and events[-1].finish_reason == "cancelled", events[-1]
+    recording = read_recording(recorder.path)
+    assert recording.damage is None
+    last = recording.events[-1].event
+    assert isinstance(last, TurnFinished) and last.finish_reason == "cancelled"
