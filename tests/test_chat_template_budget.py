@@ -79,3 +79,27 @@ def test_a_gguf_files_hostile_template_fails_the_prompt_not_the_process():
     with pytest.raises(TemplateBudgetError):
         tokenizer.apply_chat_template(MESSAGES)
     assert time.monotonic() - started < RENDER_SECONDS + 0.5
+
+
+def test_a_hub_tokenizers_template_renders_as_before_and_stops_on_the_clock(tiny_profile_path):
+    """A transformers tokenizer as load_models gives it (the tiny ChatML model): its own
+    template gives the ids transformers gives; a runaway loop in place of it stops within
+    about a second. Planted bug: load_tokenizer returning the tokenizer unwrapped (the
+    loop runs on: ~10^10 iterations)."""
+    from specchat.config import load_profile
+    from specchat.loading import load_models
+
+    tokenizer = load_models(load_profile(str(tiny_profile_path))).tokenizer
+    plain = type(tokenizer).apply_chat_template
+
+    def ids(out):  # a list, or transformers 5's BatchEncoding (the engine reads either)
+        return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+    for thinking in ({}, {"enable_thinking": False}):
+        expected = ids(plain(tokenizer, MESSAGES, add_generation_prompt=True, tokenize=True, **thinking))
+        assert ids(tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, **thinking)) == expected
+    tokenizer.chat_template = HOSTILE["loop of 10^10 calling nothing"][0]
+    started = time.monotonic()
+    with pytest.raises(TemplateBudgetError):
+        tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True)
+    assert time.monotonic() - started < RENDER_SECONDS + 0.5

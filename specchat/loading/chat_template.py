@@ -16,10 +16,12 @@ rendered output as it is generated.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -139,28 +141,55 @@ def render(template: Any, budget: Budget, **context: Any) -> str:
     template.environment.budget = budget
     pieces: list[str] = []
     size = 0
-    previous = sys.gettrace()
-    sys.settrace(_tracer(budget.check_time))
-    try:
+    with clocked(budget):
         for piece in template.generate(**context):
             size += len(piece)
             budget.check_size(size)
             pieces.append(piece)
-    finally:
-        sys.settrace(previous)
     return "".join(pieces)
 
 
-def _tracer(check: Callable[[], None]):
-    """A trace function that checks the clock on each line of template code only (other
-    frames are not traced line by line, so the cost is one call per Python call)."""
+def budget_transformers_template(tokenizer: Any) -> Any:
+    """A transformers tokenizer whose ``apply_chat_template`` runs under the time budget
+    and is sized before it is tokenised. transformers renders a Hub template in its own
+    sandbox, whose operators this module cannot size, so a single huge operation there
+    ends in a MemoryError line rather than this one; loops, the usual runaway, stop on
+    the clock. Returns ``tokenizer``, its method replaced on the instance only."""
+    original = tokenizer.apply_chat_template
+
+    @functools.wraps(original)
+    def apply_chat_template(conversation: Any, *args: Any, tokenize: bool = True, **kwargs: Any) -> Any:
+        budget = Budget()
+        with clocked(budget):
+            text = original(conversation, *args, tokenize=False, **kwargs)
+        if not isinstance(text, str):  # a batch of conversations: as transformers gives it
+            return original(conversation, *args, tokenize=tokenize, **kwargs) if tokenize else text
+        budget.check_size(len(text))
+        if not tokenize:
+            return text
+        return tokenizer(text, add_special_tokens=False)["input_ids"]  # as transformers tokenises a render
+
+    tokenizer.apply_chat_template = apply_chat_template
+    return tokenizer
+
+
+@contextlib.contextmanager
+def clocked(budget: Budget) -> Iterator[None]:
+    """Checks ``budget``'s clock on each line of template code run meanwhile on this
+    thread; other frames are not traced line by line, so the cost is one call per
+    Python call."""
 
     def on_line(frame, event, arg):
         if event == "line":
-            check()
+            budget.check_time()
         return on_line
 
     def on_call(frame, event, arg):
         return on_line if frame.f_code.co_filename == TEMPLATE_FILENAME else None
 
-    return on_call
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
