@@ -17,20 +17,18 @@ from pathlib import Path
 
 from ..errors import ModelLoadError
 
-# errors that mean "this place cannot be written", as opposed to a full disk
-NOT_WRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
-
-
 def unwritable(folder: Path, error: OSError, what: str, key: str | None = None) -> ModelLoadError:
     """One line for a cache write that failed: a full disk, or a place that cannot be
-    written (read-only, not a directory), each with its own fix."""
+    written (read-only, or under a file), each with its own fix."""
     reason = error.strerror or type(error).__name__
+    where = error.filename or folder
     if error.errno == errno.ENOSPC:
-        hint = f"free some disk space, or set SPECCHAT_CACHE_DIR to a directory on another disk"
+        hint = "free some disk space, or set SPECCHAT_CACHE_DIR to a directory on another disk"
+    elif error.errno in (errno.ENOTDIR, errno.EEXIST):
+        hint = "part of that path is a file, not a directory: set SPECCHAT_CACHE_DIR to a writable directory"
     else:
-        hint = f"make {folder} writable, or set SPECCHAT_CACHE_DIR to a writable directory"
-    return ModelLoadError(f"cannot write {what} to the cache ({reason}: {error.filename or folder})",
-                          file=str(folder), key=key, hint=hint)
+        hint = "make it writable, or set SPECCHAT_CACHE_DIR to a writable directory"
+    return ModelLoadError(f"cannot write {what} to the cache ({reason}: {where})", key=key, hint=hint)
 
 
 def make_folder(folder: Path, what: str, key: str | None = None) -> None:
