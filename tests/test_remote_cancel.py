@@ -189,3 +189,41 @@ def test_cancel_while_connecting_closes_the_turn_at_once(tmp_path, mode):
     assert recording.damage is None
     last = recording.events[-1].event
     assert isinstance(last, TurnFinished) and last.finish_reason == "cancelled"
+
+
+def test_cancel_while_the_counters_after_a_reply_are_read_closes_the_turn_at_once(tmp_path):
+    """The reply has ended (here: an empty one); the server then never answers the GET of
+    its counters that closes the turn. Planted bug: reading them on the turn's thread
+    holds Esc until that request's read timeout (120 s; 60 s in this stand-in)."""
+    from specchat.config import load_profile
+    from specchat.events import TurnFinished
+    from specchat.remote import open_chat
+
+    server = SlowServer("silent")
+    try:
+        chat, info = open_chat(load_profile(str(vllm_profile(tmp_path, server.url))))
+        chat.stream_steps = lambda messages: iter([])
+        first_read = chat.server_counters
+        asked_after = threading.Event()
+        calls = []
+
+        def counters():
+            calls.append(1)
+            if len(calls) == 1:  # before the turn: answered
+                return first_read()
+            asked_after.set()
+            time.sleep(60)  # after it: never answered
+
+        chat.server_counters = counters
+        events = []
+        worker = threading.Thread(target=lambda: events.extend(chat.send("hi")), daemon=True)
+        worker.start()
+        assert asked_after.wait(10), "the turn never asked for the counters after it"
+        start = time.monotonic()
+        chat.cancel()
+        worker.join(5)
+        waited = time.monotonic() - start
+    finally:
+        server.close()
+    assert not worker.is_alive() and waited < 1.0, f"cancel took {waited:.1f} s"
+    assert isinstance(events[-1], TurnFinished) and "server" not in events[-1].metrics

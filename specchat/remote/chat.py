@@ -173,6 +173,30 @@ class RemoteChat:
                 left.set()
                 self.endpoint.abort()
 
+    @staticmethod
+    def _unless_cancelled(request: Any, cancel: threading.Event) -> Any:
+        """``request()`` made on a thread of its own: what it returns (or raises), or None
+        as soon as ``cancel`` is set (the request is left to end at its own timeout)."""
+        answer: queue.SimpleQueue = queue.SimpleQueue()
+
+        def run() -> None:
+            try:
+                answer.put((True, request()))
+            except BaseException as exc:
+                answer.put((False, exc))
+
+        threading.Thread(target=run, name="remote-request", daemon=True).start()
+        while True:
+            try:
+                ok, value = answer.get(timeout=CANCEL_POLL_S)
+            except queue.Empty:
+                if cancel.is_set():
+                    return None
+                continue
+            if ok:
+                return value
+            raise value
+
     def _counters_across(self, before: Any) -> tuple[dict[str, Any] | None, str | None]:
         """(the server's counters across the turn, or None; what was wrong with them, or None).
         ``before`` is the counters at its start, None, or the BadCounters they raised."""
@@ -239,7 +263,9 @@ class RemoteChat:
         metrics = {"turn": self.turn_metrics.to_dict(), "session": self.session_metrics.to_dict()}
         # the server's own counters across this turn (exact only with one client at a time)
         # (not after a cancel: that would wait on the server the user just left)
-        counters, problem = (None, None) if finish == "cancelled" else self._counters_across(before)
+        counters, problem = None, None
+        if finish != "cancelled":  # Esc while the server is asked leaves them out
+            counters, problem = self._unless_cancelled(lambda: self._counters_across(before), cancel) or (None, None)
         if counters is not None:
             metrics["server"] = counters
         if problem is not None:
