@@ -255,3 +255,23 @@ def test_a_clean_quit_leaves_the_watcher_silent(env):
     assert term.finish(timeout=10)[0] == 0
     time.sleep(0.3)
     assert RESET not in term.output
+
+
+def test_ctrl_c_with_text_selected_copies_instead_of_quitting(env):
+    """Ctrl+C quits only where nothing is selected: with the message box's text selected
+    it copies it (OSC 52), as the help screen says."""
+    import base64
+
+    term = Terminal([sys.executable, str(ROOT / "tests" / "endless_app.py"), "chat"], env)
+    term.wait_for(lambda: b"ready" in term.output, "the app")
+    term.type(b"hello")
+    time.sleep(0.3)
+    term.type(b"\x1b[1;2H")  # shift+home: select to the start of the line
+    time.sleep(0.3)
+    term.type(b"\x03")
+    copied = b"\x1b]52;c;" + base64.b64encode(b"hello")
+    term.wait_for(lambda: copied in term.output, "the copy")
+    time.sleep(0.5)
+    assert term.proc.poll() is None, "ctrl+c quit with text selected"
+    term.type(b"\x11")
+    assert term.finish(timeout=10)[0] == 0
