@@ -159,6 +159,7 @@ def test_cancel_while_connecting_closes_the_turn_at_once(tmp_path, mode):
     from specchat.config import load_profile
     from specchat.events import TurnFinished
     from specchat.remote import open_chat
+    from specchat.remote.http import Endpoint
     from specchat.sessions.reader import read_recording
     from specchat.sessions.recorder import Recorder, build_header
     from specchat.sessions.recording_backend import RecordingBackend
@@ -167,7 +168,8 @@ def test_cancel_while_connecting_closes_the_turn_at_once(tmp_path, mode):
     try:
         profile = load_profile(str(vllm_profile(tmp_path, server.url)))
         chat, info = open_chat(profile)
-        chat.endpoint.port = unanswering.port  # the server stops answering after the connect
+        # from here on the server stops answering (open_chat's own requests would hang)
+        chat.endpoint = Endpoint(f"http://127.0.0.1:{unanswering.port}")
         recorder = Recorder.for_profile(profile, directory=tmp_path / "sessions")
         recorder.start(build_header(profile, info))
         backend = RecordingBackend(chat, recorder)
