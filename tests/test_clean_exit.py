@@ -1,4 +1,4 @@
-"""Quit, Ctrl+C (SIGINT) and SIGTERM mid-reply, in a real pseudo-terminal: the reply is
+"""Quit (Ctrl+Q, or the Ctrl+C key), SIGINT and SIGTERM mid-reply, in a real pseudo-terminal: the reply is
 cancelled and recorded as such, the terminal is given back as it was (main screen,
 mouse and bracketed paste off, cursor shown), and the process is gone within a second
 or two. Also: a demo stops with the app, and a crafted recording replayed in the real
@@ -117,7 +117,7 @@ def steps_recorded(env) -> int:
     return sum(line["type"] == "StepEvent" for line in recorded(env))
 
 
-@pytest.mark.parametrize("how, code", [("SIGINT", 130), ("SIGTERM", 143), ("ctrl+q", 0)])
+@pytest.mark.parametrize("how, code", [("SIGINT", 130), ("SIGTERM", 143), ("ctrl+q", 0), ("ctrl+c", 130)])
 def test_quit_mid_reply_cancels_records_restores_and_exits(env, how, code):
     term = Terminal([sys.executable, str(ROOT / "tests" / "endless_app.py"), "chat"], env)
     term.wait_for(lambda: b"ready" in term.output, "the app")
@@ -125,6 +125,8 @@ def test_quit_mid_reply_cancels_records_restores_and_exits(env, how, code):
     term.wait_for(lambda: steps_recorded(env) >= 3, "the reply to stream")
     if how == "ctrl+q":
         term.type(b"\x11")
+    elif how == "ctrl+c":  # a key in raw mode, not a signal: the README's table says it quits
+        term.type(b"\x03")
     else:
         term.proc.send_signal(getattr(signal, how))
     exit_code, took = term.finish(timeout=10)
@@ -207,3 +209,69 @@ def test_a_quit_that_lands_before_a_drain_exits_cleanly():
         return app
 
     assert asyncio.run(run()).return_code == 0
+
+
+# --- a hard exit: nothing in the process runs, the terminal is still given back --------
+
+def tty_modes(fd: int) -> tuple[bool, bool]:
+    """(canonical input, echo) of the pty, as the shell will find it."""
+    lflag = termios.tcgetattr(fd)[3]
+    return bool(lflag & termios.ICANON), bool(lflag & termios.ECHO)
+
+
+@pytest.mark.parametrize("how", ["SIGABRT", "SIGKILL"])
+def test_a_process_killed_under_the_app_still_gives_the_terminal_back(env, how):
+    """SIGABRT is what llama.cpp's GGML_ASSERT ends in (abort()); SIGKILL what the OOM
+    killer sends. Neither runs any Python, so Textual cannot restore the terminal; the
+    watcher (specchat/ui/terminal_guard.py) does. Planted bug: run_to_exit without the
+    guard leaves the alternate screen and mouse reporting on, and the tty raw."""
+    from specchat.ui.terminal_guard import RESET
+
+    app = f"ulimit -c 0; exec {sys.executable} {ROOT / 'tests' / 'endless_app.py'} chat"  # no core file
+    term = Terminal(["sh", "-c", app], env)
+    before = tty_modes(term.master)
+    term.wait_for(lambda: b"ready" in term.output, "the app")
+    term.type(b"an endless reply, please\r")
+    term.wait_for(lambda: steps_recorded(env) >= 2, "the reply to stream")
+    assert tty_modes(term.master) == (False, False), "the app did not put the tty in raw mode"
+    term.proc.send_signal(getattr(signal, how))
+    term.proc.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while RESET not in term.output and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert_terminal_restored(bytes(term.output))
+    assert tty_modes(term.master) == before == (True, True)
+    term.finish(timeout=1)
+
+
+def test_a_clean_quit_leaves_the_watcher_silent(env):
+    """After Textual's own restore the shell owns the screen: a second reset (its
+    "leave the alternate screen" moves the cursor back) must not follow."""
+    from specchat.ui.terminal_guard import RESET
+
+    term = Terminal([sys.executable, str(ROOT / "tests" / "endless_app.py"), "chat"], env)
+    term.wait_for(lambda: b"ready" in term.output, "the app")
+    term.type(b"\x11")
+    assert term.finish(timeout=10)[0] == 0
+    time.sleep(0.3)
+    assert RESET not in term.output
+
+
+def test_ctrl_c_with_text_selected_copies_instead_of_quitting(env):
+    """Ctrl+C quits only where nothing is selected: with the message box's text selected
+    it copies it (OSC 52), as the help screen says."""
+    import base64
+
+    term = Terminal([sys.executable, str(ROOT / "tests" / "endless_app.py"), "chat"], env)
+    term.wait_for(lambda: b"ready" in term.output, "the app")
+    term.type(b"hello")
+    time.sleep(0.3)
+    term.type(b"\x1b[1;2H")  # shift+home: select to the start of the line
+    time.sleep(0.3)
+    term.type(b"\x03")
+    copied = b"\x1b]52;c;" + base64.b64encode(b"hello")
+    term.wait_for(lambda: copied in term.output, "the copy")
+    time.sleep(0.5)
+    assert term.proc.poll() is None, "ctrl+c quit with text selected"
+    term.type(b"\x11")
+    assert term.finish(timeout=10)[0] == 0

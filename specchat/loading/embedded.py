@@ -19,6 +19,7 @@ from typing import Callable
 from .. import paths
 from ..errors import ModelLoadError
 from ..events import LoadProgress
+from . import cache_files
 
 EMBEDDED_PREFIX = "embedded:"
 EMBEDDED_NAME = "smollm2-135m-instruct"
@@ -78,23 +79,40 @@ def is_converted() -> bool:
 
 def ensure_embedded_model(progress: Progress = None) -> Path | str:
     """A loadable source for the embedded model: the converted cache directory, or the
-    Hub id when the wheel is not installed (the caller's Hub errors then mention the wheel)."""
+    Hub id when the wheel is not installed (the caller's Hub errors then mention the wheel).
+    A damaged cache, or anything else in its place, is rebuilt once from the wheel."""
     final = converted_dir()
     remove_stale_conversions(final)
-    if (final / _COMPLETE).is_file():
-        check_cache(final)
+    if cache_problem(final) is None:
         return final
     gguf = find_gguf()
     if gguf is None:
+        if (final / _COMPLETE).is_file():
+            check_cache(final)  # damaged, and nothing to rebuild it from: "delete X"
         return HUB_FALLBACK
     from filelock import FileLock
 
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final) + ".lock"):
-        if (final / _COMPLETE).is_file():  # another process converted it meanwhile
-            return final
-        _convert(gguf, final, progress)
+    what = "the converted embedded model"
+    cache_files.make_folder(final.parent, what, "target.source")
+    try:
+        with FileLock(str(final) + ".lock"):
+            if cache_problem(final) is not None:  # not converted meanwhile by another process
+                _convert(gguf, final, progress)
+    except OSError as error:  # the lock file
+        raise cache_files.unwritable(final.parent, error, what, "target.source") from None
+    check_cache(final)  # rebuilt and still damaged: the one line says to delete it
     return final
+
+
+def cache_problem(final: Path) -> str | None:
+    """Why the converted directory cannot be used as it is (None when it can)."""
+    if not (final / _COMPLETE).is_file():
+        return "missing" if not (final.exists() or final.is_symlink()) else "incomplete"
+    try:
+        check_cache(final)
+    except ModelLoadError as error:
+        return error.message
+    return None
 
 
 def _convert(gguf: Path, final: Path, progress: Progress) -> None:
@@ -122,13 +140,11 @@ def _convert(gguf: Path, final: Path, progress: Progress) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / _COMPLETE).write_text(f"converted from {gguf} in {time.perf_counter() - started:.1f} s\n")
-        if final.exists():  # an incomplete leftover from a killed run
-            shutil.rmtree(final)
+        cache_files.remove_entry(final, "target.source")  # a damaged copy, a leftover, a stray file
         os.replace(tmp, final)
         report(3, f"embedded model cached in {final}")
     except OSError as error:
-        raise ModelLoadError(f"cannot write the converted embedded model ({error})", file=str(final.parent),
-                             hint="free some disk space or set SPECCHAT_CACHE_DIR to a writable directory") from None
+        raise cache_files.unwritable(final.parent, error, "the converted embedded model", "target.source") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -2,9 +2,10 @@
 transformers tokenizer interface the chat layer, bench and verify use.
 
 The chat template is the GGUF's own ``tokenizer.chat_template``, rendered with Jinja in
-a sandbox with transformers' settings (trim_blocks, lstrip_blocks, ``raise_exception``),
-so a GGUF model sees the prompt its authors wrote for it, tokenised by llama.cpp's own
-tokenizer exactly as llama.cpp's tools would.
+a sandbox with transformers' settings (trim_blocks, lstrip_blocks, ``raise_exception``)
+and a time and size budget (:mod:`.chat_template`), so a GGUF model sees the prompt its
+authors wrote for it, tokenised by llama.cpp's own tokenizer exactly as llama.cpp's
+tools would.
 """
 
 from __future__ import annotations
@@ -66,18 +67,19 @@ class GgufTokenizer:
                             tokenize: bool = True, **kwargs: Any) -> list[int] | str:
         if not self.chat_template:
             raise ValueError("this GGUF file has no chat template (tokenizer.chat_template)")
-        text = self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                     bos_token=self.bos_token, eos_token=self.eos_token, **kwargs)
+        from .chat_template import Budget, render
+
+        text = render(self._template, Budget(), messages=messages, add_generation_prompt=add_generation_prompt,
+                      bos_token=self.bos_token, eos_token=self.eos_token, **kwargs)
         return self.encode(text) if tokenize else text
 
     @cached_property
     def _template(self):
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from .chat_template import BudgetedSandbox
 
         def raise_exception(message: str):
             raise ValueError(message)
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=["jinja2.ext.loopcontrols"])
+        env = BudgetedSandbox()
         env.globals["raise_exception"] = raise_exception
         return env.from_string(self.chat_template)

@@ -17,7 +17,7 @@ from .. import paths
 from ..config.model import ModelSpec
 from ..errors import ModelLoadError
 from ..events import LoadProgress
-from . import embedded
+from . import cache_files, embedded
 from .hub_errors import friendly_load_errors
 
 # llama.cpp's file types (enum llama_ftype) for the gguf_type key
@@ -107,36 +107,59 @@ def source_fingerprint(path: Path) -> str:
 def converted_gguf(llama_cpp: Any, path: Path, gguf_type: str, key: str, report=None) -> Path:
     """``path`` converted once to ``gguf_type`` by llama.cpp's own quantiser, cached under
     the source's name and :func:`source_fingerprint`; the write goes to a temporary file
-    renamed into place under a lock, so concurrent starts never see half a file."""
-    import ctypes
-
-    from filelock import FileLock
-
+    renamed into place under a lock, so concurrent starts never see half a file. A cached
+    file is used only if it matches the record written after its conversion (size and
+    fingerprint): anything else in its place is rebuilt once (see :mod:`.cache_files`)."""
     folder = paths.cache_dir() / "models" / "gguf"
     final = folder / f"{path.stem}-{source_fingerprint(path)}.{gguf_type}.gguf"
-    if final.is_file():
+    if cache_files.entry_problem(final, source_fingerprint) is None:
         return final
-    folder.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final) + ".lock"):
-        if final.is_file():
-            return final
-        if report is not None:
-            report(LoadProgress("convert", 0, 1, f"converting {path.name} to {gguf_type} once (cached)"))
-        tmp = final.with_name(final.name + ".tmp")
-        params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype = FTYPES[gguf_type]
-        params.allow_requantize = True
-        code = llama_cpp.llama_model_quantize(str(path).encode(), str(tmp).encode(), ctypes.byref(params))
-        if code != 0 or not tmp.is_file():
-            tmp.unlink(missing_ok=True)
-            raise ModelLoadError(f"{key}.gguf_type: llama.cpp could not convert '{path.name}' to {gguf_type}",
-                                 key=f"{key}.gguf_type", hint="remove gguf_type to run the file as it is, or free "
-                                 "disk space in the cache dir (SPECCHAT_CACHE_DIR)")
-        tmp.replace(final)
-        prune_mtime_keyed(folder, path, gguf_type)
-        if report is not None:
-            report(LoadProgress("convert", 1, 1, f"cached {final.name}"))
+    what = f"the {gguf_type} conversion of {path.name}"
+    cache_files.make_folder(folder, what, f"{key}.gguf_type")
+    from filelock import FileLock
+
+    try:
+        with FileLock(str(final) + ".lock"):
+            problem = cache_files.entry_problem(final, source_fingerprint)
+            if problem is None:  # another process converted it meanwhile
+                return final
+            _convert_into(llama_cpp, path, final, gguf_type, key, problem, report)
+    except OSError as error:  # the lock, the temporary file, the rename, the record
+        raise cache_files.unwritable(folder, error, what, f"{key}.gguf_type") from None
+    problem = cache_files.entry_problem(final, source_fingerprint)
+    if problem is not None:  # rebuilt once and still wrong: nothing more to try here
+        raise ModelLoadError(f"the cached conversion {final} is unusable ({problem})", file=str(final),
+                             key=f"{key}.gguf_type", hint=f"delete {final} and start again")
+    prune_mtime_keyed(folder, path, gguf_type)
     return final
+
+
+def _convert_into(llama_cpp: Any, path: Path, final: Path, gguf_type: str, key: str, problem: str,
+                  report=None) -> None:
+    import ctypes
+
+    if problem != "missing":
+        cache_files.remove_entry(final, f"{key}.gguf_type")
+    if report is not None:
+        again = "" if problem == "missing" else f" again (the cached copy: {problem})"
+        report(LoadProgress("convert", 0, 1, f"converting {path.name} to {gguf_type} once (cached){again}"))
+    tmp = final.with_name(final.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    cache_files.record_path(final).unlink(missing_ok=True)
+    tmp.touch()  # a cache that cannot be written says so here, not inside llama.cpp
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = FTYPES[gguf_type]
+    params.allow_requantize = True
+    code = llama_cpp.llama_model_quantize(str(path).encode(), str(tmp).encode(), ctypes.byref(params))
+    if code != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+        tmp.unlink(missing_ok=True)
+        raise ModelLoadError(f"{key}.gguf_type: llama.cpp could not convert '{path.name}' to {gguf_type}",
+                             key=f"{key}.gguf_type", hint="remove gguf_type to run the file as it is, or free "
+                             "disk space in the cache dir (SPECCHAT_CACHE_DIR)")
+    tmp.replace(final)
+    cache_files.write_record(final, source_fingerprint(final))
+    if report is not None:
+        report(LoadProgress("convert", 1, 1, f"cached {final.name}"))
 
 
 def prune_mtime_keyed(folder: Path, path: Path, gguf_type: str) -> None:

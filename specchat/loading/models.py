@@ -161,11 +161,14 @@ def _local_candidates(source: str, base: Path | None) -> list[Path]:
 def load_tokenizer(source: ResolvedSource, profile: Profile, key: str):
     from transformers import AutoTokenizer
 
+    from .chat_template import budget_transformers_template
+
     with friendly_load_errors(source.path, key, "tokenizer"):
-        return AutoTokenizer.from_pretrained(
+        tokenizer = AutoTokenizer.from_pretrained(
             source.path, gguf_file=source.gguf_file, revision=source.revision,
             trust_remote_code=profile.trust_remote_code,
         )
+    return budget_transformers_template(tokenizer)  # its template is code from the model's repo
 
 
 def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: str):

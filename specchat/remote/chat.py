@@ -10,6 +10,7 @@ the next message makes a fresh request.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +22,9 @@ from specchat.remote import without_underivable
 from specchat.remote.http import Endpoint, RemoteError
 from specchat.remote.metrics import BadCounters
 from specchat.telemetry import MetricsSnapshot, Telemetry
+
+# how often a turn waiting on the network looks at Esc (s)
+CANCEL_POLL_S = 0.05
 
 def remote_snapshot(telemetry: Telemetry) -> MetricsSnapshot:
     return without_underivable(telemetry.snapshot())
@@ -116,6 +120,83 @@ class RemoteChat:
             return None
         return spec_counters(text, self.backend)
 
+    def _network(self, messages: list[dict[str, str]], cancel: threading.Event) -> Iterator[tuple[str, Any]]:
+        """The turn's requests — the server's counters before it, the prompt's length, the
+        stream — made on a thread of their own. Yields ("before", counters or BadCounters),
+        ("started", prompt tokens), then ("step", Step)…; raises what they raise; and ends
+        as soon as ``cancel`` is set, whatever they wait on: a connect to a host that does
+        not answer, a server that never sends its headers (http.py can shut only a stream
+        whose connection is made; a request left behind ends at its own timeout, its
+        answer unread). Leaving early (cancelled, max_new_tokens) shuts the stream."""
+        answers: queue.SimpleQueue = queue.SimpleQueue()
+        left = threading.Event()
+
+        def requests() -> None:
+            try:
+                try:
+                    answers.put(("before", self.server_counters()))
+                except BadCounters as exc:  # said when the turn ends
+                    answers.put(("before", exc))
+                if cancel.is_set():
+                    return
+                answers.put(("started", self.prompt_tokens(messages)))
+                if cancel.is_set():
+                    return
+                with closing(self.stream_steps(messages)) as steps:
+                    for step in steps:
+                        answers.put(("step", step))
+                        if left.is_set() or cancel.is_set():
+                            return
+            except BaseException as exc:  # handed to the turn, which says it in one line
+                answers.put(("error", exc))
+            finally:
+                answers.put(("done", None))
+
+        threading.Thread(target=requests, name=f"remote-turn-{self.turn}", daemon=True).start()
+        ended = False
+        try:
+            while True:
+                try:
+                    kind, value = answers.get(timeout=CANCEL_POLL_S)
+                except queue.Empty:
+                    if cancel.is_set():
+                        return
+                    continue
+                if kind == "done":
+                    ended = True
+                    return
+                if kind == "error":
+                    raise value
+                yield kind, value
+        finally:
+            if not ended:  # left before the requests did: shut the stream, if it is open yet
+                left.set()
+                self.endpoint.abort()
+
+    @staticmethod
+    def _unless_cancelled(request: Any, cancel: threading.Event) -> Any:
+        """``request()`` made on a thread of its own: what it returns (or raises), or None
+        as soon as ``cancel`` is set (the request is left to end at its own timeout)."""
+        answer: queue.SimpleQueue = queue.SimpleQueue()
+
+        def run() -> None:
+            try:
+                answer.put((True, request()))
+            except BaseException as exc:
+                answer.put((False, exc))
+
+        threading.Thread(target=run, name="remote-request", daemon=True).start()
+        while True:
+            try:
+                ok, value = answer.get(timeout=CANCEL_POLL_S)
+            except queue.Empty:
+                if cancel.is_set():
+                    return None
+                continue
+            if ok:
+                return value
+            raise value
+
     def _counters_across(self, before: Any) -> tuple[dict[str, Any] | None, str | None]:
         """(the server's counters across the turn, or None; what was wrong with them, or None).
         ``before`` is the counters at its start, None, or the BadCounters they raised."""
@@ -138,7 +219,8 @@ class RemoteChat:
     def send(self, text: str) -> Iterator[Any]:
         self.turn += 1
         turn = self.turn
-        self._cancel.clear()
+        # this turn's own: a request an earlier turn abandoned keeps seeing its cancel
+        cancel = self._cancel = threading.Event()
         yield UserMessage(turn, text)
         messages = self.messages(text)
         self.history.append({"role": "user", "content": text})
@@ -149,26 +231,29 @@ class RemoteChat:
         reply: list[str] = []
         finish = "error"
         self.finish_reason = "error"
+        before: Any = None
         try:
-            before = self.server_counters()
-        except BadCounters as exc:  # said when the turn ends
-            before = exc
-        try:
-            yield TurnStarted(turn, self.prompt_tokens(messages), self.num_speculative_tokens)
-            with closing(self.stream_steps(messages)) as steps:  # a break closes the stream now
-                for step in steps:
+            with closing(self._network(messages, cancel)) as answers:  # a break leaves the requests now
+                for kind, value in answers:
+                    if kind == "before":
+                        before = value
+                        continue
+                    if kind == "started":
+                        yield TurnStarted(turn, value, self.num_speculative_tokens)
+                        continue
+                    step = value
                     for telemetry in (self.turn_telemetry, self.session_telemetry):
                         telemetry.update(step.stats, len(step.tokens))
                     reply.extend(t.text for t in step.tokens)
                     yield StepEvent(turn, step, time.perf_counter() - start)
-                    if self._cancel.is_set():
+                    if cancel.is_set():
                         finish = "cancelled"
                         break
                     if self.turn_telemetry.num_tokens >= self.max_new_tokens:  # whatever the server goes on sending
                         finish = "length"
                         break
                 else:
-                    finish = "cancelled" if self._cancel.is_set() else self.finish_reason
+                    finish = "cancelled" if cancel.is_set() else self.finish_reason
         except RemoteError as exc:
             yield ErrorEvent(str(exc), turn)
         except Exception as exc:  # a protocol surprise: one line, and the chat goes on
@@ -178,7 +263,9 @@ class RemoteChat:
         metrics = {"turn": self.turn_metrics.to_dict(), "session": self.session_metrics.to_dict()}
         # the server's own counters across this turn (exact only with one client at a time)
         # (not after a cancel: that would wait on the server the user just left)
-        counters, problem = (None, None) if finish == "cancelled" else self._counters_across(before)
+        counters, problem = None, None
+        if finish != "cancelled":  # Esc while the server is asked leaves them out
+            counters, problem = self._unless_cancelled(lambda: self._counters_across(before), cancel) or (None, None)
         if counters is not None:
             metrics["server"] = counters
         if problem is not None:

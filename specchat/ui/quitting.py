@@ -1,4 +1,4 @@
-"""Quitting cleanly: Ctrl+Q, SIGINT, SIGTERM and SIGHUP all end the app the same way.
+"""Quitting cleanly: Ctrl+Q, Ctrl+C, SIGINT, SIGTERM and SIGHUP all end the app the same way.
 
 A mixin of :class:`specchat.ui.app.SpecchatApp`, like :mod:`specchat.ui.controls`.
 Quitting cancels the reply (or the demo, or the replay) in flight, gives its worker a
@@ -7,7 +7,8 @@ unmount, and Textual puts the terminal back (main screen, mouse and bracketed pa
 off) — and never waits on a model: thread pools are joined at interpreter exit, so a
 worker still busy then (a model loading, a forward pass that has not reached the
 engine's next cancel check) would keep the process alive; :func:`run_to_exit` ends it
-at once instead, with nothing left to save.
+at once instead, with nothing left to save. A process killed outright (llama.cpp's
+abort, a segfault) still gets its terminal back: see :mod:`specchat.ui.terminal_guard`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ class Quitting:
     async def action_quit(self) -> None:
         await self.stop()
 
+    async def action_help_quit(self) -> None:
+        """Ctrl+C quits as SIGINT does (the README's key table). Textual binds it to a
+        "press ctrl+q" toast instead, since a terminal in raw mode sends it as a key, not
+        a signal; a focused text box with a selection still copies it first."""
+        await self.stop(QUIT_SIGNALS["SIGINT"])
+
     async def stop(self, code: int = 0) -> None:
         """Quits with exit code ``code``; a second request exits at once."""
         if self._stopping:
@@ -74,8 +81,13 @@ def run_to_exit(app: Any) -> None:
     """Runs ``app`` on a loop of our own, so that returning does not wait for the
     worker threads (``asyncio.run`` would join its executor); then, if a worker is
     still busy, ends the process at once (see the module docstring)."""
+    from specchat.ui.terminal_guard import guard_terminal
+
+    guard = guard_terminal()  # puts the terminal back if the process dies under the app
     loop = asyncio.new_event_loop()
     app.run(loop=loop)
+    if guard is not None:  # Textual gave the terminal back itself
+        guard.release()
     if app.workers_busy:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()

@@ -13,7 +13,7 @@ INPUT_KEYS = [
     ("enter", "send the message"),
     ("shift+enter / ctrl+j", "new line in the message"),
     ("ctrl+p", "command palette: switch profile or theme, set γ or temperature"),
-    ("ctrl+q", "quit"),
+    ("ctrl+q / ctrl+c", "quit (ctrl+c copies instead while text is selected)"),
 ]
 
 
