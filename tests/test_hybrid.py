@@ -158,3 +158,22 @@ def test_each_source_has_its_own_draft_cost():
     assert {source for source, k in chosen if k} == {"ngram", "eagle3"}
     assert controller.draft_ms["eagle3"].value == pytest.approx(5.0)
     assert controller.draft_ms["ngram"].value == pytest.approx(0.0)
+
+
+def test_the_heads_catch_up_stays_bounded_through_a_long_plain_stretch():
+    """While n-gram lookup drafts (or nothing does), the target's features queue for the
+    head; a long stretch keeps only the most recent MAX_QUEUED, so the head's next turn
+    costs a bounded catch-up, not the whole stretch."""
+    from specchat.engine.eagle import MAX_QUEUED
+    from vocab16 import tiny_lm
+
+    target = tiny_lm(0, max_positions=512)
+    backend, proposer = hybrid(target)
+
+    class Plain(Controller):
+        def choose(self, telemetry, ids):
+            return 0, None
+
+    engine = SpeculativeEngine(backend, proposer, controller=Plain(), eos_token_ids=[])
+    list(engine.generate(PROMPT, SamplingParams(temperature=1.0, seed=1), max_new_tokens=MAX_QUEUED + 60))
+    assert len(proposer.head._queued) == MAX_QUEUED

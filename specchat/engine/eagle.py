@@ -25,6 +25,10 @@ from specchat.engine.sampling import SamplingParams, sample, warp
 from specchat.heads.eagle3 import Eagle3Head, HeadCache, step
 
 
+# positions whose features wait for the head's next turn: beyond this, the oldest go
+MAX_QUEUED = 128
+
+
 class EagleProposer(Proposer):
     """Drafts with an EAGLE-3 head reading ``target``'s features (the target backend
     must declare ``provides_features``; the loader checks before building this)."""
@@ -72,6 +76,9 @@ class EagleProposer(Proposer):
         kept = features.shape[0] - (0 if self._tree else self._drafted - num_accepted)
         for row in range(max(0, self._cache.end - start), kept):
             self._queued[start + row] = features[row]
+        if len(self._queued) > MAX_QUEUED:  # a long stretch another proposer (or none) drafted:
+            for position in sorted(self._queued)[:-MAX_QUEUED]:  # the head's catch-up stays bounded,
+                del self._queued[position]  # and attention simply skips what it never saw
         self.target.last_features = None  # each call's rows are queued once
         self._drafted = 0
 
