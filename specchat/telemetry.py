@@ -49,7 +49,7 @@ figures. Definitions (vLLM's names where vLLM has one):
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specchat.contention import BUSY_SHARE
@@ -407,3 +407,47 @@ class Telemetry:
                                      "draft_ms_per_token": s[3] / s[4] if s[4] else None}
                               for name, s in self._by_source.items()},
         )
+
+
+def masked(snapshot: MetricsSnapshot, underivable: tuple[str, ...]) -> MetricsSnapshot:
+    """``snapshot`` with the figures a source of steps cannot support (a server's draft
+    cost, hence c and v(k)) set to None ({} for verify_cost), rather than to the 0 an
+    unknown time would give."""
+    names = [k for k in underivable if k in MetricsSnapshot.__dataclass_fields__]
+    if not names:
+        return snapshot
+    return replace(snapshot, **{k: ({} if k == "verify_cost" else None) for k in names})
+
+
+class ChatTelemetry:
+    """The one fold of a conversation's steps: this turn's and the whole session's
+    :class:`Telemetry`. The turn loop (:mod:`specchat.turn`) feeds it every step, from a
+    local engine or a server alike; its snapshots are what ``TurnFinished.metrics``
+    carries. ``underivable`` names the snapshot fields the source cannot support
+    (see :func:`masked`)."""
+
+    def __init__(self, max_gamma: int = 8, underivable: tuple[str, ...] = ()) -> None:
+        self.underivable = tuple(underivable)
+        self.turn_telemetry = Telemetry(max_gamma=max_gamma)
+        self.session_telemetry = Telemetry(max_gamma=max_gamma)
+
+    def start_turn(self) -> None:
+        self.turn_telemetry.reset()
+        self.turn_telemetry.start_turn()
+        self.session_telemetry.start_turn()
+
+    def update(self, stats: StepStats, num_tokens: int) -> None:
+        self.turn_telemetry.update(stats, num_tokens)
+        self.session_telemetry.update(stats, num_tokens)
+
+    @property
+    def turn(self) -> MetricsSnapshot:
+        return masked(self.turn_telemetry.snapshot(), self.underivable)
+
+    @property
+    def session(self) -> MetricsSnapshot:
+        return masked(self.session_telemetry.snapshot(), self.underivable)
+
+    def metrics(self) -> dict[str, Any]:
+        """``TurnFinished.metrics``: {"turn": …, "session": …} as JSON-able dicts."""
+        return {"turn": self.turn.to_dict(), "session": self.session.to_dict()}

@@ -6,7 +6,6 @@ replay yields the same events from a file.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -14,8 +13,9 @@ from typing import Any
 from specchat.engine.controller import make_controller
 from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.sampling import SamplingParams
-from specchat.events import ErrorEvent, Step, StepEvent, Token, TurnFinished, TurnStarted, UserMessage
-from specchat.telemetry import MetricsSnapshot
+from specchat.events import Step, Token
+from specchat.telemetry import ChatTelemetry
+from specchat.turn import Conversation, TurnPlan
 
 # end-of-turn markers of common chat templates, stopped on when the vocabulary has them
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "</s>", "<|endoftext|>")
@@ -47,24 +47,24 @@ class IncrementalDecoder:
         return ""
 
 
-class ChatSession:
-    """One conversation with a target model through a :class:`SpeculativeEngine`."""
+class ChatSession(Conversation):
+    """One conversation with a target model through a :class:`SpeculativeEngine`: the
+    engine is its source of steps; :class:`~specchat.turn.Conversation` runs the turn."""
 
     def __init__(self, engine: SpeculativeEngine, tokenizer: Any, *, sampling: SamplingParams = SamplingParams(),
                  max_new_tokens: int = 512, system_prompt: str | None = None,
                  enable_thinking: bool | None = None, stop_token_ids: tuple[int, ...] = ()) -> None:
+        proposer = engine.proposer
+        super().__init__(ChatTelemetry(max_gamma=proposer.max_speculative_tokens if proposer else 1),
+                         system_prompt=system_prompt, max_new_tokens=max_new_tokens)
         self.engine = engine
         self.tokenizer = tokenizer
         self.sampling = sampling
-        self.max_new_tokens = max_new_tokens
-        self.system_prompt = system_prompt
         self.enable_thinking = enable_thinking
         vocab = tokenizer.get_vocab()
         self.stop_token_ids = set(stop_token_ids) | {vocab[t] for t in END_OF_TURN if t in vocab}
         if tokenizer.eos_token_id is not None:
             self.stop_token_ids.add(tokenizer.eos_token_id)
-        self.history: list[dict[str, str]] = []
-        self.turn = 0
         self._alt_text: dict[int, str] = {}
         self._notice = engine.notice  # said once, with the next turn
 
@@ -98,15 +98,7 @@ class ChatSession:
         proposer = self.engine.proposer
         return proposer.num_speculative_tokens if proposer is not None else 0
 
-    @property
-    def turn_metrics(self) -> MetricsSnapshot:
-        return self.engine.turn_metrics
-
-    @property
-    def session_metrics(self) -> MetricsSnapshot:
-        return self.engine.metrics
-
-    # --- the conversation
+    # --- the engine as a source of steps
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         kwargs = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
         if self.tokenizer.chat_template:
@@ -116,32 +108,15 @@ class ChatSession:
         text = "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
         return self.tokenizer(text)["input_ids"]
 
-    def send(self, text: str) -> Iterator[Any]:
-        """Runs one turn, yielding UserMessage, TurnStarted, StepEvent…, TurnFinished
-        (and ErrorEvent before TurnFinished if generation failed). The user message and
-        whatever was generated — also when cancelled or failed — stay in ``history``."""
-        self.turn += 1
-        turn = self.turn
-        yield UserMessage(turn, text)
-        messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
-        messages += self.history + [{"role": "user", "content": text}]
-        self.history.append({"role": "user", "content": text})
-        start = time.perf_counter()
+    def begin_turn(self, messages: list[dict[str, str]]) -> TurnPlan:
+        ids = self.prompt_ids(messages)
+        note, self._notice = self._notice or "", None
+        return TurnPlan(len(ids), self._steps(ids), self.num_speculative_tokens, note)
+
+    def _steps(self, ids: list[int]) -> Iterator[Step]:
         decoder = IncrementalDecoder(self.tokenizer)
-        finish = "error"
-        try:
-            ids = self.prompt_ids(messages)
-            note, self._notice = self._notice or "", None
-            yield TurnStarted(turn, len(ids), self.num_speculative_tokens, note)
-            for step in self.engine.generate(ids, self.sampling, self.max_new_tokens, self.stop_token_ids):
-                tokens = tuple(self._with_text(t, decoder) for t in step.tokens)
-                yield StepEvent(turn, Step(tokens, step.stats, step.finish_reason), time.perf_counter() - start)
-                finish = step.finish_reason or finish
-        except Exception as exc:  # shown in the UI as one line; the chat goes on
-            yield ErrorEvent(f"generation failed: {type(exc).__name__}: {exc}", turn)
-        self.history.append({"role": "assistant", "content": decoder.text})
-        metrics = {"turn": self.turn_metrics.to_dict(), "session": self.session_metrics.to_dict()}
-        yield TurnFinished(turn, finish, decoder.text, metrics, time.perf_counter() - start)
+        for step in self.engine.generate(ids, self.sampling, self.max_new_tokens, self.stop_token_ids):
+            yield Step(tuple(self._with_text(t, decoder) for t in step.tokens), step.stats, step.finish_reason)
 
     def _with_text(self, token: Token, decoder: IncrementalDecoder) -> Token:
         alternatives = tuple(replace(a, text=self._token_text(a.id)) for a in token.alternatives)

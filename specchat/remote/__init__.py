@@ -17,13 +17,14 @@ REMOTE_BACKENDS = ("llama-server", "vllm")
 NOT_DERIVABLE = ("draft_forward_ms", "cost_ratio", "predicted_speedup_paper", "predicted_speedup",
                  "predicted_speedup_steps", "breakeven", "speedup_lower_bound", "best_gamma",
                  "arithmetic_increase")
+UNDERIVABLE = (*NOT_DERIVABLE, "verify_cost")  # v(k) too: {} rather than None
 
 
 def without_underivable(snapshot):
     """``snapshot`` (a MetricsSnapshot) with the figures a server cannot support set to None."""
-    import dataclasses
+    from specchat.telemetry import masked
 
-    return dataclasses.replace(snapshot, verify_cost={}, **{k: None for k in NOT_DERIVABLE})
+    return masked(snapshot, UNDERIVABLE)
 
 
 def is_server_session(models) -> bool:
@@ -59,7 +60,7 @@ def server_fields(server: dict) -> dict:
     return {"method": kind if speculates else "none", "num_speculative_tokens": gamma,
             "max_gamma": gamma or 8,
             "details": {"speculation_source": source if isinstance(source, str) else "",
-                        "not_derivable": [*NOT_DERIVABLE, "verify_cost"]}}
+                        "not_derivable": list(UNDERIVABLE)}}
 
 
 def support_line(info: dict) -> str:

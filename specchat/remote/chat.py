@@ -12,30 +12,29 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
 
-from specchat.events import ErrorEvent, Step, StepEvent, TurnFinished, TurnStarted, UserMessage
-from specchat.remote import without_underivable
+from specchat.events import Step
+from specchat.remote import UNDERIVABLE
 from specchat.remote.http import Endpoint, RemoteError
 from specchat.remote.metrics import BadCounters
-from specchat.telemetry import MetricsSnapshot, Telemetry
+from specchat.telemetry import ChatTelemetry
+from specchat.turn import Conversation, TurnPlan
 
 # how often a turn waiting on the network looks at Esc (s)
 CANCEL_POLL_S = 0.05
 
-def remote_snapshot(telemetry: Telemetry) -> MetricsSnapshot:
-    return without_underivable(telemetry.snapshot())
 
-
-class RemoteChat:
-    """One conversation with a server. Subclasses implement :meth:`describe` (what the
-    server serves) and :meth:`stream_steps`."""
+class RemoteChat(Conversation):
+    """One conversation with a server: the server is its source of steps, and
+    :class:`~specchat.turn.Conversation` runs the turn. Subclasses implement
+    :meth:`describe` (what the server serves) and :meth:`stream_steps`."""
 
     backend = "remote"
     label = "a server"
+    bounds_reply = False  # a server may go on sending past max_new_tokens
 
     @classmethod
     def connect(cls, profile, progress=None):
@@ -55,19 +54,17 @@ class RemoteChat:
         raise NotImplementedError
 
     def __init__(self, endpoint: Endpoint, profile: Any, info: dict[str, Any]) -> None:
+        gamma = int(info.get("server_num_speculative_tokens") or 8)
+        super().__init__(ChatTelemetry(max_gamma=max(1, gamma), underivable=UNDERIVABLE),
+                         system_prompt=profile.chat.system_prompt,
+                         max_new_tokens=int(profile.sampling.max_new_tokens))
         self.endpoint = endpoint
         self.profile = profile
         self.info = info
         self.temperature = float(profile.sampling.temperature)
-        self.max_new_tokens = int(profile.sampling.max_new_tokens)
-        self.system_prompt = profile.chat.system_prompt
         self.num_speculative_tokens: int | str = info.get("server_num_speculative_tokens", 0)
-        self.history: list[dict[str, str]] = []
-        self.turn = 0
         self._cancel = threading.Event()
-        gamma = int(info.get("server_num_speculative_tokens") or 8)
-        self.session_telemetry = Telemetry(max_gamma=max(1, gamma))
-        self.turn_telemetry = Telemetry(max_gamma=max(1, gamma))
+        self._counters_before: Any = None
         self.finish_reason = "error"
 
     # --- controls: the server owns γ; temperature and thinking go with each request
@@ -89,19 +86,7 @@ class RemoteChat:
     def set_thinking(self, enabled: bool) -> None:
         """No thinking switch is sent to a server."""
 
-    @property
-    def turn_metrics(self) -> MetricsSnapshot:
-        return remote_snapshot(self.turn_telemetry)
-
-    @property
-    def session_metrics(self) -> MetricsSnapshot:
-        return remote_snapshot(self.session_telemetry)
-
-    # --- the conversation
-    def messages(self, text: str) -> list[dict[str, str]]:
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return system + self.history + [{"role": "user", "content": text}]
-
+    # --- the server as a source of steps
     def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
         """The prompt's length in tokens, or 0 where the server cannot say before replying."""
         return 0
@@ -119,6 +104,25 @@ class RemoteChat:
         except RemoteError:
             return None
         return spec_counters(text, self.backend)
+
+    def _counters_across(self, before: Any) -> tuple[dict[str, Any] | None, str | None]:
+        """(the server's counters across the turn, or None; what was wrong with them, or None).
+        ``before`` is the counters at its start, None, or the BadCounters they raised."""
+        from specchat.remote.metrics import counter_delta
+
+        def problem(exc: BadCounters) -> str:
+            return f"{self.endpoint.url}{exc.message}; the server's own counters are left out of this turn"
+
+        if before is None or isinstance(before, BadCounters):
+            return None, before and problem(before)
+        try:
+            after = self.server_counters()
+        except BadCounters as exc:
+            return None, problem(exc)
+        try:
+            return (None if after is None else counter_delta(before, after)), None
+        except BadCounters as exc:
+            return None, problem(exc)
 
     def _network(self, messages: list[dict[str, str]], cancel: threading.Event) -> Iterator[tuple[str, Any]]:
         """The turn's requests — the server's counters before it, the prompt's length, the
@@ -197,77 +201,54 @@ class RemoteChat:
                 return value
             raise value
 
-    def _counters_across(self, before: Any) -> tuple[dict[str, Any] | None, str | None]:
-        """(the server's counters across the turn, or None; what was wrong with them, or None).
-        ``before`` is the counters at its start, None, or the BadCounters they raised."""
-        from specchat.remote.metrics import counter_delta
-
-        def problem(exc: BadCounters) -> str:
-            return f"{self.endpoint.url}{exc.message}; the server's own counters are left out of this turn"
-
-        if before is None or isinstance(before, BadCounters):
-            return None, before and problem(before)
-        try:
-            after = self.server_counters()
-        except BadCounters as exc:
-            return None, problem(exc)
-        try:
-            return (None if after is None else counter_delta(before, after)), None
-        except BadCounters as exc:
-            return None, problem(exc)
-
     def send(self, text: str) -> Iterator[Any]:
-        self.turn += 1
-        turn = self.turn
-        # this turn's own: a request an earlier turn abandoned keeps seeing its cancel
-        cancel = self._cancel = threading.Event()
-        yield UserMessage(turn, text)
-        messages = self.messages(text)
-        self.history.append({"role": "user", "content": text})
-        self.turn_telemetry.reset()
-        self.turn_telemetry.start_turn()
-        self.session_telemetry.start_turn()
-        start = time.perf_counter()
-        reply: list[str] = []
-        finish = "error"
+        # this turn's own cancel, made at the turn's first step: a request an earlier
+        # turn abandoned keeps seeing its own
+        self._cancel = threading.Event()
+        yield from super().send(text)
+
+    def begin_turn(self, messages: list[dict[str, str]]) -> TurnPlan:
+        """Starts the turn's requests on their own thread and waits, Esc-able, until the
+        server's counters are read and the prompt's length is known. Cancelled before that,
+        the plan has no steps and the loop closes the turn as cancelled."""
         self.finish_reason = "error"
-        before: Any = None
-        try:
-            with closing(self._network(messages, cancel)) as answers:  # a break leaves the requests now
-                for kind, value in answers:
-                    if kind == "before":
-                        before = value
-                        continue
-                    if kind == "started":
-                        yield TurnStarted(turn, value, self.num_speculative_tokens)
-                        continue
-                    step = value
-                    for telemetry in (self.turn_telemetry, self.session_telemetry):
-                        telemetry.update(step.stats, len(step.tokens))
-                    reply.extend(t.text for t in step.tokens)
-                    yield StepEvent(turn, step, time.perf_counter() - start)
-                    if cancel.is_set():
-                        finish = "cancelled"
-                        break
-                    if self.turn_telemetry.num_tokens >= self.max_new_tokens:  # whatever the server goes on sending
-                        finish = "length"
-                        break
-                else:
-                    finish = "cancelled" if cancel.is_set() else self.finish_reason
-        except RemoteError as exc:
-            yield ErrorEvent(str(exc), turn)
-        except Exception as exc:  # a protocol surprise: one line, and the chat goes on
-            yield ErrorEvent(self.endpoint.shown(f"remote generation failed: {type(exc).__name__}: {exc}"), turn)
-        text_out = "".join(reply)
-        self.history.append({"role": "assistant", "content": text_out})
-        metrics = {"turn": self.turn_metrics.to_dict(), "session": self.session_metrics.to_dict()}
-        # the server's own counters across this turn (exact only with one client at a time)
-        # (not after a cancel: that would wait on the server the user just left)
-        counters, problem = None, None
-        if finish != "cancelled":  # Esc while the server is asked leaves them out
-            counters, problem = self._unless_cancelled(lambda: self._counters_across(before), cancel) or (None, None)
-        if counters is not None:
-            metrics["server"] = counters
-        if problem is not None:
-            yield ErrorEvent(self.endpoint.shown(problem, 400), turn)
-        yield TurnFinished(turn, finish, text_out, metrics, time.perf_counter() - start)
+        self._counters_before = None
+        answers = self._network(messages, self._cancel)
+        prompt_tokens = 0
+        for kind, value in answers:
+            if kind == "before":
+                self._counters_before = value
+            elif kind == "started":
+                prompt_tokens = value
+                break
+        return TurnPlan(prompt_tokens, self._steps(answers), self.num_speculative_tokens)
+
+    @staticmethod
+    def _steps(answers: Iterator[tuple[str, Any]]) -> Iterator[Step]:
+        with closing(answers):  # closing the steps (a break in the loop) shuts the stream
+            for kind, value in answers:
+                if kind == "step":
+                    yield value
+
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def stream_finish(self, last: str) -> str:
+        return self.finish_reason
+
+    def error_line(self, exc: Exception) -> str:
+        if isinstance(exc, RemoteError):
+            return str(exc)
+        # a protocol surprise: one line, and the chat goes on
+        return self.endpoint.shown(f"remote generation failed: {type(exc).__name__}: {exc}")
+
+    def turn_ended(self, finish: str) -> tuple[dict[str, Any], str | None]:
+        """The server's own counters across this turn (exact only with one client at a
+        time); not after a cancel, nor past one: that would wait on the server the user
+        just left (they are read on a thread of their own, and Esc leaves them unread)."""
+        if finish == "cancelled":
+            return {}, None
+        before = self._counters_before
+        counters, problem = self._unless_cancelled(lambda: self._counters_across(before), self._cancel) or (None, None)
+        return ({} if counters is None else {"server": counters}), (
+            None if problem is None else self.endpoint.shown(problem, 400))

@@ -1,32 +1,35 @@
 """Panel figures: live telemetry for the UI and their text. Pure Python, no Textual.
 
-The panel is built from the same :class:`~specchat.telemetry.Telemetry` the engine
-uses, fed with every StepEvent's stats while a turn streams. When the turn finishes,
-the engine's own snapshots (``TurnFinished.metrics``) replace the live ones, so the
-figures on screen after a turn are exactly ``engine.metrics``.
+While a turn streams, the panel runs the turn loop's own fold over the StepEvents it
+receives; when the turn finishes, the loop's snapshots (``TurnFinished.metrics``)
+replace the live ones, so the figures on screen after a turn are exactly the backend's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from specchat.events import ChatReset, StepEvent, TurnFinished, TurnStarted
-from specchat.telemetry import MetricsSnapshot, Telemetry
+from specchat.events import StepEvent, TurnFinished, TurnStarted
+from specchat.telemetry import ChatTelemetry, MetricsSnapshot
 
 HIDDEN = "·"  # shown instead of wall-clock figures in deterministic (snapshot) mode
 
 
 class LiveFigures:
-    """Per-turn and whole-session snapshots, updated from the event stream."""
+    """Per-turn and whole-session snapshots, updated from the event stream.
+
+    While a turn streams, the panel's figures come from the same fold the turn loop
+    runs (:class:`~specchat.telemetry.ChatTelemetry`) over the StepEvents received; the
+    snapshots ``TurnFinished.metrics`` carries then replace them (for a replay, they are
+    the recorded session's own)."""
 
     def __init__(self, max_gamma: int = 8, underivable: tuple[str, ...] = ()) -> None:
         self.max_gamma = max_gamma
         # figures the backend cannot support (a server's draft cost): shown as – while a
         # turn streams too, as in the backend's own snapshots
-        self.underivable = tuple(k for k in underivable if k in MetricsSnapshot.__dataclass_fields__)
-        self._turn = Telemetry(max_gamma=max_gamma)
-        self._session = Telemetry(max_gamma=max_gamma)
+        self.underivable = tuple(underivable)
+        self._live = ChatTelemetry(max_gamma=max_gamma, underivable=self.underivable)
         self._turn_final: MetricsSnapshot | None = None
         self._session_final: MetricsSnapshot | None = None
         self.turn_number: int | None = None
@@ -40,15 +43,11 @@ class LiveFigures:
         """Feed one event; True if the figures changed."""
         if isinstance(event, TurnStarted):
             self.turn_number = event.turn
-            self._turn.reset()
-            self._turn.start_turn()
-            self._session.start_turn()
+            self._live.start_turn()
             self._turn_final = None
             return True
         if isinstance(event, StepEvent):
-            stats, n = event.step.stats, len(event.step.tokens)
-            self._turn.update(stats, n)
-            self._session.update(stats, n)
+            self._live.update(event.step.stats, len(event.step.tokens))
             self._session_final = None
             return True
         if isinstance(event, TurnFinished):
@@ -58,23 +57,15 @@ class LiveFigures:
             if "session" in metrics:
                 self._session_final = MetricsSnapshot.from_dict(metrics["session"])
             return True
-        if isinstance(event, ChatReset):
-            return False
         return False
-
-    def _live(self, telemetry: Telemetry) -> MetricsSnapshot:
-        snapshot = telemetry.snapshot()
-        if not self.underivable:
-            return snapshot
-        return replace(snapshot, **{k: ({} if k == "verify_cost" else None) for k in self.underivable})
 
     @property
     def turn(self) -> MetricsSnapshot:
-        return self._turn_final or self._live(self._turn)
+        return self._turn_final or self._live.turn
 
     @property
     def session(self) -> MetricsSnapshot:
-        return self._session_final or self._live(self._session)
+        return self._session_final or self._live.session
 
 
 # --- text -------------------------------------------------------------------------

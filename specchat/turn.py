@@ -1,0 +1,125 @@
+"""The one turn loop: a user message in, chat events out, whatever produces the steps.
+
+A local engine and a server are two *sources of steps*; from the steps on, everything is
+this loop: the history, the events (UserMessage, TurnStarted, StepEvent…, ErrorEvent,
+TurnFinished), the one telemetry fold (:class:`~specchat.telemetry.ChatTelemetry`) and
+the finish reason. Pure Python: no torch, no UI. A source subclasses :class:`Conversation`
+and says how to begin a turn (:meth:`Conversation.begin_turn`) and, where it differs,
+how its failures read and what it adds when the turn ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any
+
+from specchat.events import ErrorEvent, Step, StepEvent, TurnFinished, TurnStarted, UserMessage
+from specchat.telemetry import ChatTelemetry, MetricsSnapshot
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """What a source says when a turn begins: the prompt's length in tokens (0 where it
+    cannot tell before replying), the γ it speculates with, a one-time note for the user,
+    and the reply's steps, tokens carrying their text."""
+
+    prompt_tokens: int
+    steps: Iterator[Step]
+    num_speculative_tokens: int | str = 0
+    note: str = ""
+
+
+class Conversation:
+    """History, turn numbers and telemetry of one chat, and :meth:`send`, the turn loop.
+
+    ``max_new_tokens`` bounds a reply here only where the source does not bound it
+    itself (``bounds_reply`` False: a server may go on sending)."""
+
+    bounds_reply = True
+
+    def __init__(self, telemetry: ChatTelemetry, *, system_prompt: str | None = None,
+                 max_new_tokens: int = 512) -> None:
+        self.telemetry = telemetry
+        self.system_prompt = system_prompt
+        self.max_new_tokens = max_new_tokens
+        self.history: list[dict[str, str]] = []
+        self.turn = 0
+
+    # --- what a source of steps provides
+    def begin_turn(self, messages: list[dict[str, str]]) -> TurnPlan:
+        raise NotImplementedError
+
+    def cancelled(self) -> bool:
+        """Whether the user cancelled the turn (checked after each step)."""
+        return False
+
+    def stream_finish(self, last: str) -> str:
+        """The finish reason once the steps ran out; ``last`` is the last step's."""
+        return last
+
+    def error_line(self, exc: Exception) -> str:
+        """One line for the UI when the turn fails; the chat goes on."""
+        return f"generation failed: {type(exc).__name__}: {exc}"
+
+    def turn_ended(self, finish: str) -> tuple[dict[str, Any], str | None]:
+        """(figures to add to ``TurnFinished.metrics``, a problem to say in one line or None)."""
+        return {}, None
+
+    # --- the conversation
+    @property
+    def turn_metrics(self) -> MetricsSnapshot:
+        return self.telemetry.turn
+
+    @property
+    def session_metrics(self) -> MetricsSnapshot:
+        return self.telemetry.session
+
+    def messages(self, text: str) -> list[dict[str, str]]:
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return system + self.history + [{"role": "user", "content": text}]
+
+    def send(self, text: str) -> Iterator[Any]:
+        """Runs one turn, yielding UserMessage, TurnStarted, StepEvent…, TurnFinished
+        (and ErrorEvent before TurnFinished if it failed). The user message and whatever
+        was generated — also when cancelled or failed — stay in ``history``."""
+        self.turn += 1
+        turn = self.turn
+        yield UserMessage(turn, text)
+        messages = self.messages(text)
+        self.history.append({"role": "user", "content": text})
+        self.telemetry.start_turn()
+        start = time.perf_counter()
+        reply: list[str] = []
+        finish = "error"
+        try:
+            plan = self.begin_turn(messages)
+            yield TurnStarted(turn, plan.prompt_tokens, plan.num_speculative_tokens, plan.note)
+            emitted = 0
+            with closing(plan.steps) as steps:  # a break closes the stream now
+                for step in steps:
+                    self.telemetry.update(step.stats, len(step.tokens))
+                    reply.extend(t.text for t in step.tokens)
+                    emitted += len(step.tokens)
+                    finish = step.finish_reason or finish
+                    yield StepEvent(turn, step, time.perf_counter() - start)
+                    if self.cancelled():
+                        finish = "cancelled"
+                        break
+                    if not self.bounds_reply and emitted >= self.max_new_tokens:
+                        finish = "length"  # whatever the source goes on sending
+                        break
+                else:
+                    finish = "cancelled" if self.cancelled() else self.stream_finish(finish)
+        except Exception as exc:  # shown in the UI as one line; the chat goes on
+            yield ErrorEvent(self.error_line(exc), turn)
+        text_out = "".join(reply)
+        self.history.append({"role": "assistant", "content": text_out})
+        metrics = self.telemetry.metrics()
+        extra, problem = self.turn_ended(finish)
+        metrics.update(extra)
+        if problem is not None:
+            yield ErrorEvent(problem, turn)
+        yield TurnFinished(turn, finish, text_out, metrics, time.perf_counter() - start)
