@@ -59,3 +59,8 @@ class SamplingError(SpecchatError, ValueError):
 class GenerationError(SpecchatError):
     """Generation cannot go on (e.g. a model returned NaN or infinite logits). The
     engine's caches are reset; the chat, and what was already generated, stay."""
+
+
+def one_line(exc: BaseException) -> str:
+    """A user-facing, inert line for any exception: SpecchatError's own text, else type + message."""
+    return clean_line(str(exc) if isinstance(exc, SpecchatError) else f"{type(exc).__name__}: {exc}")

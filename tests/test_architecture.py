@@ -8,6 +8,8 @@ feels: importing a layer really leaves the heavy packages unloaded.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +24,35 @@ def test_import_contracts_are_kept():
     assert LINT_IMPORTS.exists(), "import-linter is in the test extras: pip install -e '.[test]'"
     result = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "4 kept, 0 broken" in result.stdout
+    assert "6 kept, 0 broken" in result.stdout
+
+
+def lint_copy(tmp_path: Path, plant: dict[str, str]) -> subprocess.CompletedProcess:
+    """lint-imports over a copy of the package with ``plant`` (path → line) appended."""
+    shutil.copytree(ROOT / "specchat", tmp_path / "specchat", ignore=shutil.ignore_patterns("__pycache__", "*.gguf",
+                                                                                           "*.safetensors"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for path, line in plant.items():
+        with open(tmp_path / path, "a", encoding="utf-8") as f:
+            f.write(f"\n{line}\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+@pytest.mark.parametrize("plant, contract", [
+    # the two circles issue 27 found, planted back
+    ({"specchat/engine/backends/base.py": "from specchat.engine.backends.transformers import TransformersBackend"},
+     "No import circles"),
+    ({"specchat/ui/session_controls.py": "from specchat.ui.app import SpecchatApp"}, "No import circles"),
+    # an upward import that closes no circle: the event vocabulary reaching for a layer above
+    ({"specchat/events.py": "import specchat.heads"}, "Layers: nothing imports upward"),
+])
+def test_a_planted_circle_or_upward_import_breaks_a_contract(tmp_path, plant, contract):
+    result = lint_copy(tmp_path, plant)
+    assert result.returncode != 0, result.stdout[-2000:]
+    broken = [line for line in result.stdout.splitlines() if line.endswith("BROKEN")]
+    assert any(line.startswith(contract) for line in broken), result.stdout[-3000:]
 
 
 def loaded_after(statement: str, watched: tuple[str, ...]) -> list[str]:

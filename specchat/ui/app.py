@@ -18,6 +18,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
+from specchat.errors import one_line
 from specchat.events import ErrorEvent, Loaded, LoadProgress, StepEvent, UserMessage
 from specchat.sanitize import clean_data, clean_line, decode_input
 from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader, replay_loader
@@ -42,13 +43,6 @@ DRAIN_INTERVAL_S = 1 / 6
 def is_step(event: Any) -> bool:
     """The events that each cost a model step (the StepGate times these)."""
     return isinstance(event, StepEvent)
-
-
-def one_line(exc: BaseException) -> str:
-    """A user-facing, inert line for any exception: SpecchatError's own text, else type + message."""
-    from specchat.errors import SpecchatError
-
-    return clean_line(str(exc) if isinstance(exc, SpecchatError) else f"{type(exc).__name__}: {exc}")
 
 
 # Markers the workers put between the chat events (never shown, never recorded).

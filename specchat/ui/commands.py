@@ -3,13 +3,35 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 from textual.app import SystemCommand
 from textual.command import CommandListItem, SimpleCommand
 
-if TYPE_CHECKING:
-    from specchat.ui.app import SpecchatApp
+from specchat.ui.backend import BackendInfo
+
+
+class PaletteHost(Protocol):
+    """The app as the palette sees it (declared here, so this module need not import
+    ``app.py``, which imports it: no circle)."""
+
+    @property
+    def info(self) -> BackendInfo | None: ...
+
+    switch_profile: Callable[..., None]
+    set_gamma: Callable[[int | str], Any]
+    set_temperature: Callable[[float], Any]
+    search_commands: Callable[..., Any]
+    pick_profile: Callable[[], Any]
+    action_new_chat: Callable[[], Any]
+    action_copy_reply: Callable[[], Any]
+    action_toggle_markdown: Callable[[], Any]
+    action_toggle_panel: Callable[[], Any]
+    action_toggle_thinking: Callable[[], Any]
+    action_inspect: Callable[[], Any]
+    action_history: Callable[[], Any]
+    action_screenshot: Callable[[], Any]
+    action_help: Callable[[], Any]
 
 TEMPERATURES = (0.0, 0.3, 0.6, 0.8, 1.0, 1.2)
 
@@ -23,14 +45,14 @@ def available_profiles() -> dict[str, str]:
     return {name: str(path) for name, path in profile_files().items()}
 
 
-def profile_commands(app: SpecchatApp) -> list[CommandListItem]:
+def profile_commands(app: PaletteHost) -> list[CommandListItem]:
     return [
         SimpleCommand(name, partial(app.switch_profile, name), f"load {path} (the current chat stays until it loads)")
         for name, path in available_profiles().items()
     ]
 
 
-def gamma_commands(app: SpecchatApp) -> list[CommandListItem]:
+def gamma_commands(app: PaletteHost) -> list[CommandListItem]:
     top = app.info.max_gamma if app.info else 8
     items: list[CommandListItem] = [
         SimpleCommand("γ auto", partial(app.set_gamma, "auto"), "let the controller choose γ each step")
@@ -39,14 +61,14 @@ def gamma_commands(app: SpecchatApp) -> list[CommandListItem]:
     return items
 
 
-def temperature_commands(app: SpecchatApp) -> list[CommandListItem]:
+def temperature_commands(app: PaletteHost) -> list[CommandListItem]:
     return [
         SimpleCommand(f"temperature {t:.1f}", partial(app.set_temperature, t), "greedy" if t == 0 else "sampling")
         for t in TEMPERATURES
     ]
 
 
-def system_commands(app: SpecchatApp) -> Iterable[SystemCommand]:
+def system_commands(app: PaletteHost) -> Iterable[SystemCommand]:
     yield SystemCommand("Switch profile…", "Load another profile in the background", app.pick_profile)
     yield SystemCommand("Set γ…", "Number of speculative tokens per step", partial(app.search_commands, gamma_commands(app), "γ…"))
     yield SystemCommand(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from specchat.errors import one_line
 from specchat.sanitize import clean_line
 from specchat.sessions.private_files import FILE_MODE, private_dir
 from specchat.ui.backend import replay_loader
@@ -43,8 +44,6 @@ class SessionControls:
         try:
             loader = self.reopen(path)  # reads the file: a damaged one is reported here
         except Exception as exc:
-            from specchat.ui.app import one_line
-
             self.notify(clean_line(f"cannot reopen {path.name}: {one_line(exc)}"), severity="error", timeout=10,
                         markup=False)
             return

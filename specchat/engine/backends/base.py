@@ -113,12 +113,3 @@ class Backend:
         """Bytes of the model's weights (0 when unknown)."""
         return 0
 
-
-def as_backend(model: object) -> Backend:
-    """A backend as it is; a transformers model wrapped in :class:`TransformersBackend`
-    (the engine's public API takes either)."""
-    if isinstance(model, Backend):
-        return model
-    from specchat.engine.backends.transformers import TransformersBackend
-
-    return TransformersBackend(model)
