@@ -84,3 +84,17 @@ def test_help_and_profiles_do_not_import_torch():
         "    main(['profiles', 'list'])"
     )
     assert loaded_after(statement, ("torch", "transformers", "textual")) == []
+
+
+def test_no_module_imports_a_package_it_lives_in():
+    """A child importing its own package's ``__init__`` is the upward import the layers
+    contract cannot see (it names top-level packages): the package that lazily imports
+    its children would close a circle through it. The root's ``__version__`` is the one
+    exception (it imports nothing)."""
+    import grimp
+
+    graph = grimp.build_graph("specchat", cache_dir=None)
+    upward = sorted((module, imported) for module in graph.modules
+                    for imported in graph.find_modules_directly_imported_by(module)
+                    if module.startswith(imported + ".") and imported != "specchat")
+    assert upward == []

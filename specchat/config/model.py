@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specchat.remote.servers import REMOTE_BACKENDS
+
 EMBEDDED_SOURCE = "embedded:smollm2-135m-instruct"
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "8bit", "4bit-nf4", "4bit-fp4")
 METHODS = ("draft_model", "ngram", "eagle3", "hybrid", "none")
 HEAD_METHODS = ("eagle3", "hybrid")  # a head on the target's features: eagle3 alone, or with n-gram lookup
-BACKENDS = ("transformers", "llama.cpp", "llama-server", "vllm")
-REMOTE_BACKENDS = ("llama-server", "vllm")
+BACKENDS = ("transformers", "llama.cpp", *REMOTE_BACKENDS)
 GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K")
 MAX_SPECULATIVE_TOKENS = 16
 

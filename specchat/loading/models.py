@@ -12,6 +12,7 @@ from typing import Any, Callable
 from ..config.model import HEAD_METHODS, ModelSpec, Profile
 from ..errors import ModelLoadError
 from ..events import LoadProgress
+from ..remote.servers import is_remote
 from . import embedded
 from .compat import check_draft_compatible
 from .devices import check_quantized_layers, quantization_config, resolve_device, resolve_dtype
@@ -42,7 +43,7 @@ class ResolvedSource:
 
 def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
     """Load what ``profile`` asks for; every failure is a one-line ModelLoadError."""
-    if profile.target.backend in ("llama-server", "vllm"):
+    if is_remote(profile):
         raise ModelLoadError(f"backend '{profile.target.backend}' is a server, not a model to load here",
                              key="target.backend", hint="open it as a chat (specchat / specchat run), which "
                              "connects to [target] url")

@@ -9,66 +9,9 @@ export and ``specchat run`` work unchanged. HTTP goes through httpx (:mod:`.http
 
 from __future__ import annotations
 
-REMOTE_BACKENDS = ("llama-server", "vllm")
+from specchat.remote.connect import open_chat
+from specchat.remote.servers import (NOT_DERIVABLE, REMOTE_BACKENDS, UNDERIVABLE, is_remote, is_server_session,
+                                     server_fields, support_line, without_underivable)
 
-# What a server's stream cannot tell: the draft's cost (c), so neither the α-vs-c
-# prediction nor v(k). They stay None — "not derivable from the server" — rather than
-# the 0 an unknown draft time would give.
-NOT_DERIVABLE = ("draft_forward_ms", "cost_ratio", "predicted_speedup_paper", "predicted_speedup",
-                 "predicted_speedup_steps", "breakeven", "speedup_lower_bound", "best_gamma",
-                 "arithmetic_increase")
-UNDERIVABLE = (*NOT_DERIVABLE, "verify_cost")  # v(k) too: {} rather than None
-
-
-def without_underivable(snapshot):
-    """``snapshot`` (a MetricsSnapshot) with the figures a server cannot support set to None."""
-    from specchat.telemetry import masked
-
-    return masked(snapshot, UNDERIVABLE)
-
-
-def is_server_session(models) -> bool:
-    """Whether a recording header's ``models`` describe a server (see :func:`server_fields`)."""
-    return isinstance(models, dict) and models.get("backend") in REMOTE_BACKENDS
-
-
-def is_remote(profile) -> bool:
-    return getattr(profile.target, "backend", "") in REMOTE_BACKENDS
-
-
-def open_chat(profile, progress=None):
-    """(chat backend, info dict for the recording header) for a remote profile.
-    Raises SpecchatError (one line) when the server cannot be reached or used."""
-    if profile.target.backend == "vllm":
-        from specchat.remote.vllm import VllmChat as cls
-    else:
-        from specchat.remote.llama_server import LlamaServerChat as cls
-    chat = cls.connect(profile, progress)
-    return chat, chat.info
-
-
-def server_fields(server: dict) -> dict:
-    """``BackendInfo`` fields for a server's description (live, or from a recording's
-    header — untrusted there, so only well-typed values are used): its drafting method
-    and γ size the panel; ``details.speculation_source`` says what is known or inferred."""
-    gamma = server.get("server_num_speculative_tokens")
-    gamma = gamma if isinstance(gamma, int) and not isinstance(gamma, bool) and 0 <= gamma <= 64 else 0
-    spec = server.get("server_speculative")
-    kind = spec.get("type") if isinstance(spec, dict) and isinstance(spec.get("type"), str) else "server"
-    source = server.get("speculation_source")
-    speculates = server.get("server_speculates", bool(gamma)) is True
-    return {"method": kind if speculates else "none", "num_speculative_tokens": gamma,
-            "max_gamma": gamma or 8,
-            "details": {"speculation_source": source if isinstance(source, str) else "",
-                        "not_derivable": list(UNDERIVABLE)}}
-
-
-def support_line(info: dict) -> str:
-    """One line: what the server serves and how it speculates (``profiles check``, and
-    the first thing a chat or ``run`` reports on connecting)."""
-    gamma = info.get("server_num_speculative_tokens") or 0
-    spec = info.get("server_speculative") or {}
-    how = (f"speculation {spec.get('type', '?')}, γ {gamma or 'unknown until it drafts'}"
-           if info.get("server_speculates") else "no speculation")
-    return (f"{info.get('backend')} at {info.get('url')} serves {info.get('target') or '?'}; {how} — "
-            f"{info.get('speculation_source')}")
+__all__ = ["NOT_DERIVABLE", "REMOTE_BACKENDS", "UNDERIVABLE", "is_remote", "is_server_session", "open_chat",
+           "server_fields", "support_line", "without_underivable"]

@@ -38,7 +38,7 @@ def remote_bench(profile, sets, *, plain_url: str | None, repeat: int = 1, max_n
                  say=print) -> dict[str, Any]:
     """Runs every prompt on the speculative server (the profile's url) and, with
     ``plain_url``, on the plain one; returns the results document."""
-    from specchat.remote import open_chat
+    from specchat.remote.connect import open_chat
 
     configs = {"speculative": profile}
     if plain_url:

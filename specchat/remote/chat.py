@@ -17,9 +17,9 @@ from contextlib import closing
 from typing import Any
 
 from specchat.events import Step
-from specchat.remote import UNDERIVABLE
 from specchat.remote.http import Endpoint, RemoteError
 from specchat.remote.metrics import BadCounters
+from specchat.remote.servers import UNDERIVABLE, support_line
 from specchat.telemetry import ChatTelemetry
 from specchat.turn import Conversation, TurnPlan
 
@@ -40,7 +40,6 @@ class RemoteChat(Conversation):
     def connect(cls, profile, progress=None):
         """Checks the server answers and reads what it serves; RemoteError (one line) if not."""
         from specchat.events import LoadProgress
-        from specchat.remote import support_line
 
         report = progress or (lambda event: None)
         endpoint = Endpoint(profile.target.url, profile.target.api_key_env)

@@ -46,8 +46,9 @@ class ReplayBackend:
         """The recorded profile's speculation settings as ``BackendInfo`` fields, so the
         panel is sized and labelled as it was live (method, γ, its ceiling, temperature)."""
         models = self.recording.header.models
-        if isinstance(models, dict) and models.get("backend") in ("llama-server", "vllm"):
-            from specchat.remote import server_fields  # a server's session: its own γ and method
+        from specchat.remote.servers import is_server_session, server_fields
+
+        if is_server_session(models):  # a server's session: its own γ and method
 
             return server_fields(models)
         settings = recorded_settings(self.recording.header.profile)
