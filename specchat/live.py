@@ -65,15 +65,10 @@ def _build(profile_ref: Any, progress: ProgressCallback):
         thinking=thinking,
         profile_ref=str(profile.source_path) if profile.source_path else profile.name,
         details=dict(models.info or {}),
-        computes_on_cpu=computes_on_cpu(models.info or {}),
+        # declared by the backends; llama.cpp with some layers offloaded still computes on the CPU
+        computes_on_cpu="cpu" in models.computes_on,
     )
     return profile, models, session, info
-
-
-def computes_on_cpu(info: dict[str, Any]) -> bool:
-    """Whether the target or the draft runs on the CPU ("cpu"; not "cuda:0", not llama.cpp's
-    "cpu+gpu (N layers)")."""
-    return any(isinstance(m, dict) and m.get("device") == "cpu" for m in (info.get("target"), info.get("draft")))
 
 
 def _build_remote(profile: Any, progress: ProgressCallback):

@@ -214,16 +214,3 @@ def test_a_consumer_that_stops_early_ends_the_backends_generator():
     assert next(steps) == 0
     steps.close()
     assert closed == [True]
-
-
-@pytest.mark.parametrize("info, gated", [
-    ({"target": {"device": "cpu"}, "draft": None}, True),
-    ({"target": {"device": "cuda:0"}, "draft": None}, False),
-    ({"target": {"device": "cpu+gpu (99 layers)"}}, False),
-    ({"target": {"device": "cuda:0"}, "draft": {"device": "cpu"}}, True),
-    ({}, False),  # a server's: nothing computes here
-])
-def test_the_app_gates_models_that_compute_on_this_cpu(info, gated):
-    from specchat.live import computes_on_cpu
-
-    assert computes_on_cpu(info) is gated

@@ -29,6 +29,9 @@ class LoadedModels:
     draft: Any | None
     info: dict[str, Any] = field(default_factory=dict)
     head: Any | None = None  # an EAGLE-3 head (method = "eagle3"), reading ``target``'s features
+    # the kinds of device doing the target's and the draft's arithmetic, as the backends
+    # declare them: "cpu" in it means the models share this machine's cores with the UI
+    computes_on: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -102,9 +105,13 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         "transformers": transformers.__version__,
         "load_seconds": round(time.perf_counter() - started, 2),
     }
+    from specchat.engine.backends.placement import computes_on, share_cores
+
+    share_cores((target, draft))
+    where = frozenset().union(*(computes_on(m) for m in (target, draft) if m is not None))
     _settle_heap()
     report(LoadProgress("done", 1, 1, f"loaded in {info['load_seconds']:.1f} s"))
-    return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info, head=head)
+    return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info, head=head, computes_on=where)
 
 
 def _settle_heap() -> None:

@@ -43,6 +43,11 @@ class Backend:
       eos_token_ids: the end-of-sequence ids the model's own config names.
       precision: what the logits are computed in, e.g. "float32", "bfloat16",
         "4bit-nf4", "gguf:Q4_1" — near-tie rules for greedy comparisons depend on it.
+      computes_on: the kinds of device doing the model's arithmetic ({"cpu"}, {"cuda"}, or
+        {"cpu", "gpu"} for llama.cpp with some layers offloaded): a model that computes on
+        the CPU shares its cores with the UI and with any other model in the process.
+      uses_torch_threads: whether that CPU arithmetic runs on torch's thread pool (a
+        transformers model) rather than on threads of its own (llama.cpp).
       can_rollback: whether the cache can drop its last positions (rejected drafts) without
         recomputing; a backend that cannot (recurrent state) is still correct — it re-runs
         the ids from the start when asked to go back — and the engine decodes it without
@@ -57,6 +62,8 @@ class Backend:
     vocab_size: int = 0
     eos_token_ids: frozenset[int] = frozenset()
     precision: str = "float32"
+    computes_on: frozenset[str] = frozenset({"cpu"})
+    uses_torch_threads: bool = True
     can_rollback: bool = True
     provides_features: bool = False
     features_note: str = "this backend cannot hand out hidden states"

@@ -28,6 +28,18 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def offload_devices(n_gpu_layers: int, num_layers: int) -> frozenset[str]:
+    """Where llama.cpp computes with ``n_gpu_layers`` offloaded (-1: all). The output
+    layer goes to the GPU only past the last block (n_gpu_layers > num_layers), so
+    offloading exactly num_layers still leaves the vocabulary projection on the CPU.
+    (Loading refuses n_gpu_layers on a build without GPU support.)"""
+    if n_gpu_layers == 0:
+        return frozenset({"cpu"})
+    if n_gpu_layers < 0 or n_gpu_layers > num_layers:
+        return frozenset({"gpu"})
+    return frozenset({"cpu", "gpu"})
+
+
 class LlamaCppBackend(Backend):
     """A GGUF model. ``n_ctx`` 0 = the model's trained context (capped at ``max_ctx``);
     ``n_gpu_layers`` layers are offloaded where llama.cpp was built with a GPU backend.
@@ -45,11 +57,7 @@ class LlamaCppBackend(Backend):
         self._llama_cpp = llama_cpp
         if not verbose:
             quiet_logs(llama_cpp)
-        threads = n_threads or default_threads()
-        # llama.cpp's threads own the cores. torch only samples over a few rows of logits
-        # between decodes, which one thread does as fast; more would leave OpenMP workers
-        # spinning into llama.cpp's next decode and steal its cores.
-        torch.set_num_threads(1)
+        threads = n_threads or default_threads()  # llama.cpp's own threads, not torch's
         trained = trained_context(llama_cpp, model_path) or max_ctx
         self.llm = llama_cpp.Llama(
             model_path=str(model_path), n_ctx=n_ctx or min(trained, max_ctx), n_batch=n_batch, n_ubatch=n_batch,
@@ -74,6 +82,8 @@ class LlamaCppBackend(Backend):
         self.precision = "gguf:" + model_file_type(self.llm)
         self._ids: list[int] = []
         self.num_layers = int(llama_cpp.llama_model_n_layer(self.llm._model.model))
+        self.computes_on = offload_devices(n_gpu_layers, self.num_layers)
+        self.uses_torch_threads = False
         self.hidden_size = int(llama_cpp.llama_model_n_embd(self.llm._model.model))
         self._layer_inputs = bind(llama_cpp)
         architecture = str(self.llm.metadata.get("general.architecture", "unknown"))

@@ -113,6 +113,7 @@ class TransformersBackend(Backend):
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self.device = next(model.parameters()).device
+        self.computes_on = frozenset({self.device.type})
         self.max_length = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self.vocab_size = int(model.config.vocab_size)
         self.eos_token_ids = eos_ids_of(model)
