@@ -39,6 +39,7 @@ class Conversation:
     itself (``bounds_reply`` False: a server may go on sending)."""
 
     bounds_reply = True
+    can_send = True  # a live chat, for the UI (specchat.ui.backend.ChatBackend)
 
     def __init__(self, telemetry: ChatTelemetry, *, system_prompt: str | None = None,
                  max_new_tokens: int = 512) -> None:
@@ -67,6 +68,9 @@ class Conversation:
     def turn_ended(self, finish: str) -> tuple[dict[str, Any], str | None]:
         """(figures to add to ``TurnFinished.metrics``, a problem to say in one line or None)."""
         return {}, None
+
+    def close(self) -> None:
+        """Nothing to release: the models belong to whoever loaded them."""
 
     # --- the conversation
     @property

@@ -27,6 +27,8 @@ class EndlessChat:
     """A ChatBackend like the engine's ChatSession: one token per step, stopping only
     when cancelled (or after 5 steps for a prompt starting with "short")."""
 
+    can_send = True
+
     def __init__(self) -> None:
         self._cancel = threading.Event()
         self.turn = 0
@@ -60,6 +62,9 @@ class EndlessChat:
         pass
 
     def set_thinking(self, enabled: bool) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 

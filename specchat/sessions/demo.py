@@ -153,10 +153,12 @@ def run_script(
 
 
 class ScriptedBackend:
-    """A live ChatBackend played by a script: to the UI an EventSource (it has no
-    ``send``, so the app plays it hands-free like a replay), while the wrapped backend
-    generates — and records — for real. Pauses wait on the cancel flag, so Esc stops
-    the demo at once."""
+    """A live ChatBackend played by a script: to the UI an EventSource (it declares it
+    takes no messages, so the app plays it hands-free like a replay), while the wrapped
+    backend generates — and records — for real. Pauses wait on the cancel flag, so Esc
+    stops the demo at once."""
+
+    can_send = False
 
     def __init__(self, inner: Any, steps: list[DemoStep]) -> None:
         self.inner = inner
@@ -174,9 +176,7 @@ class ScriptedBackend:
         self.inner.cancel()
 
     def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
+        self.inner.close()
 
 
 def _in_turn(event: Any) -> bool:

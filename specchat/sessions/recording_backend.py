@@ -25,6 +25,8 @@ from specchat.events import ChatReset, Notice, SessionHeader
 class RecordingBackend:
     """A ChatBackend that appends every event it yields to ``recorder``."""
 
+    can_send = True
+
     def __init__(self, inner: Any, recorder: Any, *, takes_over: tuple[RecordingBackend, SessionHeader] | None = None) -> None:
         self.inner = inner
         self.recorder = recorder

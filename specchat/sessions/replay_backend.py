@@ -23,6 +23,8 @@ class ReplayBackend:
     and the reason; ``damage`` holds the same.
     """
 
+    can_send = False  # plays by itself (specchat.ui.backend.EventSource)
+
     def __init__(self, source: Recording | str | os.PathLike[str], speed: float | str = 1.0,
                  idle_limit: float = IDLE_LIMIT_S) -> None:
         self.recording = source if isinstance(source, Recording) else read_recording(source)
@@ -49,7 +51,6 @@ class ReplayBackend:
         from specchat.remote.servers import is_server_session, server_fields
 
         if is_server_session(models):  # a server's session: its own γ and method
-
             return server_fields(models)
         settings = recorded_settings(self.recording.header.profile)
         fields: dict[str, Any] = {"method": settings["method"], "max_gamma": settings["max_gamma"]}
@@ -72,3 +73,6 @@ class ReplayBackend:
     def cancel(self) -> None:
         """Thread-safe: called from the UI thread while :meth:`events` runs in a worker."""
         self._cancelled.set()
+
+    def close(self) -> None:
+        """Nothing held: the file was read whole when this was built."""

@@ -240,7 +240,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         if loaded.pending and not self.chat.input.text:
             self.chat.input.text = loaded.pending  # the prompt that never got its reply
         self._update_status()
-        if isinstance(loaded.backend, EventSource) and not hasattr(loaded.backend, "send"):
+        if not loaded.can_send:  # a replay plays by itself
             self.generating = True
             self._engine_idle.clear()
             self._play(loaded.backend)
@@ -263,7 +263,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
             what = f"{self.loading} is still loading" if self.loading else "no profile is loaded (Ctrl+P: Switch profile)"
             self.notify(f"{what} — your message stays in the box", severity="warning", markup=False)
             return
-        if not hasattr(self.loaded.backend, "send"):
+        if not self.loaded.can_send:
             self.notify("this is a replay — nothing to send", severity="warning")
             return
         if self.generating:

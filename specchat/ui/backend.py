@@ -2,6 +2,8 @@
 
 The UI never imports torch; it sees only this protocol. Two kinds exist:
 
+Which one a backend is, it declares (``can_send``); the UI reads that, never probes.
+
 * a live chat (:class:`ChatBackend`) — the engine's ``ChatSession`` is one as it is.
   The UI never builds one: the CLI passes a :data:`Loader` from the composition root
   (:mod:`specchat.live`), which the app calls inside its loading worker thread;
@@ -24,7 +26,10 @@ ProgressCallback = Callable[[LoadProgress], None]
 class ChatBackend(Protocol):
     """A live conversation. ``send`` yields UserMessage, TurnStarted, StepEvent…,
     TurnFinished (or ErrorEvent) and runs in a worker thread; ``cancel`` is called from
-    the UI thread while ``send`` is running and must be thread-safe."""
+    the UI thread while ``send`` is running and must be thread-safe. ``close`` releases
+    what it holds (a recording file) when the app lets it go."""
+
+    can_send: bool  # True: it takes the user's messages
 
     def send(self, text: str) -> Iterator[Any]: ...
 
@@ -38,14 +43,20 @@ class ChatBackend(Protocol):
 
     def set_thinking(self, enabled: bool) -> None: ...
 
+    def close(self) -> None: ...
+
 
 @runtime_checkable
 class EventSource(Protocol):
     """Plays a whole session by itself (replay): ``events`` sleeps as recorded."""
 
+    can_send: bool  # False: it takes no messages
+
     def events(self) -> Iterator[Any]: ...
 
     def cancel(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -92,10 +103,13 @@ class LoadedBackend:
     info: BackendInfo
     pending: str | None = None
 
+    @property
+    def can_send(self) -> bool:
+        """A live chat (True) or a source that plays by itself (False), as declared."""
+        return self.backend.can_send
+
     def close(self) -> None:
-        close = getattr(self.backend, "close", None)
-        if callable(close):
-            close()
+        self.backend.close()
 
 
 Loader = Callable[[str | None, ProgressCallback], LoadedBackend]
@@ -109,7 +123,7 @@ def replay_loader(path: str | Path, speed: float | str = 1.0) -> Loader:
 
         progress(LoadProgress(stage="replay", message=f"reading {path}"))
         source = ReplayBackend(path, speed=speed)
-        name = getattr(source, "profile_name", None) or Path(path).stem
+        name = source.profile_name or Path(path).stem
         return LoadedBackend(source, BackendInfo(profile_name=str(name), description=f"replay of {Path(path).name}", **source.backend_info()))
 
     return load

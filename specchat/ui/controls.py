@@ -59,7 +59,7 @@ class Controls:
             self._reset_after_turn = True
             self.action_cancel()
             return
-        if self.loaded is not None and hasattr(self.loaded.backend, "reset"):
+        if self.loaded is not None and self.loaded.can_send:
             self.loaded.backend.reset()
         self.chat.current = None
         self.call_later(self.chat.transcript.clear_chat)
@@ -74,7 +74,7 @@ class Controls:
         self.notify(f"copied the last reply ({len(reply.text)} characters)")
 
     def _live_backend(self) -> Any | None:
-        if self.loaded is None or not hasattr(self.loaded.backend, "send"):
+        if self.loaded is None or not self.loaded.can_send:
             self.notify("no live model to change", severity="warning")
             return None
         return self.loaded.backend

@@ -95,9 +95,6 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
             return Row(label, HIDDEN, HIDDEN, True)
         return Row(label, fmt(getter(turn), digits, suffix), fmt(getter(session), digits, suffix), timing)
 
-    def speedup(m: MetricsSnapshot, key: str) -> float | None:
-        return getattr(m, key)
-
     return [
         row("tokens", lambda m: m.num_tokens),
         row("steps", lambda m: m.num_steps),
@@ -109,9 +106,9 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
         row("c (draft/target)", lambda m: m.cost_ratio, 3, timing=True),
         row("v(γ) verify cost", lambda m: _verify_at_gamma(m), 2, timing=True),
         row("E tokens/round", lambda m: m.expected_tokens_per_round),
-        row("speedup (paper)", lambda m: speedup(m, "predicted_speedup_paper"), 2, "×", timing=True),
-        row("speedup (cost)", lambda m: speedup(m, "predicted_speedup"), 2, "×", timing=True),
-        row("predicted, as run", lambda m: speedup(m, "predicted_speedup_steps"), 2, "×", timing=True),
+        row("speedup (paper)", lambda m: m.predicted_speedup_paper, 2, "×", timing=True),
+        row("speedup (cost)", lambda m: m.predicted_speedup, 2, "×", timing=True),
+        row("predicted, as run", lambda m: m.predicted_speedup_steps, 2, "×", timing=True),
         row("measured tok/s", lambda m: m.tokens_per_s, 1, timing=True),
         row("measured speedup", lambda m: m.measured_speedup, 2, "×", timing=True),
         row("time to 1st tok", lambda m: m.ttft_ms, 0, " ms", timing=True),
