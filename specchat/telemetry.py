@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specchat.contention import BUSY_SHARE
-from specchat.events import StepStats
+from specchat.events import StepEvent, StepStats, TurnStarted
 from specchat.speedup import StepSums, measured_speedup
 
 
@@ -439,6 +439,14 @@ class ChatTelemetry:
     def update(self, stats: StepStats, num_tokens: int) -> None:
         self.turn_telemetry.update(stats, num_tokens)
         self.session_telemetry.update(stats, num_tokens)
+
+    def replay(self, event: Any) -> None:
+        """Folds a recorded event, as the turn loop folded it live (for sources of
+        recorded events, which have no turn loop): a turn's start, or its steps."""
+        if isinstance(event, TurnStarted):
+            self.start_turn()
+        elif isinstance(event, StepEvent):
+            self.update(event.step.stats, len(event.step.tokens))
 
     @property
     def turn(self) -> MetricsSnapshot:

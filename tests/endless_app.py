@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 from specchat.events import Step, StepEvent, StepStats, Token, TurnFinished, TurnStarted, UserMessage
 from specchat.sessions.demo import ScriptedBackend, parse_script
+from specchat.telemetry import MetricsSnapshot
 from specchat.sessions.recorder import Recorder, build_header
 from specchat.sessions.recording_backend import RecordingBackend
 from specchat.ui.app import run_app
@@ -66,6 +67,8 @@ class EndlessChat:
 
     def close(self) -> None:
         pass
+
+    turn_metrics = session_metrics = MetricsSnapshot()
 
 
 def main(mode: str) -> int:

@@ -117,7 +117,7 @@ def test_tui_chat_matches_the_server_and_its_recording_replays_without_it(server
         app = SpecchatApp(str(path), loader=LiveLoader(record=True), deterministic=True)
         async with app.run_test(size=SIZE) as pilot:
             await chat(app, pilot, (REPEAT_PROMPT, "Again, the same text once more."), timeout=120)
-            assert "cost_ratio" in app.chat.figures.underivable  # c shows – while a reply streams, too
+            assert "cost_ratio" in app.loaded.backend.telemetry.underivable  # the source masks c: – while a reply streams, too
             return screen_state(app), app.info.recording
 
     before = spec_counters(server.url)

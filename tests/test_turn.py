@@ -104,3 +104,25 @@ def test_only_the_turn_loop_assembles_a_turn_finished():
     builders = [str(path.relative_to(ROOT)) for path in (ROOT / "specchat").rglob("*.py")
                 if re.search(r"\bTurnFinished\(", path.read_text(encoding="utf-8"))]
     assert builders == ["specchat/turn.py"]
+
+
+def test_the_ui_shows_the_sources_snapshots_and_folds_no_step_itself():
+    from specchat.ui.figures import FigureFeed, Figures, LiveFigures
+
+    folds = [str(p.relative_to(ROOT)) for p in (ROOT / "specchat" / "ui").rglob("*.py")
+             if re.search(r"\b\w*Telemetry\(|\.update\(\s*\w+\.step\.stats", p.read_text(encoding="utf-8"))]
+    assert folds == []
+    for interval_s, expected in ((0.0, ["TurnStarted", "StepEvent", "StepEvent", "StepEvent"]),
+                                 (3600.0, ["TurnStarted"])):  # throttled; the turn's end carries its own
+        chat = Scripted([step(2, 2, 1), step(1), step(3, 2, 2, finish="eos")])
+        feed, figures, taken = FigureFeed(chat, interval_s), LiveFigures(), []
+        for event in chat.send("hi"):
+            figures.apply(event)
+            snapshot = feed.after(event)
+            if snapshot is not None:
+                assert isinstance(snapshot, Figures)
+                taken.append(type(event).__name__)
+                figures.apply(snapshot)
+                assert figures.turn == chat.turn_metrics  # the source's figures as they stood
+        assert taken == expected
+        assert figures.turn == chat.turn_metrics and figures.session == chat.session_metrics

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from specchat.remote.connect import open_chat
 from specchat.remote.servers import (NOT_DERIVABLE, REMOTE_BACKENDS, UNDERIVABLE, is_remote, is_server_session,
-                                     server_fields, support_line, without_underivable)
+                                     server_fields, support_line)
 
 __all__ = ["NOT_DERIVABLE", "REMOTE_BACKENDS", "UNDERIVABLE", "is_remote", "is_server_session", "open_chat",
-           "server_fields", "support_line", "without_underivable"]
+           "server_fields", "support_line"]

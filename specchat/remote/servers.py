@@ -5,8 +5,6 @@ remote chats all read it (the one definition of ``REMOTE_BACKENDS``)."""
 
 from __future__ import annotations
 
-from specchat.telemetry import masked
-
 REMOTE_BACKENDS = ("llama-server", "vllm")
 
 # What a server's stream cannot tell: the draft's cost (c), so neither the α-vs-c
@@ -15,12 +13,7 @@ REMOTE_BACKENDS = ("llama-server", "vllm")
 NOT_DERIVABLE = ("draft_forward_ms", "cost_ratio", "predicted_speedup_paper", "predicted_speedup",
                  "predicted_speedup_steps", "breakeven", "speedup_lower_bound", "best_gamma",
                  "arithmetic_increase")
-UNDERIVABLE = (*NOT_DERIVABLE, "verify_cost")  # v(k) too: {} rather than None
-
-
-def without_underivable(snapshot):
-    """``snapshot`` (a MetricsSnapshot) with the figures a server cannot support set to None."""
-    return masked(snapshot, UNDERIVABLE)
+UNDERIVABLE = (*NOT_DERIVABLE, "verify_cost")  # v(k) too: {} rather than None (telemetry.masked)
 
 
 def is_server_session(models) -> bool:

@@ -87,6 +87,14 @@ class RecordingBackend:
         if self._owner[0] is self:
             self.recorder.close()
 
+    @property
+    def turn_metrics(self) -> Any:  # the wrapped chat's (its turn loop's fold)
+        return self.inner.turn_metrics
+
+    @property
+    def session_metrics(self) -> Any:
+        return self.inner.session_metrics
+
     def __getattr__(self, name: str) -> Any:
-        # turn_metrics, session_metrics, history… come from the wrapped session.
+        # history, telemetry… come from the wrapped session.
         return getattr(self.inner, name)

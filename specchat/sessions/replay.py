@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, StepEvent, TurnStarted, UserMessage
 from specchat.sessions.reader import Damage, Recording, RecordingError, read_recording
-from specchat.telemetry import MetricsSnapshot, Telemetry
+from specchat.telemetry import ChatTelemetry, MetricsSnapshot
 
 __all__ = [
     "Damage",
@@ -117,26 +117,24 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def recording_telemetry(recording: Recording, max_gamma: int | None = None) -> ChatTelemetry:
+    """The fold for a recording's steps, set up as the live one was: ``max_gamma``
+    defaults to the profile's ``max_speculative_tokens`` (8 if absent), or the server's
+    γ, and a server's session leaves out what a server cannot support."""
+    from specchat.remote.servers import UNDERIVABLE, is_server_session, server_fields
+
+    server = is_server_session(recording.header.models)
+    if max_gamma is None:
+        max_gamma = (server_fields(recording.header.models) if server
+                     else recorded_settings(recording.header.profile))["max_gamma"]
+    return ChatTelemetry(max_gamma=max_gamma, underivable=UNDERIVABLE if server else ())
+
+
 def rebuild_metrics(recording: Recording, max_gamma: int | None = None) -> MetricsSnapshot:
     """The session's speculation figures, recomputed from the recorded StepStats exactly
-    as the live engine computes them (one Telemetry fed every step; a new turn starts the
-    time-to-first-token clock). ``max_gamma`` defaults to the profile's
-    ``max_speculative_tokens`` (8 if absent)."""
-    if max_gamma is None:
-        max_gamma = recorded_settings(recording.header.profile)["max_gamma"]
-        from specchat.remote import is_server_session, server_fields
-
-        if is_server_session(recording.header.models):
-            max_gamma = server_fields(recording.header.models)["max_gamma"]
-    telemetry = Telemetry(max_gamma=max_gamma)
+    as the live turn loop computes them (the same fold fed every step; a new turn starts
+    the time-to-first-token clock). ``max_gamma``: see :func:`recording_telemetry`."""
+    telemetry = recording_telemetry(recording, max_gamma)
     for timed in recording.events:
-        ev = timed.event
-        if isinstance(ev, TurnStarted):
-            telemetry.start_turn()
-        elif isinstance(ev, StepEvent):
-            telemetry.update(ev.step.stats, len(ev.step.tokens))
-    from specchat.remote import is_server_session, without_underivable
-
-    if is_server_session(recording.header.models):  # a server does not report its draft cost
-        return without_underivable(telemetry.snapshot())
-    return telemetry.snapshot()
+        telemetry.replay(timed.event)
+    return telemetry.session

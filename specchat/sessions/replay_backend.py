@@ -11,7 +11,8 @@ import threading
 from typing import Any, Iterator
 
 from specchat.sessions.reader import Damage, Recording, read_recording
-from specchat.sessions.replay import IDLE_LIMIT_S, parse_speed, recorded_settings, replay_events
+from specchat.sessions.replay import IDLE_LIMIT_S, parse_speed, recorded_settings, recording_telemetry, replay_events
+from specchat.telemetry import MetricsSnapshot
 
 
 class ReplayBackend:
@@ -31,6 +32,8 @@ class ReplayBackend:
         self.speed = parse_speed(speed)
         self.idle_limit = idle_limit
         self._cancelled = threading.Event()
+        # the recorded steps folded as they play, as the turn loop folded them live
+        self.telemetry = recording_telemetry(self.recording)
 
     @property
     def profile_name(self) -> str:
@@ -68,6 +71,7 @@ class ReplayBackend:
                 return
             if self._cancelled.is_set():
                 return
+            self.telemetry.replay(event)
             yield event
 
     def cancel(self) -> None:
@@ -76,3 +80,11 @@ class ReplayBackend:
 
     def close(self) -> None:
         """Nothing held: the file was read whole when this was built."""
+
+    @property
+    def turn_metrics(self) -> MetricsSnapshot:
+        return self.telemetry.turn
+
+    @property
+    def session_metrics(self) -> MetricsSnapshot:
+        return self.telemetry.session

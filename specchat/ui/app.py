@@ -24,6 +24,7 @@ from specchat.sanitize import clean_data, clean_line, decode_input
 from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader, replay_loader
 from specchat.ui.commands import profile_commands, system_commands
 from specchat.ui.controls import Controls
+from specchat.ui.figures import FigureFeed
 from specchat.ui.pump import EventPump, EventsReady
 from specchat.ui.quitting import Quitting, run_to_exit
 from specchat.ui.screens.chat import ChatScreen
@@ -225,10 +226,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         # Names and descriptions may come from a recording: inert before they are shown.
         info = loaded.info = clean_data(loaded.info)
         self.sub_title = info.profile_name + (f" · {info.target_dtype}" if info.target_dtype else "")
-        underivable = (info.details or {}).get("not_derivable")
-        self.chat.reset_figures(info.max_gamma, info.method,
-                                tuple(k for k in underivable if isinstance(k, str)) if isinstance(underivable, list) else (),
-                                gamma=info.num_speculative_tokens)
+        self.chat.reset_figures(info.max_gamma, info.method, gamma=info.num_speculative_tokens)
         self.chat.apply_events([Loaded(info.profile_name, info.description)])
         note = (info.details or {}).get("speculation_source")
         self.chat.query_one("#legend").set_note(note if isinstance(note, str) else "")  # type: ignore[attr-defined]
@@ -280,22 +278,33 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         """``gated``: the model shares the CPU with the UI, which then draws between its
         steps (see step_gate.py)."""
         delivered = False
+        feed = FigureFeed(backend)
         try:
             events = backend.send(text)
             for event in self.gate.steps(events, is_step) if gated else events:
                 delivered = delivered or isinstance(event, UserMessage)
-                self.pump.put(event)
+                self._hand_over(event, feed)
         except Exception as exc:
             self.pump.put(ErrorEvent(f"generation failed: {one_line(exc)}"))
         finally:
             self.pump.put_marker(_TurnEnded(text, delivered))
             self._engine_idle.set()
 
+    def _hand_over(self, event: Any, feed: FigureFeed) -> None:
+        """A source's event to the UI (worker side), with its figures when due: the source
+        folded the step already, so its snapshots are read here, on the thread that drives
+        it, never from the UI thread."""
+        self.pump.put(event)
+        figures = feed.after(event)
+        if figures is not None:
+            self.pump.put_marker(figures, urgent=False)
+
     @work(thread=True, exclusive=True, group="engine")
     def _play(self, source: EventSource) -> None:
+        feed = FigureFeed(source)
         try:
             for event in source.events():
-                self.pump.put(event)
+                self._hand_over(event, feed)
         except Exception as exc:
             self.pump.put(ErrorEvent(f"replay stopped: {one_line(exc)}"))
         finally:

@@ -4,6 +4,9 @@ The UI never imports torch; it sees only this protocol. Two kinds exist:
 
 Which one a backend is, it declares (``can_send``); the UI reads that, never probes.
 
+Either one folds its own steps into telemetry (``turn_metrics``, ``session_metrics``);
+the UI shows those snapshots and folds nothing itself.
+
 * a live chat (:class:`ChatBackend`) — the engine's ``ChatSession`` is one as it is.
   The UI never builds one: the CLI passes a :data:`Loader` from the composition root
   (:mod:`specchat.live`), which the app calls inside its loading worker thread;
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 from specchat.events import LoadProgress
+from specchat.telemetry import MetricsSnapshot
 
 ProgressCallback = Callable[[LoadProgress], None]
 
@@ -30,6 +34,13 @@ class ChatBackend(Protocol):
     what it holds (a recording file) when the app lets it go."""
 
     can_send: bool  # True: it takes the user's messages
+
+    @property
+    def turn_metrics(self) -> MetricsSnapshot:
+        """This turn's figures from the source's own fold (read on the worker thread)."""
+
+    @property
+    def session_metrics(self) -> MetricsSnapshot: ...
 
     def send(self, text: str) -> Iterator[Any]: ...
 
@@ -51,6 +62,12 @@ class EventSource(Protocol):
     """Plays a whole session by itself (replay): ``events`` sleeps as recorded."""
 
     can_send: bool  # False: it takes no messages
+
+    @property
+    def turn_metrics(self) -> MetricsSnapshot: ...
+
+    @property
+    def session_metrics(self) -> MetricsSnapshot: ...
 
     def events(self) -> Iterator[Any]: ...
 

@@ -1,71 +1,81 @@
 """Panel figures: live telemetry for the UI and their text. Pure Python, no Textual.
 
-While a turn streams, the panel runs the turn loop's own fold over the StepEvents it
-receives; when the turn finishes, the loop's snapshots (``TurnFinished.metrics``)
-replace the live ones, so the figures on screen after a turn are exactly the backend's.
+The panel shows snapshots, never folds steps: each source of events folds its own
+(the turn loop for a live chat, the replay for a recording), and the worker thread
+that drives it hands the UI its snapshots (:class:`Figures`) beside the events.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from specchat.events import StepEvent, TurnFinished, TurnStarted
-from specchat.telemetry import ChatTelemetry, MetricsSnapshot
+from specchat.telemetry import MetricsSnapshot
 
 HIDDEN = "·"  # shown instead of wall-clock figures in deterministic (snapshot) mode
 
 
+@dataclass(frozen=True)
+class Figures:
+    """A source's own snapshots (its one telemetry fold), taken on the worker thread that
+    drives it. The app's marker between events: never shown as text, never recorded."""
+
+    turn: MetricsSnapshot
+    session: MetricsSnapshot
+
+
+class FigureFeed:
+    """When a worker takes its source's snapshots: at a turn's start, and while the turn
+    streams at most every ``interval_s`` (the panel shows them at most once a second);
+    a turn's end carries its own (``TurnFinished.metrics``)."""
+
+    def __init__(self, source: Any, interval_s: float = 0.25) -> None:
+        self.source = source
+        self.interval_s = interval_s
+        self._taken_at = -float("inf")
+
+    def after(self, event: Any) -> Figures | None:
+        if not isinstance(event, (TurnStarted, StepEvent)):
+            return None
+        now = time.perf_counter()
+        if isinstance(event, StepEvent) and now - self._taken_at < self.interval_s:
+            return None
+        self._taken_at = now
+        return Figures(self.source.turn_metrics, self.source.session_metrics)
+
+
 class LiveFigures:
-    """Per-turn and whole-session snapshots, updated from the event stream.
+    """The panel's per-turn and whole-session snapshots, as the source sent them: its
+    :class:`Figures` while a turn streams, then the turn's own (``TurnFinished.metrics``;
+    for a replay, the recorded ones). The UI folds no steps itself."""
 
-    While a turn streams, the panel's figures come from the same fold the turn loop
-    runs (:class:`~specchat.telemetry.ChatTelemetry`) over the StepEvents received; the
-    snapshots ``TurnFinished.metrics`` carries then replace them (for a replay, they are
-    the recorded session's own)."""
-
-    def __init__(self, max_gamma: int = 8, underivable: tuple[str, ...] = ()) -> None:
-        self.max_gamma = max_gamma
-        # figures the backend cannot support (a server's draft cost): shown as – while a
-        # turn streams too, as in the backend's own snapshots
-        self.underivable = tuple(underivable)
-        self._live = ChatTelemetry(max_gamma=max_gamma, underivable=self.underivable)
-        self._turn_final: MetricsSnapshot | None = None
-        self._session_final: MetricsSnapshot | None = None
+    def __init__(self) -> None:
+        self.turn = MetricsSnapshot()
+        self.session = MetricsSnapshot()
         self.turn_number: int | None = None
 
-    def reset(self, max_gamma: int | None = None, underivable: tuple[str, ...] | None = None) -> None:
+    def reset(self) -> None:
         """A new profile: forget everything (its figures describe other models)."""
-        self.__init__(max_gamma if max_gamma is not None else self.max_gamma,  # type: ignore[misc]
-                      self.underivable if underivable is None else underivable)
+        self.__init__()  # type: ignore[misc]
 
     def apply(self, event: Any) -> bool:
         """Feed one event; True if the figures changed."""
+        if isinstance(event, Figures):
+            self.turn, self.session = event.turn, event.session
+            return True
         if isinstance(event, TurnStarted):
             self.turn_number = event.turn
-            self._live.start_turn()
-            self._turn_final = None
-            return True
-        if isinstance(event, StepEvent):
-            self._live.update(event.step.stats, len(event.step.tokens))
-            self._session_final = None
             return True
         if isinstance(event, TurnFinished):
             metrics = event.metrics or {}
             if "turn" in metrics:
-                self._turn_final = MetricsSnapshot.from_dict(metrics["turn"])
+                self.turn = MetricsSnapshot.from_dict(metrics["turn"])
             if "session" in metrics:
-                self._session_final = MetricsSnapshot.from_dict(metrics["session"])
+                self.session = MetricsSnapshot.from_dict(metrics["session"])
             return True
         return False
-
-    @property
-    def turn(self) -> MetricsSnapshot:
-        return self._turn_final or self._live.turn
-
-    @property
-    def session(self) -> MetricsSnapshot:
-        return self._session_final or self._live.session
 
 
 # --- text -------------------------------------------------------------------------

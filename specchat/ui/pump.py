@@ -44,11 +44,11 @@ class EventPump:
         """A backend's event, cleaned (see the module docstring). Thread-safe."""
         self._put(clean_data(event), urgent=False)
 
-    def put_marker(self, marker: Any) -> None:
-        """The app's own marker between events (a turn or a load ended), as it is; it
-        makes the next drain urgent: the UI shows the end at once, not at the next
-        interval. Thread-safe."""
-        self._put(marker, urgent=True)
+    def put_marker(self, marker: Any, urgent: bool = True) -> None:
+        """The app's own marker between events, as it is (no text in it to clean). An
+        urgent one (a turn or a load ended) makes the next drain come at once, not at the
+        next interval; figures are not urgent. Thread-safe."""
+        self._put(marker, urgent=urgent)
 
     @property
     def urgent(self) -> bool:

@@ -30,7 +30,7 @@ from specchat.events import (
     UserMessage,
     context_full_message,
 )
-from specchat.ui.figures import LiveFigures
+from specchat.ui.figures import Figures, LiveFigures
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.legend import Legend
 from specchat.ui.widgets.panel import SpecPanel
@@ -128,11 +128,10 @@ class ChatScreen(Screen):
             self._panel_dirty = False
             self.panel.show(self.figures.turn, self.figures.session, self.figures.turn_number, settle=settle)
 
-    def reset_figures(self, max_gamma: int, method: str, underivable: tuple[str, ...] = (),
-                      gamma: int | str = "auto") -> None:
+    def reset_figures(self, max_gamma: int, method: str, gamma: int | str = "auto") -> None:
         """A profile loaded: its figures start over; the panel makes room for the γ it
         drafts at (``gamma``: a number, or "auto" up to ``max_gamma``)."""
-        self.figures.reset(max_gamma, underivable)
+        self.figures.reset()
         deepest = max_gamma if gamma == "auto" else gamma if isinstance(gamma, int) else 0
         self.panel.size_for(method, deepest)
         self.flush_panel(force=True, settle=True)
@@ -142,8 +141,11 @@ class ChatScreen(Screen):
         """Applies a batch in order; consecutive tokens are appended in one go."""
         pending: list[Token] = []
         for event in events:
-            if isinstance(event, StepEvent):
+            if isinstance(event, Figures):  # the source's snapshots: no break in the tokens
                 self.figures.apply(event)
+                self._panel_dirty = True
+                continue
+            if isinstance(event, StepEvent):
                 self._panel_dirty = True
                 if self.current is None or self.current.turn != event.turn:
                     self._flush_tokens(pending)
