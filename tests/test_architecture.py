@@ -71,6 +71,7 @@ def test_engine_runs_without_a_terminal_ui():
 @pytest.mark.parametrize("module", [
     "specchat.ui.app", "specchat.sessions.replay", "specchat.sessions.replay_backend", "specchat.sessions.recorder",
     "specchat.sessions.history", "specchat.events", "specchat.telemetry", "specchat.live",
+    "specchat.turn", "specchat.remote.chat",
 ])
 def test_module_does_not_import_torch(module):
     assert loaded_after(f"import {module}", ("torch", "transformers")) == []
