@@ -118,6 +118,7 @@ class Conversation:
                 else:
                     finish = "cancelled" if self.cancelled() else self.stream_finish(finish)
         except Exception as exc:  # shown in the UI as one line; the chat goes on
+            finish = "error"  # whatever a step said before the source failed
             yield ErrorEvent(self.error_line(exc), turn)
         text_out = "".join(reply)
         self.history.append({"role": "assistant", "content": text_out})

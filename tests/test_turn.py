@@ -126,3 +126,8 @@ def test_the_ui_shows_the_sources_snapshots_and_folds_no_step_itself():
                 assert figures.turn == chat.turn_metrics  # the source's figures as they stood
         assert taken == expected
         assert figures.turn == chat.turn_metrics and figures.session == chat.session_metrics
+
+
+def test_a_source_failing_after_a_step_that_named_a_finish_still_finishes_as_error():
+    events = run(Scripted([step(1, finish="stop"), step(1)], fail_after=1))
+    assert isinstance(events[-2], ErrorEvent) and events[-1].finish_reason == "error"
