@@ -54,9 +54,9 @@ def test_a_packed_layer_gives_the_layers_output_bit_for_bit(bias, shape):
 def test_a_bf16_model_on_the_cpu_is_packed_and_decodes_the_same_logits(tmp_path, tiny_model_dir, tiny_draft_dir):
     path = write_tiny_profile(tmp_path / "bf16.toml", tiny_model_dir, tiny_draft_dir, dtype="bfloat16")
     loaded = load_models(load_profile(path))
-    plain = load_models(load_profile(path)).target
+    plain = load_models(load_profile(path)).target.model
     plain_lm = plain.lm_head
-    target = loaded.target
+    target = loaded.target.model
     assert loaded.info["target"]["packed_linears"] == 2 * 7 + 1  # 2 layers × q k v o gate up down, lm_head
     assert "oneDNN-packed" in loaded.info["precision"]
     assert isinstance(target.model.layers[0].mlp.down_proj, PackedLinear)
@@ -133,4 +133,4 @@ def test_loaded_models_are_inference_only(tmp_path, tiny_model_dir, tiny_draft_d
     reference pass, a user's script) builds no autograd graph."""
     path = write_tiny_profile(tmp_path / "f32.toml", tiny_model_dir, tiny_draft_dir)
     loaded = load_models(load_profile(path))
-    assert not any(p.requires_grad for model in (loaded.target, loaded.draft) for p in model.parameters())
+    assert not any(p.requires_grad for model in (loaded.target.model, loaded.draft.model) for p in model.parameters())

@@ -19,9 +19,9 @@ from tiny_models import build_tiny_model, build_tiny_tokenizer, write_tiny_profi
 def test_tiny_draft_profile_loads_target_tokenizer_and_draft(tiny_profile_path):
     events = []
     loaded = load_models(load_profile(tiny_profile_path), progress=events.append)
-    assert not loaded.target.training and not loaded.draft.training
-    assert loaded.target.config.num_hidden_layers == 2 and loaded.draft.config.num_hidden_layers == 1
-    assert loaded.target.dtype == torch.float32
+    assert not loaded.target.model.training and not loaded.draft.model.training
+    assert loaded.target.model.config.num_hidden_layers == 2 and loaded.draft.model.config.num_hidden_layers == 1
+    assert loaded.target.model.dtype == torch.float32
     assert loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
                                                 add_generation_prompt=True).endswith("<|im_start|>assistant\n")
     info = loaded.info
@@ -61,11 +61,11 @@ def test_truncated_draft_keeps_the_first_layers_of_the_target(tmp_path, tiny_mod
     path.write_text(f"[target]\nsource = '{tiny_model_dir}'\n[speculation]\nmethod = \"draft_model\"\n"
                     f"[speculation.draft]\nsource = '{tiny_model_dir}'\nnum_layers = 1\n")
     loaded = load_models(load_profile(path))
-    assert loaded.draft.config.num_hidden_layers == 1 and len(loaded.draft.model.layers) == 1
-    assert len(loaded.target.model.layers) == 2
-    same = loaded.target.model.layers[0].self_attn.q_proj.weight
-    assert torch.equal(loaded.draft.model.layers[0].self_attn.q_proj.weight, same)
-    assert torch.equal(loaded.draft.lm_head.weight, loaded.target.lm_head.weight)
+    assert loaded.draft.model.config.num_hidden_layers == 1 and len(loaded.draft.model.model.layers) == 1
+    assert len(loaded.target.model.model.layers) == 2
+    same = loaded.target.model.model.layers[0].self_attn.q_proj.weight
+    assert torch.equal(loaded.draft.model.model.layers[0].self_attn.q_proj.weight, same)
+    assert torch.equal(loaded.draft.model.lm_head.weight, loaded.target.model.lm_head.weight)
 
 
 def test_truncating_past_the_model_is_a_clear_error(tmp_path, tiny_model_dir):
@@ -95,7 +95,7 @@ def test_padded_draft_embeddings_are_fine_when_the_vocabulary_agrees(tmp_path, t
     padded = build_tiny_model(tmp_path / "padded", vocab_size=len(tokenizer) + 16, seed=4, num_layers=1,
                               tokenizer=tokenizer)
     loaded = load_models(load_profile(write_tiny_profile(tmp_path / "padded.toml", tiny_model_dir, padded)))
-    assert loaded.draft.get_output_embeddings().weight.shape[0] == len(tokenizer) + 16
+    assert loaded.draft.model.get_output_embeddings().weight.shape[0] == len(tokenizer) + 16
 
 
 def test_bad_local_path_is_a_clear_error(tmp_path):
@@ -153,11 +153,11 @@ def test_embedded_model_converts_once_and_reloads(embedded_model_dir, monkeypatc
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(embedded_model_dir.parent.parent))
     assert embedded.is_converted()  # the fixture's copy is the one the loader finds
     loaded = load_models(load_profile("smollm2-draft"))
-    assert loaded.draft.config.num_hidden_layers == 8 and loaded.target.config.num_hidden_layers == 30
+    assert loaded.draft.model.config.num_hidden_layers == 8 and loaded.target.model.config.num_hidden_layers == 30
     ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids
     with torch.no_grad():
-        logits = loaded.target(torch.tensor([ids])).logits
+        logits = loaded.target.model(torch.tensor([ids])).logits
     assert logits.shape[-1] == 49152 and torch.isfinite(logits).all()
 
 

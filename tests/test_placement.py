@@ -8,7 +8,7 @@ import torch
 
 from specchat.engine.backends.base import Backend
 from specchat.engine.backends.llamacpp import offload_devices
-from specchat.engine.backends.placement import computes_on, share_cores
+from specchat.engine.backends.placement import share_cores
 
 
 class Declared(Backend):
@@ -19,7 +19,7 @@ class Declared(Backend):
 LLAMA_CPU = Declared({"cpu"}, torch_threads=False)
 LLAMA_PARTIAL = Declared({"cpu", "gpu"}, torch_threads=False)
 LLAMA_GPU = Declared({"gpu"}, torch_threads=False)
-TORCH_CPU = torch.nn.Linear(2, 2)  # a transformers model not yet wrapped computes where its weights are
+TORCH_CPU = Declared({"cpu"}, torch_threads=True)  # a transformers model on the CPU
 
 
 @pytest.mark.parametrize("n_gpu_layers, devices", [
@@ -33,8 +33,14 @@ def test_llama_cpp_declares_where_it_computes(n_gpu_layers, devices):
     assert offload_devices(n_gpu_layers, num_layers=30) == devices
 
 
-def test_a_bare_transformers_model_computes_where_its_weights_are():
-    assert computes_on(TORCH_CPU) == {"cpu"}
+def test_the_loader_hands_out_backends_that_say_where_they_compute(tiny_profile_path):
+    from specchat.config import load_profile
+    from specchat.loading import load_models
+
+    loaded = load_models(load_profile(str(tiny_profile_path)))
+    assert isinstance(loaded.target, Backend) and isinstance(loaded.draft, Backend)
+    assert loaded.target.computes_on == loaded.draft.computes_on == loaded.computes_on == {"cpu"}
+    assert loaded.target.uses_torch_threads
 
 
 @pytest.fixture

@@ -78,7 +78,7 @@ def test_loaded_info_says_which_dtype_and_why(monkeypatch, tmp_path, tiny_model_
     monkeypatch.setattr(devices, "detect_cpu_bf16", lambda: (True, "the CPU computes bf16 natively (fake)"))
     path = write_tiny_profile(tmp_path / "auto.toml", tiny_model_dir, tiny_draft_dir, dtype="auto")
     loaded = load_models(load_profile(path))
-    assert loaded.target.dtype == torch.bfloat16 and loaded.draft.dtype == torch.bfloat16  # drafts too
+    assert loaded.target.model.dtype == torch.bfloat16 and loaded.draft.model.dtype == torch.bfloat16  # drafts too
     info = loaded.info
     assert info["target"]["dtype"] == "bfloat16"
     assert info["target"]["dtype_reason"] == "auto: the CPU computes bf16 natively (fake)"
@@ -86,7 +86,7 @@ def test_loaded_info_says_which_dtype_and_why(monkeypatch, tmp_path, tiny_model_
     assert info["precision"] == f"target and draft bfloat16{packed} — auto: the CPU computes bf16 natively (fake)"
     monkeypatch.setattr(devices, "detect_cpu_bf16", lambda: (False, "no native bf16 (fake)"))
     loaded = load_models(load_profile(path))
-    assert loaded.target.dtype == torch.float32
+    assert loaded.target.model.dtype == torch.float32
     ratio = loaded.info["target"]["memory_bytes"] / info["target"]["memory_bytes"]
     assert 1.9 < ratio <= 2.0  # float32 weights are twice bf16 (small float32 buffers aside)
 

@@ -47,13 +47,13 @@ def test_nf4_loads_on_cpu_and_says_so(nf4, nf4_target_dir):
     import bitsandbytes as bnb
 
     profile, loaded = nf4
-    assert isinstance(loaded.target.model.layers[0].self_attn.q_proj, bnb.nn.Linear4bit)
-    assert isinstance(loaded.draft.model.layers[0].mlp.down_proj, bnb.nn.Linear4bit)
-    assert len(loaded.draft.model.layers) == 1
+    assert isinstance(loaded.target.model.model.layers[0].self_attn.q_proj, bnb.nn.Linear4bit)
+    assert isinstance(loaded.draft.model.model.layers[0].mlp.down_proj, bnb.nn.Linear4bit)
+    assert len(loaded.draft.model.model.layers) == 1
     info = loaded.info
     assert info["device"] == "cpu" and info["target"]["quantization"] == "4bit-nf4"
     assert info["precision"].startswith(f"target and draft 4bit-nf4 computing in {info['target']['dtype']} — auto: ")
-    assert loaded.target.config.quantization_config.bnb_4bit_compute_dtype == getattr(torch, info["target"]["dtype"])
+    assert loaded.target.model.config.quantization_config.bnb_4bit_compute_dtype == getattr(torch, info["target"]["dtype"])
     assert compute_precision(loaded.target) == "4bit"
     from transformers import AutoModelForCausalLM
 
@@ -76,7 +76,7 @@ def test_4bit_layers_compute_in_the_models_dtype(dtype):
 def test_fp4_and_8bit_load_and_decode_on_cpu(tmp_path, nf4_target_dir, quantization, layer):
     path = write_tiny_profile(tmp_path / "q.toml", nf4_target_dir, method="none", quantization=quantization)
     loaded = load_models(load_profile(path))
-    assert type(loaded.target.model.layers[1].mlp.up_proj).__name__ == layer
+    assert type(loaded.target.model.model.layers[1].mlp.up_proj).__name__ == layer
     steps = list(SpeculativeEngine(loaded.target, None).generate([5, 6, 7], SamplingParams(temperature=0), 4))
     assert sum(len(s.tokens) for s in steps) == 4
 

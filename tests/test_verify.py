@@ -12,6 +12,7 @@ from specchat.bench.verify_stats import goodness_of_fit, two_sample
 from specchat.cli import main
 from specchat.config import load_profile
 from specchat.engine import DraftModelProposer, Proposal, SamplingParams
+from specchat.engine.backends import as_backend
 from specchat.engine.sampling import sample, warp
 from specchat.loading import load_models
 
@@ -26,15 +27,15 @@ def peaked(tiny_profile_path):
     profile = load_profile(str(tiny_profile_path))
     loaded = load_models(profile)
     with torch.no_grad():
-        head = loaded.target.get_output_embeddings().weight
+        head = loaded.target.model.get_output_embeddings().weight
         head.mul_(25.0)
         # a draft close to the target (α high but < 1), as a good real draft is: its
         # drafts land where p has mass, so a wrong q visibly changes what is kept
-        draft = copy.deepcopy(loaded.target)
+        draft = copy.deepcopy(loaded.target.model)
         generator = torch.Generator().manual_seed(0)
         draft_head = draft.get_output_embeddings().weight
         draft_head.add_(torch.randn(draft_head.shape, generator=generator) * head.std() * 0.5)
-    return profile, dataclasses.replace(loaded, draft=draft)
+    return profile, dataclasses.replace(loaded, draft=as_backend(draft))  # what the loader hands out
 
 
 class UnwarpedQ(DraftModelProposer):
@@ -67,8 +68,8 @@ def test_verify_passes_on_the_engine(peaked):
 
 def test_verify_passes_on_a_bf16_target(peaked):
     profile, loaded = peaked
-    bf16 = dataclasses.replace(loaded, target=copy.deepcopy(loaded.target).to(torch.bfloat16),
-                               draft=copy.deepcopy(loaded.draft).to(torch.bfloat16))
+    bf16 = dataclasses.replace(loaded, target=as_backend(copy.deepcopy(loaded.target.model).to(torch.bfloat16)),
+                               draft=as_backend(copy.deepcopy(loaded.draft.model).to(torch.bfloat16)))
     report = verify(bf16, profile, samples=SAMPLES, tokens=2, params=PARAMS, gamma=3)
     assert report.settings["precision"] == "bfloat16" and report.speculation["rejected"] > 20
     assert report.passed, "\n".join(c.line() for c in report.checks)

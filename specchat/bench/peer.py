@@ -48,8 +48,9 @@ class _StampingStreamer:
 
 class PeerRunner:
     def __init__(self, loaded: Any, speculation: Any, stops: set[int]) -> None:
-        self.target = loaded.target
-        self.draft = loaded.draft
+        # transformers' own assisted generation drives the models themselves
+        self.target = loaded.target.model
+        self.draft = None if loaded.draft is None else loaded.draft.model
         self.speculation = speculation
         self.stops = sorted(stops)
         tokenizer = loaded.tokenizer

@@ -7,7 +7,7 @@ import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..config.model import HEAD_METHODS, ModelSpec, Profile
 from ..errors import ModelLoadError
@@ -19,16 +19,22 @@ from .devices import check_quantized_layers, quantization_config, resolve_device
 from .hub_errors import friendly_load_errors
 from .llamacpp import load_gguf_model, load_gguf_tokenizer
 
+if TYPE_CHECKING:
+    from specchat.engine.backends import Backend
+
 Progress = Callable[[LoadProgress], None] | None
 
 
 @dataclass
 class LoadedModels:
-    target: Any
+    """The models behind the engine's seam: ``target`` and ``draft`` are backends (a
+    transformers model is wrapped once, here), so what they can do is declared on them."""
+
+    target: Backend
     tokenizer: Any
-    draft: Any | None
+    draft: Backend | None
     info: dict[str, Any] = field(default_factory=dict)
-    head: Any | None = None  # an EAGLE-3 head (method = "eagle3"), reading ``target``'s features
+    head: Any | None = None  # an EAGLE-3 head (method in HEAD_METHODS), reading ``target``'s features
     # the kinds of device doing the target's and the draft's arithmetic, as the backends
     # declare them: "cpu" in it means the models share this machine's cores with the UI
     computes_on: frozenset[str] = frozenset()
@@ -80,15 +86,16 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
                 draft_tokenizer = load_tokenizer(draft_source, profile, "speculation.draft.source")
         check_draft_compatible(target, tokenizer, draft, draft_tokenizer, profile)
 
+    from specchat.engine.backends import as_backend
+
+    # one backend object per model, which the engine, a proposer and a head all drive
+    target = as_backend(target)
+    draft = None if draft is None else as_backend(draft)
     head = None
     if profile.speculation.method in HEAD_METHODS:
-        from specchat.engine.backends import as_backend
-
         from .heads import load_head
 
         report(LoadProgress("head", 0, 0, f"loading head {profile.speculation.head}"))
-        # the head reads the features of this very backend object, which the engine then drives
-        target = as_backend(target)
         head = load_head(profile.speculation, target, base)
         target_info["head"] = {"source": profile.speculation.head, "parameters": head.parameter_count(),
                                "draft_vocab": head.config.draft_vocab_size, "layer_ids": list(head.config.layer_ids)}
@@ -105,10 +112,10 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         "transformers": transformers.__version__,
         "load_seconds": round(time.perf_counter() - started, 2),
     }
-    from specchat.engine.backends.placement import computes_on, share_cores
+    from specchat.engine.backends.placement import share_cores
 
     share_cores((target, draft))
-    where = frozenset().union(*(computes_on(m) for m in (target, draft) if m is not None))
+    where = frozenset().union(*(m.computes_on for m in (target, draft) if m is not None))
     _settle_heap()
     report(LoadProgress("done", 1, 1, f"loaded in {info['load_seconds']:.1f} s"))
     return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info, head=head, computes_on=where)

@@ -1,8 +1,5 @@
-"""Where the loaded models compute, and the share of the cores torch gets from that.
-
-Read from what each backend declares (``computes_on``, ``uses_torch_threads``); a
-transformers model not yet wrapped in its backend computes where its weights are.
-"""
+"""The share of the cores torch gets, from where the loaded models compute (as each
+backend declares: ``computes_on``, ``uses_torch_threads``)."""
 
 from __future__ import annotations
 
@@ -15,19 +12,7 @@ from specchat.engine.backends.base import Backend
 _torch_default_threads: int | None = None  # torch's own choice, before any profile changed it
 
 
-def computes_on(model: Backend | torch.nn.Module) -> frozenset[str]:
-    """The kinds of device doing ``model``'s arithmetic (see :class:`Backend`)."""
-    if isinstance(model, Backend):
-        return model.computes_on
-    return frozenset({next(model.parameters()).device.type})
-
-
-def _torch_on_cpu(model: Backend | torch.nn.Module) -> bool:
-    uses_torch = model.uses_torch_threads if isinstance(model, Backend) else True
-    return uses_torch and "cpu" in computes_on(model)
-
-
-def share_cores(models: Iterable[Backend | torch.nn.Module | None]) -> int:
+def share_cores(backends: Iterable[Backend | None]) -> int:
     """Sets torch's intra-op thread count for the models of this process; returns it.
 
     When llama.cpp computes on the CPU and no model computes there with torch, torch only
@@ -38,8 +23,8 @@ def share_cores(models: Iterable[Backend | torch.nn.Module | None]) -> int:
     global _torch_default_threads
     if _torch_default_threads is None:
         _torch_default_threads = torch.get_num_threads()
-    present = [m for m in models if m is not None]
-    llama_on_cpu = any(not _torch_on_cpu(m) and "cpu" in computes_on(m) for m in present)
-    threads = 1 if llama_on_cpu and not any(_torch_on_cpu(m) for m in present) else _torch_default_threads
+    on_cpu = [b for b in backends if b is not None and "cpu" in b.computes_on]
+    torch_on_cpu = any(b.uses_torch_threads for b in on_cpu)
+    threads = 1 if on_cpu and not torch_on_cpu else _torch_default_threads
     torch.set_num_threads(threads)
     return threads
