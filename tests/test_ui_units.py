@@ -8,7 +8,7 @@ import pytest
 
 from specchat.events import Token
 from specchat.telemetry import MetricsSnapshot
-from specchat.ui.figures import breakeven_text, histogram_lines, recommended_gamma_text
+from specchat.ui.figures import breakeven_text, figure_rows, histogram_lines, recommended_gamma_text
 from specchat.ui.pump import EventPump, EventsReady
 from specchat.ui.themes import load_themes, theme_from_toml
 from specchat.ui.widgets.reply import KIND_STYLES, provenance_content
@@ -85,6 +85,15 @@ def test_breakeven_and_gamma_hidden_without_timings():
     assert breakeven_text(snap, hide_timing=True)[1] == "unknown"
     assert recommended_gamma_text(snap) == "recommended γ: 4"
     assert recommended_gamma_text(snap, hide_timing=True) == "recommended γ: –"
+
+
+def test_a_withheld_measured_speedup_says_why_instead_of_a_bare_dash():
+    busy = MetricsSnapshot(measured_speedup_note="busy machine: other processes used 60% of the CPU, timings unreliable")
+    rows = {r.label: r for r in figure_rows(busy, MetricsSnapshot(measured_speedup=1.5))}
+    assert (rows["measured speedup"].turn, rows["measured speedup"].session) == ("–*", "1.50×")
+    assert "* " + busy.measured_speedup_note in rows
+    hidden = [r.label for r in figure_rows(busy, busy, hide_timing=True)]
+    assert not any(label.startswith("*") for label in hidden)  # deterministic mode shows no timings
 
 
 def test_histogram_shows_every_bin_up_to_gamma():

@@ -53,23 +53,17 @@ def convert_script(bin_dir: Path) -> Path | None:
 
 def unavailable(loaded: Any, profile: Any) -> str | None:
     """Why the row cannot run here, or None."""
-    if loaded.head is None or getattr(loaded.target, "name", "") != "llama.cpp":
+    if loaded.head is None or loaded.target.name != "llama.cpp":
         return "the llama-server EAGLE-3 peer needs a GGUF target on llama.cpp and a head"
     bin_dir = server_bin_dir()
     if bin_dir is None:
         return "no llama-server for the EAGLE-3 peer row (run `make llama-server`)"
     if convert_script(bin_dir) is None:
         return f"llama.cpp's convert_hf_to_gguf.py is not beside {bin_dir} (run `make llama-server`)"
-    if target_hf_dir(profile) is None:
+    if loaded.target_hf_folder(profile) is None:
         return "the EAGLE-3 peer row converts the head against the target's Hugging Face folder, which only " \
                "the embedded model has here"
     return None
-
-
-def target_hf_dir(profile: Any) -> Path | None:
-    from specchat.loading.embedded import ensure_embedded_model, is_embedded
-
-    return ensure_embedded_model() if is_embedded(profile.target.source) else None
 
 
 def head_gguf(head_folder: Path, target_dir: Path, script: Path) -> Path:
@@ -105,7 +99,7 @@ class LlamaServerHeadPeer:
         self.n_gpu_layers = target.n_gpu_layers
         self.ceiling = profile.speculation.max_speculative_tokens
         self.bin_dir = server_bin_dir()
-        self.gguf = head_gguf(head_folder, target_hf_dir(profile), convert_script(self.bin_dir))
+        self.gguf = head_gguf(head_folder, loaded.target_hf_folder(profile), convert_script(self.bin_dir))
         self.stops = set(stops)
         self._servers: dict[int, tuple[subprocess.Popen, str]] = {}
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from specchat.config.model import HEAD_METHODS
 from specchat.engine.chat import ChatSession
 from specchat.engine.eagle import EagleProposer
 from specchat.engine.engine import SpeculativeEngine
@@ -11,23 +12,27 @@ from specchat.engine.hybrid import HEAD_CEILING, HybridProposer
 from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from specchat.engine.sampling import SamplingParams
 
+if TYPE_CHECKING:
+    from specchat.config.model import SpeculationSpec
 
-def build_proposer(speculation: Any, loaded: Any = None, gamma: int | str | None = None,
+
+def build_proposer(speculation: SpeculationSpec, loaded: Any = None, gamma: int | str | None = None,
                    ceiling: int | None = None, method: str | None = None) -> Proposer | None:
     """The proposer a profile's ``[speculation]`` table asks for (None for plain decoding),
-    over ``loaded``'s models; ``gamma`` / ``method`` override the profile's (bench, verify),
+    over ``loaded``'s models (a LoadedModels: ``draft`` and ``head`` always there, None when
+    not loaded); ``gamma`` / ``method`` override the profile's (bench, verify),
     ``ceiling`` the γ = auto ceiling (default: the profile's)."""
     method = method or speculation.method
     gamma = speculation.num_speculative_tokens if gamma is None else gamma
-    ceiling = ceiling or getattr(speculation, "max_speculative_tokens", None)
+    ceiling = ceiling or speculation.max_speculative_tokens
     if method == "draft_model":
-        if getattr(loaded, "draft", None) is None:
+        if loaded is None or loaded.draft is None:
             raise ValueError("speculation.method = 'draft_model' needs a loaded draft model")
         return DraftModelProposer(loaded.draft, gamma, ceiling)
     if method == "ngram":
         return NgramProposer(gamma, speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
-    if method in ("eagle3", "hybrid"):
-        if getattr(loaded, "head", None) is None:
+    if method in HEAD_METHODS:
+        if loaded is None or loaded.head is None:
             raise ValueError(f"speculation.method = '{method}' needs a loaded head")
         siblings = speculation.siblings
         if method == "eagle3":

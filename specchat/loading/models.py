@@ -39,6 +39,15 @@ class LoadedModels:
     # declare them: "cpu" in it means the models share this machine's cores with the UI
     computes_on: frozenset[str] = frozenset()
 
+    def target_hf_folder(self, profile: Profile) -> Path | str | None:
+        """The target's Hugging Face folder (its config, which llama.cpp's converter reads
+        to turn an EAGLE-3 head into a GGUF): only the embedded model has one here, made
+        from its GGUF on first use; None for any other target. A method here, so bench
+        reaches the loader's cache through the models it was handed, not by importing it."""
+        from .embedded import ensure_embedded_model, is_embedded
+
+        return ensure_embedded_model() if is_embedded(profile.target.source) else None
+
 
 @dataclass(frozen=True)
 class ResolvedSource:

@@ -105,7 +105,7 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
             return Row(label, HIDDEN, HIDDEN, True)
         return Row(label, fmt(getter(turn), digits, suffix), fmt(getter(session), digits, suffix), timing)
 
-    return [
+    rows = [
         row("tokens", lambda m: m.num_tokens),
         row("steps", lambda m: m.num_steps),
         row("γ (mean)", lambda m: m.gamma if m.gamma else None, 1),
@@ -123,6 +123,20 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
         row("measured speedup", lambda m: m.measured_speedup, 2, "×", timing=True),
         row("time to 1st tok", lambda m: m.ttft_ms, 0, " ms", timing=True),
     ]
+    if hide_timing:
+        return rows
+    # a withheld measured speed-up says why (busy machine, too few steps…), not a bare
+    # dash: its cell is marked, and the reason, too long for a cell, follows the table
+    why = [withheld_because(m) for m in (turn, session)]
+    at = [r.label for r in rows].index("measured speedup")
+    rows[at] = Row(rows[at].label, *(cell + ("*" if note else "") for cell, note in
+                                     zip((rows[at].turn, rows[at].session), why)), True)
+    return rows + [Row(f"* {note}", "", "", True) for note in dict.fromkeys(n for n in why if n)]
+
+
+def withheld_because(m: MetricsSnapshot) -> str:
+    """Why the measured speed-up is withheld ("" when it is shown or nothing says why)."""
+    return m.measured_speedup_note if m.measured_speedup is None else ""
 
 
 def _verify_at_gamma(m: MetricsSnapshot) -> float | None:
