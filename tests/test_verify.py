@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from specchat.bench.verify import verify
+from specchat.bench.verify import DEFAULT_PROMPT, DEFAULT_REPLY_START, verify
 from specchat.bench.verify_stats import goodness_of_fit, two_sample
 from specchat.cli import main
 from specchat.config import load_profile
@@ -17,6 +17,9 @@ from specchat.loading import load_models
 
 SAMPLES = 400
 PARAMS = SamplingParams(temperature=0.7, top_p=0.95)
+# The planted-bug tests keep the prompt they were sized on: on this random tiny model every
+# candidate is about as wide, and which one verify picks is the other tests' business.
+YES_NO = {"prompt": DEFAULT_PROMPT, "reply_start": DEFAULT_REPLY_START}
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +66,19 @@ def test_verify_passes_on_the_engine(peaked):
         if check.p_value is not None:
             assert check.cells >= 3, check.line()  # a test over one pooled cell would be vacuous
     assert report.passed, "\n".join(c.line() for c in report.checks)
+    # the widest candidate that drafts was sampled from, and its width is what the joint used
+    candidates = report.settings["candidates"]
+    assert report.settings["prompt"] == candidates[0]["prompt"]
+    assert candidates[0]["cells"] == max(c["cells"] for c in candidates if c["drafts"])
+    joint = next(c for c in report.checks if "first two tokens" in c.name)
+    assert joint.cells == report.settings["prompt_cells"] + 1  # + the pooled rest
+    # the fixed-γ pass's checks say how strong they were; the reference's does not pretend to
+    assert joint.power is not None and "resampling from p" in joint.power_against
+    assert next(c for c in report.checks if c.name.startswith("plain")).power is None
+    from specchat.commands.verify import render
+
+    text = render(report)
+    assert "prompt chosen for width" in text and f"power {joint.power:.2f} against resampling" in text
 
 
 def test_verify_passes_on_a_bf16_target(peaked):
@@ -76,7 +92,7 @@ def test_verify_passes_on_a_bf16_target(peaked):
 
 def test_verify_catches_a_planted_sampler_bug(peaked):
     profile, loaded = peaked
-    report = verify(loaded, profile, samples=SAMPLES, tokens=2, params=PARAMS, gamma=3,
+    report = verify(loaded, profile, samples=SAMPLES, tokens=2, params=PARAMS, gamma=3, **YES_NO,
                     proposer_factory=lambda loaded, profile, gamma: UnwarpedQ(loaded.draft, gamma))
     assert not report.passed
     failed = [c.name for c in report.checks if not c.passed]
@@ -130,12 +146,12 @@ def test_verify_checks_the_gamma_auto_path_too(peaked, monkeypatch):
     # wall-clock timings of two equally tiny models never make drafting pay: a steady cost
     # model makes the controller draft, as it does with a real draft model
     monkeypatch.setattr(engine_module, "make_controller", lambda proposer: SteadyClockAdaptive(3, proposer))
-    report = verify(loaded, auto, samples=SAMPLES, tokens=2, params=PARAMS)
+    report = verify(loaded, auto, samples=SAMPLES, tokens=2, params=PARAMS, **YES_NO)
     assert report.speculation_auto is not None and report.speculation_auto["drafted"] > SAMPLES // 4
     names = [c.name for c in report.checks]
     assert any("(γ=auto) first token" in n for n in names) and any("γ=auto" in n and "greedy" in n for n in names)
     assert report.passed, "\n".join(c.line() for c in report.checks)
-    buggy = verify(loaded, auto, samples=SAMPLES, tokens=2, params=PARAMS, proposer_factory=lambda loaded, profile, g:
+    buggy = verify(loaded, auto, samples=SAMPLES, tokens=2, params=PARAMS, **YES_NO, proposer_factory=lambda loaded, profile, g:
                    UnwarpedQ(loaded.draft, g, 3) if g == "auto" else DraftModelProposer(loaded.draft, g))
     failed = [c.name for c in buggy.checks if not c.passed]
     assert failed and all("γ=auto" in name for name in failed), failed
