@@ -187,3 +187,18 @@ def test_the_gamma_auto_pass_draws_its_own_samples(tiny_ngram_profile_path, monk
     runs = list(seeds.values())
     assert len(runs) == 3 and all(len(r) == 50 for r in runs)  # fixed γ, γ = auto, plain
     assert not (runs[0] & runs[1] or runs[0] & runs[2] or runs[1] & runs[2])
+
+
+def test_json_carries_the_prompt_choice_and_power(tiny_profile_path, capsys):
+    """--json (what a script or CI reads) says which prompt was sampled, how wide it was
+    against the other candidates, and each check's cells and power."""
+    import json
+
+    assert main(["verify", "--profile", str(tiny_profile_path), "--samples", "50", "--tokens", "2",
+                 "--temperature", "0.7", "--json"]) in (0, 1)
+    report = json.loads(capsys.readouterr().out)
+    settings = report["settings"]
+    assert settings["prompt"] == settings["candidates"][0]["prompt"] and len(settings["candidates"]) == 3
+    assert settings["prompt_cells"] == settings["candidates"][0]["cells"]
+    first = next(c for c in report["checks"] if c["name"] == "speculative first token vs exact p")
+    assert first["cells"] >= 1 and {"power", "power_against", "power_scale"} <= set(first)

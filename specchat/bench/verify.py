@@ -19,7 +19,9 @@ same engine with no proposer, seeds of another range), and compares (see verify_
 
 The default prompt is the widest of a few candidates (DEFAULT_CANDIDATES) on the models
 under test: the one whose exact joint of the first two tokens has the most cells an exact
-sampler fills (expected count ≥ 5 at ``samples``), among those the proposer drafts at. A
+sampler fills (expected count ≥ 5 at ``samples``), among those the proposer drafts at (the
+choice reads exact distributions and one probe draft, never a sample, so it cannot bend a
+check's false-alarm rate: no multiple-comparison correction is owed). A
 prompt whose next token has two likely values and a deterministic second token (the old
 default) gives a 2-cell test, blind to every bug that keeps one token's share — a wrong
 residual among the others, misaligned ids. Checks 1 and 3 print their cells and their
