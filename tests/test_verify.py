@@ -202,3 +202,35 @@ def test_json_carries_the_prompt_choice_and_power(tiny_profile_path, capsys):
     assert settings["prompt_cells"] == settings["candidates"][0]["cells"]
     first = next(c for c in report["checks"] if c["name"] == "speculative first token vs exact p")
     assert first["cells"] >= 1 and {"power", "power_against", "power_scale"} <= set(first)
+
+
+def wrong_replacement(verify_point_mass):
+    """Planted: after a rejected point-mass draft, the likeliest other token replaces it
+    instead of a draw from p. The draft's share is exact; only the rest of the law is
+    wrong, so a prompt with two likely next tokens (the old default) cannot see it."""
+    def wrong(logits, drafts, params, uniforms, width=5):
+        verdict = verify_point_mass(logits, drafts, params, uniforms, width)
+        for i, draft in enumerate(drafts):
+            if not verdict.accepted[i]:
+                verdict.next_tokens[i] = next(t for t, _ in verdict.alternatives[i] if t != draft)
+                break
+        return verdict
+
+    return wrong
+
+
+def test_the_chosen_prompt_catches_a_wrong_replacement_token(peaked):
+    """On the embedded model (llama.cpp, BF16) this bug PASSed verify on the old yes/no prompt
+    and FAILed on the chosen one (χ² p 1e-31 at 100 samples; issue 30's report)."""
+    import specchat.engine.host_sampling as host_sampling
+    from mutations import patched
+    from specchat.engine import NgramProposer
+
+    profile, loaded = peaked
+    ngram = lambda loaded, profile, gamma: NgramProposer(gamma)  # noqa: E731
+    with patched(host_sampling, "verify_point_mass", wrong_replacement(host_sampling.verify_point_mass)):
+        report = verify(loaded, profile, samples=SAMPLES, tokens=2, params=PARAMS, gamma=3, proposer_factory=ngram)
+    assert report.speculation["rejected"] > 20, report.speculation
+    failed = [c.name for c in report.checks if not c.passed]
+    assert any(name.startswith("speculative first token") for name in failed), [c.line() for c in report.checks]
+    assert not any(name.startswith("plain") for name in failed)
