@@ -17,11 +17,12 @@ same engine with no proposer, seeds of another range), and compares (see verify_
    verification passes them) against one-token steps; a difference beyond the format's
    fixed bound (near_tie.noise_bound) fails — a backend fault, not rounding.
 
-The default prompt is the widest of a few candidates (DEFAULT_CANDIDATES) on the models
-under test: the one whose exact joint of the first two tokens has the most cells an exact
-sampler fills (expected count ≥ 5 at ``samples``), among those the proposer drafts at (the
-choice reads exact distributions and one probe draft, never a sample, so it cannot bend a
-check's false-alarm rate: no multiple-comparison correction is owed). A
+The sampled checks' default prompt is the widest of a few candidates
+(DEFAULT_CANDIDATES) on the models under test (checks 0 and 5 keep the yes/no one,
+DEFAULT_PROMPT): the one whose exact joint of the first two tokens has the most cells an
+exact sampler fills (expected count ≥ 5 at ``samples``), among those the proposer drafts
+at (the choice reads exact distributions and one probe draft, never a sample, so it
+cannot bend a check's false-alarm rate: no multiple-comparison correction is owed). A
 prompt whose next token has two likely values and a deterministic second token (the old
 default) gives a 2-cell test, blind to every bug that keeps one token's share — a wrong
 residual among the others, misaligned ids. Checks 1 and 3 print their cells and their
@@ -72,7 +73,11 @@ DEFAULT_CANDIDATES = (
     ("Write a poem about the sea.", "The sea is blue, the sea is"),
     ("Say 'yes' or 'no' ten times, at random.", "yes, no, yes, yes, no,"),
 )
-DEFAULT_PROMPT, DEFAULT_REPLY_START = DEFAULT_CANDIDATES[-1]  # the narrowest: kept for the greedy diff
+# The deterministic checks (batched-logit noise, greedy diff) keep the yes/no prompt: there
+# greedy n-gram drafts are long and often kept, so a fault in the later rows of a
+# verification shows. On the widest prompt drafts are mostly rejected at their first
+# position, whose row a "shifted rows" fault leaves intact: the greedy diff passed it.
+DEFAULT_PROMPT, DEFAULT_REPLY_START = DEFAULT_CANDIDATES[-1]
 GREEDY_TOKENS = 32
 MAX_DIVERGENCES = 8  # reported at most, in the 32-token window
 ENUMERATE_FIRST = 64  # first tokens whose second-token distribution is enumerated exactly
@@ -153,6 +158,7 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
     chosen = _choose_prompt(target, factory(loaded, profile, gamma), [(c, prompt_ids(*c)) for c in candidates],
                             params, gamma, samples, tokens, eos)
     (prompt, reply_start), ids, probe = chosen[0]
+    greedy_ids = ids if len(candidates) == 1 else prompt_ids(DEFAULT_PROMPT, DEFAULT_REPLY_START)
     settings = {"samples": samples, "tokens": tokens, "gamma": gamma, "prompt": prompt, "reply_start": reply_start,
                 "prompt_tokens": len(ids), "prompt_cells": probe.cells,
                 "candidates": [{"prompt": c[0], "reply_start": c[1], "cells": pr.cells, "drafts": pr.drafts}
@@ -160,7 +166,10 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
                 "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
                 "method": spec.method, "dtype": target.precision, "backend": target.name,
                 "precision": compute_precision(target)}
-    checks: list[Check] = [_noise_check(target, ids, settings["precision"])]
+    if greedy_ids is not ids:
+        settings["greedy_prompt"] = DEFAULT_PROMPT
+        settings["greedy_reply_start"] = DEFAULT_REPLY_START
+    checks: list[Check] = [_noise_check(target, greedy_ids, settings["precision"])]
     spec_stats = {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0}
     notes: list[str] = []
     modes = _modes(loaded, target, profile, factory, gamma)
@@ -223,7 +232,7 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
         notes.append("temperature 0: greedy decoding, so only the token-by-token diff applies")
     report(1, 1, "greedy diff")
     for label, engine in modes:
-        checks.append(_greedy_diff(target, engine, ids, params, label))
+        checks.append(_greedy_diff(target, engine, greedy_ids, params, label))
     return VerifyReport(all(c.passed for c in checks), checks, settings, spec_stats, notes, auto_stats)
 
 

@@ -81,6 +81,9 @@ def render(report) -> str:
                            for c in s["candidates"][1:])
         lines.append(f"prompt chosen for width: {s['prompt_cells']} cells of the first {min(s['tokens'], 2)} "
                      f"token{'s' if s['tokens'] > 1 else ''} expected ≥ 5 times (other candidates: {others})")
+    if s.get("greedy_prompt"):
+        lines.append(f"batched-logit and greedy checks on {s['greedy_prompt']!r} (reply so far: "
+                     f"{s['greedy_reply_start']!r}), where greedy drafts are long and often kept")
     sp = report.speculation
     if sp.get("drafted"):
         lines.append(f"speculation exercised: {sp['drafted']} drafts, {sp['accepted']} accepted, "
