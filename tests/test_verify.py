@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from specchat.bench.verify import verify
+from specchat.bench.verify import DEFAULT_PROMPT, DEFAULT_REPLY_START, verify
 from specchat.bench.verify_stats import goodness_of_fit, two_sample
 from specchat.cli import main
 from specchat.config import load_profile
@@ -18,6 +18,9 @@ from specchat.loading import load_models
 
 SAMPLES = 400
 PARAMS = SamplingParams(temperature=0.7, top_p=0.95)
+# The planted-bug tests keep the prompt they were sized on: on this random tiny model every
+# candidate is about as wide, and which one verify picks is the other tests' business.
+YES_NO = {"prompt": DEFAULT_PROMPT, "reply_start": DEFAULT_REPLY_START}
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +67,19 @@ def test_verify_passes_on_the_engine(peaked):
         if check.p_value is not None:
             assert check.cells >= 3, check.line()  # a test over one pooled cell would be vacuous
     assert report.passed, "\n".join(c.line() for c in report.checks)
+    # the widest candidate that drafts was sampled from, and its width is what the joint used
+    candidates = report.settings["candidates"]
+    assert report.settings["prompt"] == candidates[0]["prompt"]
+    assert candidates[0]["cells"] == max(c["cells"] for c in candidates if c["drafts"])
+    joint = next(c for c in report.checks if "first two tokens" in c.name)
+    assert joint.cells == report.settings["prompt_cells"] + 1  # + the pooled rest
+    # the fixed-γ pass's checks say how strong they were; the reference's does not pretend to
+    assert joint.power is not None and "resampling from p" in joint.power_against
+    assert next(c for c in report.checks if c.name.startswith("plain")).power is None
+    from specchat.commands.verify import render
+
+    text = render(report)
+    assert "prompt chosen for width" in text and f"power {joint.power:.2f} against resampling" in text
 
 
 def test_verify_passes_on_a_bf16_target(peaked):
@@ -77,7 +93,7 @@ def test_verify_passes_on_a_bf16_target(peaked):
 
 def test_verify_catches_a_planted_sampler_bug(peaked):
     profile, loaded = peaked
-    report = verify(loaded, profile, samples=SAMPLES, tokens=2, params=PARAMS, gamma=3,
+    report = verify(loaded, profile, samples=SAMPLES, tokens=2, params=PARAMS, gamma=3, **YES_NO,
                     proposer_factory=lambda loaded, profile, gamma: UnwarpedQ(loaded.draft, gamma))
     assert not report.passed
     failed = [c.name for c in report.checks if not c.passed]
@@ -131,12 +147,12 @@ def test_verify_checks_the_gamma_auto_path_too(peaked, monkeypatch):
     # wall-clock timings of two equally tiny models never make drafting pay: a steady cost
     # model makes the controller draft, as it does with a real draft model
     monkeypatch.setattr(engine_module, "make_controller", lambda proposer: SteadyClockAdaptive(3, proposer))
-    report = verify(loaded, auto, samples=SAMPLES, tokens=2, params=PARAMS)
+    report = verify(loaded, auto, samples=SAMPLES, tokens=2, params=PARAMS, **YES_NO)
     assert report.speculation_auto is not None and report.speculation_auto["drafted"] > SAMPLES // 4
     names = [c.name for c in report.checks]
     assert any("(γ=auto) first token" in n for n in names) and any("γ=auto" in n and "greedy" in n for n in names)
     assert report.passed, "\n".join(c.line() for c in report.checks)
-    buggy = verify(loaded, auto, samples=SAMPLES, tokens=2, params=PARAMS, proposer_factory=lambda loaded, profile, g:
+    buggy = verify(loaded, auto, samples=SAMPLES, tokens=2, params=PARAMS, **YES_NO, proposer_factory=lambda loaded, profile, g:
                    UnwarpedQ(loaded.draft, g, 3) if g == "auto" else DraftModelProposer(loaded.draft, g))
     failed = [c.name for c in buggy.checks if not c.passed]
     assert failed and all("γ=auto" in name for name in failed), failed
@@ -172,3 +188,50 @@ def test_the_gamma_auto_pass_draws_its_own_samples(tiny_ngram_profile_path, monk
     runs = list(seeds.values())
     assert len(runs) == 3 and all(len(r) == 50 for r in runs)  # fixed γ, γ = auto, plain
     assert not (runs[0] & runs[1] or runs[0] & runs[2] or runs[1] & runs[2])
+
+
+def test_json_carries_the_prompt_choice_and_power(tiny_profile_path, capsys):
+    """--json (what a script or CI reads) says which prompt was sampled, how wide it was
+    against the other candidates, and each check's cells and power."""
+    import json
+
+    assert main(["verify", "--profile", str(tiny_profile_path), "--samples", "50", "--tokens", "2",
+                 "--temperature", "0.7", "--json"]) in (0, 1)
+    report = json.loads(capsys.readouterr().out)
+    settings = report["settings"]
+    assert settings["prompt"] == settings["candidates"][0]["prompt"] and len(settings["candidates"]) == 3
+    assert settings["prompt_cells"] == settings["candidates"][0]["cells"]
+    first = next(c for c in report["checks"] if c["name"] == "speculative first token vs exact p")
+    assert first["cells"] >= 1 and {"power", "power_against", "power_scale"} <= set(first)
+
+
+def wrong_replacement(verify_point_mass):
+    """Planted: after a rejected point-mass draft, the likeliest other token replaces it
+    instead of a draw from p. The draft's share is exact; only the rest of the law is
+    wrong, so a prompt with two likely next tokens (the old default) cannot see it."""
+    def wrong(logits, drafts, params, uniforms, width=5):
+        verdict = verify_point_mass(logits, drafts, params, uniforms, width)
+        for i, draft in enumerate(drafts):
+            if not verdict.accepted[i]:
+                verdict.next_tokens[i] = next(t for t, _ in verdict.alternatives[i] if t != draft)
+                break
+        return verdict
+
+    return wrong
+
+
+def test_the_chosen_prompt_catches_a_wrong_replacement_token(peaked):
+    """On the embedded model (llama.cpp, BF16) this bug PASSed verify on the old yes/no prompt
+    and FAILed on the chosen one (χ² p 1e-31 at 100 samples; issue 30's report)."""
+    import specchat.engine.host_sampling as host_sampling
+    from mutations import patched
+    from specchat.engine import NgramProposer
+
+    profile, loaded = peaked
+    ngram = lambda loaded, profile, gamma: NgramProposer(gamma)  # noqa: E731
+    with patched(host_sampling, "verify_point_mass", wrong_replacement(host_sampling.verify_point_mass)):
+        report = verify(loaded, profile, samples=SAMPLES, tokens=2, params=PARAMS, gamma=3, proposer_factory=ngram)
+    assert report.speculation["rejected"] > 20, report.speculation
+    failed = [c.name for c in report.checks if not c.passed]
+    assert any(name.startswith("speculative first token") for name in failed), [c.line() for c in report.checks]
+    assert not any(name.startswith("plain") for name in failed)

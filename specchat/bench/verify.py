@@ -17,6 +17,18 @@ same engine with no proposer, seeds of another range), and compares (see verify_
    verification passes them) against one-token steps; a difference beyond the format's
    fixed bound (near_tie.noise_bound) fails — a backend fault, not rounding.
 
+The sampled checks' default prompt is the widest of a few candidates
+(DEFAULT_CANDIDATES) on the models under test (checks 0 and 5 keep the yes/no one,
+DEFAULT_PROMPT): the one whose exact joint of the first two tokens has the most cells an
+exact sampler fills (expected count ≥ 5 at ``samples``), among those the proposer drafts
+at (the choice reads exact distributions and one probe draft, never a sample, so it
+cannot bend a check's false-alarm rate: no multiple-comparison correction is owed). A
+prompt whose next token has two likely values and a deterministic second token (the old
+default) gives a 2-cell test, blind to every bug that keeps one token's share — a wrong
+residual among the others, misaligned ids. Checks 1 and 3 print their cells and their
+power against a named bug (resampling from p after a rejection, its exact law from the
+probe draft's q at the first position; verify_stats, "Power").
+
 Checks 1, 3, 4 and 5 run with drafts at every step (γ fixed, so the rejection sampler
 is exercised from the first token) and, when the profile's γ is "auto" (the shipped
 default), again through the adaptive controller the profile really uses, plain
@@ -40,19 +52,32 @@ import numpy as np
 import torch
 
 from specchat.bench.near_tie import compute_precision, describe_gap, near_tie_tolerance, noise_bound
-from specchat.bench.verify_stats import Check, goodness_of_fit, two_sample
+from specchat.bench.verify_stats import MIN_EXPECTED, Check, goodness_of_fit, two_sample
 from specchat.engine import SpeculativeEngine
 from specchat.engine.backends import Backend, as_backend
 from specchat.engine.controller import Controller
+from specchat.engine.engine import generator_on
 from specchat.engine.sampling import SamplingParams, warp
 
-# The default question and the start of its answer put the check where an n-gram draft
-# is plausible but not certain: on the embedded model the first draft (" yes", copied
-# from the reply so far) is kept about 40 % of the time, so samples exercise
-# acceptance, rejection + resampling and bonus tokens within three tokens. (Starting
-# from an empty reply, lookup drafts chat-template tokens that are never kept.)
-DEFAULT_PROMPT = "Say 'yes' or 'no' ten times, at random."
-DEFAULT_REPLY_START = "yes, no, yes, yes, no,"
+# Candidate (question, start of the answer) pairs: each reply so far repeats itself, so an
+# n-gram draft (copied from it) is plausible but not certain and the samples exercise
+# acceptance, rejection + resampling and bonus tokens within three tokens (starting from
+# an empty reply, lookup drafts chat-template tokens that are never kept); the first two
+# leave the next word open. Measured on the embedded model (BF16, T 0.6, top-p 0.9) at
+# 2000 samples, cells with expected count ≥ 5 in the first token / first-two-token joint:
+# city 33 / 52 (first draft " big", p 0.08), sea 14 / 24 (" blue", p 0.24), yes/no 2 / 2
+# (" yes", p 0.38, the second token always ","). verify picks the widest on the models
+# it is given (_choose_prompt).
+DEFAULT_CANDIDATES = (
+    ("Describe a city.", "The city is big and the city is"),
+    ("Write a poem about the sea.", "The sea is blue, the sea is"),
+    ("Say 'yes' or 'no' ten times, at random.", "yes, no, yes, yes, no,"),
+)
+# The deterministic checks (batched-logit noise, greedy diff) keep the yes/no prompt: there
+# greedy n-gram drafts are long and often kept, so a fault in the later rows of a
+# verification shows. On the widest prompt drafts are mostly rejected at their first
+# position, whose row a "shifted rows" fault leaves intact: the greedy diff passed it.
+DEFAULT_PROMPT, DEFAULT_REPLY_START = DEFAULT_CANDIDATES[-1]
 GREEDY_TOKENS = 32
 MAX_DIVERGENCES = 8  # reported at most, in the 32-token window
 ENUMERATE_FIRST = 64  # first tokens whose second-token distribution is enumerated exactly
@@ -103,8 +128,8 @@ def _modes(loaded: Any, target: Backend, profile: Any, factory: Callable,
 
 
 @torch.inference_mode()  # no autograd graph behind any forward here
-def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, prompt: str = DEFAULT_PROMPT,
-           reply_start: str = DEFAULT_REPLY_START, params: SamplingParams | None = None, gamma: int | None = None,
+def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, prompt: str | None = None,
+           reply_start: str = "", params: SamplingParams | None = None, gamma: int | None = None,
            proposer_factory: Callable[[Any, Any, int], Any] | None = None,
            progress: Callable[[int, int, str], None] | None = None) -> VerifyReport:
     from specchat.engine.chat import ChatSession
@@ -120,16 +145,31 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
     plain_engine = SpeculativeEngine(target, None)
     chat = ChatSession(plain_engine, loaded.tokenizer, system_prompt=profile.chat.system_prompt,
                        enable_thinking=profile.chat.enable_thinking)
-    ids = chat.prompt_ids([{"role": "user", "content": prompt}])
-    if reply_start:  # the assistant's answer so far: the samples continue it
-        ids += list(loaded.tokenizer(reply_start, add_special_tokens=False)["input_ids"])
+
+    def prompt_ids(prompt: str, reply_start: str) -> list[int]:
+        ids = chat.prompt_ids([{"role": "user", "content": prompt}])
+        if reply_start:  # the assistant's answer so far: the samples continue it
+            ids += list(loaded.tokenizer(reply_start, add_special_tokens=False)["input_ids"])
+        return ids
+
     eos = sorted(plain_engine.eos_token_ids)
+    candidates = [(prompt, reply_start)] if prompt is not None else list(DEFAULT_CANDIDATES)
+    report(0, 1, "choosing the prompt")
+    chosen = _choose_prompt(target, factory(loaded, profile, gamma), [(c, prompt_ids(*c)) for c in candidates],
+                            params, gamma, samples, tokens, eos)
+    (prompt, reply_start), ids, probe = chosen[0]
+    greedy_ids = ids if len(candidates) == 1 else prompt_ids(DEFAULT_PROMPT, DEFAULT_REPLY_START)
     settings = {"samples": samples, "tokens": tokens, "gamma": gamma, "prompt": prompt, "reply_start": reply_start,
-                "prompt_tokens": len(ids),
+                "prompt_tokens": len(ids), "prompt_cells": probe.cells,
+                "candidates": [{"prompt": c[0], "reply_start": c[1], "cells": pr.cells, "drafts": pr.drafts}
+                               for c, _, pr in chosen] if len(chosen) > 1 else [],
                 "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
                 "method": spec.method, "dtype": target.precision, "backend": target.name,
                 "precision": compute_precision(target)}
-    checks: list[Check] = [_noise_check(target, ids, settings["precision"])]
+    if greedy_ids is not ids:
+        settings["greedy_prompt"] = DEFAULT_PROMPT
+        settings["greedy_reply_start"] = DEFAULT_REPLY_START
+    checks: list[Check] = [_noise_check(target, greedy_ids, settings["precision"])]
     spec_stats = {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0}
     notes: list[str] = []
     modes = _modes(loaded, target, profile, factory, gamma)
@@ -155,17 +195,23 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
             plain_seqs[i] = _speculative_sample(plain_engine, ids, dataclasses.replace(params, seed=PLAIN_SEEDS + i),
                                                 tokens, {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0})
         report(total, total, "exact distributions")
-        p_first = warp(target.forward(ids), params)[0]  # [V]
+        p_first, joint = probe.p_first, probe.joint
         exact_first = _distribution(p_first)
-        joint = _exact_first_two(target, ids, params, p_first, eos) if tokens >= 2 else None
+        vocab = p_first.shape[-1] + 1
         checks.append(goodness_of_fit("plain first token vs exact p", plain_seqs[:, 0], exact_first))
         for label, spec_seqs in spec_runs:
             name = f"speculative ({label})" if label else "speculative"
-            checks.append(goodness_of_fit(f"{name} first token vs exact p", spec_seqs[:, 0], exact_first))
+            # the bug's law is known where the first position always drafts: the fixed-γ pass
+            bug = _resample_from_p(p_first, probe.q_first) if probe.q_first is not None and not label else None
+            checks.append(goodness_of_fit(f"{name} first token vs exact p", spec_seqs[:, 0], exact_first,
+                                          bug=None if bug is None else ("resampling from p", _distribution(bug))))
             if joint is not None:
-                codes = _pair_codes(spec_seqs, p_first.shape[-1] + 1)
+                codes = _pair_codes(spec_seqs, vocab)
+                joint_bug = None if bug is None else (
+                    "resampling from p (first position)",
+                    {c: pr * float(bug[c // vocab]) / float(p_first[c // vocab]) for c, pr in joint.items()})
                 checks.append(goodness_of_fit(f"{name} first two tokens vs exact joint "
-                                              f"({len(joint)} cells enumerated)", codes, joint))
+                                              f"({len(joint)} cells enumerated)", codes, joint, bug=joint_bug))
             codes = _sequence_codes(np.concatenate([spec_seqs, plain_seqs]))  # one code book for both
             checks.append(two_sample(f"{name} vs plain, {tokens}-token continuations",
                                      codes[:samples], codes[samples:]))
@@ -186,8 +232,53 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
         notes.append("temperature 0: greedy decoding, so only the token-by-token diff applies")
     report(1, 1, "greedy diff")
     for label, engine in modes:
-        checks.append(_greedy_diff(target, engine, ids, params, label))
+        checks.append(_greedy_diff(target, engine, greedy_ids, params, label))
     return VerifyReport(all(c.passed for c in checks), checks, settings, spec_stats, notes, auto_stats)
+
+
+@dataclass
+class PromptProbe:
+    """What verify needs to know of a candidate prompt before sampling from it."""
+
+    cells: int  # cells of the exact first-two-token joint (first token when tokens = 1) expected ≥ 5 times
+    drafts: int  # tokens the proposer drafts at the prompt's end (0: the first step would not speculate)
+    p_first: torch.Tensor  # [V] the exact first-token distribution
+    joint: dict[int, float] | None  # the exact first-two-token joint (_exact_first_two), when sampled
+    q_first: torch.Tensor | None  # [V] the law the first draft is drawn from (one-hot for lookup)
+
+
+@torch.inference_mode()
+def _choose_prompt(target: Backend, proposer: Any, candidates: list[tuple[tuple[str, str], list[int]]],
+                   params: SamplingParams, gamma: int, samples: int, tokens: int,
+                   eos: list[int]) -> list[tuple[tuple[str, str], list[int], PromptProbe]]:
+    """The candidates with their probes, the chosen one first: of those the proposer
+    drafts at, the one with the most cells (the first listed on a tie, so a greedy run,
+    where every prompt has one cell, takes the first that drafts)."""
+    SpeculativeEngine(target, proposer, controller=EveryStep(gamma))  # tells the proposer the target's vocabulary
+    probed = []
+    for candidate, ids in candidates:
+        p_first = warp(target.forward(ids), params)[0]  # [V]
+        joint = _exact_first_two(target, ids, params, p_first, eos) if tokens >= 2 and not params.greedy else None
+        law = joint if joint is not None else _distribution(p_first)
+        proposal = proposer.propose(ids, gamma, params, generator_on(proposer.sampling_device or target.device, 0))
+        drafts = int(proposal.tokens.numel())
+        q_first = None
+        if drafts:
+            q_first = (proposal.q[0].double().cpu() if proposal.q is not None else
+                       torch.nn.functional.one_hot(proposal.tokens[:1].cpu(), p_first.shape[-1])[0].double())
+        cells = sum(1 for p in law.values() if p * samples >= MIN_EXPECTED)
+        probed.append((candidate, ids, PromptProbe(cells, drafts, p_first, joint, q_first)))
+    proposer.reset()
+    best = max(range(len(probed)), key=lambda i: (probed[i][2].drafts > 0, probed[i][2].cells, -i))
+    return [probed[best]] + probed[:best] + probed[best + 1:]
+
+
+def _resample_from_p(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """[V] the first token's law when a rejected draft is replaced by a draw from p instead
+    of the residual norm(max(p − q, 0)): kept with min(p, q), else drawn from p."""
+    p = p.double().cpu()
+    kept = torch.minimum(p, q)
+    return kept + (1.0 - float(kept.sum())) * p
 
 
 def _speculative_sample(engine: SpeculativeEngine, ids: list[int], params: SamplingParams, tokens: int,

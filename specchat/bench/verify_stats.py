@@ -7,6 +7,14 @@ below ``ALPHA`` or when its total variation distance exceeds ``tv_threshold``, t
 size (simulated from the exact distribution, or, for two samples, from random
 relabellings of the pooled samples — a permutation null). Each check thus raises a
 false alarm with probability about 0.1 % + 0.1 %.
+
+Power (reported beside each goodness-of-fit check that has a named bug to measure it
+against): the probability that the χ² rule alone fails at this sample size when the
+samples follow the bug's exact law instead — the noncentral χ² with the check's own
+cells and degrees of freedom, λ = n Σ (bug − exact)² / exact. The TV rule can only add
+to it, so the figure is a lower bound. ``power_scale`` is the mildest version of the
+same bug (a fraction ε of its error: the law exact + ε (bug − exact)) still caught with
+90 % power; below it, the check would usually miss the bug.
 """
 
 from __future__ import annotations
@@ -33,6 +41,9 @@ class Check:
     cells: int = 0
     detail: str = ""
     extra: dict = field(default_factory=dict)
+    power: float | None = None  # χ² rule's power against ``power_against`` (module docstring)
+    power_against: str = ""
+    power_scale: float | None = None  # the smallest fraction of that bug's error caught with 90 % power
 
     def line(self) -> str:
         parts = [f"{'PASS' if self.passed else 'FAIL'}  {self.name}"]
@@ -40,6 +51,10 @@ class Check:
             parts.append(f"TV {self.tv:.4f} (threshold {self.tv_threshold:.4f})")
         if self.p_value is not None:
             parts.append(f"χ² p = {self.p_value:.3g} over {self.cells} cells (fail below {ALPHA:g})")
+        if self.power is not None:
+            mildest = (f", 90 % down to {self.power_scale:.2g}× that error" if self.power_scale is not None
+                       and self.power_scale < 1 else "")
+            parts.append(f"power {self.power:.2f} against {self.power_against}{mildest}")
         if self.detail:
             parts.append(self.detail)
         return " · ".join(parts)
@@ -60,9 +75,11 @@ def tv_distance(a: dict, b: dict) -> float:
     return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
 
 
-def goodness_of_fit(name: str, codes: np.ndarray, exact: dict[int, float]) -> Check:
+def goodness_of_fit(name: str, codes: np.ndarray, exact: dict[int, float], *,
+                    bug: tuple[str, dict[int, float]] | None = None) -> Check:
     """Samples (codes) against an exact distribution; mass outside ``exact`` (if it does
-    not sum to 1) is one "other" cell."""
+    not sum to 1) is one "other" cell. ``bug``: (its name, its exact law over the same
+    codes), to report the check's power against it."""
     n = len(codes)
     other_mass = max(0.0, 1.0 - sum(exact.values()))
     observed = _counts(codes)
@@ -83,7 +100,32 @@ def goodness_of_fit(name: str, codes: np.ndarray, exact: dict[int, float]) -> Ch
     empirical = {k: observed.get(k, 0) / n for k in exact}
     tv = tv_distance({**empirical, "other": other_obs / n}, {**exact, "other": other_mass})
     threshold = _tv_null_exact(exact, n)
-    return Check(name, p_value >= ALPHA and tv <= threshold, tv, threshold, p_value, len(expected))
+    check = Check(name, p_value >= ALPHA and tv <= threshold, tv, threshold, p_value, len(expected))
+    if bug is not None:
+        against, law = bug
+        cells_bug = [law.get(k, 0.0) for k in keys]
+        if pooled_p * n > 0:
+            cells_bug.append(max(0.0, 1.0 - sum(cells_bug)))
+        check.power, check.power_scale = chi2_power([e / n for e in expected], cells_bug, n)
+        check.power_against = against
+    return check
+
+
+def chi2_power(exact: list[float], bug: list[float], n: int) -> tuple[float, float | None]:
+    """(power, scale): the χ² rule's power at ``n`` samples when the cells' true
+    probabilities are ``bug`` instead of ``exact``, and the smallest fraction ε of that
+    error (exact + ε (bug − exact)) caught with 90 % power (None: no error to catch)."""
+    from scipy.optimize import brentq
+    from scipy.stats import chi2, ncx2
+
+    dof = len(exact) - 1
+    shift = n * sum((b - e) ** 2 / e for e, b in zip(exact, bug))  # λ at ε = 1
+    if dof < 1 or shift < 1e-9:  # no error the cells can show (rounding aside)
+        return 0.0, None
+    critical = chi2.isf(ALPHA, dof)
+    power = float(ncx2.sf(critical, dof, shift))
+    needed = brentq(lambda lam: ncx2.sf(critical, dof, lam) - 0.9, 1e-9, 1e7)  # λ for 90 % power
+    return power, float(np.sqrt(needed / shift))  # λ grows as ε²
 
 
 def _tv_null_exact(exact: dict[int, float], n: int) -> float:

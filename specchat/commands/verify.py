@@ -21,10 +21,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--samples", type=int, default=2000, metavar="N", help="samples of each kind (default 2000)")
     parser.add_argument("--tokens", type=int, default=3, metavar="K", help="tokens per sample (default 3)")
     parser.add_argument("--prompt", metavar="TEXT",
-                        help="the user message (default: a yes/no question whose reply repeats itself)")
+                        help="the user message (default: of a few questions whose replies repeat themselves, the "
+                             "one whose next two tokens have the most likely values on these models)")
     parser.add_argument("--reply-start", metavar="TEXT",
                         help="the beginning of the assistant's reply, which the samples continue (default: the "
-                             "default prompt's own start; none with --prompt)")
+                             "default prompt's own start; none with --prompt; alone, it continues the yes/no question)")
     parser.add_argument("--gamma", type=int, metavar="K", help="drafts per step (default: the profile's γ)")
     parser.add_argument("--temperature", type=float, metavar="T", help="override sampling.temperature")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -53,13 +54,13 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature is not None:
         profile = profile.replace(sampling={"temperature": args.temperature})
 
-    from specchat.bench.verify import DEFAULT_PROMPT, DEFAULT_REPLY_START, verify
+    from specchat.bench.verify import DEFAULT_PROMPT, verify
     from specchat.loading import load_models
 
     loaded = load_models(profile, progress=_to_stderr)
-    reply_start = args.reply_start if args.reply_start is not None else ("" if args.prompt else DEFAULT_REPLY_START)
-    report = verify(loaded, profile, samples=args.samples, tokens=args.tokens, prompt=args.prompt or DEFAULT_PROMPT,
-                    reply_start=reply_start, gamma=args.gamma, progress=_progress)
+    prompt = args.prompt or (DEFAULT_PROMPT if args.reply_start is not None else None)  # None: verify chooses
+    report = verify(loaded, profile, samples=args.samples, tokens=args.tokens, prompt=prompt,
+                    reply_start=args.reply_start or "", gamma=args.gamma, progress=_progress)
     print("", file=sys.stderr)
     if args.json:
         print(json.dumps(_as_dict(report), ensure_ascii=False, default=str))
@@ -75,6 +76,14 @@ def render(report) -> str:
         f"{s['dtype']}{_weights(s)}; {s['samples']} samples × {s['tokens']} tokens of each kind; prompt {s['prompt_tokens']} tokens"
         + (f" (reply so far: {s['reply_start']!r})" if s.get("reply_start") else ""),
     ]
+    if s.get("candidates"):
+        others = ", ".join(f"{c['prompt']!r} {c['cells']}" + ("" if c["drafts"] else " (no draft)")
+                           for c in s["candidates"][1:])
+        lines.append(f"prompt chosen for width: {s['prompt_cells']} cells of the first {min(s['tokens'], 2)} "
+                     f"token{'s' if s['tokens'] > 1 else ''} expected ≥ 5 times (other candidates: {others})")
+    if s.get("greedy_prompt"):
+        lines.append(f"batched-logit and greedy checks on {s['greedy_prompt']!r} (reply so far: "
+                     f"{s['greedy_reply_start']!r}), where greedy drafts are long and often kept")
     sp = report.speculation
     if sp.get("drafted"):
         lines.append(f"speculation exercised: {sp['drafted']} drafts, {sp['accepted']} accepted, "
@@ -87,6 +96,9 @@ def render(report) -> str:
     lines += ["  " + check.line() for check in report.checks]
     lines.append("rule: a check fails when χ² p < 0.001 or TV exceeds the 99.9th percentile of the TV an exact "
                  "sampler shows at this sample size")
+    if any(check.power is not None for check in report.checks):
+        lines.append("power: the chance the χ² rule alone fails on samples from the named bug's exact law, at "
+                     "these cells and samples (a lower bound: the TV rule can only add)")
     lines.append(f"verdict: {'PASS' if report.passed else 'FAIL'}")
     return "\n".join(lines)
 
