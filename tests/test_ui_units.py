@@ -151,3 +151,15 @@ def test_a_marker_wakes_the_ui_even_while_a_wakeup_is_pending_and_makes_the_drai
     pump.put_marker("turn ended")
     assert len(sink.messages) == 2 and pump.urgent, "the end of a turn must not wait for the drain interval"
     assert [e for _, e in pump.drain()] == ["token", "turn ended"] and not pump.urgent
+
+
+def test_the_panel_counts_drafts_per_proposer_only_for_a_hybrid():
+    from specchat.ui.figures import source_lines
+
+    assert source_lines({"ngram": {"drafted": 9, "accepted": 3, "draft_ms_per_token": 0.0}}) == []
+    lines = source_lines({"ngram": {"drafted": 40, "accepted": 30, "draft_ms_per_token": 0.01},
+                          "eagle3": {"drafted": 24, "accepted": 5, "draft_ms_per_token": 2.4},
+                          "\x1b]0;evil\x07": {"drafted": 1, "accepted": 0, "draft_ms_per_token": None}})
+    assert lines[0] == "by proposer:"
+    assert any(line.startswith("head") and "24 drafted" in line and "2.4 ms/draft" in line for line in lines)
+    assert not any("\x1b" in line or "evil" in line for line in lines)  # a recording's names are not echoed

@@ -19,6 +19,7 @@ from specchat.ui.figures import (
     figure_rows,
     histogram_lines,
     position_lines,
+    source_lines,
     recommended_gamma_text,
 )
 
@@ -113,7 +114,8 @@ class SpecPanel(VerticalScroll):
         update("#recommend", Content(recommended_gamma_text(session, self.hide_timing)))
         update("#controller", Content(controller_text(session, self.hide_timing)))
         hist = histogram_lines(turn.acceptance_histogram, max(turn.gamma_history, default=0)) or ["no drafting steps yet"]
-        update("#histogram", Content("\n".join(hist)))
+        sources = source_lines(turn.drafts_by_source)
+        update("#histogram", Content("\n".join(hist + ([""] + sources if sources else []))))
         pos = position_lines(turn.per_position_acceptance) or ["–"]
         update("#positions", Content("\n".join(pos)))
         self.query_one("#accept-spark", Sparkline).data = list(turn.acceptance_history)
