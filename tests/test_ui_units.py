@@ -160,6 +160,7 @@ def test_the_panel_counts_drafts_per_proposer_only_for_a_hybrid():
     lines = source_lines({"ngram": {"drafted": 40, "accepted": 30, "draft_ms_per_token": 0.01},
                           "eagle3": {"drafted": 24, "accepted": 5, "draft_ms_per_token": 2.4},
                           "\x1b]0;evil\x07": {"drafted": 1, "accepted": 0, "draft_ms_per_token": None}})
-    assert lines[0] == "by proposer:"
-    assert any(line.startswith("head") and "24 drafted" in line and "2.4 ms/draft" in line for line in lines)
+    assert lines[0] == "by proposer (kept/drafted):"
+    assert any(line.startswith("head") and "5/24" in line and "2.4 ms/draft" in line for line in lines)
+    assert max(len(line) for line in lines) <= 34  # the panel's width
     assert not any("\x1b" in line or "evil" in line for line in lines)  # a recording's names are not echoed

@@ -210,15 +210,16 @@ SOURCE_NAMES = {"ngram": "n-gram", "eagle3": "head", "draft_model": "draft"}
 
 
 def source_lines(by_source: dict[str, dict[str, float | None]]) -> list[str]:
-    """Drafts per proposer, when more than one drafted (a hybrid): ``"head     24 drafted,
-    5 kept, 2.4 ms/draft"``. Names a recording carries are shown only if known."""
+    """Drafts per proposer, when more than one drafted (a hybrid), narrow enough for the
+    panel: ``"head      5/24 kept  2.4 ms/draft"``. Names a recording carries are shown
+    only if known."""
     if len(by_source) < 2:
         return []
-    lines = ["by proposer:"]
+    lines = ["by proposer (kept/drafted):"]
     for source, s in sorted(by_source.items()):
         cost = s.get("draft_ms_per_token")
-        lines.append(f"{SOURCE_NAMES.get(source, 'other'):<7}{int(s.get('drafted') or 0):>5} drafted,"
-                     f"{int(s.get('accepted') or 0):>5} kept" + (f", {cost:.1f} ms/draft" if cost is not None else ""))
+        kept = f"{int(s.get('accepted') or 0)}/{int(s.get('drafted') or 0)}"
+        lines.append(f"{SOURCE_NAMES.get(source, 'other'):<7}{kept:>9}" + (f"  {cost:.1f} ms/draft" if cost is not None else ""))
     return lines
 
 
