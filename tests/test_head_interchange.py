@@ -121,3 +121,29 @@ def test_bench_has_a_llama_server_row_with_the_same_head(setup):
     assert row["new_tokens"] == 24 and len(row["output_ids"]) == 24
     assert row["server_drafted"] > 0 and row["server_accepted"] > 0, row
     assert peer._servers == {}  # close stopped it
+
+
+def test_a_llama_server_that_will_not_start_is_one_line(setup, tmp_path):
+    """A target file llama-server cannot load (here: garbage whose name holds an escape)
+    ends the bench with one clean line naming it, not a traceback."""
+    from types import SimpleNamespace
+
+    from specchat.bench.configs import BenchConfig
+    from specchat.bench.peer_llama_server import LlamaServerHeadPeer
+    from specchat.config import load_profile
+    from specchat.engine import SamplingParams
+    from specchat.errors import SpecchatError
+
+    loaded, head, _ = setup
+    peer = LlamaServerHeadPeer(loaded, load_profile("smollm2-eagle3"), head.folder, stops=set())
+    bad = tmp_path / "bad\x1b]0;x\x07.gguf"
+    bad.write_bytes(b"not a gguf")
+    peer.model_path = str(bad)
+    try:
+        with pytest.raises(SpecchatError) as error:
+            peer.run(BenchConfig("eagle3", 2, "peer"), SimpleNamespace(ids=[1, 2, 3], seed=0),
+                     SamplingParams(temperature=0.0), 4)
+    finally:
+        peer.close()
+    text = str(error.value)
+    assert "llama-server exited" in text and "\n" not in text and "\x1b" not in text

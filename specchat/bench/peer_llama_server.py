@@ -29,7 +29,9 @@ from typing import Any
 
 from specchat.bench import memory
 from specchat.bench.peer import clip_emissions
+from specchat.errors import SpecchatError
 from specchat.paths import cache_dir
+from specchat.sanitize import clean
 
 VERSION = "0.3.36"  # llama-cpp-python's, whose vendored llama.cpp `make llama-server` builds
 
@@ -79,7 +81,10 @@ def head_gguf(head_folder: Path, target_dir: Path, script: Path) -> Path:
                                  "--outfile", str(tmp), "--outtype", "bf16"], capture_output=True, text=True,
                                 timeout=600, env={**os.environ, "PYTHONPATH": str(script.parent / "gguf-py")})
         if result.returncode != 0:
-            raise RuntimeError(f"convert_hf_to_gguf.py failed: {result.stderr.strip().splitlines()[-1:]}")
+            last = (result.stderr.strip().splitlines() or ["(no message)"])[-1]
+            raise SpecchatError(f"llama.cpp's convert_hf_to_gguf.py could not convert the head in "
+                                f"{clean(str(head_folder))}: {clean(last)[:200]}",
+                                hint="run with --no-peer to skip the llama-server rows")
         tmp.replace(out)
     return out
 
@@ -115,7 +120,9 @@ class LlamaServerHeadPeer:
             deadline = time.monotonic() + 120
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"llama-server exited with {proc.returncode} (args: {' '.join(args[1:])})")
+                    raise SpecchatError(f"llama-server exited with code {proc.returncode} on start "
+                                        f"(-m {clean(str(self.model_path))} -md {clean(str(self.gguf))})",
+                                        hint="run with --no-peer to skip the llama-server rows")
                 try:
                     with urllib.request.urlopen(url + "/health", timeout=2) as r:
                         if r.status == 200:
@@ -124,7 +131,8 @@ class LlamaServerHeadPeer:
                     pass
                 if time.monotonic() > deadline:
                     proc.kill()
-                    raise RuntimeError("llama-server did not become healthy in 120 s")
+                    raise SpecchatError("llama-server did not become healthy in 120 s",
+                                        hint="run with --no-peer to skip the llama-server rows")
                 time.sleep(0.2)
             self._servers[gamma] = (proc, url)
         return self._servers[gamma][1]
