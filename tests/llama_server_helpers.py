@@ -9,7 +9,6 @@ mid-reply, a malformed chunk, an HTTP error.
 from __future__ import annotations
 
 import http.client
-import os
 import socket
 import subprocess
 import threading
@@ -17,7 +16,6 @@ import time
 from pathlib import Path
 from socketserver import StreamRequestHandler, ThreadingTCPServer
 
-VERSION = "0.3.36"
 # n-gram speculation that drafts on a short chat (the default sizes draft nothing there)
 SPEC_ARGS = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", "4",
              "--spec-draft-n-max", "4")
@@ -26,12 +24,12 @@ REPEAT_PROMPT = ("Copy this text exactly, twice: the quick brown fox jumps over 
 
 
 def server_dir() -> Path | None:
-    env = os.environ.get("SPECCHAT_LLAMA_SERVER_DIR")
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specchat" / "llama-server" / VERSION / "bin"
-    for directory in ([Path(env)] if env else []) + [cache]:
-        if (directory / "llama-server").is_file() and (directory / "rpc-server").is_file():
-            return directory
-    return None
+    """Where ``make llama-server`` put the binaries (specchat's own lookup), when both the
+    tests need are there."""
+    from specchat.bench.peer_llama_server import server_bin_dir
+
+    directory = server_bin_dir()
+    return directory if directory is not None and (directory / "rpc-server").is_file() else None
 
 
 def free_port() -> int:

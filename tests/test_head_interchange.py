@@ -30,10 +30,12 @@ TOKENS = 48
 
 
 def convert_script():
-    for root in (BIN.parent / "src", BIN.parent.parent / "src"):
-        for script in root.glob("llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py"):
-            return script
-    pytest.fail(f"llama.cpp's convert_hf_to_gguf.py is not beside {BIN} (make llama-server unpacks it)")
+    from specchat.bench.peer_llama_server import convert_script as beside
+
+    script = beside(BIN)
+    if script is None:
+        pytest.fail(f"llama.cpp's convert_hf_to_gguf.py is not beside {BIN} (make llama-server unpacks it)")
+    return script
 
 
 @pytest.fixture(scope="module")
