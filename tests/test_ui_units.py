@@ -164,3 +164,15 @@ def test_the_panel_counts_drafts_per_proposer_only_for_a_hybrid():
     assert any(line.startswith("head") and "5/24" in line and "2.4 ms/draft" in line for line in lines)
     assert max(len(line) for line in lines) <= 34  # the panel's width
     assert not any("\x1b" in line or "evil" in line for line in lines)  # a recording's names are not echoed
+
+
+def test_a_shown_measured_speedup_comes_with_its_interval():
+    from specchat.telemetry import MetricsSnapshot
+    from specchat.ui.figures import figure_rows
+
+    shown = MetricsSnapshot(measured_speedup=1.1, measured_speedup_interval=(0.97, 1.24))
+    labels = [r.label for r in figure_rows(shown, MetricsSnapshot())]
+    assert "  turn 95 %: 0.97–1.24×" in labels
+    assert not any("session 95 %" in label for label in labels)  # nothing shown there, no interval
+    assert not any("95 %" in r.label for r in figure_rows(shown, shown, hide_timing=True))
+    assert [r.label for r in figure_rows(shown, shown) if "95 %" in r.label] == ["  95 %: 0.97–1.24×"]

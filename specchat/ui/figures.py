@@ -131,7 +131,14 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
     at = [r.label for r in rows].index("measured speedup")
     rows[at] = Row(rows[at].label, *(cell + ("*" if note else "") for cell, note in
                                      zip((rows[at].turn, rows[at].session), why)), True)
-    return rows + [Row(f"* {note}", "", "", True) for note in dict.fromkeys(n for n in why if n)]
+    # a shown one carries its uncertainty (the 95 % interval over the step times)
+    shown = {name: f"{lo:.2f}–{hi:.2f}×" for name, m in (("turn", turn), ("session", session))
+             if m.measured_speedup is not None and m.measured_speedup_interval
+             for lo, hi in [m.measured_speedup_interval]}
+    if len(shown) == 2 and shown["turn"] == shown["session"]:  # one turn so far: one line
+        shown = {"both": shown["turn"]}
+    spread = [Row(f"  {'' if name == 'both' else name + ' '}95 %: {text}", "", "", True) for name, text in shown.items()]
+    return rows + spread + [Row(f"* {note}", "", "", True) for note in dict.fromkeys(n for n in why if n)]
 
 
 def withheld_because(m: MetricsSnapshot) -> str:
