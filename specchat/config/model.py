@@ -20,7 +20,7 @@ QUANTIZATIONS = ("none", "8bit", "4bit-nf4", "4bit-fp4")
 METHODS = ("draft_model", "ngram", "eagle3", "hybrid", "none")
 HEAD_METHODS = ("eagle3", "hybrid")  # a head on the target's features: eagle3 alone, or with n-gram lookup
 BACKENDS = ("transformers", "llama.cpp", *REMOTE_BACKENDS)
-GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K")
+GGUF_TYPES = ("auto", "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K")
 MAX_SPECULATIVE_TOKENS = 16
 
 
@@ -37,7 +37,9 @@ class ModelSpec:
         quantization must be "none"). The transformers backend ignores the llama.cpp keys.
     gguf_type: llama.cpp only — convert the GGUF file once to this type (cached, e.g.
         "BF16": on a CPU that computes bf16 natively, cheaper to verify drafts with than
-        4-bit formats); None = run the file as it is.
+        4-bit formats); "auto" = BF16 where the CPU computes bf16 natively (AVX-512
+        BF16, AMX, Arm BF16), else F16 (cheaper there: emulated bf16 is converted on
+        every product), F16 too when layers go to a GPU; None = run the file as it is.
         Or a server that runs the model and speculates itself: "llama-server" or "vllm"
         (then ``url`` is required, ``source`` optional, and ``api_key_env`` names the
         environment variable holding its key — the key is never stored).
