@@ -26,6 +26,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--kind", default="eagle3", choices=["eagle3"], help="head kind (default eagle3)")
     parser.add_argument("--out", metavar="DIR", help="where the head goes (default: <cache>/heads/<profile>-eagle3)")
     parser.add_argument("--prompts", type=int, default=0, metavar="N", help="train on the first N corpus prompts (0: all)")
+    parser.add_argument("--replies", type=int, default=2, metavar="N",
+                        help="replies per prompt: one greedy, the rest sampled at 0.8 (default 2)")
     parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="reply length (default 256)")
     parser.add_argument("--epochs", type=int, default=4, metavar="N", help="passes over the data (default 4)")
     parser.add_argument("--ttt-steps", type=int, default=4, metavar="S", help="training-time-test depth (default 4)")
@@ -41,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from specchat.errors import SpecchatError
 
     for flag, value, low in (("--prompts", args.prompts, 0), ("--max-new-tokens", args.max_new_tokens, 1),
+                             ("--replies", args.replies, 1),
                              ("--epochs", args.epochs, 1), ("--ttt-steps", args.ttt_steps, 1),
                              ("--draft-vocab", args.draft_vocab, 16)):
         if value < low:
@@ -58,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from specchat.training.train import TrainConfig
 
     plan = Plan(prompts=args.prompts, max_new_tokens=args.max_new_tokens, draft_vocab=args.draft_vocab,
+                replies=args.replies,
                 train=TrainConfig(epochs=args.epochs, steps=args.ttt_steps, lr=args.lr))
     if args.smoke:
         plan = Plan(prompts=6, held_out=2, max_new_tokens=12, draft_vocab=min(args.draft_vocab, 256), n_seq=3,

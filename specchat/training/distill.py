@@ -7,8 +7,14 @@ context on the already loaded model with room for ``n_seq`` sequences; a slot th
 finishes (end of turn or ``max_new_tokens``) is cleared (``llama_memory_seq_rm``) and
 takes the next prompt at once (continuous batching).
 
-Half the replies are greedy, half sampled at temperature 0.8, so the head sees both what
-the target says most and how its sampled replies go on.
+Each prompt is answered greedily and sampled at temperature 0.8, so the head sees both
+what the target says most and how its sampled replies go on.
+
+Given ``layer_ids``, the same decodes also hand out what the head trains on (teacher.py's
+``Taught``): the inputs of those layers for every token fed (llama.cpp's staged
+layer-input API) and the target's law after it (logits are wanted for every prompt
+token too). Generating a reply already computes both, so no second, teacher-forced pass
+over the replies is needed — that pass cost about as much as a third of the generation.
 """
 
 from __future__ import annotations
@@ -17,20 +23,48 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+
+from specchat.training.teacher import Taught, top_law
 
 
 @dataclass
 class Sample:
     """One distilled conversation: ``ids`` = the chat-formatted prompt and the reply;
-    the reply starts at ``reply_start``."""
+    the reply starts at ``reply_start``. ``taught``: its features and soft labels over
+    every token fed (all but the last), when the generator was given layers."""
 
     ids: list[int]
     reply_start: int
+    taught: Taught | None = None
+
+
+class _Record:
+    """What one slot has gathered for its ``Taught``: rows of features and laws."""
+
+    def __init__(self) -> None:
+        self.features: list[torch.Tensor] = []
+        self.top_ids: list[torch.Tensor] = []
+        self.top_p: list[torch.Tensor] = []
+
+    def add(self, features: torch.Tensor, top_ids: torch.Tensor, top_p: torch.Tensor) -> None:
+        self.features.append(features)
+        self.top_ids.append(top_ids)
+        self.top_p.append(top_p)
+
+    def taught(self, ids: list[int], reply_start: int) -> Taught:
+        features = torch.cat(self.features)
+        fed = features.shape[0]
+        return Taught(torch.tensor(ids[:fed], dtype=torch.long), features, torch.cat(self.top_ids),
+                      torch.cat(self.top_p), reply_start)
 
 
 class BatchedGenerator:
-    def __init__(self, backend, n_seq: int = 8, n_ctx_per_seq: int = 768) -> None:
+    def __init__(self, backend, n_seq: int = 8, n_ctx_per_seq: int = 768, layer_ids: tuple[int, ...] = (),
+                 top: int = 32) -> None:
         import llama_cpp
+
+        from specchat.engine.backends.llamacpp_features import bind
 
         self.llama_cpp = llama_cpp
         params = llama_cpp.llama_context_default_params()
@@ -48,13 +82,18 @@ class BatchedGenerator:
         self.n_seq, self.n_ctx_per_seq = n_seq, n_ctx_per_seq
         self.vocab = backend.vocab_size
         self.eos = backend.eos_token_ids
+        self.layers, self.top, self.hidden = tuple(layer_ids), top, backend.hidden_size
+        self.inputs = bind(llama_cpp) if self.layers else None
+        for layer in self.layers:  # the backend declared provides_features before it gets here
+            self.inputs.enable(self.ctx, layer)
 
     def close(self) -> None:
         self.llama_cpp.llama_batch_free(self.batch)
         self.llama_cpp.llama_free(self.ctx)
 
-    def _decode(self, rows: list[tuple[int, int, int, bool]]) -> np.ndarray:
-        """rows: (token, position, seq_id, wants logits) → logits [n_wanted, V]."""
+    def _decode(self, rows: list[tuple[int, int, int, bool]]) -> tuple[np.ndarray, np.ndarray | None]:
+        """rows: (token, position, seq_id, wants logits) → (logits [n_wanted, V], the
+        layers' inputs [n_rows, layers·H] or None without layers)."""
         b = self.batch
         b.n_tokens = len(rows)
         for i, (token, pos, seq, wants) in enumerate(rows):
@@ -65,7 +104,11 @@ class BatchedGenerator:
             raise RuntimeError(f"llama_decode failed (code {code})")
         wanted = sum(r[3] for r in rows)
         pointer = self.llama_cpp.llama_get_logits(self.ctx)
-        return np.ctypeslib.as_array(pointer, shape=(wanted, self.vocab)).copy()
+        logits = np.ctypeslib.as_array(pointer, shape=(wanted, self.vocab)).copy()
+        if not self.layers:
+            return logits, None
+        return logits, np.concatenate([self.inputs.read(self.ctx, layer, len(rows), self.hidden)
+                                       for layer in self.layers], axis=1)
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperatures: list[float],
                  seed: int = 0, progress: Callable[[int], None] | None = None) -> Iterator[tuple[int, Sample]]:
@@ -74,14 +117,18 @@ class BatchedGenerator:
         queue = list(range(len(prompts)))[::-1]
         slots: dict[int, tuple[int, list[int], int]] = {}  # seq → (prompt index, ids, reply start)
         pending: dict[int, np.ndarray] = {}  # seq → logits of its last token
+        records: dict[int, _Record] = {}
 
         def start(seq: int) -> None:
             index = queue.pop()
             ids = list(prompts[index][: self.n_ctx_per_seq - max_new_tokens - 1])
+            records[seq] = _Record()
             for first in range(0, len(ids), 512):
                 chunk = ids[first:first + 512]
-                rows = [(t, first + i, seq, first + i == len(ids) - 1) for i, t in enumerate(chunk)]
-                logits = self._decode(rows)
+                rows = [(t, first + i, seq, bool(self.layers) or first + i == len(ids) - 1) for i, t in enumerate(chunk)]
+                logits, features = self._decode(rows)
+                if features is not None:
+                    records[seq].add(torch.from_numpy(features).to(torch.bfloat16), *top_law(logits, self.top))
             slots[seq] = (index, ids, len(ids))
             pending[seq] = logits[-1]
 
@@ -98,15 +145,21 @@ class BatchedGenerator:
                 if token in self.eos or len(ids) - reply_start >= max_new_tokens:
                     del slots[seq]
                     self.llama_cpp.llama_memory_seq_rm(self.memory, seq, -1, -1)
-                    yield index, Sample(ids, reply_start)
+                    record = records.pop(seq)
+                    yield index, Sample(ids, reply_start, record.taught(ids, reply_start) if self.layers else None)
                     if queue:
                         start(seq)
                     continue
                 rows.append((token, len(ids) - 1, seq, True))
             if rows:
-                order = [r[2] for r in rows]
-                for seq, logits in zip(order, self._decode(rows)):
-                    pending[seq] = logits
+                logits, features = self._decode(rows)
+                if features is not None:
+                    features = torch.from_numpy(features).to(torch.bfloat16)
+                    top_ids, top_p = top_law(logits, self.top)
+                for k, (_, _, seq, _) in enumerate(rows):
+                    pending[seq] = logits[k]
+                    if features is not None:
+                        records[seq].add(features[k:k + 1], top_ids[k:k + 1], top_p[k:k + 1])
 
     @staticmethod
     def _pick(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:

