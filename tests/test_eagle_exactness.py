@@ -24,17 +24,21 @@ from vocab16 import exact_joint
 SAMPLES = 2500
 
 
-def eagle_engine(target, gamma=2, draft_vocab=12, proposer_class=EagleProposer, controller=None):
+def eagle_engine(target, gamma=2, draft_vocab=12, proposer_class=EagleProposer, controller=None, int8=False):
     backend = TransformersBackend(target)
     head = random_eagle3_head(target, draft_vocab=draft_vocab)
-    proposer = proposer_class(head, backend, gamma)
+    proposer = proposer_class(head, backend, gamma, int8=int8)
     return SpeculativeEngine(backend, proposer, controller=controller or power.EveryStep(gamma), eos_token_ids=[])
 
 
-@pytest.mark.parametrize("setting, gamma", [("t1", 2), ("t0.7-topk5", 3), ("t0.9-topk6-topp0.9", 2)])
-def test_eagle_joint_distribution_is_the_targets(target, setting, gamma):
+@pytest.mark.parametrize("setting, gamma, int8", [("t1", 2, False), ("t0.7-topk5", 3, False),
+                                                 ("t0.9-topk6-topp0.9", 2, False), ("t0.9-topk6-topp0.9", 3, True)])
+def test_eagle_joint_distribution_is_the_targets(target, setting, gamma, int8):
+    """int8: the head drafts from int8 weights (as on a CPU by default); q is the
+    quantised head's own law, so verification stays exact."""
     params = power.SETTINGS[setting]
-    engine = eagle_engine(target, gamma)
+    engine = eagle_engine(target, gamma, int8=int8)
+    assert engine.proposer.int8 == int8
     counts = power.sample_counts(engine, PROMPT, params, SAMPLES, LENGTH)
     metrics = engine.metrics
     assert metrics.num_draft_tokens > SAMPLES, "the head rarely drafted: the test would prove little"
@@ -47,9 +51,10 @@ def test_eagle_greedy_equals_plain(target):
     params = SamplingParams(temperature=0.0)
     plain = SpeculativeEngine(TransformersBackend(target), None, eos_token_ids=[])
     want = [t.id for s in plain.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
-    engine = eagle_engine(target, 3)
-    got = [t.id for s in engine.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
-    assert got == want
+    for int8 in (False, True):
+        engine = eagle_engine(target, 3, int8=int8)
+        got = [t.id for s in engine.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
+        assert got == want, int8
     assert engine.metrics.num_draft_tokens > 0
 
 

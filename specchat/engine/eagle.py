@@ -23,6 +23,12 @@ from specchat.engine.backends import Backend, common_prefix_length
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, sample, warp
 from specchat.heads.eagle3 import Eagle3Head, HeadCache, step
+from specchat.heads.int8 import AVAILABLE as _INT8
+from specchat.heads.int8 import int8_copy
+
+
+def int8_available() -> bool:
+    return _INT8
 
 
 # positions whose features wait for the head's next turn: beyond this, the oldest go
@@ -36,7 +42,7 @@ class EagleProposer(Proposer):
     kind = "eagle3"
 
     def __init__(self, head: Eagle3Head, target: Backend, num_speculative_tokens: int | str = 3,
-                 max_speculative_tokens: int | None = None, siblings: int = 1) -> None:
+                 max_speculative_tokens: int | None = None, siblings: int = 1, int8: bool | None = None) -> None:
         super().__init__(num_speculative_tokens, max_speculative_tokens)
         if not target.provides_features:
             raise ValueError(target.features_note)
@@ -47,6 +53,13 @@ class EagleProposer(Proposer):
         self.siblings = siblings
         self.device = target.device
         self.head = head.to(self.device).eval()  # beside the target's features (a GPU's, or the host)
+        # int8: drafts from int8 weights (heads/int8.py), a quarter of the bytes per draft;
+        # None = on a CPU, where a draft's cost is reading the weights
+        if int8 is None:
+            int8 = torch.device(self.device).type == "cpu" and int8_available()
+        if int8:
+            self.head = int8_copy(self.head)
+        self.int8 = bool(int8)
         self.target = target
         self.sampling_device = self.device
         target.request_features(head.config.layer_ids)

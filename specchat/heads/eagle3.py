@@ -124,7 +124,7 @@ class Eagle3Head(nn.Module):
     # --- the pieces ---------------------------------------------------------------------
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """features [T, 3·H_target] (low, mid, high concatenated) → g [T, H]."""
-        return self.fc(features.to(self.fc.weight.dtype))
+        return self.fc(features.to(self.norm.dtype))
 
     def draft_ids(self) -> torch.Tensor:
         """[V_draft] the target id of each draft id."""
