@@ -22,9 +22,9 @@ import torch
 from specchat.engine.backends import Backend, common_prefix_length
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, sample, warp
-from specchat.heads.eagle3 import Eagle3Head, HeadCache, step
+from specchat.heads.drafter import Drafter
+from specchat.heads.eagle3 import Eagle3Head
 from specchat.heads.int8 import AVAILABLE as _INT8
-from specchat.heads.int8 import int8_copy
 
 
 def int8_available() -> bool:
@@ -57,14 +57,13 @@ class EagleProposer(Proposer):
         # None = on a CPU, where a draft's cost is reading the weights
         if int8 is None:
             int8 = torch.device(self.device).type == "cpu" and int8_available()
-        if int8:
-            self.head = int8_copy(self.head)
         self.int8 = bool(int8)
+        self.drafter = Drafter(self.head, int8=self.int8)  # the head's arithmetic in fewer operations
         self.target = target
         self.sampling_device = self.device
         target.request_features(head.config.layer_ids)
         self._draft_ids = head.draft_ids()  # [V_draft] target id of each draft id
-        self._cache = HeadCache()
+        self._cache = self.drafter.new_cache()
         self._seen: list[int] = []  # ids the head's cached pairs were made from
         self._queued: dict[int, torch.Tensor] = {}  # position → features [F] not yet run
         self._drafted = 0
@@ -72,7 +71,7 @@ class EagleProposer(Proposer):
         self._warm = False  # whether the last step's drafts were the head's
 
     def reset(self) -> None:
-        self._cache, self._seen, self._queued, self._drafted, self._warm = HeadCache(), [], {}, 0, False
+        self._cache, self._seen, self._queued, self._drafted, self._warm = self.drafter.new_cache(), [], {}, 0, False
 
     def drafted_elsewhere(self, k: int) -> None:
         """Another proposer drafted this step's k tokens (hybrid.py): the target's features
@@ -102,9 +101,9 @@ class EagleProposer(Proposer):
         self._sync(ids)
         positions = sorted(p for p in self._queued if p <= last)
         if positions:
-            g = self.head.fuse(torch.stack([self._queued.pop(p) for p in positions]))  # [T, H]
+            g = self.drafter.fuse(torch.stack([self._queued.pop(p) for p in positions]))  # [T, H]
             tokens = torch.tensor([ids[p + 1] for p in positions], dtype=torch.long, device=self.device)
-            step(self.head, self._cache, tokens, g, positions)
+            self.drafter.step(self._cache, tokens, g, positions)
             self._seen = list(ids)
         prenorm = self._cache.tail
         if k <= 0 or prenorm is None or self._cache.end != last + 1:
@@ -112,7 +111,7 @@ class EagleProposer(Proposer):
                             source=self.kind)  # no features yet
         drafts, qs, rivals = [], [], []
         for i in range(k):
-            logits = self.head.logits(prenorm)
+            logits = self.drafter.logits(prenorm)
             q_draft = warp(logits, params)  # [1, V_draft]
             pick = sample(q_draft, generator)  # [1] a draft-vocabulary index
             token = self._draft_ids[pick]
@@ -121,7 +120,7 @@ class EagleProposer(Proposer):
             if i == 0 and self.siblings > 1:
                 rivals = self._rivals(logits.softmax(-1) if params.greedy else q_draft, pick, params, generator)
             if i + 1 < k:  # the last draft is verified, never run through the head
-                prenorm = step(self.head, self._cache, token, prenorm, [last + 1 + i])
+                prenorm = self.drafter.step(self._cache, token, prenorm, [last + 1 + i])
         self._cache.truncate(last + 1)  # drafts are re-made from the target's features once kept
         self._drafted = k
         if rivals:  # the chain first, then the first draft's rivals beside it

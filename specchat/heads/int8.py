@@ -12,8 +12,6 @@ by this same quantised head, and the rejection sampler verifies against that law
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from torch import nn
 
@@ -35,22 +33,3 @@ class Int8Linear(nn.Module):
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
         y = torch._weight_int8pack_mm(rows, self.weight, self.scale)
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
-
-
-LINEARS = ("fc", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
-
-
-def int8_copy(head: nn.Module) -> nn.Module:
-    """A copy of ``head`` (an Eagle3Head) for CPU drafting with int8 linear layers; the
-    original is left as it is (training and export use it). The token embedding, a
-    shared buffer, is not copied."""
-    embed = head.embed
-    head.embed = torch.zeros(0)
-    try:
-        fast = copy.deepcopy(head)
-    finally:
-        head.embed = embed
-    fast.embed = embed
-    for name in LINEARS:
-        setattr(fast, name, Int8Linear(getattr(head, name)))
-    return fast.eval()
