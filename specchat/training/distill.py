@@ -166,5 +166,6 @@ class BatchedGenerator:
         if temperature <= 0:
             return int(logits.argmax())
         z = logits.astype(np.float64) / temperature
-        p = np.exp(z - z.max())
-        return int(rng.choice(p.size, p=p / p.sum()))
+        cdf = np.cumsum(np.exp(z - z.max()))
+        # inverse CDF (rng.choice(p=…) validates and copies p on every call)
+        return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), cdf.size - 1))
