@@ -26,12 +26,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--kind", default="eagle3", choices=["eagle3"], help="head kind (default eagle3)")
     parser.add_argument("--out", metavar="DIR", help="where the head goes (default: <cache>/heads/<profile>-eagle3)")
     parser.add_argument("--prompts", type=int, default=0, metavar="N", help="train on the first N corpus prompts (0: all)")
-    parser.add_argument("--replies", type=int, default=2, metavar="N",
-                        help="replies per prompt: one greedy, the rest sampled at 0.8 (default 2)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="reply length (default 256)")
-    parser.add_argument("--epochs", type=int, default=4, metavar="N", help="passes over the data (default 4)")
+    parser.add_argument("--replies", type=int, default=1, metavar="N",
+                        help="replies per prompt: one greedy, the rest sampled at 0.8 (default 1)")
+    parser.add_argument("--max-new-tokens", type=int, default=160, metavar="N", help="reply length (default 160)")
+    parser.add_argument("--epochs", type=int, default=3, metavar="N", help="passes over the data (default 3)")
     parser.add_argument("--ttt-steps", type=int, default=4, metavar="S", help="training-time-test depth (default 4)")
-    parser.add_argument("--draft-vocab", type=int, default=8192, metavar="N", help="draft vocabulary size (default 8192)")
+    parser.add_argument("--draft-vocab", type=int, default=4096, metavar="N", help="draft vocabulary size (default 4096)")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
     parser.add_argument("--resume", action="store_true", help="carry on from the work folder's stages")
     parser.add_argument("--smoke", action="store_true", help="a seconds-long run on 6 prompts (a pipeline check)")

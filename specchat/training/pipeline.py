@@ -32,9 +32,9 @@ class Plan:
 
     prompts: int = 0  # 0: the whole corpus
     held_out: int = 24
-    max_new_tokens: int = 256
-    draft_vocab: int = 8192
-    replies: int = 2  # per prompt: one greedy, the rest sampled
+    max_new_tokens: int = 160
+    draft_vocab: int = 4096
+    replies: int = 1  # per prompt: one greedy, the rest sampled
     n_seq: int = 0  # sequences generated together; 0: by the target's size
     train: TrainConfig = field(default_factory=TrainConfig)
 
@@ -69,7 +69,7 @@ class Stages:
     # --- distill ----------------------------------------------------------------------
     def distill(self) -> list[dict]:
         """Each prompt answered ``plan.replies`` times (the first greedy, the rest sampled
-        at 0.8); a row per finished reply in ``distilled.jsonl``. Where the generator hands
+        at 0.8; with one reply a prompt, every other prompt greedy); a row per finished reply in ``distilled.jsonl``. Where the generator hands
         out features and laws too (llama.cpp), each reply's ``Taught`` is kept in
         ``taught/`` first, so the teach stage has nothing left to do for it."""
         prompts = training_prompts()
@@ -90,7 +90,9 @@ class Stages:
 
             session = ChatSession(SpeculativeEngine(self.backend, None), self.tokenizer)  # its chat formatting
             chats = [session.prompt_ids([{"role": "user", "content": prompts[k // replies]}]) for k in todo]
-            temperatures = [0.0 if k % replies == 0 else 0.8 for k in todo]  # greedy and sampled replies
+            # greedy and sampled replies: the first of each prompt's greedy, or (one reply a
+            # prompt) every other prompt's
+            temperatures = [0.0 if (k % replies if replies > 1 else k % 2) == 0 else 0.8 for k in todo]
             progress = self.bar(len(todo) * self.plan.max_new_tokens, f"distill: {len(todo)} replies (tokens, at most)")
             (self.work / "taught").mkdir(exist_ok=True)
             with path.open("a") as out:
