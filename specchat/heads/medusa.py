@@ -54,6 +54,8 @@ class MedusaHead(nn.Module):
     """All heads of one checkpoint. ``blocks[i][j]`` is head i's j-th residual linear map
     [H, H] (with bias); ``lm_heads[i]`` its [V_draft, H] output map."""
 
+    kind = "medusa"
+
     def __init__(self, config: MedusaConfig) -> None:
         super().__init__()
         c = self.config = config
