@@ -109,7 +109,7 @@ def peer_methods(loaded: Any, profile: Any) -> tuple[tuple[str, ...], str | None
     """The methods the peer engine has here, and why it lacks eagle3 (None: it has it,
     or the profile has no head)."""
     kind = peer_kind(loaded)
-    if kind != "llama.cpp" or loaded.head is None:
+    if kind != "llama.cpp" or loaded.head is None or loaded.head.kind != "eagle3":
         return PEER_METHODS[kind], None
     from specchat.bench.peer_llama_server import unavailable
 

@@ -89,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise SpecchatError(f"--peer-model file '{path}' does not exist", key="--peer-model",
                                 hint="give the path of a .gguf file")
-    configs = build_configs(methods, gammas, loaded.draft is not None, not args.no_peer, has_head=loaded.head is not None,
+    # the eagle3 / hybrid rows and the llama-server peer row run an EAGLE-3 head (not Medusa heads)
+    has_eagle3 = loaded.head is not None and loaded.head.kind == "eagle3"
+    configs = build_configs(methods, gammas, loaded.draft is not None, not args.no_peer, has_head=has_eagle3,
                             note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=has_peer_methods,
                             peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model))
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)

@@ -3,8 +3,9 @@
 The target answers a shipped prompt corpus (self-distillation), its own hidden states
 and next-token laws on those replies are the training data, and the head is saved in
 the SpecForge/vLLM EAGLE-3 layout that llama.cpp's ``convert_hf_to_gguf.py``, vLLM and
-SGLang load. Each stage shows a bar with its ETA; Ctrl+C keeps what is done and
-``--resume`` carries on.
+SGLang load. ``--kind medusa`` trains Medusa-1 heads on the same replies instead
+(training/medusa.py), written in vLLM's Medusa layout. Each stage shows a bar with its
+ETA; Ctrl+C keeps what is done and ``--resume`` carries on.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "layout (config.json + model.safetensors). Ctrl+C keeps the last epoch; --resume continues.",
     )
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
-    parser.add_argument("--kind", default="eagle3", choices=["eagle3"], help="head kind (default eagle3)")
+    parser.add_argument("--kind", default="eagle3", choices=["eagle3", "medusa"],
+                        help="head kind (default eagle3; medusa: Medusa-1 heads on the final hidden state)")
+    parser.add_argument("--heads", type=int, default=4, metavar="N", help="medusa: heads, one per draft (default 4)")
     parser.add_argument("--out", metavar="DIR", help="where the head goes (default: <cache>/heads/<profile>-eagle3)")
     parser.add_argument("--prompts", type=int, default=0, metavar="N", help="train on the first N corpus prompts (0: all)")
     parser.add_argument("--replies", type=int, default=1, metavar="N",
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, value, low in (("--prompts", args.prompts, 0), ("--max-new-tokens", args.max_new_tokens, 1),
                              ("--replies", args.replies, 1),
                              ("--epochs", args.epochs, 1), ("--ttt-steps", args.ttt_steps, 1),
-                             ("--draft-vocab", args.draft_vocab, 16)):
+                             ("--draft-vocab", args.draft_vocab, 16), ("--heads", args.heads, 1)):
         if value < low:
             raise SpecchatError(f"{flag} {value} is out of range", key=flag, hint=f"use at least {low}")
     profile = load_profile(args.profile)
@@ -79,7 +82,11 @@ def run(args: argparse.Namespace) -> int:
     from specchat.engine.backends import as_backend
 
     backend = as_backend(loaded.target)
-    if not backend.provides_features:
+    if args.kind == "medusa" and not backend.provides_final_hidden:
+        raise SpecchatError(f"the target cannot hand out its final hidden states: {backend.final_hidden_note}",
+                            key="target.backend", hint="Medusa heads need a transformers target or a llama.cpp "
+                            "one of a listed architecture")
+    if args.kind == "eagle3" and not backend.provides_features:
         raise SpecchatError(f"the target cannot hand out hidden states: {backend.features_note}",
                             key="target.backend", hint="EAGLE-3 heads need a llama.cpp (llama, qwen3, …) or "
                             "transformers target")
@@ -93,8 +100,14 @@ def run(args: argparse.Namespace) -> int:
         say(f"distilled {len(rows)} replies ({sum(len(r['ids']) - r['reply_start'] for r in rows)} tokens)")
         draft_ids, covered = stages.vocabulary(rows)
         say(f"draft vocabulary: {draft_ids.numel()} tokens, {covered:.1%} of the reply tokens")
-        taught = stages.teach(rows, layer_ids)
-        history = stages.train_and_export(taught, rows, layer_ids, draft_ids, out, args.resume)
+        if args.kind == "medusa":
+            from specchat.training import medusa
+
+            taught = medusa.teach_stage(stages, rows)
+            history = medusa.train_and_export(stages, taught, rows, draft_ids, args.heads, out, args.resume)
+        else:
+            taught = stages.teach(rows, layer_ids)
+            history = stages.train_and_export(taught, rows, layer_ids, draft_ids, out, args.resume)
     except KeyboardInterrupt:
         say(f"interrupted: what each stage finished is kept in {work}; run again with --resume to carry on")
         return 130

@@ -17,8 +17,10 @@ EMBEDDED_SOURCE = "embedded:smollm2-135m-instruct"
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "8bit", "4bit-nf4", "4bit-fp4")
-METHODS = ("draft_model", "ngram", "eagle3", "hybrid", "none")
-HEAD_METHODS = ("eagle3", "hybrid")  # a head on the target's features: eagle3 alone, or with n-gram lookup
+METHODS = ("draft_model", "ngram", "eagle3", "medusa", "hybrid", "none")
+# a head on the target's hidden states: eagle3 alone or with n-gram lookup (hybrid), or
+# Medusa-1 heads on its final hidden state
+HEAD_METHODS = ("eagle3", "medusa", "hybrid")
 BACKENDS = ("transformers", "llama.cpp", *REMOTE_BACKENDS)
 GGUF_TYPES = ("auto", "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K")
 MAX_SPECULATIVE_TOKENS = 16
@@ -72,8 +74,8 @@ class SpeculationSpec:
     max_speculative_tokens: int = 8
     prompt_lookup_min: int = 1
     prompt_lookup_max: int = 3
-    # eagle3 / hybrid: the head — a folder (config.json + model.safetensors, relative to the
-    # profile), a Hub id "org/name", or "embedded:<name>" for a head specchat ships
+    # eagle3 / medusa / hybrid: the head — a folder (config.json + model.safetensors, relative
+    # to the profile), a Hub id "org/name", or "embedded:<name>" for a head specchat ships
     head: str | None = None
     head_revision: str | None = None
     # eagle3 / hybrid: > 1 drafts a tree — the head's first draft and siblings − 1 rivals

@@ -251,14 +251,20 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         raise err(f"prompt_lookup_min ({speculation.prompt_lookup_min}) is larger than prompt_lookup_max "
                   f"({speculation.prompt_lookup_max})", "speculation.prompt_lookup_min",
                   "make prompt_lookup_min ≤ prompt_lookup_max")
+    if speculation.method == "medusa" and not speculation.head:
+        raise err("method 'medusa' needs a head", "speculation.head",
+                  'add head = "<folder>" holding a Medusa-1 head\'s config.json and safetensors weights '
+                  '(or a Hub id org/name)')
     if speculation.method in HEAD_METHODS and not speculation.head:
         raise err(f"method '{speculation.method}' needs a head", "speculation.head",
                   'add head = "embedded:smollm2-135m-instruct-eagle3" (or a folder, or a Hub id such as '
                   '"AngelSlim/Qwen3-8B_eagle3"); `specchat train-head` trains one')
     if speculation.method in HEAD_METHODS and target_raw.get("backend") in REMOTE_BACKENDS:
+        server_hint = ("vLLM --speculative-config '{\"method\": \"medusa\", …}'" if speculation.method == "medusa"
+                       else "llama-server -md head.gguf --spec-type draft-eagle3; vLLM --speculative-config "
+                       "'{\"method\": \"eagle3\", …}'")
         raise err(f"method '{speculation.method}' runs the head here, beside a local target, not a '{target_raw['backend']}' server",
-                  "speculation.method", "give the server the head itself (llama-server -md head.gguf "
-                  "--spec-type draft-eagle3; vLLM --speculative-config '{\"method\": \"eagle3\", …}')")
+                  "speculation.method", f"give the server the head itself ({server_hint})")
     gamma = speculation.num_speculative_tokens
     if isinstance(gamma, int) and gamma > speculation.max_speculative_tokens:
         raise err(f"num_speculative_tokens ({gamma}) exceeds max_speculative_tokens "

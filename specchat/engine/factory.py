@@ -9,6 +9,7 @@ from specchat.engine.chat import ChatSession
 from specchat.engine.eagle import EagleProposer
 from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.hybrid import HEAD_CEILING, HybridProposer
+from specchat.engine.medusa import MedusaProposer
 from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from specchat.engine.sampling import SamplingParams
 
@@ -34,6 +35,8 @@ def build_proposer(speculation: SpeculationSpec, loaded: Any = None, gamma: int 
     if method in HEAD_METHODS:
         if loaded is None or loaded.head is None:
             raise ValueError(f"speculation.method = '{method}' needs a loaded head")
+        if method == "medusa":
+            return MedusaProposer(loaded.head, loaded.target, gamma, ceiling)
         siblings = speculation.siblings
         if method == "eagle3":
             return EagleProposer(loaded.head, loaded.target, gamma, ceiling, siblings=siblings)

@@ -99,6 +99,8 @@ class Eagle3Head(nn.Module):
     """The head's weights and its one decoder layer. ``embed`` is the target's token
     embedding matrix [V, H] (a buffer, not saved)."""
 
+    kind = "eagle3"  # declared: what a loaded head is (bench reads it), as MedusaHead declares "medusa"
+
     def __init__(self, config: Eagle3Config, embed: torch.Tensor | None = None) -> None:
         super().__init__()
         c = self.config = config

@@ -46,10 +46,13 @@ def resolve_head(head: str, revision: str | None, base: Path | None) -> Path:
 
 
 def load_head(spec, target, base: Path | None):
-    """The profile's EAGLE-3 head for ``target`` (a Backend); one-line errors for a
-    target that cannot hand out features and for a head that does not fit it."""
+    """The profile's head for ``target`` (a Backend): Medusa-1 heads for method "medusa",
+    else an EAGLE-3 head; one-line errors for a target that cannot hand out the hidden
+    states the head reads and for a head that does not fit it."""
     from specchat.heads.checkpoint import load_eagle3
 
+    if spec.method == "medusa":
+        return load_medusa_head(spec, target, base)
     if not target.provides_features:
         raise ModelLoadError(f"method '{spec.method}' needs the target's hidden states, and {target.features_note}",
                              key="speculation.method", hint='use method = "ngram" or "draft_model" with this target')
@@ -61,4 +64,26 @@ def load_head(spec, target, base: Path | None):
     head = load_eagle3(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
                        target_layers=target.num_layers, embed=target.token_embeddings())
     head.folder = folder  # where it was read from (bench converts it for llama-server's peer row)
+    return head
+
+
+def load_medusa_head(spec, target, base: Path | None):
+    """Medusa-1 heads for ``target``, which must hand out its final hidden states."""
+    from specchat.heads.medusa_checkpoint import load_medusa
+
+    if not target.provides_final_hidden:
+        raise ModelLoadError(f"method 'medusa' needs the target's final hidden states, and {target.final_hidden_note}",
+                             key="speculation.method", hint='use method = "ngram" or "draft_model" with this target, '
+                             'or backend = "transformers"')
+    if spec.siblings > 1:
+        raise ModelLoadError(f"siblings = {spec.siblings} drafts a tree of EAGLE-3 rivals; Medusa heads draft chains "
+                             "here", key="speculation.siblings", hint='set siblings = 1, or method = "eagle3"')
+    folder = resolve_head(spec.head, spec.head_revision, base)
+    head = load_medusa(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size)
+    gamma = spec.num_speculative_tokens
+    if isinstance(gamma, int) and gamma > head.num_heads:
+        raise ModelLoadError(f"num_speculative_tokens = {gamma}, but the Medusa checkpoint has {head.num_heads} "
+                             "heads (one per draft)", key="speculation.num_speculative_tokens",
+                             hint=f'set num_speculative_tokens to at most {head.num_heads}, or "auto"')
+    head.folder = folder
     return head

@@ -34,7 +34,7 @@ class LoadedModels:
     tokenizer: Any
     draft: Backend | None
     info: dict[str, Any] = field(default_factory=dict)
-    head: Any | None = None  # an EAGLE-3 head (method in HEAD_METHODS), reading ``target``'s features
+    head: Any | None = None  # an EAGLE-3 or Medusa head (method in HEAD_METHODS), reading ``target``'s hidden states
     # the kinds of device doing the target's and the draft's arithmetic, as the backends
     # declare them: "cpu" in it means the models share this machine's cores with the UI
     computes_on: frozenset[str] = frozenset()
@@ -107,7 +107,11 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         report(LoadProgress("head", 0, 0, f"loading head {profile.speculation.head}"))
         head = load_head(profile.speculation, target, base)
         target_info["head"] = {"source": profile.speculation.head, "parameters": head.parameter_count(),
-                               "draft_vocab": head.config.draft_vocab_size, "layer_ids": list(head.config.layer_ids)}
+                               "draft_vocab": head.config.draft_vocab_size}
+        if profile.speculation.method == "medusa":
+            target_info["head"].update(kind="medusa", heads=head.num_heads, layers=head.config.num_layers)
+        else:
+            target_info["head"].update(kind="eagle3", layer_ids=list(head.config.layer_ids))
 
     info = {
         "profile": profile.name,

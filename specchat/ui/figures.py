@@ -213,7 +213,7 @@ def histogram_lines(histogram: tuple[int, ...], gamma: int = 0, width: int = 16)
     return [f"{i:>2} {bar(n / peak, width)} {n:>4}" for i, n in enumerate(shown)]
 
 
-SOURCE_NAMES = {"ngram": "n-gram", "eagle3": "head", "draft_model": "draft"}
+SOURCE_NAMES = {"ngram": "n-gram", "eagle3": "head", "medusa": "medusa", "draft_model": "draft"}
 
 
 def source_lines(by_source: dict[str, dict[str, float | None]]) -> list[str]:

@@ -54,6 +54,11 @@ class Backend:
         speculation, saying so once (``SpeculativeEngine.notice``).
       supports_trees: whether ``forward_tree`` / ``keep_path`` verify a tree of drafts in
         one pass (engine/tree.py); proposers then may draft trees, else chains only.
+      provides_final_hidden: whether, after ``request_final_hidden``, each ``forward`` /
+        ``extend`` also hands out the final hidden states of the positions it returned
+        logits for — after the final norm, the vectors the lm_head reads (Medusa heads
+        read them): ``last_final_hidden`` [num_logits, H] float32, its first row at
+        position ``final_hidden_start``. ``final_hidden_note`` says why not where it cannot.
     """
 
     name = "backend"
@@ -72,6 +77,10 @@ class Backend:
     last_features: torch.Tensor | None = None
     features_start: int = 0
     supports_trees: bool = False
+    provides_final_hidden: bool = False
+    final_hidden_note: str = "this backend cannot hand out its final hidden states"
+    last_final_hidden: torch.Tensor | None = None
+    final_hidden_start: int = 0
 
     @property
     def ids(self) -> list[int]:
@@ -107,6 +116,10 @@ class Backend:
     def request_features(self, layer_ids: tuple[int, ...]) -> None:
         """From the next call on, keep the inputs of these layers (see the class docstring)."""
         raise NotImplementedError(self.features_note)
+
+    def request_final_hidden(self) -> None:
+        """From the next call on, hand out the final hidden states (see the class docstring)."""
+        raise NotImplementedError(self.final_hidden_note)
 
     def token_embeddings(self) -> torch.Tensor:
         """The input embedding matrix [V, H] (float32, on ``device``), for heads that share it."""

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from specchat.engine.backends.base import Backend, common_prefix_length
-from specchat.engine.backends.llamacpp_features import LAYER_INPUT_ARCHITECTURES, bind
+from specchat.engine.backends.llamacpp_features import FINAL_HIDDEN_ARCHITECTURES, LAYER_INPUT_ARCHITECTURES, bind
 
 
 def default_threads() -> int:
@@ -94,6 +94,11 @@ class LlamaCppBackend(Backend):
             self.features_note = (f"llama.cpp keeps no layer inputs for the {architecture!r} architecture "
                                   f"(it does for {', '.join(sorted(LAYER_INPUT_ARCHITECTURES))})")
         self._feature_layers: tuple[int, ...] = ()
+        self.provides_final_hidden = architecture in FINAL_HIDDEN_ARCHITECTURES
+        if not self.provides_final_hidden:
+            self.final_hidden_note = (f"llama.cpp hands out no final hidden states for the {architecture!r} "
+                                      f"architecture here (it does for {', '.join(sorted(FINAL_HIDDEN_ARCHITECTURES))})")
+        self._final_hidden = False
 
     @property
     def ids(self) -> list[int]:
@@ -111,6 +116,11 @@ class LlamaCppBackend(Backend):
                 raise ValueError(f"layer {layer} is not one of the model's {self.num_layers}")
             self._layer_inputs.enable(self._ctx, layer)
         self._feature_layers = tuple(layer_ids)
+
+    def request_final_hidden(self) -> None:
+        if not self.provides_final_hidden:
+            raise NotImplementedError(self.final_hidden_note)
+        self._final_hidden = True
 
     def token_embeddings(self) -> torch.Tensor:
         if self._layer_inputs is None:
@@ -143,9 +153,8 @@ class LlamaCppBackend(Backend):
             # needs logits (num_logits ≤ k+1 ≤ n_batch); the prompt before it runs without
             bounds = list(range(0, max(len(new) - self._n_batch, 0), self._n_batch)) + [max(len(new) - self._n_batch, 0)]
             features, first = [], len(self._ids)
-            for start, end in zip(bounds, bounds[1:] + [len(new)]):
-                chunk = new[start:end]
-                self._decode(chunk, len(self._ids), num_logits if end == len(new) else 0)
+            for chunk, outputs, hidden in self._pieces(new, bounds, num_logits):
+                self._decode(chunk, len(self._ids), outputs, hidden)
                 self._ids += chunk
                 if self._feature_layers and chunk:
                     features.append(np.concatenate([self._layer_inputs.read(self._ctx, layer, len(chunk), self.hidden_size)
@@ -159,7 +168,22 @@ class LlamaCppBackend(Backend):
         rows = np.ctypeslib.as_array(pointer, shape=(num_logits, self.vocab_size))
         return torch.from_numpy(rows.copy())  # [num_logits, V]; the buffer is reused by the next decode
 
-    def _decode(self, tokens: list[int], n_past: int, num_logits: int) -> None:
+    def _pieces(self, new: list[int], bounds: list[int], num_logits: int):
+        """(tokens, num_logits, whether to hand out final hidden states) per decode. With
+        final hidden states on, llama.cpp outputs every token of a decode (logits and
+        all), so the last chunk's tokens before the ``num_logits`` wanted run apart."""
+        for start, end in zip(bounds, bounds[1:] + [len(new)]):
+            chunk = new[start:end]
+            if end < len(new) or not self._final_hidden:
+                yield chunk, num_logits if end == len(new) else 0, False
+                continue
+            if len(chunk) > num_logits:
+                yield chunk[:-num_logits], 0, False
+            yield chunk[-num_logits:], num_logits, True
+
+    def _decode(self, tokens: list[int], n_past: int, num_logits: int, hidden: bool = False) -> None:
+        """One llama_decode; ``hidden``: also the final hidden states of all ``tokens``
+        (they are all logit rows then) into ``last_final_hidden``."""
         batch = self._batch.batch
         n = len(tokens)
         batch.n_tokens = n
@@ -169,7 +193,20 @@ class LlamaCppBackend(Backend):
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = 0
             batch.logits[i] = i >= n - num_logits
-        code = self._llama_cpp.llama_decode(self._ctx, batch)
+        llama_cpp = self._llama_cpp
+        if hidden:
+            llama_cpp.llama_set_embeddings(self._ctx, True)
+        try:
+            code = llama_cpp.llama_decode(self._ctx, batch)
+            if code == 0 and hidden:
+                pointer = llama_cpp.llama_get_embeddings(self._ctx)
+                if not pointer:
+                    raise RuntimeError("llama.cpp handed out no final hidden states")
+                rows = np.ctypeslib.as_array(pointer, shape=(n, self.hidden_size))
+                self.last_final_hidden, self.final_hidden_start = torch.from_numpy(rows.copy()), n_past
+        finally:
+            if hidden:
+                llama_cpp.llama_set_embeddings(self._ctx, False)
         if code != 0:
             raise RuntimeError(f"llama_decode failed (code {code})")
 

@@ -26,6 +26,20 @@ LAYER_INPUT_ARCHITECTURES = frozenset({
     "llama", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "gemma4", "lfm2", "gpt-oss",
 })
 
+# general.architecture values whose graphs hand out the final norm's output as the
+# context's embeddings (``res->t_embd`` set right after ``build_norm(model.output_norm)``,
+# the tensor the output projection reads, in ``src/models/*.cpp`` of the vendored
+# llama.cpp). With ``llama_set_embeddings(ctx, true)`` and pooling NONE (a generative
+# model's default) one decode then returns those rows *and* the logits — but it outputs
+# every token of the batch, so the backend turns it on only for the tokens it wants
+# logits for. Checked on the embedded SmolLM2 GGUF (llama): the logits were bit-identical
+# to a decode without embeddings, and token_embd · h reproduced them (correlation
+# 0.99997; SmolLM2 ties its output to its embeddings).
+FINAL_HIDDEN_ARCHITECTURES = frozenset({
+    "llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "gemma2", "gemma3", "gemma4",
+    "lfm2", "gpt-oss", "phi3", "mistral3", "granite", "smollm3",
+})
+
 _SET = "_Z30llama_set_embeddings_layer_inpP13llama_contextjb"
 _GET = "_Z30llama_get_embeddings_layer_inpP13llama_contextj"
 _EMBD = "_Z24llama_model_get_tok_embdPK11llama_modelPf"

@@ -128,6 +128,10 @@ class TransformersBackend(Backend):
         self.num_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
         self.hidden_size = int(getattr(model.config, "hidden_size", 0) or 0)
         self._feature_layers: tuple[int, ...] = ()
+        # transformers' hidden_states[-1] is the final norm's output, what the lm_head reads
+        # (tests/test_medusa.py checks lm_head(it) == the logits)
+        self.provides_final_hidden = True
+        self._final_hidden = False
         self._tree: tuple[int, list[int]] | None = None  # (first node row, node ids) after forward_tree
         self.supports_trees = not self._sliding
 
@@ -220,6 +224,7 @@ class TransformersBackend(Backend):
             if self._feature_layers:
                 self.last_features = torch.cat([out.hidden_states[i][0] for i in self._feature_layers], -1).float()
                 self.features_start = keep
+            self.last_final_hidden = None  # trees hand out none: Medusa drafts chains
             self._ids += host
             self._tree = (base, list(tokens))
             return out.logits[0, -(n + 1):]
@@ -246,6 +251,9 @@ class TransformersBackend(Backend):
     def request_features(self, layer_ids: tuple[int, ...]) -> None:
         self._feature_layers = tuple(layer_ids)
 
+    def request_final_hidden(self) -> None:
+        self._final_hidden = True
+
     def token_embeddings(self) -> torch.Tensor:
         return self.model.get_input_embeddings().weight.detach().float()
 
@@ -254,11 +262,15 @@ class TransformersBackend(Backend):
             self.cache = self._new_cache()
         start = len(self._ids) + sum(t.numel() for t in self._pending)
         out = self.model(input_ids=new[None], use_cache=True, logits_to_keep=num_logits,
-                         output_hidden_states=bool(self._feature_layers), **{self._cache_keyword: self.cache})
+                         output_hidden_states=bool(self._feature_layers) or self._final_hidden,
+                         **{self._cache_keyword: self.cache})
         if self._feature_layers:
             # hidden_states[l] is what enters decoder layer l (0: the embeddings)
             self.last_features = torch.cat([out.hidden_states[i][0] for i in self._feature_layers], -1).float()
             self.features_start = start
+        if self._final_hidden:
+            self.last_final_hidden = out.hidden_states[-1][0, -num_logits:].float()  # [num_logits, H]
+            self.final_hidden_start = start + new.numel() - num_logits
         if host_ids is not None:  # forward() read self.ids first, so nothing is pending
             self._ids += host_ids
             if new.numel() > len(host_ids):

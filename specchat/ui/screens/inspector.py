@@ -16,7 +16,7 @@ from specchat.ui.widgets.reply import KIND_LABELS, provenance_content
 
 
 # which proposer drafted a token (Token.source); a hybrid routes each step to one of them
-SOURCE_LABELS = {"ngram": "n-gram lookup", "eagle3": "EAGLE-3 head", "draft_model": "draft model"}
+SOURCE_LABELS = {"ngram": "n-gram lookup", "eagle3": "EAGLE-3 head", "medusa": "Medusa heads", "draft_model": "draft model"}
 
 
 def token_details(token: Token, index: int, total: int) -> str:

@@ -1,0 +1,83 @@
+"""Medusa-1 drafting: heads on the target's final hidden state propose a chain of k tokens.
+
+After every step the target hands out the final hidden states (after its final norm) of
+the positions it returned logits for (``Backend.last_final_hidden``); ``observe`` keeps
+the one at the last position the target ran and kept, P. The next ``propose`` — whose
+context then ends at P + 1 (the token the target sampled there, not yet run) — drafts
+token P + 1 + j from head j − 1, for j = 1..k (k ≤ the number of heads): all from h_P,
+none from another draft, so one pass over the first k heads makes the whole chain.
+
+Each draft is sampled from q = warp(head logits) with the target's sampling settings, on
+the heads' rows and reported on the target's vocabulary (zero where a reduced vocabulary
+has no row), so the exact rejection sampler verifies it like any draft model's. That
+q_j ignores the drafts before j is allowed: a proposal law may depend on anything known,
+and verification keeps the target's joint exact. A step without h_P (a turn's first, or
+after the conversation changed under it) drafts nothing: that costs speed, never exactness.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specchat.engine.backends import Backend, common_prefix_length
+from specchat.engine.proposers import Proposal, Proposer
+from specchat.engine.sampling import SamplingParams, sample, warp
+from specchat.heads.medusa import MedusaHead
+
+
+class MedusaProposer(Proposer):
+    """Drafts with Medusa-1 heads reading ``target``'s final hidden states (the target
+    backend must declare ``provides_final_hidden``; the loader checks before building this)."""
+
+    kind = "medusa"
+
+    def __init__(self, head: MedusaHead, target: Backend, num_speculative_tokens: int | str = 3,
+                 max_speculative_tokens: int | None = None) -> None:
+        super().__init__(num_speculative_tokens, max_speculative_tokens)
+        if not target.provides_final_hidden:
+            raise ValueError(target.final_hidden_note)
+        # head i drafts position i + 1 of the chain: no head, no draft
+        self.max_speculative_tokens = min(self.max_speculative_tokens, head.num_heads)
+        self.device = target.device
+        self.head = head.to(self.device).eval()
+        self.target = target
+        self.sampling_device = self.device
+        target.request_final_hidden()
+        self._hidden: torch.Tensor | None = None  # h_P [1, H]
+        self._position = -1  # P
+        self._drafted = 0
+
+    def reset(self) -> None:
+        self._hidden, self._position, self._drafted = None, -1, 0
+
+    def observe(self, num_accepted: int) -> None:
+        """Keeps the final hidden state of the last position the target ran and kept."""
+        rows = self.target.last_final_hidden  # [num_logits, H]: the verify call's positions
+        if rows is None:
+            return
+        kept = rows.shape[0] - (self._drafted - num_accepted)  # the rejected drafts' rows go
+        if kept > 0:
+            self._hidden = rows[kept - 1:kept]
+            self._position = self.target.final_hidden_start + kept - 1
+        self.target.last_final_hidden = None  # each call's rows are read once
+        self._drafted = 0
+
+    @torch.inference_mode()
+    def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
+        self._drafted = 0
+        last = len(ids) - 2  # the last position the target ran; ids[-1] is its newest token
+        k = min(k, self.head.num_heads)
+        if k <= 0 or self._hidden is None or self._position != last or not self._current(ids):
+            return Proposal(torch.empty(0, dtype=torch.long, device=self.device), None, source=self.kind)
+        logits = self.head(self._hidden[0], k)  # [k, V_draft]: head j − 1 → draft j
+        q_draft = warp(logits, params)  # [k, V_draft]
+        picks = sample(q_draft, generator)  # [k] row indices
+        q = torch.zeros(k, self.vocab_size or self.head.config.vocab_size, dtype=q_draft.dtype, device=self.device)
+        q[:, self.head.token_map] = q_draft  # [k, V] on the target's vocabulary
+        self._drafted = k
+        return Proposal(self.head.token_map[picks], q, forwards=k, source=self.kind)
+
+    def _current(self, ids: list[int]) -> bool:
+        """Whether h_P was computed over this context: the target's cache still holds
+        ids[:P + 1] (a new turn that edits the conversation, or a reset, makes it stale)."""
+        return common_prefix_length(self.target.ids, ids) >= len(ids) - 1

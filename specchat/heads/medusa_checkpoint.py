@@ -1,0 +1,181 @@
+"""Reading and writing Medusa-1 heads: ``config.json`` + one safetensors file, never pickle.
+
+Two tensor layouts are read:
+
+* vLLM's ``Medusa`` model (``vllm/model_executor/models/medusa.py``):
+  ``blocks.{i}.layers.{j}.weight`` / ``.bias`` and ``lm_heads.{i}.weight`` (optionally
+  under ``medusa_heads.``), plus ``token_map`` for a reduced vocabulary. vLLM builds the
+  blocks with bias only when the config says ``medusa_fc_bias``; a file without any
+  bias tensors is read as zero biases, as vLLM runs it.
+* FasterDecoding/Medusa's ``medusa_head`` ModuleList (what TGI reads from
+  ``medusa_lm_head.safetensors``): ``{i}.{j}.linear.weight`` / ``.bias`` for the blocks
+  and ``{i}.{num_layers}.weight`` for the output map (optionally under ``medusa_head.``).
+  FasterDecoding itself ships ``medusa_lm_head.pt``, a pickle: refused, as every pickle is.
+
+Written: vLLM's layout in ``model.safetensors``, because vLLM loads it from safetensors
+as it is, while FasterDecoding's own loader reads only its pickle; the config carries
+FasterDecoding's key names (``medusa_num_heads``, ``medusa_num_layers``), which both read.
+
+The config may omit ``hidden_size`` / ``vocab_size`` (FasterDecoding's do): they are then
+read off the output maps' shape. Everything is checked against the target before use,
+and every problem is one line naming the file, what is wrong and the fix (HeadError).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from specchat.heads.checkpoint import WEIGHTS, HeadError, _read_tensors, head_kind, read_config, weights_file
+from specchat.heads.medusa import MedusaConfig, MedusaHead
+
+_VLLM_BLOCK = re.compile(r"blocks\.(\d+)\.layers\.(\d+)\.(weight|bias)")
+_VLLM_LM = re.compile(r"lm_heads\.(\d+)\.weight")
+_FD_BLOCK = re.compile(r"(\d+)\.(\d+)\.linear\.(weight|bias)")
+_FD_LM = re.compile(r"(\d+)\.(\d+)\.weight")
+_PREFIXES = ("medusa_heads.", "medusa_head.")
+
+
+def save_medusa(head: MedusaHead, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Writes the heads in vLLM's layout (weights in ``dtype``; token_map int64 when the
+    heads cover part of the vocabulary) → the weights' path. Written to temporary names
+    and renamed, so an interrupted save never leaves a half-written checkpoint."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    c = head.config
+    tensors = {}
+    for i in range(c.num_heads):
+        for j, layer in enumerate(head.blocks[i]):
+            tensors[f"blocks.{i}.layers.{j}.weight"] = layer.weight.detach().to(dtype).contiguous()
+            tensors[f"blocks.{i}.layers.{j}.bias"] = layer.bias.detach().to(dtype).contiguous()
+        tensors[f"lm_heads.{i}.weight"] = head.lm_heads[i].weight.detach().to(dtype).contiguous()
+    if c.draft_vocab_size != c.vocab_size:
+        tensors["token_map"] = head.token_map.detach().to(torch.long).contiguous()
+    tmp = directory / (WEIGHTS + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    tmp.replace(directory / WEIGHTS)
+    tmp_config = directory / "config.json.tmp"
+    tmp_config.write_text(json.dumps(c.to_json(), indent=2) + "\n")
+    tmp_config.replace(directory / "config.json")
+    return directory / WEIGHTS
+
+
+def _our_names(tensors: dict[str, torch.Tensor], num_layers: int, weights: Path) -> dict[str, torch.Tensor]:
+    """Either layout → MedusaHead's state-dict names (``blocks.i.j.weight``, ``lm_heads.i.weight``)."""
+    out = {}
+    for name, t in tensors.items():
+        for prefix in _PREFIXES:
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        if name == "token_map":
+            out[name] = t
+        elif m := _VLLM_BLOCK.fullmatch(name) or _FD_BLOCK.fullmatch(name):
+            out[f"blocks.{m[1]}.{m[2]}.{m[3]}"] = t
+        elif m := _VLLM_LM.fullmatch(name):
+            out[f"lm_heads.{m[1]}.weight"] = t
+        elif (m := _FD_LM.fullmatch(name)) and int(m[2]) == num_layers:
+            out[f"lm_heads.{m[1]}.weight"] = t
+        elif name in ("lm_head.weight",):  # vLLM's original_lm_head: one map shared by all heads
+            out["lm_heads.shared.weight"] = t
+        else:
+            raise HeadError(f"tensor {name} is not part of a Medusa-1 head with {num_layers} layer(s) per head",
+                            file=str(weights), hint="config.json and the weights do not belong together, "
+                            "or this is another kind of checkpoint")
+    return out
+
+
+def _int(raw: dict, keys: tuple[str, ...], path: Path, default: int | None = None) -> int | None:
+    for key in keys:
+        if key in raw:
+            value = raw[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise HeadError(f"config.json has {key} = {value!r}; it must be a positive integer",
+                                file=str(path), hint="download the head again")
+            return value
+    return default
+
+
+def load_medusa(directory: str | Path, *, target_hidden: int, target_vocab: int,
+                dtype: torch.dtype = torch.float32) -> MedusaHead:
+    """The Medusa-1 heads in ``directory``, checked against the target's hidden size and
+    vocabulary."""
+    directory = Path(directory)
+    raw = read_config(directory)
+    path = directory / "config.json"
+    kind = head_kind(raw)
+    if kind == "eagle3":
+        raise HeadError("this is an EAGLE-3 head, not a Medusa checkpoint", file=str(path),
+                        hint='set [speculation] method = "eagle3" for it')
+    if kind != "medusa":
+        raise HeadError("not a Medusa head (config.json has no medusa_num_heads)", file=str(path),
+                        hint="give a Medusa-1 checkpoint (FasterDecoding/Medusa or vLLM's MedusaModel)")
+    num_heads = _int(raw, ("medusa_num_heads", "num_heads"), path)
+    num_layers = _int(raw, ("medusa_num_layers", "num_hidden_layers"), path, default=1)
+    if num_heads is None:
+        raise HeadError("config.json does not say how many heads there are", file=str(path),
+                        hint="add medusa_num_heads")
+    weights = weights_file(directory)
+    tensors = _our_names(_read_tensors(weights), num_layers, weights)
+    shared = tensors.pop("lm_heads.shared.weight", None)
+    if shared is None and raw.get("original_lm_head"):
+        shared = tensors.get("lm_heads.0.weight")  # vLLM reads that one as the shared map
+    if shared is not None:
+        tensors.update({f"lm_heads.{i}.weight": shared for i in range(num_heads)})
+    first = tensors.get("lm_heads.0.weight")
+    if first is None or first.dim() != 2:
+        raise HeadError("tensor lm_heads.0.weight (FasterDecoding: 0.{L}.weight) is missing", file=str(weights),
+                        hint="the file is incomplete or another kind of checkpoint")
+    draft_vocab, hidden = (int(n) for n in first.shape)
+    hidden_cfg = _int(raw, ("hidden_size",), path, default=hidden)
+    vocab = _int(raw, ("vocab_size",), path, default=draft_vocab)
+    draft_vocab_cfg = _int(raw, ("truncated_vocab_size",), path, default=vocab)
+    mismatch = []
+    if hidden_cfg != target_hidden:
+        mismatch.append(f"hidden size {hidden_cfg} ≠ the target's {target_hidden}")
+    if vocab != target_vocab:
+        mismatch.append(f"vocabulary {vocab} ≠ the target's {target_vocab}")
+    if mismatch:
+        raise HeadError("the head was built for another target: " + "; ".join(mismatch), file=str(path),
+                        hint="use a Medusa head trained for this model")
+    config = MedusaConfig(num_heads=num_heads, num_layers=num_layers, hidden_size=hidden_cfg, vocab_size=vocab,
+                          draft_vocab_size=draft_vocab_cfg,
+                          extra={k: v for k, v in raw.items() if k not in ("architectures",)})
+    head = MedusaHead(config)
+    expected = dict(head.state_dict())
+    biases = [name for name in expected if name.endswith(".bias")]
+    if not any(name in tensors for name in biases):  # vLLM's default: blocks without bias
+        tensors.update({name: torch.zeros_like(expected[name]) for name in biases})
+    state = {}
+    for name, want in expected.items():
+        if name == "token_map":
+            continue
+        t = tensors.pop(name, None)
+        if t is None:
+            raise HeadError(f"tensor {name} is missing (config.json says {num_heads} heads of {num_layers} "
+                            "layer(s))", file=str(weights), hint="the file is incomplete or config.json is wrong")
+        if tuple(t.shape) != tuple(want.shape):
+            raise HeadError(f"tensor {name} has shape {list(t.shape)}, config.json implies {list(want.shape)}",
+                            file=str(weights), hint="config.json and the weights do not belong together")
+        state[name] = t.to(dtype)
+    token_map = tensors.pop("token_map", None)
+    if token_map is None and draft_vocab_cfg != vocab:
+        raise HeadError(f"truncated_vocab_size is {draft_vocab_cfg} but the file has no token_map",
+                        file=str(weights), hint="the file is incomplete")
+    token_map = torch.arange(draft_vocab_cfg) if token_map is None else token_map.to(torch.long).flatten()
+    if (token_map.numel() != draft_vocab_cfg or int(token_map.min()) < 0 or int(token_map.max()) >= vocab
+            or token_map.unique().numel() != token_map.numel()):
+        raise HeadError("token_map does not map the heads' rows one-to-one into the target's vocabulary",
+                        file=str(weights), hint="the head is damaged or for another tokenizer")
+    extra = sorted(name for name in tensors if name.startswith("lm_heads.") or name.startswith("blocks."))
+    if extra:
+        raise HeadError(f"tensor {extra[0]} is not among the {num_heads} heads of {num_layers} layer(s) "
+                        "config.json names", file=str(weights),
+                        hint="config.json and the weights do not belong together")
+    state["token_map"] = token_map
+    head.load_state_dict(state)
+    return head.eval()

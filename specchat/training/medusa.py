@@ -1,0 +1,234 @@
+"""``train-head --kind medusa``: Medusa-1 heads trained on the target's own replies.
+
+The corpus, distillation and draft vocabulary are the EAGLE-3 pipeline's stages
+(pipeline.py); what differs follows here as two more stages, each resumable:
+
+* teach: one teacher-forced pass per reply gives the final hidden state h_t (after the
+  final norm) and the target's next-token law at every position (``taught-medusa/``);
+* train + export: head i at position t learns the target's law at position t + 1 + i —
+  the law of token t + 2 + i — by cross-entropy over its top ids (soft labels, as the
+  EAGLE-3 stage does), heads weighted 0.8^i as in Medusa-1; AdamW with warm-up and
+  cosine decay; a checkpoint after every epoch; the heads written in vLLM's layout.
+
+The heads see one position each (no attention), so a batch is simply a set of positions.
+They start as Medusa's own initialisation: each block the identity (zero weights) and
+each output map the target's token-embedding rows (its output head, for tied models).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from specchat.heads.medusa import MedusaConfig, MedusaHead
+from specchat.heads.medusa_checkpoint import load_medusa, save_medusa
+from specchat.training.teacher import Taught, top_law
+from specchat.training.train import History, TrainConfig
+
+DECAY = 0.8  # head i's loss weight is DECAY ** i (Medusa-1)
+
+
+def teach_final(backend, ids: list[int], reply_start: int, top: int = 32) -> Taught:
+    """``features`` = the final hidden states [T, H] (bf16) of a teacher-forced pass."""
+    backend.reset()
+    backend.request_final_hidden()
+    with torch.no_grad():
+        logits = backend.forward(ids, num_logits=len(ids))  # [T, V]
+    hidden = backend.last_final_hidden
+    assert hidden is not None and hidden.shape[0] == len(ids) and backend.final_hidden_start == 0
+    top_ids, top_p = top_law(logits, min(top, logits.shape[-1]))
+    return Taught(torch.tensor(ids, dtype=torch.long), hidden.cpu().to(torch.bfloat16), top_ids, top_p, reply_start)
+
+
+@dataclass
+class Positions:
+    """Every trained position of some samples: h [N, H]; for head i, the labels' draft
+    indices ``ids[i]`` [N, K] (-1: not in the draft vocabulary), their probabilities
+    ``p[i]`` [N, K] and whether the position has a label at all ``valid[i]`` [N]."""
+
+    h: torch.Tensor
+    ids: list[torch.Tensor]
+    p: list[torch.Tensor]
+    valid: list[torch.Tensor]
+
+
+def positions(samples: list[Taught], num_heads: int, draft_index: torch.Tensor) -> Positions:
+    if not samples:
+        none = torch.zeros(0, 1, dtype=torch.long)
+        return Positions(torch.zeros(0, 1), [none] * num_heads, [none.float()] * num_heads,
+                         [torch.zeros(0, dtype=torch.bool)] * num_heads)
+    hs, ids, ps, valid = [], [[] for _ in range(num_heads)], [[] for _ in range(num_heads)], [[] for _ in range(num_heads)]
+    for s in samples:
+        t = torch.arange(max(0, s.reply_start - 1), s.ids.numel() - 1)  # h_t predicts a reply token
+        hs.append(s.features[t])
+        for i in range(num_heads):
+            row = (t + 1 + i).clamp_max(s.ids.numel() - 1)  # the target's law at t + 1 + i: token t + 2 + i
+            ids[i].append(draft_index[s.top_ids[row].long()])
+            ps[i].append(s.top_p[row].float())
+            valid[i].append(t + 2 + i < s.ids.numel())  # that token exists in the reply
+    cat = torch.cat
+    return Positions(cat(hs) if hs else torch.zeros(0), [cat(x) for x in ids], [cat(x) for x in ps], [cat(x) for x in valid])
+
+
+def loss_and_hits(head: MedusaHead, data: Positions, rows: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The weighted soft-label cross-entropy over ``rows``, and per head whether its
+    greedy draft is the target's greedy token there ([len(rows)] bool)."""
+    h = data.h[rows].float()
+    total, hits = 0.0, []
+    for i in range(head.num_heads):
+        log_q = head.head_logits(h, i).log_softmax(-1)  # [n, V_draft]
+        ids, p, valid = data.ids[i][rows], data.p[i][rows], data.valid[i][rows]
+        known = ids >= 0
+        picked = log_q.gather(-1, ids.clamp_min(0)) * known  # log q of each label id in the vocabulary
+        ce = -(p * picked).sum(-1) / p.sum(-1).clamp_min(1e-6)
+        total = total + DECAY ** i * (ce * valid).sum() / valid.sum().clamp_min(1)
+        hits.append((log_q.argmax(-1) == ids[:, 0]) & valid)
+    return total, hits
+
+
+def evaluate(head: MedusaHead, data: Positions, gammas=(1, 2, 3, 4)) -> dict:
+    """Held-out acceptance at temperature 0: a chain of drafts is kept while each head's
+    greedy draft is the target's greedy token (the first label)."""
+    with torch.no_grad():
+        rows = torch.arange(data.h.shape[0])
+        _, hits = loss_and_hits(head, data, rows) if len(rows) else (None, [])
+    if not hits:
+        return {"positions": 0}
+    kept = torch.ones(len(rows), dtype=torch.long)
+    chain = torch.zeros(len(rows), dtype=torch.long)
+    for hit in hits:
+        kept = kept * hit.long()
+        chain += kept
+    result = {"positions": len(rows)}
+    for g in gammas:
+        result[f"mean_acceptance_length@{g}"] = round(1.0 + float(chain.clamp_max(g).float().mean()), 4)
+    return result
+
+
+def new_head(num_heads: int, hidden: int, vocab: int, draft_ids: torch.Tensor, embed: torch.Tensor | None) -> MedusaHead:
+    head = MedusaHead(MedusaConfig(num_heads=num_heads, num_layers=1, hidden_size=hidden, vocab_size=vocab,
+                                   draft_vocab_size=int(draft_ids.numel())))
+    with torch.no_grad():
+        head.token_map.copy_(draft_ids)
+        for blocks, lm in zip(head.blocks, head.lm_heads):
+            for layer in blocks:
+                layer.weight.zero_()
+                layer.bias.zero_()
+            if embed is not None:
+                lm.weight.copy_(embed[draft_ids])
+    return head
+
+
+def train(head: MedusaHead, train_set: Positions, held_out: Positions, cfg: TrainConfig, bar: Callable,
+          history: History, on_epoch: Callable[[History], None]) -> History:
+    params = list(head.parameters())
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    n = train_set.h.shape[0]
+    per_epoch = max(1, math.ceil(n / cfg.batch_tokens))
+    total, done = per_epoch * cfg.epochs, per_epoch * history.epochs_done
+    rng = random.Random(cfg.seed + history.epochs_done)
+    progress = bar(total - done, "training")
+    started = time.perf_counter()
+    try:
+        for epoch in range(history.epochs_done, cfg.epochs):
+            head.train()
+            order = list(range(n))
+            rng.shuffle(order)
+            losses = []
+            for start in range(0, n, cfg.batch_tokens):
+                lr = cfg.lr * min(1.0, (done + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * done / max(total, 1)))
+                for g in optimizer.param_groups:
+                    g["lr"] = lr
+                loss, _ = loss_and_hits(head, train_set, torch.tensor(order[start:start + cfg.batch_tokens]))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.step()
+                losses.append(float(loss.detach()))
+                done += 1
+                progress.update(1)
+                progress.set_postfix_str(f"epoch {epoch + 1}/{cfg.epochs} loss {sum(losses[-20:]) / len(losses[-20:]):.3f}")
+            head.eval()
+            history.loss.append(sum(losses) / max(len(losses), 1))
+            history.held_out.append(evaluate(head, held_out))
+            history.epochs_done = epoch + 1
+            history.seconds += time.perf_counter() - started
+            started = time.perf_counter()
+            on_epoch(history)
+    finally:
+        progress.close()
+        head.eval()
+    return history
+
+
+def teach_stage(stages, rows: list[dict]) -> list[Taught]:
+    """Each row's final hidden states and soft labels, kept in ``taught-medusa/``."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    folder = stages.work / "taught-medusa"
+    folder.mkdir(exist_ok=True)
+    limit = min(512, stages.backend.max_length)
+    missing = [row for row in rows if not (folder / f"{row['index']}.safetensors").exists()]
+    if missing:
+        progress = stages.bar(len(missing), "teach: final hidden states and soft labels (replies)")
+        for row in missing:
+            t = teach_final(stages.backend, row["ids"][:limit], row["reply_start"])
+            save_file({"ids": t.ids, "features": t.features, "top_ids": t.top_ids, "top_p": t.top_p},
+                      str(folder / f"{row['index']}.safetensors"), metadata={"reply_start": str(t.reply_start)})
+            progress.update(1)
+        progress.close()
+        stages.backend.reset()
+    taught = []
+    for row in rows:
+        with safe_open(str(folder / f"{row['index']}.safetensors"), "pt") as f:
+            t = {name: f.get_tensor(name) for name in f.keys()}
+            taught.append(Taught(t["ids"], t["features"], t["top_ids"], t["top_p"], int(f.metadata()["reply_start"])))
+    return taught
+
+
+def train_and_export(stages, taught: list[Taught], rows: list[dict], draft_ids: torch.Tensor, num_heads: int,
+                     out: Path, resume: bool) -> History:
+    b = stages.backend
+    index = torch.full((b.vocab_size,), -1, dtype=torch.long)
+    index[draft_ids] = torch.arange(draft_ids.numel())
+    train_set = positions([t for t, r in zip(taught, rows) if not r["held_out"]], num_heads, index)
+    held_out = positions([t for t, r in zip(taught, rows) if r["held_out"] and r["greedy"]], num_heads, index)
+    checkpoint = stages.work / "checkpoint-medusa"
+    history = History()
+    if resume and (checkpoint / "history.json").exists():
+        head = load_medusa(checkpoint, target_hidden=b.hidden_size, target_vocab=b.vocab_size)
+        history = History(**json.loads((checkpoint / "history.json").read_text()))
+        stages.say(f"resuming after epoch {history.epochs_done}")
+    else:
+        try:
+            embed = b.token_embeddings()
+        except NotImplementedError:
+            embed = None  # a random start: slower to train, as good in the end
+        head = new_head(num_heads, b.hidden_size, b.vocab_size, draft_ids, embed)
+
+    def keep(h: History) -> None:
+        save_medusa(head, checkpoint, dtype=torch.float32)
+        (checkpoint / "history.json").write_text(json.dumps(asdict(h)))
+        last = h.held_out[-1]
+        stages.say(f"epoch {h.epochs_done}: loss {h.loss[-1]:.3f}, held-out acceptance length "
+                   + ", ".join(f"{k.split('@')[1]}: {v}" for k, v in last.items() if k.startswith("mean_")))
+
+    started = time.perf_counter()
+    try:
+        history = train(head, train_set, held_out, stages.plan.train, stages.bar, history, keep)
+    finally:
+        if history.epochs_done:
+            save_medusa(load_medusa(checkpoint, target_hidden=b.hidden_size, target_vocab=b.vocab_size), out)
+            (out / "training.json").write_text(json.dumps({
+                "history": asdict(history), "plan": asdict(stages.plan), "kind": "medusa", "heads": num_heads,
+                "train_positions": int(train_set.h.shape[0]), "held_out_positions": int(held_out.h.shape[0]),
+                "train_seconds": round(time.perf_counter() - started, 1)}, indent=2) + "\n")
+    return history

