@@ -30,7 +30,7 @@ import torch
 from specchat.heads.medusa import MedusaConfig, MedusaHead
 from specchat.heads.medusa_checkpoint import load_medusa, save_medusa
 from specchat.training.teacher import Taught, top_law
-from specchat.training.train import History, TrainConfig
+from specchat.training.train import History, TrainConfig, descend, set_lr
 
 DECAY = 0.8  # head i's loss weight is DECAY ** i (Medusa-1)
 
@@ -143,15 +143,9 @@ def train(head: MedusaHead, train_set: Positions, held_out: Positions, cfg: Trai
             rng.shuffle(order)
             losses = []
             for start in range(0, n, cfg.batch_tokens):
-                lr = cfg.lr * min(1.0, (done + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * done / max(total, 1)))
-                for g in optimizer.param_groups:
-                    g["lr"] = lr
+                set_lr(optimizer, cfg, done, total)
                 loss, _ = loss_and_hits(head, train_set, torch.tensor(order[start:start + cfg.batch_tokens]))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                optimizer.step()
-                losses.append(float(loss.detach()))
+                losses.append(descend(optimizer, params, loss))
                 done += 1
                 progress.update(1)
                 progress.set_postfix_str(f"epoch {epoch + 1}/{cfg.epochs} loss {sum(losses[-20:]) / len(losses[-20:]):.3f}")

@@ -85,6 +85,22 @@ def evaluate(head: Eagle3Head, samples: list, draft_index: torch.Tensor, cfg: Tr
     return result
 
 
+def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, done: int, total: int) -> None:
+    """Warm-up, then cosine decay over ``total`` batches."""
+    lr = cfg.lr * min(1.0, (done + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * done / max(total, 1)))
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+
+
+def descend(optimizer: torch.optim.Optimizer, params: list, loss: torch.Tensor) -> float:
+    """One clipped gradient step on ``loss``; → its value."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    return float(loss.detach())
+
+
 def train(head: Eagle3Head, train_set: list, held_out: list, draft_index: torch.Tensor, cfg: TrainConfig,
           bar: Callable[[int, str], object], history: History | None = None,
           on_epoch: Callable[[History], None] | None = None) -> History:
@@ -106,15 +122,9 @@ def train(head: Eagle3Head, train_set: list, held_out: list, draft_index: torch.
             head.train()
             losses = []
             for group in batches(train_set, cfg.batch_tokens, cfg.max_len, rng):
-                lr = cfg.lr * min(1.0, (done + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * done / max(total, 1)))
-                for g in optimizer.param_groups:
-                    g["lr"] = lr
+                set_lr(optimizer, cfg, done, total)
                 loss, _ = ttt_forward(head, collate(group, draft_index, cfg.max_len), cfg.steps)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                optimizer.step()
-                losses.append(float(loss.detach()))
+                losses.append(descend(optimizer, params, loss))
                 done += 1
                 progress.update(1)
                 progress.set_postfix_str(f"epoch {epoch + 1}/{cfg.epochs} loss {sum(losses[-20:]) / len(losses[-20:]):.3f}")
