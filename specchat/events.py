@@ -90,6 +90,12 @@ class StepStats:
         (so its verify_ms includes them) and those whose KV cache was reused.
     predicted_gain: the controller's predicted tokens per unit of plain-step time for
         the γ it chose (None for a fixed γ).
+    predicted_tokens / predicted_cost: the cost model's E(k) and T(k)/w(0) for the k
+        drafted, before the step ran (engine/cost_model.py); their sums over steps give the
+        predicted speed-up held against the measured one (None until measurable).
+    recommended_gamma / recommended_gain: the cost model's recommended γ (an int, 0 for
+        plain decoding, or "auto") and its predicted speed-up, as of this step: the panel's
+        verdict and recommendation (None until measurable).
     draft_source: the proposer kind that drafted ("ngram", "eagle3", "draft_model"; a
         hybrid names the one it routed to), "" for a plain step.
     cpu_others: the share of all cores other processes used since the previous step
@@ -112,6 +118,10 @@ class StepStats:
     draft_catch_up_tokens: int = 0
     draft_source: str = ""
     cpu_others: float | None = None
+    predicted_tokens: float | None = None
+    predicted_cost: float | None = None
+    recommended_gamma: int | str | None = None
+    recommended_gain: float | None = None
 
 
 @dataclass(frozen=True)

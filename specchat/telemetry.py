@@ -23,14 +23,26 @@ figures. Definitions (vLLM's names where vLLM has one):
   c and v(k) pair every drafting step with the plain steps just before it (verification
   cost grows with the context, so session-wide means would compare unlike contexts);
   each is the median of its last 64 such ratios, robust to a cold call or a busy moment.
+The one cost model (engine/cost_model.py) predicts; this fold only adds its per-step
+answers up, so the panel, ``run`` and ``bench`` cannot disagree with what γ = auto does:
+
+* ``predicted_speedup``: Σ_steps E(k_i) / Σ_steps T(k_i)/w(0) over the timed steps, each
+  step's forecast made before it ran for the k it drafted (StepStats.predicted_tokens and
+  predicted_cost; a plain step is 1 token for 1 unit): the prediction to hold the measured
+  speed-up against. ``predicted_speedup_steps`` is the same figure (its older name).
+* ``best_gamma`` / ``recommended_gain``: the cost model's recommended γ as of the latest
+  step (an int, 0 for plain decoding, or "auto") and its predicted speed-up.
+* ``verdict``: "pays" when the recommended γ is predicted to beat plain decoding (γ ≥ 1
+  or "auto"), "does not pay" when it is 0, None (too early to say) before the model has
+  timed a plain step and a draft.
+
+The paper's figures stay beside them as a reference, labelled as ignoring the cost of
+verification:
+
 * ``expected_tokens_per_round`` E(γ) = (1 − α^(γ+1)) / (1 − α).
-* ``predicted_speedup_paper`` = E / (γ·c + 1); ``predicted_speedup`` = E / (γ·c + v(γ)).
-* ``predicted_speedup_steps``: the same formula applied to the draft count each step
-  actually used (a plain step counts 1 token for 1 unit):
-  Σ_steps E(k_i) / Σ_steps (k_i·c + v(k_i)). This is the prediction to hold the measured
-  speed-up against when γ varies (n-gram misses, calibration steps, γ = auto).
-* ``breakeven``: α > c (some γ then speeds up, by at least (1 + α)/(1 + c): ``speedup_lower_bound``).
-* ``best_gamma``: the γ in 1..max that maximises predicted_speedup (0 if none beats 1).
+* ``predicted_speedup_paper`` = E / (γ·c + 1).
+* ``breakeven``: α > c (some γ then speeds up, by at least (1 + α)/(1 + c): ``speedup_lower_bound``),
+  if verifying cost nothing.
 * ``arithmetic_increase`` = (1 − α)(γ·c + γ + 1) / (1 − α^(γ+1)).
 * ``tokens_per_s``: emitted tokens / wall time of the steps (the target's prefill runs
   inside a turn's first step, so it is included; the first step gives no timing samples);
@@ -116,7 +128,9 @@ class MetricsSnapshot:
     predicted_speedup_steps: float | None = None
     breakeven: bool | None = None
     speedup_lower_bound: float | None = None
-    best_gamma: int | None = None
+    best_gamma: int | str | None = None
+    recommended_gain: float | None = None
+    verdict: str | None = None
     arithmetic_increase: float | None = None
     tokens_per_s: float | None = None
     rolling_tokens_per_s: float | None = None
@@ -246,6 +260,8 @@ class Telemetry:
         self._by_source: dict[str, list[float]] = {}  # source → [steps, drafted, accepted, ms, timed drafts]
         self.decode = StepSums()  # the timed steps' tokens and times, for the interval
         self._others_ms = self._share_ms = 0.0  # Σ cpu_others × ms, Σ ms over steps that read it
+        self.forecast_tokens = self.forecast_cost = 0.0  # Σ the cost model's E(k), T(k)/w(0)
+        self.recommended: tuple[int | str | None, float | None] = (None, None)
 
     def _grow(self, k: int) -> None:
         if k > self.max_gamma:
@@ -276,6 +292,11 @@ class Telemetry:
             self.decode_tokens += num_tokens
             self.decode_ms += stats.total_ms
             self.decode.add(num_tokens, stats.total_ms)
+        if stats.recommended_gamma is not None:
+            self.recommended = (stats.recommended_gamma, stats.recommended_gain)
+        if timed and stats.predicted_tokens is not None and stats.predicted_cost is not None:
+            self.forecast_tokens += stats.predicted_tokens
+            self.forecast_cost += stats.predicted_cost
         if stats.cpu_others is not None:
             self._others_ms += stats.cpu_others * stats.total_ms
             self._share_ms += stats.total_ms
@@ -333,26 +354,18 @@ class Telemetry:
         )
         gamma_mean = self.gamma_used.value or 0.0
         gamma = max(1, round(gamma_mean)) if gamma_mean else 0
-        expected = paper = cost_aware = lower = increase = by_steps = None
-        best = None
+        expected = paper = lower = increase = None
         breakeven = None
         if alpha is not None and gamma:
             expected = expected_tokens_per_round(alpha, gamma)
         if alpha is not None and c is not None and gamma:
             paper = predicted_speedup(alpha, gamma, c)
-            cost_aware = predicted_speedup(alpha, gamma, c, fit_verify_cost(verify_cost, gamma))
             breakeven = alpha > c
-            tokens = sum(n * expected_tokens_per_round(alpha, k) for k, n in self.steps_by_k.items())
-            cost = sum(n * (k * c + (fit_verify_cost(verify_cost, k) if k else 1.0))
-                       for k, n in self.steps_by_k.items())
-            by_steps = tokens / cost
             lower = (1 + alpha) / (1 + c)
             increase = arithmetic_increase(alpha, gamma, c)
-            best_value, best = 1.0, 0
-            for g in range(1, self.max_gamma + 1):
-                s = predicted_speedup(alpha, g, c, fit_verify_cost(verify_cost, g))
-                if s > best_value:
-                    best_value, best = s, g
+        predicted = self.forecast_tokens / self.forecast_cost if self.forecast_cost else None
+        best, gain = self.recommended
+        verdict = None if best is None else "does not pay" if best == 0 else "pays"
         tps = self.num_tokens / (self.elapsed_ms / 1000) if self.elapsed_ms > 0 else None
         recent_ms = sum(ms for _, ms in self._recent)
         rolling = sum(t for t, _ in self._recent) / (recent_ms / 1000) if recent_ms > 0 else None
@@ -382,11 +395,13 @@ class Telemetry:
             gamma=gamma_mean,
             expected_tokens_per_round=expected,
             predicted_speedup_paper=paper,
-            predicted_speedup=cost_aware,
-            predicted_speedup_steps=by_steps,
+            predicted_speedup=predicted,
+            predicted_speedup_steps=predicted,
             breakeven=breakeven,
             speedup_lower_bound=lower,
             best_gamma=best,
+            recommended_gain=gain,
+            verdict=verdict,
             arithmetic_increase=increase,
             tokens_per_s=tps,
             rolling_tokens_per_s=rolling,

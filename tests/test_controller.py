@@ -142,7 +142,7 @@ def test_a_new_turn_that_quotes_nothing_stops_drafting_within_a_few_steps():
 
 def draft_cost(controller, source=""):
     """The controller's draft time per token for ``source`` ("" without a proposer)."""
-    estimate = controller.draft_ms.get(source)
+    estimate = controller.model.draft_ms.get(source)
     return estimate.value if estimate is not None else None
 
 
@@ -154,7 +154,7 @@ def cpu_like_controller(max_gamma=10):
         for _ in range(3):
             controller.observe(StepStats(num_speculative_tokens=k, num_draft_tokens=k, num_accepted_tokens=0,
                                          total_ms=ms, draft_source="ngram" if k else ""), None)
-    controller.accept.clear()  # the priming verdicts (nothing kept) are no evidence
+    controller.model.accept.clear()  # the priming verdicts (nothing kept) are no evidence
     return controller
 
 

@@ -156,8 +156,8 @@ def test_each_source_has_its_own_draft_cost():
     controller = AdaptiveGamma(4, offers, probe_every=1000)
     chosen = run_steps(controller, offers, {"ngram": 1.0, "eagle3": 0.5}, {"ngram": 0.0, "eagle3": 5.0}, steps=30)
     assert {source for source, k in chosen if k} == {"ngram", "eagle3"}
-    assert controller.draft_ms["eagle3"].value == pytest.approx(5.0)
-    assert controller.draft_ms["ngram"].value == pytest.approx(0.0)
+    assert controller.model.draft_ms["eagle3"].value == pytest.approx(5.0)
+    assert controller.model.draft_ms["ngram"].value == pytest.approx(0.0)
 
 
 def test_the_heads_catch_up_stays_bounded_through_a_long_plain_stretch():

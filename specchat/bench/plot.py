@@ -28,7 +28,8 @@ def write_plot(path: Path, results: dict[str, Any]) -> bool:
         for method, colour in COLOURS.items():
             curve = curves.get(set_name, {}).get(method)
             if curve:
-                ax.plot(curve["gammas"], curve["predicted"], "-", color=colour, alpha=0.7,
+                known = [(g, v) for g, v in zip(curve["gammas"], curve["predicted"]) if v is not None]
+                ax.plot([g for g, _ in known], [v for _, v in known], "-", color=colour, alpha=0.7,
                         label=f"{method} predicted (α={curve['alpha']:.2f}, c={curve['cost_ratio']:.2f})")
                 ax.plot(curve["gammas"], curve["paper"], ":", color=colour, alpha=0.5)
             for name, figures in sets[set_name].items():

@@ -25,7 +25,9 @@ METHOD_NOTE = """\
   acceptance rate = accepted / drafted, histogram = drafting steps by number of drafts kept.
   α = mean Σ min(p, q) over verified positions; c = draft forward time / target token time;
   v(γ) = target time to verify γ drafts / target token time (measured on the engine's calibration
-  steps); predicted speed-up as run Σ E(k)/Σ (k·c + v(k)) over the γ each step used, at the mean γ E(γ)/(γc + v(γ)), and the paper's E(γ)/(γc + 1).
+  steps). Predictions come from one cost model (engine/cost_model.py): as run, Σ E(k) / Σ T(k)/w(0) over
+  each step's forecast; the γ it recommends at the end, with its predicted speed-up; and, for reference,
+  the paper's E(γ)/(γc + 1), which ignores the cost of verification.
 - Peer rows (`peer:…`), the engine a user would pick instead on the same weights, same prompt ids,
   max_new_tokens, stop ids, sampling and seeds. transformers targets: `generate` plain (`peer:none`), with
   `assistant_model` (constant γ assistant tokens, confidence stopping off; γ = auto runs transformers' own
@@ -38,6 +40,14 @@ METHOD_NOTE = """\
 - Memory: draft parameters and the draft's KV cache at the end of a request (largest over requests);
   peak GPU memory on CUDA (per request, largest shown); on CPU the resident set after each request and
   the process's lifetime peak RSS ({peak_rss})."""
+
+
+def recommended_text(f: dict) -> str:
+    """The cost model's recommended γ and its predicted speed-up: "3 (1.21×)", "auto (1.10×)"."""
+    gamma, gain = f.get("best_gamma"), f.get("recommended_gain")
+    if gamma is None:
+        return "–"
+    return f"{gamma}" + (f" ({gain:.2f}×)" if gain is not None else "")
 
 
 def concurrency_note(concurrency: int) -> str:
@@ -106,7 +116,7 @@ def markdown(results: dict[str, Any]) -> str:
             lines += [f"{info['description']} — {info['prompts']} prompts, max_new_tokens {info['max_new_tokens']}.", ""]
         lines += [
             "| config | tok/s | speed-up [95% CI] | TTFT ms | ITL p50 / p95 ms | latency mean / p95 ms "
-            "| mean acc. len | accept rate | α | c | v(γ) | predicted (as run) | predicted at γ | paper "
+            "| mean acc. len | accept rate | α | c | v(γ) | predicted (as run) | recommended γ (predicted) | paper, ignores verify cost "
             "| overhead ms/step (share of a plain step) | draft mem (params + KV) | peak mem |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
@@ -121,7 +131,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_fmt(f.get('mean_acceptance_length') or None)} | {_fmt(f.get('draft_acceptance_rate'), '.0%')} "
                 f"| {_fmt(f.get('alpha'))} | {_fmt(f.get('cost_ratio'), '.3f')} | {_fmt(v)} "
                 f"| {_fmt(f.get('predicted_speedup_steps'), '.2f', '×')} "
-                f"| {_fmt(f.get('predicted_speedup'), '.2f', '×')} | {_fmt(f.get('predicted_speedup_paper'), '.2f', '×')} "
+                f"| {recommended_text(f)} | {_fmt(f.get('predicted_speedup_paper'), '.2f', '×')} "
                 f"| {_fmt(f.get('overhead_ms'), '.2f')} ({_fmt(f.get('overhead_share'), '.1%')}) "
                 f"| {_mib(f['draft_param_bytes'])} + {_mib(f['draft_kv_bytes_max'])} | {_mib(peak)} |")
         for method, c in results["aggregates"].get("auto_vs_best", {}).get(set_name, {}).items():

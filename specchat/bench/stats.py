@@ -24,7 +24,10 @@
 * ``auto_vs_best``: per set and method, the fixed γ with the highest tokens/s on that
   set (chosen in hindsight) and the paired ratio of γ=auto's tokens/s to it, with the
   same bootstrap CI as ``speedup_ci``.
-* ``predicted_speedup`` = E(γ)/(γc + v(γ)); ``predicted_speedup_paper`` = E(γ)/(γc + 1).
+* ``predicted_speedup``: the cost model's (engine/cost_model.py) forecasts summed over the
+  steps as run, Σ E(k) / Σ T(k)/w(0); ``predicted_speedup_paper`` = E(γ)/(γc + 1), the
+  paper's, which ignores the cost of verification. ``curves``: the same cost model fed
+  every step of a method's runs, its predicted speed-up for each fixed γ.
 * ``overhead_ms``: median over a configuration's steps (the prompt's step excluded) of
   the step time outside the proposer and the target's forward — sampling, verification
   and bookkeeping, the Python that a fast backend's step must not drown in;
@@ -41,8 +44,9 @@ from typing import Any
 
 import numpy as np
 
+from specchat.engine.cost_model import CostModel
 from specchat.events import StepStats
-from specchat.telemetry import MetricsSnapshot, Telemetry, fit_verify_cost, predicted_speedup
+from specchat.telemetry import MetricsSnapshot, Telemetry, predicted_speedup
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
@@ -52,6 +56,7 @@ TELEMETRY_KEYS = (
     "per_position_acceptance", "mean_acceptance_length", "draft_acceptance_rate", "alpha", "alpha_empirical",
     "target_token_ms", "draft_forward_ms", "cost_ratio", "verify_cost", "gamma", "expected_tokens_per_round",
     "predicted_speedup", "predicted_speedup_steps", "predicted_speedup_paper", "breakeven", "best_gamma",
+    "recommended_gain", "verdict",
 )
 
 
@@ -149,16 +154,28 @@ def aggregate_rows(rows: list[dict], baseline: list[dict], concurrency: int) -> 
 
 
 def predicted_curve(rows: list[dict], max_gamma: int) -> dict[str, Any] | None:
-    """α, c and v(k) pooled over a method's fixed-γ runs, and E(γ)/(γc + v(γ)) for γ = 1..max."""
+    """The cost model fed every step of a method's runs (all its γ pooled), and its
+    predicted speed-up for a fixed γ = 1..max; the paper's E(γ)/(γc + 1) beside it."""
     snapshot = telemetry_of(rows)
     if snapshot.alpha is None or snapshot.cost_ratio is None:
+        return None
+    model = CostModel(max_gamma, window=4096)
+    drafted: dict[str, int] = {}
+    for row in rows:
+        for step in row["steps"]:
+            stats = StepStats(**step)
+            model.observe(stats, stats.draft_source, stats.draft_source)
+            if stats.draft_source:
+                drafted[stats.draft_source] = drafted.get(stats.draft_source, 0) + stats.num_draft_tokens
+    gains = model.gains(max(drafted, key=drafted.get), max_gamma) if drafted else None
+    if gains is None:
         return None
     gammas = list(range(1, max_gamma + 1))
     alpha, c = snapshot.alpha, snapshot.cost_ratio
     return {
         "alpha": alpha, "cost_ratio": c, "verify_cost": {str(k): v for k, v in snapshot.verify_cost.items()},
         "gammas": gammas,
-        "predicted": [predicted_speedup(alpha, g, c, fit_verify_cost(snapshot.verify_cost, g)) for g in gammas],
+        "predicted": gains,
         "paper": [predicted_speedup(alpha, g, c) for g in gammas],
     }
 

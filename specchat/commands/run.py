@@ -185,6 +185,17 @@ def measured_text(m: dict) -> str:
     return f"{value:.2f}× [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else f"{value:.2f}×"
 
 
+def verdict_text(m: dict) -> str:
+    """The cost model's verdict and recommended γ; the paper's α > c as a reference."""
+    verdict = m.get("verdict")
+    gain = m.get("recommended_gain")
+    text = ("too early to say" if verdict is None else
+            f"{verdict} (recommended γ {m.get('best_gamma')}" + (f", predicted {gain:.2f}×)" if gain is not None else ")"))
+    if m.get("breakeven") is not None:
+        text += f"; paper's α > c: {'yes' if m['breakeven'] else 'no'} (ignores verification cost)"
+    return text
+
+
 def human_summary(m: dict, finish_reason: str) -> str:
     def fmt(key, spec=".2f", suffix=""):
         value = m.get(key)
@@ -195,8 +206,8 @@ def human_summary(m: dict, finish_reason: str) -> str:
         f"{fmt('tokens_per_s', '.1f', ' tok/s')}",
         f"  mean acceptance length {fmt('mean_acceptance_length')}, draft acceptance rate "
         f"{fmt('draft_acceptance_rate', '.0%')}, α {fmt('alpha')}, c {fmt('cost_ratio', '.3f')}",
-        f"  speedup: predicted {fmt('predicted_speedup', '.2f', '×')}, measured {measured_text(m)}"
-        + ("" if m.get("breakeven") is None else f"; α > c: {'yes' if m['breakeven'] else 'no'}"),
+        f"  speedup: predicted {fmt('predicted_speedup', '.2f', '×')}, measured {measured_text(m)}",
+        f"  verdict: {verdict_text(m)}",
     ]
     if m.get("busy_machine"):
         lines.append("  busy machine: timings unreliable (c, v(k) and the speed-ups are measured on a shared CPU)")

@@ -28,13 +28,43 @@ few steps; and the wait between failed probes doubles only up to a cap.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from specchat.engine.cost_model import CostModel
 from specchat.engine.ngram import NgramMatch
 from specchat.engine.proposers import Candidate, Proposer
 from specchat.events import StepStats
 from specchat.telemetry import Telemetry
 
 
+@dataclass(frozen=True)
+class Assessment:
+    """What the cost model says of a step as drafted, before it is verified (StepStats
+    carries it): ``tokens`` E(k) and ``cost`` T(k)/w(0), the step's predicted tokens and
+    time in plain-step units; ``recommended_gamma`` the γ to use (an int, "auto", 0 for
+    none) and ``recommended_gain`` its predicted speed-up. None where not yet measured."""
+
+    tokens: float | None = None
+    cost: float | None = None
+    recommended_gamma: int | str | None = None
+    recommended_gain: float | None = None
+
+
 class Controller:
+    """Chooses γ before each step. Every controller keeps the one cost model
+    (cost_model.py) up to date and answers from it what a step is predicted to yield and
+    which γ to recommend, so the panel's verdict is the model's, whoever chooses."""
+
+    max_gamma = 8
+    _key: AcceptanceKey = ("", ())  # the acceptance estimates the chosen drafts share
+
+    @property
+    def model(self) -> CostModel:
+        """The cost model, made on first use (a subclass need not call an __init__)."""
+        if "_model" not in self.__dict__:
+            self._model = CostModel(self.max_gamma)
+        return self._model
+
     def start_turn(self) -> None:
         """A new ``generate`` call begins."""
 
@@ -44,6 +74,25 @@ class Controller:
 
     def observe(self, stats: StepStats, proposal: object) -> None:
         """The finished step's measurements."""
+        source = stats.draft_source or self._key[0]  # what drafted; else what was chosen
+        self.model.observe(stats, self._key, source, self._prior(self._key))
+
+    def _prior(self, key: AcceptanceKey) -> float | None:
+        """The acceptance a key's estimates start from (None: the model's default)."""
+        return None
+
+    def assess(self, k: int, source: str) -> Assessment:
+        """The model's word on a step that drafted ``k`` tokens from ``source`` under the
+        chosen context, asked before the step is observed (its own outcome is not in it)."""
+        forecast = self.model.step_prediction(self._key, k, source or self._key[0], self._prior(self._key))
+        tokens, cost = forecast if forecast is not None else (None, None)
+        gamma, gain = self.recommendation()
+        return Assessment(tokens, cost, gamma, gain)
+
+    def recommendation(self) -> tuple[int | str | None, float | None]:
+        """(γ, its predicted speed-up): the best fixed γ, 0 if none beats plain decoding."""
+        best = self.model.recommend()
+        return (None, None) if best is None else (best.gamma, best.gain)
 
     def prefills_proposer(self) -> bool:
         """Whether the proposer should run over the prompt before the first step (a draft
@@ -58,6 +107,7 @@ class FixedGamma(Controller):
     so a seed reproduces a sampled reply exactly."""
 
     def __init__(self, gamma: int, calibrate_every: int = 64) -> None:
+        self.max_gamma = max(self.max_gamma, gamma)
         self.gamma = gamma
         self.calibrate_every = calibrate_every
         self.steps = 0
@@ -70,51 +120,16 @@ class FixedGamma(Controller):
         # step 1 also runs the prompt, so it cannot time a plain step: calibrate on step 2
         return (0 if self.steps % self.calibrate_every == 2 else self.gamma), None
 
+    def observe(self, stats: StepStats, proposal: object) -> None:
+        if stats.draft_source:  # the source a miss is a miss of
+            self._key = (stats.draft_source, ())
+        super().observe(stats, proposal)
+
     def prefills_proposer(self) -> bool:
         return self.gamma > 0
 
 
-class _Ewma:
-    """Exponentially weighted mean that starts as a plain mean (no bias toward the prior
-    once real observations exist)."""
-
-    __slots__ = ("value", "weight", "decay")
-
-    def __init__(self, prior: float | None = None, decay: float = 0.05) -> None:
-        # a prior counts as one observation, so the first real one only halves its pull
-        self.value, self.weight, self.decay = prior, (1.0 if prior is not None else 0.0), decay
-
-    def add(self, x: float) -> None:
-        self.weight = min(self.weight + 1.0, 1.0 / self.decay)
-        self.value = x if self.value is None else self.value + (x - self.value) / self.weight
-
-    def loosen(self, weight: float) -> None:
-        """Keeps the value but lets the next observations move it as if it rested on
-        only ``weight`` of them."""
-        self.weight = min(self.weight, weight)
-
-
-class _RecentMedian:
-    """Median of the last few step times: one cold or interrupted step (a first call's
-    kernel set-up, a busy neighbour, a draft model catching up on the tokens it missed
-    while the controller decoded plainly) cannot make a draft length look slow for good."""
-
-    __slots__ = ("values",)
-
-    def __init__(self, size: int = 9) -> None:
-        from collections import deque
-
-        self.values = deque(maxlen=size)
-
-    def add(self, x: float) -> None:
-        self.values.append(x)
-
-    @property
-    def value(self) -> float | None:
-        ordered = sorted(self.values)
-        return ordered[len(ordered) // 2] if ordered else None
-
-
+CONTEXT_DECAY = 0.97  # per step: the situations γ = auto has met lately weigh most (~33 steps)
 MATCH_BUCKETS = (1, 2, 3, 4, 5, 8, 16)  # lower ends: 1, 2, 3, 4, 5–7, 8–15, 16+
 MatchKey = tuple[int, str]  # (agreement bucket, consensus); () for a model's drafts
 AcceptanceKey = tuple[str, MatchKey | tuple[()]]  # (source, match key)
@@ -163,12 +178,12 @@ class AdaptiveGamma(Controller):
     def __init__(self, max_gamma: int, proposer: Proposer | None = None, probe_every: int = 24,
                  prior_acceptance: float = 0.6, calibrate_every: int = 64, turn_weight: float = 4.0) -> None:
         self.max_gamma = max_gamma
+        self.model.prior = prior_acceptance
         self.proposer = proposer
         self.probe_every = probe_every
-        self.prior = prior_acceptance
-        self.accept: dict[AcceptanceKey, list[_Ewma]] = {}  # (source, match key) → per-position a_i
-        self.step_ms: dict[int, _RecentMedian] = {}  # k → w(k), whoever drafted
-        self.draft_ms: dict[str, _RecentMedian] = {}  # source → time per drafted token
+        # the situations it has been choosing in, recent ones weighing most: each a tuple of
+        # (acceptance key, limit, source) per candidate, () for none (an n-gram miss)
+        self.contexts: dict[tuple, float] = {}
         self.plain_run = 0
         self.probe_after = probe_every  # plain steps before the next probe (backs off)
         self.max_probe_after = 8 * probe_every  # the back-off's cap: a probe at least this often
@@ -177,58 +192,29 @@ class AdaptiveGamma(Controller):
         self.calibrate_every = calibrate_every
         self.since_plain = 0
         self.turn_weight = turn_weight
-        self._key: AcceptanceKey = ("", ())
 
     def start_turn(self) -> None:
         # a new reply may quote far more or far less than the last one: acceptance learnt
         # there is kept as the starting point, but a few of this reply's drafts outweigh it
-        for estimates in self.accept.values():
-            for estimate in estimates:
-                estimate.loosen(self.turn_weight)
+        self.model.loosen(self.turn_weight)
 
-    def _acceptance(self, key: AcceptanceKey) -> list[_Ewma]:
-        if key not in self.accept:
-            prior = match_prior(key[1]) if key[1] else self.prior
-            self.accept[key] = [_Ewma(prior) for _ in range(self.max_gamma)]
-        return self.accept[key]
-
-    def _w(self, k: int) -> float | None:
-        if k in self.step_ms:
-            return self.step_ms[k].value
-        pts = [(kk, e.value) for kk, e in self.step_ms.items()]
-        if len(pts) < 2:
-            return None
-        n = len(pts)
-        mx = sum(x for x, _ in pts) / n
-        my = sum(y for _, y in pts) / n
-        sxx = sum((x - mx) ** 2 for x, _ in pts)
-        slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
-        return max(1e-3, my + max(0.0, slope) * (k - mx))
+    def _prior(self, key: AcceptanceKey) -> float | None:
+        return match_prior(key[1]) if key[1] else None
 
     def predicted_rates(self, key: AcceptanceKey, limit: int, source: str = "") -> list[float | None]:
         """Expected tokens per ms for k = 0..limit when ``source`` drafts (None where T(k)
         or its draft cost is unknown)."""
-        acc = self._acceptance(key)
-        draft_ms = self.draft_ms.get(source)
-        rates: list[float | None] = []
-        expected, survive = 1.0, 1.0
-        for k in range(limit + 1):
-            if k:
-                survive *= acc[k - 1].value
-                expected += survive
-            w = self._w(k)
-            d = (draft_ms.value if draft_ms is not None else None) if k else 0.0
-            rates.append(None if w is None or (k and d is None) else expected / (k * d + w))
-        return rates
+        return self.model.predicted_rates(key, limit, source, self._prior(key))
 
     def choose(self, telemetry: Telemetry, ids: list[int]) -> tuple[int, float | None]:
         # n-gram: a miss means nothing to verify, and the match informs a_i; a hybrid
         # offers the head beside it, with its own acceptance and cost (hybrid.py)
         candidates = self.proposer.candidates(ids, self.max_gamma) if self.proposer else [Candidate("", self.max_gamma)]
+        self._remember(tuple((self._key_of(c), c.limit, c.source) for c in candidates))
         if not candidates:
             return 0, None
         self.since_plain += 1
-        if 0 not in self.step_ms or self.since_plain >= self.calibrate_every:
+        if 0 not in self.model.step_ms or self.since_plain >= self.calibrate_every:
             return 0, None  # (re)measure a plain step: the baseline every gain is relative to
         best: tuple[float, int, Candidate] | None = None
         unexplored: Candidate | None = None
@@ -241,12 +227,12 @@ class AdaptiveGamma(Controller):
             rate, k = max(known)
             if best is None or rate > best[0]:
                 best = (rate, k, candidate)
-        w0 = self._w(0)
+        w0 = self.model.w(0)
         plain = 1.0 / w0 if w0 else None
         if unexplored is not None and (best is None or best[1] == 0):
             # explore: measure one speculative step size (of a source not yet timed)
             self._use(unexplored)
-            return min(unexplored.limit, 2 + len(self.step_ms) - 1), None
+            return min(unexplored.limit, 2 + len(self.model.step_ms) - 1), None
         best_rate, best_k, chosen = best
         self._use(chosen)
         if best_k == 0:
@@ -297,17 +283,45 @@ class AdaptiveGamma(Controller):
                 self.probe_after = 1
             else:  # it did not pay: wait twice as long next time, up to the cap
                 self.probe_after = min(max(self.probe_after, self.probe_every // 2) * 2, self.max_probe_after)
-        if stats.prefill_tokens == 0:  # a step that also ran the prompt says nothing of T(k)
-            self.step_ms.setdefault(k, _RecentMedian()).add(stats.total_ms - stats.draft_ms)
+        super().observe(stats, proposal)
         if k == 0:
             self.since_plain = 0
-            return
-        if stats.prefill_tokens == 0 and stats.draft_catch_up_tokens == 0:
-            source = stats.draft_source or self._key[0]  # what drafted; else what was chosen
-            self.draft_ms.setdefault(source, _RecentMedian()).add(stats.draft_ms / k)
-        acc = self._acceptance(self._key)
-        for i in range(min(k, n + 1)):  # positions verified on the kept path
-            acc[i].add(1.0 if i < n else 0.0)
+
+    def _remember(self, context: tuple) -> None:
+        for seen in list(self.contexts):
+            self.contexts[seen] *= CONTEXT_DECAY
+            if self.contexts[seen] < 1e-3:
+                del self.contexts[seen]
+        self.contexts[context] = self.contexts.get(context, 0.0) + 1.0
+
+    def expected_gain(self) -> float | None:
+        """The model's speed-up for γ = auto over the situations it has been choosing in:
+        in each, the best k of the best candidate (plain if none beats it), weighted by how
+        often the situation came up lately. Σ w·E / Σ w·T(k)/w(0); None before w(0)."""
+        w0 = self.model.w(0)
+        if not w0 or not self.contexts:
+            return None
+        tokens = cost = 0.0
+        for context, weight in self.contexts.items():
+            best = (1.0, 1.0, 1.0)  # (gain, E, T/w0): a plain step
+            for key, limit, source in context:
+                forecasts = self.model.forecast(self.model.survival(key, limit, self._prior(key)), source)
+                for f in forecasts[1:]:
+                    if f is not None and f[0] / f[1] * w0 > best[0]:
+                        best = (f[0] / f[1] * w0, f[0], f[1] / w0)
+            tokens += weight * best[1]
+            cost += weight * best[2]
+        return tokens / cost
+
+    def recommendation(self) -> tuple[int | str | None, float | None]:
+        """"auto" where the model expects it to beat plain decoding, else 0. Choosing the
+        best k in every situation from the very estimates a fixed γ would be judged by,
+        auto is the model's best policy by construction: recommending a fixed γ beside it
+        would only mean two estimates disagreeing."""
+        gain = self.expected_gain()
+        if gain is None:
+            return None, None
+        return ("auto" if gain > 1.0 else 0), gain
 
 
 def make_controller(proposer: Proposer | None) -> Controller:

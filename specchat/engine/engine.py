@@ -157,6 +157,8 @@ class SpeculativeEngine:
             k, n = len(proposal.tokens), result.num_accepted  # n: the verdict, before any stop cut
             if self.proposer:
                 self.proposer.observe(n)
+            source = (proposal.source or self.proposer.kind) if k else ""
+            assessed = self.controller.assess(k, source)
             step_stats = StepStats(
                 num_speculative_tokens=gamma,
                 num_draft_tokens=k,
@@ -169,8 +171,12 @@ class SpeculativeEngine:
                 verify_ms=timer.ms(drafted, drafted + 1),  # the target's forward
                 total_ms=timer.ms(0, timer.mark()),  # + sampling, verification and bookkeeping
                 predicted_gain=gain,
-                draft_source=(proposal.source or self.proposer.kind) if k else "",
+                draft_source=source,
                 cpu_others=self.cpu_share.take(),
+                predicted_tokens=assessed.tokens,
+                predicted_cost=assessed.cost,
+                recommended_gamma=assessed.recommended_gamma,
+                recommended_gain=assessed.recommended_gain,
                 **prefill,
             )
             prefill = {}

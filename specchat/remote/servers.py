@@ -12,6 +12,7 @@ REMOTE_BACKENDS = ("llama-server", "vllm")
 # the 0 an unknown draft time would give.
 NOT_DERIVABLE = ("draft_forward_ms", "cost_ratio", "predicted_speedup_paper", "predicted_speedup",
                  "predicted_speedup_steps", "breakeven", "speedup_lower_bound", "best_gamma",
+                 "recommended_gain", "verdict",
                  "arithmetic_increase")
 UNDERIVABLE = (*NOT_DERIVABLE, "verify_cost")  # v(k) too: {} rather than None (telemetry.masked)
 

@@ -125,7 +125,13 @@ def _metrics(value: dict[str, Any], where: str) -> None:
     which the panel and the exports read as figures."""
     for key in ("turn", "session"):
         if key in value.get("metrics", {}):
-            _check_dataclass(value["metrics"][key], MetricsSnapshot, _join(where, f"metrics.{key}"), partial=True)
+            figures = value["metrics"][key]
+            _check_dataclass(figures, MetricsSnapshot, _join(where, f"metrics.{key}"), partial=True)
+            if isinstance(figures, dict):
+                _recommended(figures.get("best_gamma"), _join(where, f"metrics.{key}.best_gamma"))
+                if figures.get("verdict") not in (None, "pays", "does not pay"):
+                    raise FieldError(f"field '{_join(where, f'metrics.{key}.verdict')}' must be \"pays\", "
+                                     f"\"does not pay\" or null, not {_describe(figures['verdict'])}")
 
 
 def _step_stats(value: dict[str, Any], where: str) -> None:
@@ -136,6 +142,16 @@ def _step_stats(value: dict[str, Any], where: str) -> None:
         raise FieldError(f"field '{where}': draft counts must be between 0 and {MAX_SPECULATIVE_TOKENS}")
     if accepted > drafted:
         raise FieldError(f"field '{where}': {accepted} drafts accepted of {drafted} proposed")
+    _recommended(value.get("recommended_gamma"), _join(where, "recommended_gamma"))
+
+
+def _recommended(gamma: Any, where: str) -> None:
+    """A recommended γ is shown as text: a count in range, or "auto", nothing else."""
+    if gamma is None or gamma == "auto" or (isinstance(gamma, int) and not isinstance(gamma, bool)
+                                              and 0 <= gamma <= MAX_SPECULATIVE_TOKENS):
+        return
+    raise FieldError(f"field '{where}' must be a γ between 0 and {MAX_SPECULATIVE_TOKENS} or \"auto\", "
+                     f"not {_describe(gamma)}")
 
 
 def _join(where: str, name: str) -> str:

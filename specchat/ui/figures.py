@@ -116,9 +116,8 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
         row("c (draft/target)", lambda m: m.cost_ratio, 3, timing=True),
         row("v(γ) verify cost", lambda m: _verify_at_gamma(m), 2, timing=True),
         row("E tokens/round", lambda m: m.expected_tokens_per_round),
-        row("speedup (paper)", lambda m: m.predicted_speedup_paper, 2, "×", timing=True),
-        row("speedup (cost)", lambda m: m.predicted_speedup, 2, "×", timing=True),
-        row("predicted, as run", lambda m: m.predicted_speedup_steps, 2, "×", timing=True),
+        row("paper (no verify)", lambda m: m.predicted_speedup_paper, 2, "×", timing=True),
+        row("predicted, as run", lambda m: m.predicted_speedup, 2, "×", timing=True),
         row("measured tok/s", lambda m: m.tokens_per_s, 1, timing=True),
         row("measured speedup", lambda m: m.measured_speedup, 2, "×", timing=True),
         row("time to 1st tok", lambda m: m.ttft_ms, 0, " ms", timing=True),
@@ -155,23 +154,33 @@ def _verify_at_gamma(m: MetricsSnapshot) -> float | None:
     return m.verify_cost[max(m.verify_cost)]
 
 
+def gain_text(gain: float) -> str:
+    """A predicted speed-up: two decimals, three within half a percent of 1 (so a model
+    that predicts a sliver above plain speed never reads "1.00×" under "pays")."""
+    return f"{gain:.3f}×" if abs(gain - 1.0) < 0.005 else f"{gain:.2f}×"
+
+
 def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing: bool = False) -> tuple[str, str]:
-    """Plain words for α > c, and a level ("good" / "bad" / "unknown") for styling."""
+    """The cost model's verdict in plain words (pays / does not pay / too early to say),
+    with the paper's α > c test under it as a reference, and a level ("good" / "bad" /
+    "unknown") for styling. It reads the same recommendation as recommended_gamma_text,
+    so the two cannot disagree."""
     if hide_timing:
-        return ("break-even needs timings (hidden in deterministic mode)", "unknown")
-    if m.num_drafts == 0:
+        return ("verdict needs timings (hidden in deterministic mode)", "unknown")
+    if m.num_drafts == 0 and m.verdict is None:
         if method == "none":
             return ("no speculation in this profile", "unknown")
-        return ("no drafts yet", "unknown")
-    if m.breakeven is None:
-        return ("measuring c — needs a plain step to time the target", "unknown")
-    alpha, c = m.alpha or 0.0, m.cost_ratio or 0.0
-    if m.breakeven and (m.predicted_speedup or 0) >= 1.0:
-        return (f"speculation pays: α {alpha:.2f} > c {c:.2f}", "good")
-    if m.breakeven:
-        return (f"α {alpha:.2f} > c {c:.2f}, but verifying γ drafts costs more: lower γ", "warn")
+        return ("too early to say: no drafts yet", "unknown")
+    paper = ("" if m.breakeven is None else
+             f"\npaper's α {m.alpha or 0.0:.2f} {'>' if m.breakeven else '≤'} c {m.cost_ratio or 0.0:.2f} "
+             "(ignores verification cost)")
+    if m.verdict is None:
+        return ("too early to say: the cost model needs a plain step and a draft timed" + paper, "unknown")
+    gain = f" {gain_text(m.recommended_gain)}" if m.recommended_gain is not None else ""
+    if m.verdict == "pays":
+        return (f"speculation pays: γ {m.best_gamma} predicted{gain} plain speed" + paper, "good")
     advice = "switch to n-gram" if method == "draft_model" else "turn speculation off"
-    return (f"costs more than it saves (α {alpha:.2f} ≤ c {c:.2f}): lower γ or {advice}", "bad")
+    return (f"does not pay: the best γ is predicted{gain} plain speed; {advice}" + paper, "bad")
 
 
 def controller_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
@@ -181,16 +190,18 @@ def controller_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
     if m.predicted_gain is None or hide_timing:
         return f"γ now: {m.last_gamma}"
     if m.last_gamma == 0:
-        return "γ now: 0 (auto: no γ beats plain decoding; probing now and then)"
-    return f"γ now: {m.last_gamma} (auto: predicted {m.predicted_gain:.2f}× plain)"
+        return "γ now: 0 (auto: no γ beats plain decoding here; probing now and then)"
+    return f"γ now: {m.last_gamma} (auto: this step predicted {m.predicted_gain:.2f}× plain)"
 
 
 def recommended_gamma_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
+    """The cost model's recommended γ (the one the verdict is about) and its prediction."""
     if hide_timing or m.best_gamma is None:
         return "recommended γ: –"
     if m.best_gamma == 0:
-        return "recommended γ: 0 (no γ beats plain decoding)"
-    return f"recommended γ: {m.best_gamma}"
+        return "recommended γ: 0, plain decoding (no γ beats it)"
+    gain = f" (predicted {gain_text(m.recommended_gain)})" if m.recommended_gain is not None else ""
+    return f"recommended γ: {m.best_gamma}{gain}"
 
 
 def bar(fraction: float, width: int) -> str:

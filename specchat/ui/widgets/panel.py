@@ -109,7 +109,8 @@ class SpecPanel(VerticalScroll):
         title = "Speculation" + (f" · turn {turn_number}" if turn_number is not None else "")
         update("#panel-title", Content(title))
         update("#figures", table_content(turn, session, self.hide_timing))
-        text, level = breakeven_text(session if turn.num_steps == 0 else turn, self.method, self.hide_timing)
+        # the verdict and the recommendation read the same (session-wide) cost model
+        text, level = breakeven_text(session, self.method, self.hide_timing)
         update("#breakeven", Content(text)).set_classes(f"-{level}")
         update("#recommend", Content(recommended_gamma_text(session, self.hide_timing)))
         update("#controller", Content(controller_text(session, self.hide_timing)))

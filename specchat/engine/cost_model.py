@@ -1,0 +1,231 @@
+"""The one cost model: expected tokens per millisecond of a step that drafts k tokens.
+
+rate(k) = E(k) / T(k), where
+
+* E(k) = 1 + Σ_{j=1..k} Π_{i<j} a_i is the expected number of tokens the step emits,
+  a_i the probability that draft i is kept given the drafts before it were (measured per
+  acceptance key: a proposer, and for n-gram lookup the kind of match behind the drafts);
+* T(k) = k·d + w(k) is the step's time in ms: d the measured draft time per drafted
+  token of the source that drafts, w(k) the rest of a step that verifies k drafts
+  (measured per k, whoever drafted; a line through the measured k elsewhere).
+
+gain(k) = rate(k) / rate(0) is the predicted speed-up over a plain step, and in plain-step
+units E(k) / (k·c + v(k)) with c = d / w(0) and v(k) = w(k) / w(0): the ratios telemetry
+shows are this model's inputs, not a second model.
+
+The adaptive controller decides with it (controller.py); every controller also asks it,
+each step, for the best *fixed* γ under the acceptance pooled over all contexts, and the
+panel's verdict, its recommended γ and bench's predictions are read from those answers
+(carried in StepStats), so they cannot disagree with what γ = auto does. Pure Python.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from specchat.events import StepStats
+
+
+class Ewma:
+    """Exponentially weighted mean that starts as a plain mean (no bias toward the prior
+    once real observations exist). ``seen`` counts real observations."""
+
+    __slots__ = ("value", "weight", "decay", "seen")
+
+    def __init__(self, prior: float | None = None, decay: float = 0.05) -> None:
+        # a prior counts as one observation, so the first real one only halves its pull
+        self.value, self.weight, self.decay = prior, (1.0 if prior is not None else 0.0), decay
+        self.seen = 0
+
+    def add(self, x: float) -> None:
+        self.seen += 1
+        self.weight = min(self.weight + 1.0, 1.0 / self.decay)
+        self.value = x if self.value is None else self.value + (x - self.value) / self.weight
+
+    def loosen(self, weight: float) -> None:
+        """Keeps the value but lets the next observations move it as if it rested on
+        only ``weight`` of them."""
+        self.weight = min(self.weight, weight)
+
+
+class RecentMedian:
+    """Median of the last few step times: one cold or interrupted step (a first call's
+    kernel set-up, a busy neighbour, a draft model catching up on the tokens it missed
+    while the controller decoded plainly) cannot make a draft length look slow for good."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, size: int = 9) -> None:
+        self.values: deque[float] = deque(maxlen=size)
+
+    def add(self, x: float) -> None:
+        self.values.append(x)
+
+    @property
+    def value(self) -> float | None:
+        ordered = sorted(self.values)
+        return ordered[len(ordered) // 2] if ordered else None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The best fixed γ under the pooled acceptance: ``gamma`` (0 when no γ ≥ 1 beats a
+    plain step), ``gain`` the predicted speed-up of the best γ ≥ 1 (below 1 when it does not
+    pay), ``source`` the proposer it was predicted for."""
+
+    gamma: int
+    gain: float
+    source: str
+
+
+class CostModel:
+    """Measured acceptance per key and per position, step times per k and draft time per
+    source, and the rates they predict (module docstring)."""
+
+    def __init__(self, max_gamma: int, prior: float = 0.6, window: int = 9) -> None:
+        self.max_gamma = max_gamma
+        self.prior = prior
+        self.window = window  # step times kept per k and per source (their median is used)
+        self.accept: dict[Hashable, list[Ewma]] = {}  # key → per-position a_i
+        self.pooled: dict[str, list[Ewma]] = {}  # source → per-position a_i over every context
+        self.step_ms: dict[int, RecentMedian] = {}  # k → w(k), whoever drafted
+        self.draft_ms: dict[str, RecentMedian] = {}  # source → time per drafted token
+        self.drafting_share: dict[str, Ewma] = {}  # source → share of steps it drafted (n-gram misses)
+        self._w: dict[int, float | None] = {}  # w(k) as of the last observation
+
+    def acceptance(self, key: Hashable, prior: float | None = None) -> list[Ewma]:
+        if key not in self.accept:
+            start = self.prior if prior is None else prior
+            self.accept[key] = [Ewma(start) for _ in range(self.max_gamma)]
+        return self.accept[key]
+
+    def loosen(self, weight: float) -> None:
+        for estimates in self.accept.values():
+            for estimate in estimates:
+                estimate.loosen(weight)
+
+    def w(self, k: int) -> float | None:
+        """w(k) in ms, remembered until the next observation (a step asks it often)."""
+        if k not in self._w:
+            self._w[k] = self._fit(k)
+        return self._w[k]
+
+    def _fit(self, k: int) -> float | None:
+        if k in self.step_ms:
+            return self.step_ms[k].value
+        pts = [(kk, e.value) for kk, e in self.step_ms.items()]
+        if len(pts) < 2:
+            return None
+        n = len(pts)
+        mx = sum(x for x, _ in pts) / n
+        my = sum(y for _, y in pts) / n
+        sxx = sum((x - mx) ** 2 for x, _ in pts)
+        slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
+        return max(1e-3, my + max(0.0, slope) * (k - mx))
+
+    def forecast(self, survival: list[float], source: str) -> list[tuple[float, float] | None]:
+        """(E(k), T(k) in ms) for k = 0..len(survival), ``survival[i]`` the probability that
+        draft i and all before it are kept (None where T(k) or the draft cost is unknown)."""
+        draft = self.draft_ms.get(source)
+        d = draft.value if draft is not None else None
+        out: list[tuple[float, float] | None] = []
+        expected = 1.0
+        for k in range(len(survival) + 1):
+            if k:
+                expected += survival[k - 1]
+            w = self.w(k)
+            out.append(None if w is None or (k and d is None) else (expected, k * (d or 0.0) + w))
+        return out
+
+    def rates(self, survival: list[float], source: str) -> list[float | None]:
+        """Expected tokens per ms for k = 0..len(survival) (see :meth:`forecast`)."""
+        return [None if f is None else f[0] / f[1] for f in self.forecast(survival, source)]
+
+    def survival(self, key: Hashable, limit: int, prior: float | None = None) -> list[float]:
+        survival, alive = [], 1.0
+        for estimate in self.acceptance(key, prior)[:limit]:
+            alive *= estimate.value
+            survival.append(alive)
+        return survival
+
+    def predicted_rates(self, key: Hashable, limit: int, source: str = "", prior: float | None = None) -> list[float | None]:
+        """rates for k = 0..limit when ``source`` drafts under acceptance ``key``."""
+        return self.rates(self.survival(key, limit, prior), source)
+
+    def step_prediction(self, key: Hashable, k: int, source: str, prior: float | None = None) -> tuple[float, float] | None:
+        """(E(k), T(k)/w(0)) of the k a controller chose: tokens, and time in plain-step
+        units; bench's and the panel's predicted speed-up is Σ E / Σ T/w(0) over the steps
+        as run (None while either is unknown)."""
+        w0 = self.w(0)
+        if not w0:
+            return None
+        if k == 0:
+            return 1.0, 1.0
+        f = self.forecast(self.survival(key, k, prior), source)[k]
+        return None if f is None else (f[0], f[1] / w0)
+
+    def observe(self, stats: StepStats, key: Hashable, source: str, prior: float | None = None) -> None:
+        """A finished step: its time (w(k), and d unless a prompt or a catch-up is in it)
+        and, along the kept path, its acceptance under ``key`` and pooled for ``source``."""
+        k, n = stats.num_draft_tokens, stats.num_accepted_tokens
+        if stats.prefill_tokens == 0:  # a step that also ran the prompt says nothing of T(k)
+            self.step_ms.setdefault(k, RecentMedian(self.window)).add(stats.total_ms - stats.draft_ms)
+            self._w.clear()
+        if stats.num_speculative_tokens:  # drafts were asked for: did the source have any?
+            self.drafting_share.setdefault(source, Ewma(decay=0.02)).add(1.0 if k else 0.0)
+        if k == 0:
+            return
+        if stats.prefill_tokens == 0 and stats.draft_catch_up_tokens == 0:
+            self.draft_ms.setdefault(source, RecentMedian(self.window)).add(stats.draft_ms / k)
+        acc = self.acceptance(key, prior)
+        pooled = self.pooled.setdefault(source, [Ewma() for _ in range(self.max_gamma)])
+        for i in range(min(k, n + 1, self.max_gamma)):  # positions verified on the kept path
+            kept = 1.0 if i < n else 0.0
+            acc[i].add(kept)
+            pooled[i].add(kept)
+
+    def pooled_survival(self, source: str, limit: int) -> list[float] | None:
+        """Survival by position from the acceptance pooled over contexts; a position never
+        verified takes the one before it (the geometric extrapolation the paper's α makes).
+        None before any draft of ``source`` was verified."""
+        estimates = self.pooled.get(source)
+        if not estimates or not estimates[0].seen:
+            return None
+        survival, alive, last = [], 1.0, estimates[0].value
+        for estimate in estimates[:limit]:
+            last = estimate.value if estimate.seen else last
+            alive *= last
+            survival.append(alive)
+        return survival
+
+    def recommend(self) -> Recommendation | None:
+        """The best fixed γ over every source that drafted, γ in 1..max_gamma, from the
+        acceptance pooled over contexts; a step where the source offered no draft (an
+        n-gram miss) stays a plain step whatever γ is. None until a plain step and a draft
+        are timed."""
+        w0 = self.w(0)
+        if not w0:
+            return None
+        best: Recommendation | None = None
+        for source in sorted(self.pooled):
+            for k, gain in enumerate(self.gains(source, self.max_gamma) or [], 1):
+                if gain is not None and (best is None or gain > best.gain):
+                    best = Recommendation(k, gain, source)
+        if best is None:
+            return None
+        return best if best.gain > 1.0 else Recommendation(0, best.gain, best.source)
+
+    def gains(self, source: str, limit: int) -> list[float | None] | None:
+        """Predicted speed-up of a fixed γ = 1..limit drafted by ``source`` under the pooled
+        acceptance, on the share of steps where it drafted (the rest plain): (m·E + 1 − m) /
+        (m·T/w(0) + 1 − m). Bench's curve and a fixed γ's recommendation; None before a
+        plain step and a draft are measured."""
+        survival = self.pooled_survival(source, limit)
+        w0 = self.w(0)
+        if survival is None or not w0:
+            return None
+        m = self.drafting_share.get(source, Ewma(1.0)).value
+        return [None if f is None else (m * f[0] + 1 - m) / (m * f[1] / w0 + 1 - m)
+                for f in self.forecast(survival, source)[1:]]
