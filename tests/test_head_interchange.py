@@ -100,29 +100,34 @@ def test_a_head_saved_here_drafts_in_llama_server_as_it_does_in_process(setup, t
     assert abs(ratio_ours - ratio_theirs) <= 0.1, (ours, theirs)
 
 
-def test_bench_has_a_llama_server_row_with_the_same_head(setup):
+def test_bench_has_llama_server_rows_plain_and_with_the_same_head(setup):
     """`bench`'s peer:eagle3 row: llama-server started with the profile's head, converted by
-    llama.cpp's own script and cached; it answers the request's ids and its counters move."""
+    llama.cpp's own script and cached; it answers the request's ids and its counters move.
+    Its peer:none (llama-server) row: the same server without a head, which at T=0 gives
+    the same tokens and drafts nothing."""
     from types import SimpleNamespace
 
     from specchat.bench.configs import BenchConfig
-    from specchat.bench.peer_llama_server import LlamaServerHeadPeer, unavailable
+    from specchat.bench.peer_llama_server import LlamaServerPeer, plain_unavailable, unavailable
     from specchat.config import load_profile
     from specchat.engine import SamplingParams
 
     loaded, head, _ = setup
     profile = load_profile("smollm2-eagle3")
-    assert unavailable(loaded, profile) is None
-    peer = LlamaServerHeadPeer(loaded, profile, head.folder, stops=set())
+    assert unavailable(loaded, profile) is None and plain_unavailable(loaded) is None
+    peer = LlamaServerPeer(loaded, profile, stops=set(), head_folder=head.folder)
     try:
         ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": PROMPTS[0]}])
-        row = peer.run(BenchConfig("eagle3", 3, "peer"), SimpleNamespace(ids=ids, seed=0),
-                       SamplingParams(temperature=0.0), 24)
+        request, greedy = SimpleNamespace(ids=ids, seed=0), SamplingParams(temperature=0.0)
+        row = peer.run(BenchConfig("eagle3", 3, "peer"), request, greedy, 24)
+        plain = peer.run(BenchConfig("none", 0, "peer", server=True), request, greedy, 24)
+        assert len(peer._servers) == 2  # one server with the head, one without
     finally:
         peer.close()
     assert row["new_tokens"] == 24 and len(row["output_ids"]) == 24
     assert row["server_drafted"] > 0 and row["server_accepted"] > 0, row
-    assert peer._servers == {}  # close stopped it
+    assert plain["output_ids"] == row["output_ids"] and not plain["server_drafted"], plain
+    assert peer._servers == {}  # close stopped them
 
 
 def test_a_llama_server_that_will_not_start_is_one_line(setup, tmp_path):
@@ -131,13 +136,13 @@ def test_a_llama_server_that_will_not_start_is_one_line(setup, tmp_path):
     from types import SimpleNamespace
 
     from specchat.bench.configs import BenchConfig
-    from specchat.bench.peer_llama_server import LlamaServerHeadPeer
+    from specchat.bench.peer_llama_server import LlamaServerPeer
     from specchat.config import load_profile
     from specchat.engine import SamplingParams
     from specchat.errors import SpecchatError
 
     loaded, head, _ = setup
-    peer = LlamaServerHeadPeer(loaded, load_profile("smollm2-eagle3"), head.folder, stops=set())
+    peer = LlamaServerPeer(loaded, load_profile("smollm2-eagle3"), stops=set(), head_folder=head.folder)
     bad = tmp_path / "bad\x1b]0;x\x07.gguf"
     bad.write_bytes(b"not a gguf")
     peer.model_path = str(bad)

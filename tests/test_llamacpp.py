@@ -279,11 +279,14 @@ def test_bench_on_a_gguf_target_has_llama_cpp_python_peer_rows(tmp_path, gguf):
                  "--max-new-tokens", "6", "--no-warmup", "--peer-model", str(gguf), "--out", str(out)])
     assert code == 0
     results = json.loads((out / "results.json").read_text())
+    from specchat.bench.peer_llama_server import server_bin_dir
+
+    server = ["peer:none (llama-server)"] if server_bin_dir() is not None else []  # `make llama-server` built it
     names = [c["name"] for c in results["configs"]]
-    assert names == ["none", "ngram γ=2", "peer:none", f"peer:none ({gguf.name})", "peer:ngram γ=2"]
+    assert names == ["none", "ngram γ=2", "peer:none", f"peer:none ({gguf.name})", *server, "peer:ngram γ=2"]
     assert results["environment"]["backend"] == "llama.cpp" and results["environment"]["llama_cpp_python"]
     vs = results["aggregates"]["vs_peers"]["all"]["ngram γ=2"]
-    assert set(vs) == {"peer:none", f"peer:none ({gguf.name})"}
+    assert set(vs) == {"peer:none", f"peer:none ({gguf.name})", *server}
     rows = [r for r in results["rows"] if r["config"] == "peer:none"]
     assert all(1 <= r["new_tokens"] <= 6 for r in rows)
     # greedy: llama-cpp-python's reply and ours start the same (later tokens may part at near-ties)

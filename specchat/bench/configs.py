@@ -18,25 +18,30 @@ class BenchConfig:
     runner: "specchat" (our engine) or "peer" (the engine a user would pick instead on
         the same model: transformers' generate, or llama-cpp-python for a GGUF target).
     model: for a plain peer, another model file to run instead of the profile's (a GGUF
-        of another format, compared in the same run); None = the profile's target."""
+        of another format, compared in the same run); None = the profile's target.
+    server: a plain peer run by llama-server on the same GGUF (peer_llama_server.py)
+        rather than by llama-cpp-python."""
 
     method: str
     gamma: int | str = 0
     runner: str = "specchat"
     model: str | None = None
+    server: bool = False
 
     @property
     def name(self) -> str:
         if self.method == "none":
             if self.runner == "specchat":
                 return "none"
+            if self.server:
+                return "peer:none (llama-server)"
             return "peer:none" if self.model is None else f"peer:none ({Path(self.model).name})"
         prefix = "peer:" if self.runner == "peer" else ""
         return f"{prefix}{self.method} γ={self.gamma}"
 
     def to_dict(self) -> dict:
         return {"name": self.name, "method": self.method, "gamma": self.gamma, "runner": self.runner,
-                "model": self.model}
+                "model": self.model, "server": self.server}
 
 
 def parse_gammas(text: str) -> list[int | str]:
@@ -67,11 +72,13 @@ def parse_methods(text: str) -> list[str]:
 
 def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, peer: bool,
                   note=print, peer_methods: tuple[str, ...] = ("none", "draft", "ngram"),
-                  peer_models: tuple[str, ...] = (), has_head: bool = False) -> list[BenchConfig]:
+                  peer_models: tuple[str, ...] = (), has_head: bool = False,
+                  server_peer: bool = False) -> list[BenchConfig]:
     """The plain baseline first (always present: every speedup is relative to it), then
     each speculative method × γ; with ``peer``, the peer engine's own plain generation
     and its speculation at the same settings, for the methods it has (``peer_methods``),
-    and plain generation on each of ``peer_models``."""
+    plain generation on each of ``peer_models``, and with ``server_peer`` llama-server's
+    plain generation on the same GGUF."""
     configs = [BenchConfig("none")]
     for method in methods:
         if method == "none":
@@ -92,6 +99,7 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
         ours = list(configs)
         configs += [BenchConfig("none", 0, "peer")] if "none" in peer_methods else []
         configs += [BenchConfig("none", 0, "peer", model) for model in peer_models]
+        configs += [BenchConfig("none", 0, "peer", server=True)] if server_peer else []
         for method in sorted({c.method for c in ours if c.method != "none"} - set(peer_methods)):
             note(f"bench: the peer engine has no '{method}' speculation; no peer row for it")
         configs += [BenchConfig(c.method, c.gamma, "peer") for c in ours

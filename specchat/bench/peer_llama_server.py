@@ -1,6 +1,7 @@
-"""The EAGLE-3 peer row: llama-server drafting with **the same head** as ours.
+"""The llama-server peer rows: its plain generation, and drafting with **the same head** as ours.
 
-``peer:eagle3 γ`` runs ``llama-server -m TARGET.gguf -md head.gguf --spec-type
+``peer:none (llama-server)`` runs ``llama-server -m TARGET.gguf`` on the profile's own
+GGUF: plain decoding by the server a user would run instead. ``peer:eagle3 γ`` runs ``llama-server -m TARGET.gguf -md head.gguf --spec-type
 draft-eagle3`` on the profile's own GGUF, with the profile's head converted by
 llama.cpp's own ``convert_hf_to_gguf.py --target-model-dir`` (cached by the head's
 bytes). It answers the same prompt ids (``/completion`` with ids, streamed, so tokens
@@ -95,25 +96,38 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class LlamaServerHeadPeer:
-    """One llama-server per γ, started on first use and stopped by ``close``."""
+def plain_unavailable(loaded: Any) -> str | None:
+    """Why the plain llama-server row cannot run here, or None."""
+    if loaded.target.name != "llama.cpp":
+        return "the llama-server peer needs a GGUF target on llama.cpp"
+    if server_bin_dir() is None:
+        return "no llama-server for the peer:none (llama-server) row (run `make llama-server`)"
+    return None
 
-    def __init__(self, loaded: Any, profile: Any, head_folder: Path, stops: set[int]) -> None:
+
+class LlamaServerPeer:
+    """One llama-server per γ (0: plain, no head), started on first use and stopped by
+    ``close``. ``head_folder``: the EAGLE-3 head for γ ≥ 1 (converted on first use)."""
+
+    def __init__(self, loaded: Any, profile: Any, stops: set[int], head_folder: Path | None = None) -> None:
         target = loaded.target
         self.model_path, self.threads, self.n_ctx = target.model_path, target.n_threads, target.max_length
         self.n_gpu_layers = target.n_gpu_layers
         self.ceiling = profile.speculation.max_speculative_tokens
         self.bin_dir = server_bin_dir()
-        self.gguf = head_gguf(head_folder, loaded.target_hf_folder(profile), convert_script(self.bin_dir))
+        self.gguf = (head_gguf(head_folder, loaded.target_hf_folder(profile), convert_script(self.bin_dir))
+                     if head_folder is not None else None)
         self.stops = set(stops)
         self._servers: dict[int, tuple[subprocess.Popen, str]] = {}
 
     def _url(self, gamma: int) -> str:
         if gamma not in self._servers:
             port = _free_port()
-            args = [str(self.bin_dir / "llama-server"), "-m", str(self.model_path), "-md", str(self.gguf),
-                    "--spec-type", "draft-eagle3", "--spec-draft-p-min", "0", "--spec-draft-n-max", str(gamma),
-                    "--spec-draft-n-min", "0", "-t", str(self.threads), "-c", str(self.n_ctx), "-np", "1",
+            head = ([] if not gamma else
+                    ["-md", str(self.gguf), "--spec-type", "draft-eagle3", "--spec-draft-p-min", "0",
+                     "--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0"])
+            args = [str(self.bin_dir / "llama-server"), "-m", str(self.model_path), *head,
+                    "-t", str(self.threads), "-c", str(self.n_ctx), "-np", "1",
                     "-ngl", str(self.n_gpu_layers), "--host", "127.0.0.1", "--port", str(port)]
             proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             url = f"http://127.0.0.1:{port}"
@@ -121,7 +135,8 @@ class LlamaServerHeadPeer:
             while True:
                 if proc.poll() is not None:
                     raise SpecchatError(f"llama-server exited with code {proc.returncode} on start "
-                                        f"(-m {clean(str(self.model_path))} -md {clean(str(self.gguf))})",
+                                        f"(-m {clean(str(self.model_path))}"
+                                        + (f" -md {clean(str(self.gguf))})" if gamma else ")"),
                                         hint="run with --no-peer to skip the llama-server rows")
                 try:
                     with urllib.request.urlopen(url + "/health", timeout=2) as r:
@@ -138,7 +153,7 @@ class LlamaServerHeadPeer:
         return self._servers[gamma][1]
 
     def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
-        gamma = self.ceiling if config.gamma == "auto" else int(config.gamma)
+        gamma = 0 if config.method == "none" else self.ceiling if config.gamma == "auto" else int(config.gamma)
         url = self._url(gamma)
         body = {"prompt": list(request.ids), "n_predict": max_new_tokens, "stream": True, "cache_prompt": False,
                 "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k, "min_p": 0.0,

@@ -7,6 +7,8 @@
   lookup decoding (γ = auto drafts ``max_speculative_tokens``: it has no adaptive mode).
 * ``peer:none (FILE)`` (``--peer-model FILE``) — plain generation on another GGUF file,
   e.g. another quantisation of the same weights, to compare formats in one run.
+* ``peer:none (llama-server)`` and ``peer:eagle3 γ`` — llama-server on the same GGUF,
+  plain and with the same head (peer_llama_server.py).
 
 Same prompt ids, max_new_tokens, stop ids and thread count as our engine; each request
 sets llama.cpp's seed to the request's seed. Each Llama instance starts every request
@@ -27,7 +29,7 @@ LOOKUP_MAX_CTX = 4096
 
 class LlamaCppPeerRunner:
     def __init__(self, loaded: Any, speculation: Any, stops: set[int], head_peer: Any = None) -> None:
-        self.head_peer = head_peer  # peer:eagle3 rows: llama-server with the same head
+        self.head_peer = head_peer  # llama-server's rows: plain, and peer:eagle3 with the same head
         target = loaded.target
         self.model_path = target.model_path
         self.settings = {"n_ctx": target.max_length, "n_threads": target.n_threads,
@@ -62,7 +64,7 @@ class LlamaCppPeerRunner:
             self.head_peer.close()
 
     def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
-        if config.method == "eagle3":
+        if config.method == "eagle3" or config.server:
             return self.head_peer.run(config, request, params, max_new_tokens)
         lookup = config.method == "ngram"
         llm = self._llama(config.model or self.model_path, lookup)

@@ -117,16 +117,16 @@ def peer_methods(loaded: Any, profile: Any) -> tuple[tuple[str, ...], str | None
     return PEER_METHODS[kind] + (() if why else ("eagle3",)), why
 
 
-def make_peer(loaded: Any, profile: Any, stops: set[int], eagle3: bool = False) -> Any:
+def make_peer(loaded: Any, profile: Any, stops: set[int], eagle3: bool = False, server: bool = False) -> Any:
     if peer_kind(loaded) == "llama.cpp":
         from specchat.bench.peer_llamacpp import LlamaCppPeerRunner
 
-        head_peer = None
-        if eagle3:  # llama-server with the same head (peer_llama_server.py)
-            from specchat.bench.peer_llama_server import LlamaServerHeadPeer
+        server_peer = None
+        if eagle3 or server:  # llama-server, plain or with the same head (peer_llama_server.py)
+            from specchat.bench.peer_llama_server import LlamaServerPeer
 
-            head_peer = LlamaServerHeadPeer(loaded, profile, loaded.head.folder, stops)
-        return LlamaCppPeerRunner(loaded, profile.speculation, stops, head_peer)
+            server_peer = LlamaServerPeer(loaded, profile, stops, loaded.head.folder if eagle3 else None)
+        return LlamaCppPeerRunner(loaded, profile.speculation, stops, server_peer)
     from specchat.bench.peer import PeerRunner
 
     return PeerRunner(loaded, profile.speculation, stops)
@@ -146,7 +146,8 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
     stops = set(chat.stop_token_ids)
     requests = build_requests(sets, chat, repeat, base.seed if base.seed is not None else 0, max_new_tokens)
     engines = {c: make_engine(c, loaded, profile.speculation) for c in configs if c.runner == "specchat"}
-    peer = (make_peer(loaded, profile, stops, eagle3=any(c.runner == "peer" and c.method == "eagle3" for c in configs))
+    peer = (make_peer(loaded, profile, stops, eagle3=any(c.runner == "peer" and c.method == "eagle3" for c in configs),
+                      server=any(c.server for c in configs))
             if any(c.runner == "peer" for c in configs) else None)
     draft_bytes = memory.parameter_bytes(loaded.draft)
 
@@ -172,7 +173,7 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
                 row = run_one(config, request, request.max_new_tokens)
                 share = cpu.take()
                 # a server peer's own process is not a neighbour: its rows are not judged
-                if share is not None and not (config.runner == "peer" and config.method == "eagle3"):
+                if share is not None and not (config.runner == "peer" and (config.method == "eagle3" or config.server)):
                     others_ms += share * row["wall_ms"]
                     timed_ms += row["wall_ms"]
                 row["cpu_others"] = share

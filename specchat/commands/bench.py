@@ -91,9 +91,15 @@ def run(args: argparse.Namespace) -> int:
                                 hint="give the path of a .gguf file")
     # the eagle3 / hybrid rows and the llama-server peer row run an EAGLE-3 head (not Medusa heads)
     has_eagle3 = loaded.head is not None and loaded.head.kind == "eagle3"
+    from specchat.bench.peer_llama_server import plain_unavailable
+
+    no_server = plain_unavailable(loaded) if kind == "llama.cpp" and not args.no_peer else "no peer"
+    if no_server and kind == "llama.cpp" and not args.no_peer:
+        console.print(f"[yellow]bench: {no_server}[/]")
     configs = build_configs(methods, gammas, loaded.draft is not None, not args.no_peer, has_head=has_eagle3,
                             note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=has_peer_methods,
-                            peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model))
+                            peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model),
+                            server_peer=not no_server)
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
 
 
