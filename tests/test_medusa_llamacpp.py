@@ -95,3 +95,38 @@ def test_without_the_split_the_logits_would_be_wrong(gguf, monkeypatch):
     with_hidden.request_final_hidden()
     prompt = with_hidden.llm.tokenize(b"The quick brown fox jumps over the lazy dog because", add_bos=False)
     assert not torch.allclose(with_hidden.forward(prompt, num_logits=1), plain.forward(prompt, num_logits=1), atol=1.0)
+
+
+def test_bench_has_a_medusa_row(gguf, tmp_path):
+    """`bench --methods medusa` on a Medusa profile: its heads draft through our engine in
+    rows of their own (Medusa's figure beside EAGLE-3's, issue 26), and a profile without
+    Medusa heads skips the method with one line."""
+    from specchat.cli import main
+
+    head = random_medusa_head({"hidden_size": 576, "vocab_size": 49152}, num_heads=3, draft_vocab=256,
+                              dtype=torch.float32)
+    save_medusa(head, tmp_path / "head")
+    profile = tmp_path / "medusa-bench.toml"
+    profile.write_text(
+        f'[target]\nsource = {json.dumps(str(gguf))}\nbackend = "llama.cpp"\nn_threads = 1\nn_ctx = 1024\n'
+        '[speculation]\nmethod = "medusa"\nhead = "head"\nnum_speculative_tokens = 2\n'
+        '[sampling]\ntemperature = 0.0\nseed = 0\n')
+    out = tmp_path / "out"
+    code = main(["bench", "--profile", str(profile), "--prompts", "repetitive", "--gamma", "2", "--methods",
+                 "medusa,none", "--max-new-tokens", "6", "--no-warmup", "--no-peer", "--out", str(out)])
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [c["name"] for c in results["configs"]] == ["none", "medusa γ=2"]
+    drafted = sum(s["num_draft_tokens"] for r in results["rows"] if r["config"] == "medusa γ=2" for s in r["steps"])
+    assert drafted > 0
+    assert all(s["draft_source"] in ("", "medusa") for r in results["rows"] for s in r["steps"])
+
+
+def test_bench_skips_medusa_without_medusa_heads():
+    from specchat.bench.configs import build_configs
+
+    notes: list[str] = []
+    configs = build_configs(["medusa", "ngram"], [2], has_draft=False, peer=False, note=notes.append)
+    assert [c.name for c in configs] == ["none", "ngram γ=2"]
+    assert notes == ["bench: the profile has no Medusa heads; skipping method 'medusa' "
+                     "(use a profile with speculation.method = \"medusa\")"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from specchat.errors import SpecchatError
 
-METHODS = ("draft", "ngram", "eagle3", "hybrid", "none")
+METHODS = ("draft", "ngram", "eagle3", "medusa", "hybrid", "none")
 MAX_GAMMA = 16
 
 
@@ -64,7 +64,7 @@ def parse_methods(text: str) -> list[str]:
     for part in (p.strip() for p in text.split(",")):
         if part not in METHODS:
             raise SpecchatError(f"--methods value {part!r} is not valid", key="--methods",
-                                hint="use a comma-separated list of draft, ngram, eagle3, hybrid, none")
+                                hint="use a comma-separated list of draft, ngram, eagle3, medusa, hybrid, none")
         if part not in methods:
             methods.append(part)
     return methods
@@ -73,7 +73,7 @@ def parse_methods(text: str) -> list[str]:
 def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, peer: bool,
                   note=print, peer_methods: tuple[str, ...] = ("none", "draft", "ngram"),
                   peer_models: tuple[str, ...] = (), has_head: bool = False,
-                  server_peer: bool = False) -> list[BenchConfig]:
+                  server_peer: bool = False, has_medusa: bool = False) -> list[BenchConfig]:
     """The plain baseline first (always present: every speedup is relative to it), then
     each speculative method × γ; with ``peer``, the peer engine's own plain generation
     and its speculation at the same settings, for the methods it has (``peer_methods``),
@@ -90,6 +90,10 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
         if method in ("eagle3", "hybrid") and not has_head:
             note(f"bench: the profile has no EAGLE-3 head; skipping method '{method}' "
                  "(use a profile with speculation.method = \"eagle3\" or \"hybrid\")")
+            continue
+        if method == "medusa" and not has_medusa:
+            note("bench: the profile has no Medusa heads; skipping method 'medusa' "
+                 "(use a profile with speculation.method = \"medusa\")")
             continue
         if method == "hybrid":  # its controller picks source and γ each step: auto only
             configs.append(BenchConfig(method, "auto"))

@@ -26,7 +26,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--gamma", default="auto,1,2,3,5,8", metavar="LIST",
                         help="γ values, comma-separated integers and/or auto (default: auto,1,2,3,5,8)")
     parser.add_argument("--methods", metavar="LIST",
-                        help="proposers to compare (draft, ngram, eagle3, hybrid, none; default: those the profile can "
+                        help="proposers to compare (draft, ngram, eagle3, medusa, hybrid, none; default: those the profile can "
                              "run; none always runs)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per prompt and configuration")
     parser.add_argument("--max-new-tokens", type=int, metavar="N",
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     gammas = parse_gammas(args.gamma)
     default_methods = ("draft,ngram,eagle3,hybrid,none" if profile.speculation.method in ("eagle3", "hybrid")
-                       else "draft,ngram,none")
+                       else "ngram,medusa,none" if profile.speculation.method == "medusa" else "draft,ngram,none")
     methods = parse_methods(args.methods or default_methods)
     sets = load_prompt_sets(args.prompts)
     out_dir = args.out or Path("bench-results") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
                                 hint="give the path of a .gguf file")
     # the eagle3 / hybrid rows and the llama-server peer row run an EAGLE-3 head (not Medusa heads)
     has_eagle3 = loaded.head is not None and loaded.head.kind == "eagle3"
+    has_medusa = loaded.head is not None and loaded.head.kind == "medusa"
     from specchat.bench.peer_llama_server import plain_unavailable
 
     no_server = plain_unavailable(loaded) if kind == "llama.cpp" and not args.no_peer else "no peer"
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     configs = build_configs(methods, gammas, loaded.draft is not None, not args.no_peer, has_head=has_eagle3,
                             note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=has_peer_methods,
                             peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model),
-                            server_peer=not no_server)
+                            server_peer=not no_server, has_medusa=has_medusa)
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
 
 
