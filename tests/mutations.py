@@ -129,3 +129,22 @@ MUTATIONS = [
                  ("j = draw(probs, u)", "j = draw(probs, 1.0 - u)")])),
              SAMPLED),
 ]
+
+
+
+def leaky_residual(residual_distribution: Callable, mass: float = 1e-4) -> Callable:
+    """A residual norm(max(p − q, 0)) with a planted error of ``mass``: that much probability
+    moved from each row's likeliest residual token to the likeliest other token of p (where
+    the residual may be 0: the error is then mass outside the residual's support, but never
+    on a token p forbids). The first token's law is then off by mass · P(reject) in TV — 1e-5
+    at a 10 % rejection rate, which no sampled check at verify's sizes can see."""
+    def leaky(p, q):
+        residual = residual_distribution(p, q).clone()
+        source = residual.argmax(-1, keepdim=True)  # [k, 1]
+        destination = p.scatter(-1, source, float("-inf")).argmax(-1, keepdim=True)  # [k, 1]
+        moved = residual.gather(-1, source).clamp(max=mass)
+        residual.scatter_add_(-1, source, -moved)
+        residual.scatter_add_(-1, destination, moved)
+        return residual
+
+    return leaky

@@ -116,10 +116,11 @@ def test_goodness_of_fit_and_two_sample_on_known_distributions():
     assert not impossible.passed and "p = 0" in impossible.detail
 
 
-def test_greedy_profile_runs_only_the_diff(peaked):
+def test_greedy_profile_runs_only_the_deterministic_checks(peaked):
     profile, loaded = peaked
     report = verify(loaded, profile, samples=100, params=dataclasses.replace(PARAMS, temperature=0.0), gamma=2)
-    assert [c.name.split(" (")[0] for c in report.checks] == ["batched vs one-token logits", "greedy token-by-token diff"]
+    assert [c.name.split(" (")[0] for c in report.checks] == ["batched vs one-token logits", "exact law of the first token",
+                                                              "greedy token-by-token diff"]
     assert report.passed, [c.line() for c in report.checks]
 
 

@@ -7,14 +7,21 @@ loosened to 99.99 % does not, and cannot: with NULL_DRAWS = 1000 the 99.9th and 
 percentiles are the top two of 1000 simulated TVs, equal here (0.0495); the rule's
 realised false-alarm rate is what test_the_tv_threshold_is... pins. The counts are
 constructed, not sampled, and the null simulations are seeded: nothing here is random,
-so there are no false alarms.
+so there are no false alarms. The exact-law check's bound (verify_law.LAW_BOUND, 2e-6 in TV)
+is pinned the same way, by a planted residual error whose TV lies between it and ten times it.
 
 The sample: 2000 draws over ten cells (expected counts 40 to 600), verify's default size."""
 
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+import specchat.engine.sampling as sampling
+from mutations import leaky_residual, patched
 from specchat.bench import verify_stats
+from specchat.bench.verify_law import LAW_BOUND, law_checks
+from specchat.engine.sampling import SamplingParams
 from specchat.bench.verify_stats import goodness_of_fit, two_sample
 
 P = [0.3, 0.2, 0.15, 0.1, 0.08, 0.06, 0.04, 0.03, 0.02, 0.02]
@@ -83,3 +90,22 @@ def test_the_two_sample_tv_rule_alone_catches_a_bias_past_its_permutation_thresh
     assert two_sample("same", codes(shifted(0)), codes(shifted(0))).passed
     check = two_sample("biased", codes(shifted(140)), codes(shifted(0)))  # TV 0.07
     assert not check.passed, check.line()
+
+
+def test_the_exact_law_bound_catches_a_residual_error_between_it_and_ten_times_it():
+    """p: the ten cells above; q: 0.05 moved from each of the two likeliest to the two least
+    likely, so a draft is rejected with probability 0.1 and the residual is half on each of
+    the two. With 1e-4 of the residual moved (tests/mutations.py, leaky_residual) the first
+    token's exact law is off by 1e-4 · 0.1 = 1e-5 in TV: past LAW_BOUND = 2e-6, inside a
+    bound ten times as loose. Healthy, the same rows read within 1e-7 of p."""
+    p = torch.tensor(P, dtype=torch.float32)
+    q = p + torch.tensor([-0.05, -0.05] + [0.0] * 6 + [0.05, 0.05])
+    read = lambda: law_checks(p.log(), p, q, None, SamplingParams(temperature=1.0))  # noqa: E731
+    [healthy] = read()
+    assert healthy.passed and healthy.extra["tv"] < 1e-7, healthy.line()
+    with patched(sampling, "residual_distribution", leaky_residual(sampling.residual_distribution)):
+        [planted] = read()
+    assert abs(planted.extra["tv"] - 1e-5) < 1e-7, planted.line()
+    assert LAW_BOUND < planted.extra["tv"] < 10 * LAW_BOUND
+    assert not planted.passed and "largest error at token" in planted.detail, planted.line()
+    assert planted.extra["largest"]["token"] in (0, 1)  # the mass left one and reached the other

@@ -15,7 +15,10 @@ same engine with no proposer, seeds of another range), and compares (see verify_
    8 ULPs in bf16, twice a measured per-format bound on llama.cpp);
 0. before all of them, at every temperature: batched logits (k+1 tokens, drafts passed as
    verification passes them) against one-token steps; a difference beyond the format's
-   fixed bound (near_tie.noise_bound) fails — a backend fault, not rounding.
+   fixed bound (near_tie.noise_bound) fails — a backend fault, not rounding; and the exact
+   law of the first token the sampler's own code emits, on the target's p and the probe
+   draft's q at the chosen prompt, against p (verify_law: no sampling noise, so an error
+   over 2e-6 in TV fails it, far below what any sample size here could see).
 
 The sampled checks' default prompt is the widest of a few candidates
 (DEFAULT_CANDIDATES) on the models under test (checks 0 and 5 keep the yes/no one,
@@ -52,6 +55,7 @@ import numpy as np
 import torch
 
 from specchat.bench.near_tie import compute_precision, describe_gap, near_tie_tolerance, noise_bound
+from specchat.bench.verify_law import law_checks
 from specchat.bench.verify_stats import MIN_EXPECTED, Check, goodness_of_fit, two_sample
 from specchat.engine import SpeculativeEngine
 from specchat.engine.backends import Backend, as_backend
@@ -170,6 +174,9 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
         settings["greedy_prompt"] = DEFAULT_PROMPT
         settings["greedy_reply_start"] = DEFAULT_REPLY_START
     checks: list[Check] = [_noise_check(target, greedy_ids, settings["precision"])]
+    report(0, 1, "exact law of the sampler")
+    checks += law_checks(probe.logits, probe.p_first, None if probe.point_mass else probe.q_first,
+                         probe.first_draft, params)
     spec_stats = {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0}
     notes: list[str] = []
     modes = _modes(loaded, target, profile, factory, gamma)
@@ -229,7 +236,8 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
                                  f"unchecked — use a --prompt / --reply-start whose continuation repeats earlier "
                                  f"text without being certain")
     else:
-        notes.append("temperature 0: greedy decoding, so only the token-by-token diff applies")
+        notes.append("temperature 0: greedy decoding, so only the deterministic checks apply (the sampler's "
+                     "exact law and the token-by-token diff)")
     report(1, 1, "greedy diff")
     for label, engine in modes:
         checks.append(_greedy_diff(target, engine, greedy_ids, params, label))
@@ -245,6 +253,9 @@ class PromptProbe:
     p_first: torch.Tensor  # [V] the exact first-token distribution
     joint: dict[int, float] | None  # the exact first-two-token joint (_exact_first_two), when sampled
     q_first: torch.Tensor | None  # [V] the law the first draft is drawn from (one-hot for lookup)
+    logits: torch.Tensor  # [V] the target's logits there (p_first = warp of them)
+    first_draft: int | None  # the first draft's id (None: the proposer drafts nothing here)
+    point_mass: bool  # the drafts carry no q (n-gram lookup): the coupled form verifies them
 
 
 @torch.inference_mode()
@@ -257,7 +268,8 @@ def _choose_prompt(target: Backend, proposer: Any, candidates: list[tuple[tuple[
     SpeculativeEngine(target, proposer, controller=EveryStep(gamma))  # tells the proposer the target's vocabulary
     probed = []
     for candidate, ids in candidates:
-        p_first = warp(target.forward(ids), params)[0]  # [V]
+        logits = target.forward(ids)[0]  # [V]
+        p_first = warp(logits[None], params)[0]
         joint = _exact_first_two(target, ids, params, p_first, eos) if tokens >= 2 and not params.greedy else None
         law = joint if joint is not None else _distribution(p_first)
         proposal = proposer.propose(ids, gamma, params, generator_on(proposer.sampling_device or target.device, 0))
@@ -267,7 +279,9 @@ def _choose_prompt(target: Backend, proposer: Any, candidates: list[tuple[tuple[
             q_first = (proposal.q[0].double().cpu() if proposal.q is not None else
                        torch.nn.functional.one_hot(proposal.tokens[:1].cpu(), p_first.shape[-1])[0].double())
         cells = sum(1 for p in law.values() if p * samples >= MIN_EXPECTED)
-        probed.append((candidate, ids, PromptProbe(cells, drafts, p_first, joint, q_first)))
+        probed.append((candidate, ids, PromptProbe(cells, drafts, p_first, joint, q_first, logits,
+                                                   int(proposal.tokens[0]) if drafts else None,
+                                                   proposal.q is None)))
     proposer.reset()
     best = max(range(len(probed)), key=lambda i: (probed[i][2].drafts > 0, probed[i][2].cells, -i))
     return [probed[best]] + probed[:best] + probed[best + 1:]

@@ -14,8 +14,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "verify",
         help="check that speculative sampling matches plain sampling (PASS/FAIL, exit 1 on FAIL)",
         description="Compare many seeded samples of the next few tokens from speculative and plain sampling "
-                    "(total variation + chi-square, against the exact target distribution too), and a greedy "
-                    "token-by-token diff. Exit 0 on PASS, 1 on FAIL, 2 on usage errors.",
+                    "(total variation + chi-square, against the exact target distribution too), the exact law "
+                    "of the sampler's first token read off its code, and a greedy token-by-token diff. Exit 0 on "
+                    "PASS, 1 on FAIL, 2 on usage errors.",
     )
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--samples", type=int, default=2000, metavar="N", help="samples of each kind (default 2000)")
@@ -96,6 +97,12 @@ def render(report) -> str:
     lines += ["  " + check.line() for check in report.checks]
     lines.append("rule: a check fails when χ² p < 0.001 or TV exceeds the 99.9th percentile of the TV an exact "
                  "sampler shows at this sample size")
+    if any(check.name.startswith("exact law") for check in report.checks):
+        from specchat.bench.verify_law import LAW_BOUND
+
+        lines.append(f"exact law: the first token's law read off the sampler's own code over a grid of its uniforms, "
+                     f"refined where the token changes (no sampling noise); it fails when its TV from p exceeds "
+                     f"{LAW_BOUND:g}")
     if any(check.power is not None for check in report.checks):
         lines.append("power: the chance the χ² rule alone fails on samples from the named bug's exact law, at "
                      "these cells and samples (a lower bound: the TV rule can only add)")
