@@ -127,6 +127,9 @@ def test_greedy_profile_runs_only_the_deterministic_checks(peaked):
 def test_cli_exit_codes(tiny_profile_path, tmp_path, capsys):
     assert main(["verify", "--profile", str(tiny_profile_path), "--samples", "10"]) == 2
     assert "--samples" in capsys.readouterr().err
+    # one token a sample: its only step cannot draft, so speculation would go unchecked
+    assert main(["verify", "--profile", str(tiny_profile_path), "--tokens", "1"]) == 2
+    assert "one token leaves no room for a draft" in capsys.readouterr().err
     assert main(["verify", "--profile", str(tmp_path / "missing.toml")]) == 2
     none = tmp_path / "none.toml"
     none.write_text(tiny_profile_path.read_text().replace('method = "draft_model"', 'method = "none"'))

@@ -136,7 +136,7 @@ def test_the_printed_report_names_the_largest_error(capsys, tiny_profile_path):
     over N uniforms"; on the planted residual, FAIL with the token, expected and got."""
     from specchat.cli import main
 
-    args = ["verify", "--profile", str(tiny_profile_path), "--samples", "50", "--tokens", "1", "--temperature", "0.7"]
+    args = ["verify", "--profile", str(tiny_profile_path), "--samples", "50", "--tokens", "2", "--temperature", "0.7"]
     main(args)
     out = capsys.readouterr().out
     [line] = law_lines(out)

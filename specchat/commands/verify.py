@@ -40,8 +40,11 @@ def run(args: argparse.Namespace) -> int:
     if args.samples < 50:
         raise SpecchatError(f"--samples {args.samples} is too few for a statistical check", key="--samples",
                             hint="use at least 50 (2000 or more for a meaningful verdict)")
-    if not 1 <= args.tokens <= 8:
-        raise SpecchatError(f"--tokens {args.tokens} is out of range", key="--tokens", hint="use 1 to 8")
+    if not 2 <= args.tokens <= 8:
+        # with one token a reply is done after its first step, which never drafts (a draft
+        # and the token after it are two), so speculation could not be exercised at all
+        raise SpecchatError(f"--tokens {args.tokens} is out of range", key="--tokens",
+                            hint="use 2 to 8 (one token leaves no room for a draft)")
     if args.gamma is not None and not 1 <= args.gamma <= 16:
         raise SpecchatError(f"--gamma {args.gamma} is out of range", key="--gamma", hint="use 1 to 16")
     if args.temperature is not None:

@@ -13,10 +13,13 @@ gain(k) = rate(k) / rate(0) is the predicted speed-up over a plain step, and in 
 units E(k) / (k·c + v(k)) with c = d / w(0) and v(k) = w(k) / w(0): the ratios telemetry
 shows are this model's inputs, not a second model.
 
-The adaptive controller decides with it (controller.py); every controller also asks it,
-each step, for the best *fixed* γ under the acceptance pooled over all contexts, and the
-panel's verdict, its recommended γ and bench's predictions are read from those answers
-(carried in StepStats), so they cannot disagree with what γ = auto does. Pure Python.
+The adaptive controller decides with it (controller.py), and every controller writes its
+answers into each step's StepStats before the step runs: the forecast E(k), T(k)/w(0) for
+the k drafted, and the γ it recommends (γ = auto: "auto" where the model expects it to
+beat plain decoding over the situations it has been meeting, else 0; a fixed γ: the best
+fixed γ under the acceptance pooled over contexts). The panel's verdict, its recommended
+γ and bench's predictions are read from those answers, so they cannot disagree with what
+γ = auto does. Pure Python.
 """
 
 from __future__ import annotations
