@@ -190,7 +190,8 @@ def verdict_text(m: dict) -> str:
     verdict = m.get("verdict")
     gain = m.get("recommended_gain")
     text = ("too early to say" if verdict is None else
-            f"{verdict} (recommended γ {m.get('best_gamma')}" + (f", predicted {gain:.2f}×)" if gain is not None else ")"))
+            f"{verdict} (recommended γ {m.get('best_gamma')}" + (f", expected {gain:.2f}× from here on)" if gain is not None
+                                                                 else ")"))
     if m.get("breakeven") is not None:
         text += f"; paper's α > c: {'yes' if m['breakeven'] else 'no'} (ignores verification cost)"
     return text
@@ -206,7 +207,7 @@ def human_summary(m: dict, finish_reason: str) -> str:
         f"{fmt('tokens_per_s', '.1f', ' tok/s')}",
         f"  mean acceptance length {fmt('mean_acceptance_length')}, draft acceptance rate "
         f"{fmt('draft_acceptance_rate', '.0%')}, α {fmt('alpha')}, c {fmt('cost_ratio', '.3f')}",
-        f"  speedup: predicted {fmt('predicted_speedup', '.2f', '×')}, measured {measured_text(m)}",
+        f"  speedup: predicted {fmt('predicted_speedup', '.2f', '×')} for the steps as run, measured {measured_text(m)}",
         f"  verdict: {verdict_text(m)}",
     ]
     if m.get("busy_machine"):

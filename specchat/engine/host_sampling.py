@@ -92,7 +92,9 @@ def support(logits: np.ndarray, params: SamplingParams) -> list[tuple[np.ndarray
     floor = None
     if 0 < params.top_k < vocab:
         floor = np.partition(scaled, vocab - params.top_k, axis=-1)[:, vocab - params.top_k:][:, :1]  # k-th largest
-    weights = scaled - (top / params.temperature)[:, None]  # max(l / T) = max(l) / T: rounding is monotone
+    # max(l / T) = max(l) / T: rounding is monotone; without top-k the scaled logits are
+    # not read again, so their buffer takes the weights (one pass and allocation fewer)
+    weights = np.subtract(scaled, (top / params.temperature)[:, None], out=None if floor is not None else scaled)
     np.exp(weights, out=weights)  # exp(s − max s): the unnormalised softmax
     if floor is not None:
         weights[scaled < floor] = 0.0  # top-k keeps the values equal to the k-th
