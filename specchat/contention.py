@@ -55,8 +55,10 @@ class CpuShare:
         self._share: float | None = None
         self._read_at = float("-inf")
 
-    def take(self) -> float | None:
-        if self.every and time.perf_counter() - self._read_at < self.every:
+    def take(self, fresh: bool = False) -> float | None:
+        """``fresh``: read now whatever the interval (a turn's or a benchmark row's start,
+        where the share before it says nothing of what follows)."""
+        if not fresh and self.every and time.perf_counter() - self._read_at < self.every:
             return self._share
         self._share = self._measure()
         self._read_at = time.perf_counter()

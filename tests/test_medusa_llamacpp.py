@@ -130,3 +130,8 @@ def test_bench_skips_medusa_without_medusa_heads():
     assert [c.name for c in configs] == ["none", "ngram γ=2"]
     assert notes == ["bench: the profile has no Medusa heads; skipping method 'medusa' "
                      "(use a profile with speculation.method = \"medusa\")"]
+    notes.clear()  # three heads draft three tokens at most: γ 5 would be a γ 3 row under another name
+    configs = build_configs(["medusa"], ["auto", 2, 5], has_draft=False, peer=False, note=notes.append,
+                            medusa_heads=3)
+    assert [c.name for c in configs] == ["none", "medusa γ=auto", "medusa γ=2"]
+    assert notes == ["bench: the profile has 3 Medusa heads; skipping medusa γ = 5"]

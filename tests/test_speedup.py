@@ -33,6 +33,20 @@ class FakeMachine:
         return self.busy, self.own, self.wall
 
 
+def test_the_machine_is_read_at_most_every_interval_unless_asked_fresh():
+    """Reading /proc/stat costs ~40 µs a step: at most one reading per ``every``; calls
+    between get the last interval's share, and a turn's start asks for a fresh one."""
+    machine = FakeMachine(cpus=2, others=1.0)
+    reads = []
+    share = CpuShare(read=lambda: reads.append(1) or machine.read(), cpus=2, every=3600.0)
+    assert share.take() is None and len(reads) == 1
+    assert share.take() is None and len(reads) == 1  # within the interval: the last share, no reading
+    assert share.take(fresh=True) == pytest.approx(0.5) and len(reads) == 2
+    machine.others = 0.0
+    assert share.take() == pytest.approx(0.5) and len(reads) == 2
+    assert share.take(fresh=True) == pytest.approx(0.0) and len(reads) == 3
+
+
 def test_cpu_share_is_what_other_processes_took():
     machine = FakeMachine(cpus=2, others=1.5)
     share = CpuShare(read=machine.read, cpus=2)

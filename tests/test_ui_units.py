@@ -69,7 +69,7 @@ def test_shipped_themes_all_load():
          "verification cost)", "good"),
         (MetricsSnapshot(num_drafts=5, alpha=0.1, cost_ratio=0.3, breakeven=False, verdict="does not pay",
                          best_gamma=0, recommended_gain=0.7),
-         "draft_model", "does not pay: the best γ is predicted 0.70× plain speed; switch to n-gram", "bad"),
+         "draft_model", "does not pay: predicted 0.70× plain speed at best; switch to n-gram", "bad"),
         (MetricsSnapshot(num_drafts=5, verdict="does not pay", best_gamma=0, recommended_gain=0.9), "ngram",
          "turn speculation off", "bad"),
         # the paper's test passes, the cost model's does not: the verdict is the cost model's

@@ -73,7 +73,7 @@ def parse_methods(text: str) -> list[str]:
 def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, peer: bool,
                   note=print, peer_methods: tuple[str, ...] = ("none", "draft", "ngram"),
                   peer_models: tuple[str, ...] = (), has_head: bool = False,
-                  server_peer: bool = False, has_medusa: bool = False) -> list[BenchConfig]:
+                  server_peer: bool = False, medusa_heads: int = 0) -> list[BenchConfig]:
     """The plain baseline first (always present: every speedup is relative to it), then
     each speculative method × γ; with ``peer``, the peer engine's own plain generation
     and its speculation at the same settings, for the methods it has (``peer_methods``),
@@ -91,9 +91,16 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
             note(f"bench: the profile has no EAGLE-3 head; skipping method '{method}' "
                  "(use a profile with speculation.method = \"eagle3\" or \"hybrid\")")
             continue
-        if method == "medusa" and not has_medusa:
+        if method == "medusa" and not medusa_heads:
             note("bench: the profile has no Medusa heads; skipping method 'medusa' "
                  "(use a profile with speculation.method = \"medusa\")")
+            continue
+        if method == "medusa":  # a head drafts one token: γ past the heads would run fewer
+            deep = [g for g in gammas if g != "auto" and g > medusa_heads]
+            if deep:
+                note(f"bench: the profile has {medusa_heads} Medusa heads; skipping medusa γ = "
+                     + ", ".join(str(g) for g in deep))
+            configs += [BenchConfig(method, g) for g in gammas if g not in deep]
             continue
         if method == "hybrid":  # its controller picks source and γ each step: auto only
             configs.append(BenchConfig(method, "auto"))

@@ -169,9 +169,9 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
             shift = r % len(configs)
             for config in configs[shift:] + configs[:shift]:
                 report(len(rows), total, f"{request.set_name}/{request.prompt_id} #{request.repeat} · {config.name}")
-                cpu.take()
+                cpu.take(fresh=True)
                 row = run_one(config, request, request.max_new_tokens)
-                share = cpu.take()
+                share = cpu.take(fresh=True)
                 # a server peer's own process is not a neighbour: its rows are not judged
                 if share is not None and not (config.runner == "peer" and (config.method == "eagle3" or config.server)):
                     others_ms += share * row["wall_ms"]

@@ -159,15 +159,20 @@ def predicted_curve(rows: list[dict], max_gamma: int) -> dict[str, Any] | None:
     snapshot = telemetry_of(rows)
     if snapshot.alpha is None or snapshot.cost_ratio is None:
         return None
-    model = CostModel(max_gamma, window=4096)
+    steps = [StepStats(**step) for row in rows for step in row["steps"]]
     drafted: dict[str, int] = {}
-    for row in rows:
-        for step in row["steps"]:
-            stats = StepStats(**step)
-            model.observe(stats, stats.draft_source, stats.draft_source)
-            if stats.draft_source:
-                drafted[stats.draft_source] = drafted.get(stats.draft_source, 0) + stats.num_draft_tokens
-    gains = model.gains(max(drafted, key=drafted.get), max_gamma) if drafted else None
+    for stats in steps:
+        if stats.draft_source:
+            drafted[stats.draft_source] = drafted.get(stats.draft_source, 0) + stats.num_draft_tokens
+    if not drafted:
+        return None
+    source = max(drafted, key=drafted.get)
+    # every verdict and step time of the runs weighs alike (not the live ~20 latest), and a
+    # step that asked for drafts and got none (an n-gram miss) counts against the source
+    model = CostModel(max_gamma, window=4096, decay=1e-9)
+    for stats in steps:
+        model.observe(stats, source, stats.draft_source or source)
+    gains = model.gains(source, max_gamma)
     if gains is None:
         return None
     gammas = list(range(1, max_gamma + 1))

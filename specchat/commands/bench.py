@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                                 hint="give the path of a .gguf file")
     # the eagle3 / hybrid rows and the llama-server peer row run an EAGLE-3 head (not Medusa heads)
     has_eagle3 = loaded.head is not None and loaded.head.kind == "eagle3"
-    has_medusa = loaded.head is not None and loaded.head.kind == "medusa"
+    medusa_heads = loaded.head.num_heads if loaded.head is not None and loaded.head.kind == "medusa" else 0
     from specchat.bench.peer_llama_server import plain_unavailable
 
     no_server = plain_unavailable(loaded) if kind == "llama.cpp" and not args.no_peer else "no peer"
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     configs = build_configs(methods, gammas, loaded.draft is not None, not args.no_peer, has_head=has_eagle3,
                             note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=has_peer_methods,
                             peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model),
-                            server_peer=not no_server, has_medusa=has_medusa)
+                            server_peer=not no_server, medusa_heads=medusa_heads)
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
 
 

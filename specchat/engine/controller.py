@@ -184,6 +184,7 @@ class AdaptiveGamma(Controller):
         # the situations it has been choosing in, recent ones weighing most: each a tuple of
         # (acceptance key, limit, source) per candidate, () for none (an n-gram miss)
         self.contexts: dict[tuple, float] = {}
+        self._scale = 1.0
         self.plain_run = 0
         self.probe_after = probe_every  # plain steps before the next probe (backs off)
         self.max_probe_after = 8 * probe_every  # the back-off's cap: a probe at least this often
@@ -288,27 +289,51 @@ class AdaptiveGamma(Controller):
             self.since_plain = 0
 
     def _remember(self, context: tuple) -> None:
-        for seen in list(self.contexts):
-            self.contexts[seen] *= CONTEXT_DECAY
-            if self.contexts[seen] < 1e-3:
-                del self.contexts[seen]
-        self.contexts[context] = self.contexts.get(context, 0.0) + 1.0
+        # weights are kept against a growing scale (a step multiplies it by 1/decay), so
+        # remembering is one entry's update, not a pass over every context
+        self._scale /= CONTEXT_DECAY
+        self.contexts[context] = self.contexts.get(context, 0.0) + self._scale
+        if self._scale > 1e6:  # rescale now and then; contexts not met for ~450 steps go
+            self.contexts = {c: w / self._scale for c, w in self.contexts.items() if w / self._scale >= 1e-6}
+            self._scale = 1.0
 
     def expected_gain(self) -> float | None:
         """The model's speed-up for γ = auto over the situations it has been choosing in:
         in each, the best k of the best candidate (plain if none beats it), weighted by how
-        often the situation came up lately. Σ w·E / Σ w·T(k)/w(0); None before w(0)."""
+        often the situation came up lately. Σ w·E / Σ w·T(k)/w(0); None before w(0) and a
+        draft's cost are measured (while it only explores, auto has no record to judge)."""
         w0 = self.model.w(0)
         if not w0 or not self.contexts:
             return None
-        tokens = cost = 0.0
-        for context, weight in self.contexts.items():
-            best = (1.0, 1.0, 1.0)  # (gain, E, T/w0): a plain step
+        # a situation not met for ~100 steps (weight under 1/20 of a fresh one's) is gone:
+        # auto's record is of the text it is writing now
+        recent = {c: w for c, w in self.contexts.items() if w >= 0.05 * self._scale}
+        deepest: dict[tuple, int] = {}  # (key, source) → the largest limit any context gives it
+        for context in recent:
             for key, limit, source in context:
-                forecasts = self.model.forecast(self.model.survival(key, limit, self._prior(key)), source)
-                for f in forecasts[1:]:
-                    if f is not None and f[0] / f[1] * w0 > best[0]:
-                        best = (f[0] / f[1] * w0, f[0], f[1] / w0)
+                deepest[(key, source)] = max(deepest.get((key, source), 0), limit)
+        # one forecast per (key, source), read by every context at its own limit: the best
+        # (gain, E, T/w0) among k = 1..L for each L
+        best_upto: dict[tuple, list[tuple[float, float, float]]] = {}
+        known = False
+        for (key, source), limit in deepest.items():
+            running, table = (1.0, 1.0, 1.0), []
+            for f in self.model.forecast(self.model.survival(key, limit, self._prior(key)), source)[1:]:
+                if f is not None:
+                    known = True
+                    if f[0] / f[1] * w0 > running[0]:
+                        running = (f[0] / f[1] * w0, f[0], f[1] / w0)
+                table.append(running)
+            best_upto[(key, source)] = table
+        if not known:
+            return None
+        tokens = cost = 0.0
+        for context, weight in recent.items():
+            best = (1.0, 1.0, 1.0)  # a plain step
+            for key, limit, source in context:
+                table = best_upto[(key, source)]
+                if limit and table and table[min(limit, len(table)) - 1][0] > best[0]:
+                    best = table[min(limit, len(table)) - 1]
             tokens += weight * best[1]
             cost += weight * best[2]
         return tokens / cost

@@ -87,10 +87,11 @@ class CostModel:
     """Measured acceptance per key and per position, step times per k and draft time per
     source, and the rates they predict (module docstring)."""
 
-    def __init__(self, max_gamma: int, prior: float = 0.6, window: int = 9) -> None:
+    def __init__(self, max_gamma: int, prior: float = 0.6, window: int = 9, decay: float = 0.05) -> None:
         self.max_gamma = max_gamma
         self.prior = prior
         self.window = window  # step times kept per k and per source (their median is used)
+        self.decay = decay  # of the acceptance estimates: ~1/decay recent verdicts weigh (bench: ~0, all)
         self.accept: dict[Hashable, list[Ewma]] = {}  # key → per-position a_i
         self.pooled: dict[str, list[Ewma]] = {}  # source → per-position a_i over every context
         self.step_ms: dict[int, RecentMedian] = {}  # k → w(k), whoever drafted
@@ -101,7 +102,7 @@ class CostModel:
     def acceptance(self, key: Hashable, prior: float | None = None) -> list[Ewma]:
         if key not in self.accept:
             start = self.prior if prior is None else prior
-            self.accept[key] = [Ewma(start) for _ in range(self.max_gamma)]
+            self.accept[key] = [Ewma(start, self.decay) for _ in range(self.max_gamma)]
         return self.accept[key]
 
     def loosen(self, weight: float) -> None:
@@ -183,7 +184,7 @@ class CostModel:
         if stats.prefill_tokens == 0 and stats.draft_catch_up_tokens == 0:
             self.draft_ms.setdefault(source, RecentMedian(self.window)).add(stats.draft_ms / k)
         acc = self.acceptance(key, prior)
-        pooled = self.pooled.setdefault(source, [Ewma() for _ in range(self.max_gamma)])
+        pooled = self.pooled.setdefault(source, [Ewma(decay=self.decay) for _ in range(self.max_gamma)])
         for i in range(min(k, n + 1, self.max_gamma)):  # positions verified on the kept path
             kept = 1.0 if i < n else 0.0
             acc[i].add(kept)

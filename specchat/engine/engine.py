@@ -111,7 +111,7 @@ class SpeculativeEngine:
         self.telemetry.start_turn()
         self.controller.start_turn()
         watch = Stopwatch(self.device)
-        self.cpu_share.take()  # the first step's share starts here
+        self.cpu_share.take(fresh=True)  # the first step's share starts here
         reused = min(common_prefix_length(self.target.ids, ids), len(ids) - 1)
         if len(ids) >= self.target.max_length or max_new_tokens <= 0:
             yield Step((), StepStats(0, 0, 0), "context" if max_new_tokens > 0 else "length")
@@ -211,29 +211,12 @@ class SpeculativeEngine:
         # point-mass drafts and plain steps draw each position's token from a uniform fixed
         # by (seed, position): a seed then gives one reply whatever the γ (sampling.py)
         if proposal.q is None and logits.device.type == "cpu" and HOST_SAMPLING:
-            read = _read_host(logits, drafts.tolist(), params, position_uniforms(seed, len(ids), k + 1))
+            read = read_host(logits, drafts.tolist(), params, position_uniforms(seed, len(ids), k + 1))
         else:
             read = self._read_device(logits, proposal, drafts, params, generator, seed, len(ids))
         if read.nonfinite:
             return _Verified([], 0, 0.0, read.nonfinite)
-        dl, alts = read.drafts, read.alternatives
-        n = 0
-        while n < k and read.accepted[n]:
-            n += 1
-        source = proposal.source
-        tokens = [Token(id=dl[i], kind="accepted", p=read.p_draft[i], q=read.q_draft[i], alternatives=alts[i],
-                        source=source) for i in range(n)]
-        nxt, p_nxt = read.next_tokens, read.p_next
-        if k == 0:
-            tokens.append(Token(id=nxt[0], kind="target", p=p_nxt[0], alternatives=alts[0]))
-        elif n == k:
-            tokens.append(Token(id=nxt[k], kind="bonus", p=p_nxt[k], alternatives=alts[k]))
-        else:
-            tokens.append(Token(id=nxt[n], kind="resampled", p=p_nxt[n], alternatives=alts[n],
-                                rejected_id=dl[n], rejected_p=read.p_draft[n], rejected_q=read.q_draft[n],
-                                source=source))
-        # α is measured on the positions verification actually judged on the kept path
-        return _Verified(tokens, n, float(sum(read.alpha[: min(k, n + 1)])))
+        return emitted(read, k, proposal.source)
 
     def _verify_tree(self, ids: list[int], proposal: Proposal, params: SamplingParams,
                      generator: torch.Generator, timer: StepTimer) -> _Verified:
@@ -315,7 +298,29 @@ class _Read:
         return cls([], [], [], [], [], [], [], [], nonfinite=whose)
 
 
-def _read_host(logits: torch.Tensor, drafts: list[int], params: SamplingParams, uniforms: list[float]) -> _Read:
+def emitted(read: _Read, k: int, source: str) -> _Verified:
+    """The tokens a verified chain of ``k`` drafts emits: the accepted drafts, then the
+    target's token there (plain, bonus after all k, or resampled at the first rejection)."""
+    dl, alts = read.drafts, read.alternatives
+    n = 0
+    while n < k and read.accepted[n]:
+        n += 1
+    tokens = [Token(id=dl[i], kind="accepted", p=read.p_draft[i], q=read.q_draft[i], alternatives=alts[i],
+                    source=source) for i in range(n)]
+    nxt, p_nxt = read.next_tokens, read.p_next
+    if k == 0:
+        tokens.append(Token(id=nxt[0], kind="target", p=p_nxt[0], alternatives=alts[0]))
+    elif n == k:
+        tokens.append(Token(id=nxt[k], kind="bonus", p=p_nxt[k], alternatives=alts[k]))
+    else:
+        tokens.append(Token(id=nxt[n], kind="resampled", p=p_nxt[n], alternatives=alts[n],
+                            rejected_id=dl[n], rejected_p=read.p_draft[n], rejected_q=read.q_draft[n],
+                            source=source))
+    # α is measured on the positions verification actually judged on the kept path
+    return _Verified(tokens, n, float(sum(read.alpha[: min(k, n + 1)])))
+
+
+def read_host(logits: torch.Tensor, drafts: list[int], params: SamplingParams, uniforms: list[float]) -> _Read:
     """Point-mass drafts with the logits in host memory: the same coupled draw in numpy,
     on p's support only (host_sampling.py)."""
     rows = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits  # numpy has no bf16

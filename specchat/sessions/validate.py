@@ -143,6 +143,15 @@ def _step_stats(value: dict[str, Any], where: str) -> None:
     if accepted > drafted:
         raise FieldError(f"field '{where}': {accepted} drafts accepted of {drafted} proposed")
     _recommended(value.get("recommended_gamma"), _join(where, "recommended_gamma"))
+    # the cost model's answers are shown as speed-ups: finite, and a time above zero
+    for key, low, strict in (("predicted_tokens", 0.0, False), ("predicted_cost", 0.0, True),
+                             ("recommended_gain", 0.0, False)):
+        x = value.get(key)
+        if x is not None and not (math.isfinite(x) and (x > low if strict else x >= low)):
+            raise FieldError(f"field '{_join(where, key)}' must be a finite number {'above' if strict else 'at least'} "
+                             f"{low:g}, not {_describe(x)}")
+    if not 1 <= value.get("batch_size", 1) <= 4096:
+        raise FieldError(f"field '{_join(where, 'batch_size')}' must be between 1 and 4096")
 
 
 def _recommended(gamma: Any, where: str) -> None:

@@ -175,12 +175,13 @@ def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing:
              f"\npaper's α {m.alpha or 0.0:.2f} {'>' if m.breakeven else '≤'} c {m.cost_ratio or 0.0:.2f} "
              "(ignores verification cost)")
     if m.verdict is None:
-        return ("too early to say: the cost model needs a plain step and a draft timed" + paper, "unknown")
+        return ("too early to say: the cost model has not yet timed a plain step and a draft (recordings "
+                "older than it carry no verdict)" + paper, "unknown")
     gain = f" {gain_text(m.recommended_gain)}" if m.recommended_gain is not None else ""
     if m.verdict == "pays":
         return (f"speculation pays: γ {m.best_gamma} predicted{gain} plain speed" + paper, "good")
     advice = "switch to n-gram" if method == "draft_model" else "turn speculation off"
-    return (f"does not pay: the best γ is predicted{gain} plain speed; {advice}" + paper, "bad")
+    return (f"does not pay: predicted{gain} plain speed at best; {advice}" + paper, "bad")
 
 
 def controller_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
