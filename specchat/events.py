@@ -96,6 +96,7 @@ class StepStats:
     recommended_gamma / recommended_gain: the cost model's recommended γ (an int, 0 for
         plain decoding, or "auto") and its predicted speed-up, as of this step: the panel's
         verdict and recommendation (None until measurable).
+    batch_size: the sequences decoded together in this step (engine/batched.py), 1 alone.
     draft_source: the proposer kind that drafted ("ngram", "eagle3", "draft_model"; a
         hybrid names the one it routed to), "" for a plain step.
     cpu_others: the share of all cores other processes used since the previous step
@@ -122,6 +123,7 @@ class StepStats:
     predicted_cost: float | None = None
     recommended_gamma: int | str | None = None
     recommended_gain: float | None = None
+    batch_size: int = 1
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,9 @@ class Proposer:
     # model's cache must roll back), and where its random draws happen (None: it has none)
     can_rollback = True
     sampling_device: torch.device | None = None
+    # whether its drafts are point masses with no model state (n-gram lookup): what the
+    # batched engine verifies (engine/batched.py)
+    point_mass = False
     # the target's vocabulary size; the engine sets it (q is reported on it)
     vocab_size: int | None = None
 
@@ -172,6 +175,8 @@ class NgramProposer(Proposer):
 
     kind = "ngram"
     MATCH_CAP = MATCH_CAP
+
+    point_mass = True
 
     def __init__(self, num_speculative_tokens: int | str = 5, prompt_lookup_min: int = 1,
                  prompt_lookup_max: int = 3, max_speculative_tokens: int | None = None,

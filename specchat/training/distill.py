@@ -62,49 +62,26 @@ class _Record:
 class BatchedGenerator:
     def __init__(self, backend, n_seq: int = 8, n_ctx_per_seq: int = 768, layer_ids: tuple[int, ...] = (),
                  top: int = 32) -> None:
-        import llama_cpp
-
+        from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
         from specchat.engine.backends.llamacpp_features import bind
 
-        self.llama_cpp = llama_cpp
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_seq * n_ctx_per_seq
-        params.n_batch = params.n_ubatch = 512
-        params.n_seq_max = n_seq
-        params.kv_unified = False  # each sequence attends over its own cells only
-        params.n_threads = params.n_threads_batch = backend.n_threads
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        self.ctx = llama_cpp.llama_init_from_model(backend.llm._model.model, params)
-        if not self.ctx:
-            raise RuntimeError("llama.cpp could not open a batched context")
-        self.memory = llama_cpp.llama_get_memory(self.ctx)
-        self.batch = llama_cpp.llama_batch_init(512, 0, 1)
+        self.context = LlamaCppBatch(backend, n_seq, n_ctx_per_seq)
+        self.llama_cpp, self.ctx = self.context.llama_cpp, self.context.ctx
         self.n_seq, self.n_ctx_per_seq = n_seq, n_ctx_per_seq
         self.vocab = backend.vocab_size
         self.eos = backend.eos_token_ids
         self.layers, self.top, self.hidden = tuple(layer_ids), top, backend.hidden_size
-        self.inputs = bind(llama_cpp) if self.layers else None
+        self.inputs = bind(self.llama_cpp) if self.layers else None
         for layer in self.layers:  # the backend declared provides_features before it gets here
             self.inputs.enable(self.ctx, layer)
 
     def close(self) -> None:
-        self.llama_cpp.llama_batch_free(self.batch)
-        self.llama_cpp.llama_free(self.ctx)
+        self.context.close()
 
     def _decode(self, rows: list[tuple[int, int, int, bool]]) -> tuple[np.ndarray, np.ndarray | None]:
         """rows: (token, position, seq_id, wants logits) → (logits [n_wanted, V], the
         layers' inputs [n_rows, layers·H] or None without layers)."""
-        b = self.batch
-        b.n_tokens = len(rows)
-        for i, (token, pos, seq, wants) in enumerate(rows):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, wants
-            b.seq_id[i][0] = seq
-        code = self.llama_cpp.llama_decode(self.ctx, b)
-        if code != 0:
-            raise RuntimeError(f"llama_decode failed (code {code})")
-        wanted = sum(r[3] for r in rows)
-        pointer = self.llama_cpp.llama_get_logits(self.ctx)
-        logits = np.ctypeslib.as_array(pointer, shape=(wanted, self.vocab)).copy()
+        logits = self.context.decode(rows)
         if not self.layers:
             return logits, None
         return logits, np.concatenate([self.inputs.read(self.ctx, layer, len(rows), self.hidden)
@@ -123,8 +100,8 @@ class BatchedGenerator:
             index = queue.pop()
             ids = list(prompts[index][: self.n_ctx_per_seq - max_new_tokens - 1])
             records[seq] = _Record()
-            for first in range(0, len(ids), 512):
-                chunk = ids[first:first + 512]
+            for first in range(0, len(ids), self.context.n_batch):
+                chunk = ids[first:first + self.context.n_batch]
                 rows = [(t, first + i, seq, bool(self.layers) or first + i == len(ids) - 1) for i, t in enumerate(chunk)]
                 logits, features = self._decode(rows)
                 if features is not None:
@@ -144,7 +121,7 @@ class BatchedGenerator:
                     progress(1)
                 if token in self.eos or len(ids) - reply_start >= max_new_tokens:
                     del slots[seq]
-                    self.llama_cpp.llama_memory_seq_rm(self.memory, seq, -1, -1)
+                    self.context.drop(seq)
                     record = records.pop(seq)
                     yield index, Sample(ids, reply_start, record.taught(ids, reply_start) if self.layers else None)
                     if queue:

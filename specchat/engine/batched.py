@@ -1,0 +1,213 @@
+"""Several replies decoded together, exactly: one llama.cpp decode a step for all of them.
+
+Each step, every active sequence asks its own controller for γ and its own proposer for
+drafts; one ``llama_decode`` then runs every sequence's pending tokens (the last token
+it emitted, or its whole prompt on its first step) and its drafts, each row tagged with
+the sequence's ``seq_id`` and position (LlamaCppBatch). Each sequence is verified on its
+own rows exactly as the one-sequence engine verifies point-mass drafts and plain steps
+(engine.read_host: the coupled inverse-CDF draw from the uniform fixed by its seed and
+the position), and the cells of its rejected drafts are dropped, its alone. A sequence
+that finishes frees its slot for the next request at once (continuous batching), and
+``cancel(i)`` ends request i before the next step without touching the others.
+
+Proposers here draft point masses or nothing (n-gram lookup, plain decoding: those that
+declare ``point_mass``); a drafter with its own model state per sequence is future work.
+Each sequence's StepStats carry the whole batched step's times (the cost every sequence
+in it shared), ``batch_size`` (the sequences that step decoded) and, as
+``prefill_tokens``, the prompt tokens any sequence ran in it (so no controller takes such
+a step's time for what verifying costs).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from specchat.engine.backends.base import common_prefix_length
+from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
+from specchat.engine.controller import Controller, make_controller
+from specchat.engine.engine import emitted, read_host
+from specchat.errors import GenerationError
+from specchat.engine.proposers import Proposer
+from specchat.engine.sampling import SamplingParams, position_uniforms
+from specchat.events import Step, StepStats
+
+
+@dataclass
+class Request:
+    ids: list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    max_new_tokens: int = 256
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class _Slot:
+    index: int
+    request: Request
+    ids: list[int]
+    seed: int
+    proposer: Proposer | None
+    controller: Controller
+    cached: int = 0  # ids whose cells the sequence holds
+    produced: int = 0  # tokens emitted so far
+
+
+class BatchedEngine:
+    """``generate(requests)`` yields (request index, Step) as the batch advances; a
+    request's last Step has its finish reason. ``proposer_factory()`` gives each request
+    its own proposer (None: plain decoding)."""
+
+    def __init__(self, target, n_seq: int = 4, proposer_factory: Callable[[], Proposer | None] | None = None,
+                 eos_token_ids: Iterable[int] | None = None, n_ctx_per_seq: int | None = None) -> None:
+        if target.name != "llama.cpp":
+            raise ValueError("batched decoding runs on the llama.cpp backend only (one sequence elsewhere)")
+        self.target, self.n_seq = target, n_seq
+        self.context = LlamaCppBatch(target, n_seq, n_ctx_per_seq or max(256, target.max_length // n_seq))
+        self.factory = proposer_factory or (lambda: None)
+        self.eos = set(eos_token_ids) if eos_token_ids is not None else set(target.eos_token_ids)
+        self._cancelled: set[int] = set()
+        self._lock = threading.Lock()
+        self._held: dict[int, list[int]] = {}  # seq → the ids whose cells it holds (reused by the next request)
+
+    def close(self) -> None:
+        self.context.close()
+
+    def cancel(self, index: int) -> None:
+        """Thread-safe: request ``index`` ends before the next step ("cancelled")."""
+        with self._lock:
+            self._cancelled.add(index)
+
+    def generate(self, requests: list[Request]) -> Iterator[tuple[int, Step]]:
+        if any(not r.ids for r in requests):
+            raise ValueError("a request's ids are empty: give at least one token")
+        with self._lock:
+            self._cancelled.clear()  # a cancel from an earlier call never reaches this one
+        queue = deque(enumerate(requests))
+        free = list(range(self.n_seq))[::-1]
+        active: dict[int, _Slot] = {}
+        room = self.context.n_ctx_per_seq
+        try:
+            while active or queue:
+                while queue and free:
+                    index, request = queue.popleft()
+                    proposer = self.factory()
+                    if proposer is not None and not proposer.point_mass:
+                        raise ValueError(f"batched decoding verifies point-mass drafts only, not {proposer.kind}'s")
+                    seed = request.params.seed if request.params.seed is not None else random.getrandbits(63)
+                    # the free slot holding the longest prefix of this prompt (a shared system
+                    # prompt, a repeated question): its cells are reused, the rest dropped
+                    seq = max(free, key=lambda f: self._reusable(f, request.ids))
+                    free.remove(seq)
+                    cached = self._reusable(seq, request.ids)
+                    self.context.drop(seq, cached)
+                    active[seq] = _Slot(index, request, list(request.ids), seed, proposer, make_controller(proposer),
+                                        cached=cached)
+                ended = [(s, "cancelled") for s, slot in active.items() if self._take_cancel(slot.index)]
+                ended += [(s, "context" if len(slot.ids) >= room else "length") for s, slot in active.items()
+                          if (len(slot.ids) >= room or slot.request.max_new_tokens <= 0) and (s, "cancelled") not in ended]
+                for seq, reason in ended:
+                    slot = active.pop(seq)
+                    self._release(seq, slot, free)
+                    yield slot.index, Step((), StepStats(0, 0, 0), reason)
+                if active:
+                    yield from self._step(active, free, room)
+        except GeneratorExit:  # abandoned between steps: its cells are ids[:cached], reusable
+            for seq, slot in active.items():
+                self._release(seq, slot, [])
+            raise
+        except BaseException:  # a failed decode leaves cells nobody can vouch for
+            for seq in active:
+                self.context.drop(seq)
+                self._held.pop(seq, None)
+            raise
+
+    def _reusable(self, seq: int, ids: list[int]) -> int:
+        """How many of ``ids`` slot ``seq``'s cells hold already (the last id always runs:
+        its logits draw the first token)."""
+        held = self._held.get(seq, [])
+        return min(common_prefix_length(held, ids), len(ids) - 1)
+
+    def _release(self, seq: int, slot: _Slot, free: list[int]) -> None:
+        """A finished sequence's slot goes back, its cells kept for a request that shares
+        their prefix (between steps they hold exactly ids[:cached]: rejected drafts were
+        dropped when verified)."""
+        self._held[seq] = slot.ids[:slot.cached]
+        free.append(seq)
+
+    def _take_cancel(self, index: int) -> bool:
+        with self._lock:
+            if index in self._cancelled:
+                self._cancelled.discard(index)
+                return True
+            return False
+
+    def _step(self, active: dict[int, _Slot], free: list[int], room: int) -> Iterator[tuple[int, Step]]:
+        start = time.perf_counter()
+        rows, plans = [], []
+        for seq, slot in active.items():
+            r = slot.request
+            gamma, gain = slot.controller.choose(None, slot.ids) if slot.proposer else (0, None)
+            gamma = max(0, min(gamma, r.max_new_tokens - slot.produced - 1, room - len(slot.ids) - 1))
+            drafts = slot.proposer.propose(slot.ids, gamma, r.params, None).tokens.tolist() if gamma > 0 else []
+            pending = slot.ids[slot.cached:]  # the last token emitted, or the prompt
+            rows += [(t, slot.cached + i, seq, i == len(pending) - 1) for i, t in enumerate(pending)]
+            rows += [(d, len(slot.ids) + j, seq, True) for j, d in enumerate(drafts)]
+            plans.append((seq, drafts, gamma, gain, len(pending) - 1))
+        drafted = time.perf_counter()
+        logits = torch.from_numpy(self.context.decode_all(rows))
+        decoded = time.perf_counter()
+        # a step that ran a prompt (any sequence's) says nothing of what verifying costs
+        prompts = sum(plan[4] for plan in plans)
+        at, out = 0, []
+        for seq, drafts, gamma, gain, prefill in plans:
+            slot, k = active[seq], len(drafts)
+            rows_here, at = logits[at:at + k + 1], at + k + 1
+            r = slot.request
+            read = read_host(rows_here, drafts, r.params, position_uniforms(slot.seed, len(slot.ids), k + 1))
+            if read.nonfinite:
+                raise GenerationError(f"the llama.cpp model returned non-finite logits (NaN or ±inf) for "
+                                      f"request {slot.index}")
+            source = slot.proposer.kind if k else ""
+            result = emitted(read, k, source)
+            if slot.proposer:
+                slot.proposer.observe(result.num_accepted)
+            tokens, finish = result.tokens, None
+            for i, token in enumerate(tokens):
+                if token.id in r.stop_token_ids or token.id in self.eos:
+                    finish = "eos" if token.id in self.eos else "stop"
+                    tokens = tokens[: i + 1]
+                    break
+            n = result.num_accepted
+            if n < k:
+                self.context.drop(seq, len(slot.ids) + n)  # the rejected drafts' cells, this sequence's only
+            slot.cached = len(slot.ids) + n
+            slot.ids.extend(t.id for t in tokens)
+            slot.produced += len(tokens)
+            if finish is None and slot.produced >= r.max_new_tokens:
+                finish = "length"
+            elif finish is None and len(slot.ids) >= room:
+                finish = "context"
+            out.append((seq, slot, tokens, finish, gamma, gain, k, n, result.alpha_sum, source))
+        end = time.perf_counter()  # one time for the whole step, before anything is handed out
+        for seq, slot, tokens, finish, gamma, gain, k, n, alpha_sum, source in out:
+            assessed = slot.controller.assess(k, source)
+            stats = StepStats(
+                num_speculative_tokens=gamma, num_draft_tokens=k, num_accepted_tokens=n,
+                alpha_sum=alpha_sum, alpha_count=min(k, n + 1),
+                draft_ms=1000 * (drafted - start), verify_ms=1000 * (decoded - drafted),
+                total_ms=1000 * (end - start), prefill_tokens=prompts,
+                predicted_gain=gain, draft_source=source, batch_size=len(plans),
+                predicted_tokens=assessed.tokens, predicted_cost=assessed.cost,
+                recommended_gamma=assessed.recommended_gamma, recommended_gain=assessed.recommended_gain)
+            slot.controller.observe(stats, None)
+            if finish:
+                del active[seq]
+                self._release(seq, slot, free)
+            yield slot.index, Step(tuple(tokens), stats, finish)
