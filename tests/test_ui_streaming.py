@@ -200,7 +200,7 @@ def test_the_panels_histograms_are_laid_out_at_their_largest_from_the_start():
             assert (histogram.size.height, positions.size.height) == (5, 4)
             assert str(histogram.render()).split("\n")[0] == "no drafting steps yet"
             verdicts = [panel.query_one(f"#{name}", Static) for name in ("breakeven", "recommend", "controller")]
-            assert [static.size.height for static in verdicts] == [2, 2, 2]  # a long verdict wraps to two
+            assert [static.size.height for static in verdicts] == [4, 2, 2]  # the verdict (two lines) and the paper's test (two)
             layouts = counting_layouts(histogram), counting_layouts(positions)
             for gamma in range(1, 5):
                 turn = MetricsSnapshot(num_steps=gamma, acceptance_histogram=(1,) * (gamma + 1),

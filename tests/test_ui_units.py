@@ -65,8 +65,8 @@ def test_shipped_themes_all_load():
     [
         (MetricsSnapshot(num_drafts=5, alpha=0.8, cost_ratio=0.1, breakeven=True, verdict="pays", best_gamma=3,
                          recommended_gain=1.4),
-         "draft_model", "speculation pays: γ 3 predicted 1.40× plain speed\npaper's α 0.80 > c 0.10 (ignores "
-         "verification cost)", "good"),
+         "draft_model", "speculation pays: γ 3 predicted 1.40× plain speed\npaper: α 0.80 > c 0.10 (no verify "
+         "cost)", "good"),
         (MetricsSnapshot(num_drafts=5, alpha=0.1, cost_ratio=0.3, breakeven=False, verdict="does not pay",
                          best_gamma=0, recommended_gain=0.7),
          "draft_model", "does not pay: predicted 0.70× plain speed at best; switch to n-gram", "bad"),

@@ -180,7 +180,7 @@ def test_run_output_is_inert_on_a_terminal_a_pipe_and_in_json(capsys, monkeypatc
             assert [t["text"] for t in tokens] == [evil(k) for k in ("accepted", "resampled", "bonus", "target")]
         else:
             assert all(shown(k) in _uncoloured(out) for k in ("accepted", "resampled", "bonus", "target"))
-        assert err.count("\n") == 5 and shown("notice") in err and shown("error") in err  # summary: 3 lines
+        assert err.count("\n") == 6 and shown("notice") in err and shown("error") in err  # summary: 4 lines
 
 
 # --- malformed recordings: one line naming the file, the line and the field -----------

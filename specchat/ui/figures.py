@@ -172,11 +172,10 @@ def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing:
             return ("no speculation in this profile", "unknown")
         return ("too early to say: no drafts yet", "unknown")
     paper = ("" if m.breakeven is None else
-             f"\npaper's α {m.alpha or 0.0:.2f} {'>' if m.breakeven else '≤'} c {m.cost_ratio or 0.0:.2f} "
-             "(ignores verification cost)")
+             f"\npaper: α {m.alpha or 0.0:.2f} {'>' if m.breakeven else '≤'} c {m.cost_ratio or 0.0:.2f} "
+             "(no verify cost)")
     if m.verdict is None:
-        return ("too early to say: the cost model has not yet timed a plain step and a draft (recordings "
-                "older than it carry no verdict)" + paper, "unknown")
+        return ("too early to say: no plain step and draft timed yet" + paper, "unknown")
     gain = f" {gain_text(m.recommended_gain)}" if m.recommended_gain is not None else ""
     if m.verdict == "pays":
         return (f"speculation pays: γ {m.best_gamma} predicted{gain} plain speed" + paper, "good")

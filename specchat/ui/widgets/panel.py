@@ -52,7 +52,7 @@ class SpecPanel(VerticalScroll):
         ``show(settle=True)``."""
         self.method = method
         rows = min(max_gamma, MAX_SPECULATIVE_TOKENS) if isinstance(max_gamma, int) else 0  # a recording's, maybe
-        self._least = ({"#histogram": rows + 1, "#positions": rows, "#breakeven": 2, "#recommend": 2,
+        self._least = ({"#histogram": rows + 1, "#positions": rows, "#breakeven": 4, "#recommend": 2,
                         "#controller": 2} if method != "none" and rows > 0 else {})
 
     def compose(self) -> ComposeResult:
