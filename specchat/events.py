@@ -97,6 +97,8 @@ class StepStats:
         plain decoding, or "auto") and its predicted speed-up, as of this step: the panel's
         verdict and recommendation (None until measurable).
     batch_size: the sequences decoded together in this step (engine/batched.py), 1 alone.
+    marginal_ms: what one more row (a draft) adds to a batched decode's time, as γ = auto's
+        batch plan measured it (engine/batch_gamma.py; None elsewhere).
     draft_source: the proposer kind that drafted ("ngram", "eagle3", "draft_model"; a
         hybrid names the one it routed to), "" for a plain step.
     cpu_others: the share of all cores other processes used since the previous step
@@ -124,6 +126,7 @@ class StepStats:
     recommended_gamma: int | str | None = None
     recommended_gain: float | None = None
     batch_size: int = 1
+    marginal_ms: float | None = None
 
 
 @dataclass(frozen=True)

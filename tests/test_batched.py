@@ -46,11 +46,15 @@ def chats(backend) -> list[list[int]]:
     return [tokenizer.apply_chat_template([{"role": "user", "content": p}]) for p in PROMPTS]
 
 
-def run(engine: BatchedEngine, requests: list[Request], cancel_at: dict[int, int] | None = None):
-    """{request: (tokens, finish reasons, drafts accepted)} of one batched generate."""
+def run(engine: BatchedEngine, requests: list[Request], cancel_at: dict[int, int] | None = None,
+        seen: list | None = None):
+    """{request: (tokens, finish reasons, drafts accepted)} of one batched generate (every
+    step's StepStats appended to ``seen``)."""
     out = {i: ([], [], 0) for i in range(len(requests))}
     steps = {i: 0 for i in range(len(requests))}
     for i, step in engine.generate(requests):
+        if seen is not None:
+            seen.append(step.stats)
         tokens, finishes, accepted = out[i]
         out[i] = (tokens + [t.id for t in step.tokens], finishes + ([step.finish_reason] if step.finish_reason else []),
                   accepted + step.stats.num_accepted_tokens)
@@ -72,15 +76,21 @@ def near_tie_or_equal(backend, ids: list[int], got: list[int], want: list[int]) 
     return None if gap <= bound else f"parts at token {at} with a top-two gap {gap:.3f} > {bound:.3f}"
 
 
-def test_greedy_batched_replies_are_the_one_sequence_replies(backend, chats):
+@pytest.mark.parametrize("gamma", [3, "auto"])
+def test_greedy_batched_replies_are_the_one_sequence_replies(backend, chats, gamma):
+    """γ = auto plans the batch's drafts together (batch_gamma.py): a choice from the past
+    only, so the replies are the same."""
     solo = [[t.id for s in SpeculativeEngine(backend, None).generate(ids, GREEDY, 40) for t in s.tokens]
             for ids in chats]
-    engine = BatchedEngine(backend, n_seq=3, proposer_factory=lambda: NgramProposer(3, 1, 3, 5))
+    engine = BatchedEngine(backend, n_seq=3, proposer_factory=lambda: NgramProposer(gamma, 1, 3, 5))
+    seen = []
     try:
-        got = run(engine, [Request(ids, GREEDY, 40) for ids in chats])  # four requests, three slots
+        got = run(engine, [Request(ids, GREEDY, 40) for ids in chats], seen=seen)  # four requests, three slots
     finally:
         engine.close()
     assert sum(accepted for _, _, accepted in got.values()) > 0  # drafts were verified in the batch
+    if gamma == "auto":  # the batch's marginal cost of a row, measured and shown
+        assert any(stats.marginal_ms is not None and stats.marginal_ms >= 0 for stats in seen)
     for i, ids in enumerate(chats):
         tokens, finishes, _ = got[i]
         assert len(finishes) == 1 and finishes[0] in ("eos", "length"), finishes

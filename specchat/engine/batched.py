@@ -31,7 +31,8 @@ import torch
 
 from specchat.engine.backends.base import common_prefix_length
 from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
-from specchat.engine.controller import Controller, make_controller
+from specchat.engine.batch_gamma import BatchGamma, BatchPlan
+from specchat.engine.controller import Assessment, Controller, make_controller
 from specchat.engine.engine import emitted, read_host
 from specchat.engine.proposers import Proposer
 from specchat.engine.sampling import SamplingParams, position_uniforms
@@ -75,6 +76,7 @@ class BatchedEngine:
         self._cancelled: set[int] = set()
         self._lock = threading.Lock()
         self._held: dict[int, list[int]] = {}  # seq → the ids whose cells it holds (reused by the next request)
+        self._auto: BatchGamma | None = None  # γ = auto's batch plan (kept across calls: what it measured holds)
 
     def close(self) -> None:
         self.context.close()
@@ -100,6 +102,8 @@ class BatchedEngine:
                     proposer = self.factory()
                     if proposer is not None and not proposer.point_mass:
                         raise ValueError(f"batched decoding verifies point-mass drafts only, not {proposer.kind}'s")
+                    if proposer is not None and proposer.num_speculative_tokens == "auto" and self._auto is None:
+                        self._auto = BatchGamma(proposer.max_speculative_tokens)
                     seed = request.params.seed if request.params.seed is not None else random.getrandbits(63)
                     # the free slot holding the longest prefix of this prompt (a shared system
                     # prompt, a repeated question): its cells are reused, the rest dropped
@@ -148,25 +152,36 @@ class BatchedEngine:
                 return True
             return False
 
+    def _choose(self, active: dict[int, _Slot], room: int) -> tuple[list[int], BatchPlan | None]:
+        """γ per sequence: γ = auto plans the whole batch's drafts at once (batch_gamma.py);
+        a fixed γ or plain decoding asks each sequence's own controller."""
+        caps = [max(0, min(s.request.max_new_tokens - s.produced - 1, room - len(s.ids) - 1)) for s in active.values()]
+        if self._auto is None:
+            return [min(s.controller.choose(None, s.ids)[0] if s.proposer else 0, cap)
+                    for s, cap in zip(active.values(), caps)], None
+        offers = [(s.proposer.candidates(s.ids, cap)[:1] or [None])[0] if cap and s.proposer else None
+                  for s, cap in zip(active.values(), caps)]
+        plan = self._auto.plan(offers, sum(len(s.ids) - s.cached for s in active.values()))
+        return plan.drafts, plan
+
     def _step(self, active: dict[int, _Slot], free: list[int], room: int) -> Iterator[tuple[int, Step]]:
         start = time.perf_counter()
         rows, plans = [], []
-        for seq, slot in active.items():
+        gammas, batch_plan = self._choose(active, room)
+        for (seq, slot), gamma in zip(active.items(), gammas):
             r = slot.request
-            gamma, gain = slot.controller.choose(None, slot.ids) if slot.proposer else (0, None)
-            gamma = max(0, min(gamma, r.max_new_tokens - slot.produced - 1, room - len(slot.ids) - 1))
             drafts = slot.proposer.propose(slot.ids, gamma, r.params, None).tokens.tolist() if gamma > 0 else []
             pending = slot.ids[slot.cached:]  # the last token emitted, or the prompt
             rows += [(t, slot.cached + i, seq, i == len(pending) - 1) for i, t in enumerate(pending)]
             rows += [(d, len(slot.ids) + j, seq, True) for j, d in enumerate(drafts)]
-            plans.append((seq, drafts, gamma, gain, len(pending) - 1))
+            plans.append((seq, drafts, gamma, len(pending) - 1))
         drafted = time.perf_counter()
         logits = torch.from_numpy(self.context.decode_all(rows))
         decoded = time.perf_counter()
         # a step that ran a prompt (any sequence's) says nothing of what verifying costs
-        prompts = sum(plan[4] for plan in plans)
+        prompts = sum(plan[3] for plan in plans)
         at, out = 0, []
-        for seq, drafts, gamma, gain, prefill in plans:
+        for seq, drafts, gamma, prefill in plans:
             slot, k = active[seq], len(drafts)
             rows_here, at = logits[at:at + k + 1], at + k + 1
             r = slot.request
@@ -194,19 +209,29 @@ class BatchedEngine:
                 finish = "length"
             elif finish is None and len(slot.ids) >= room:
                 finish = "context"
-            out.append((seq, slot, tokens, finish, gamma, gain, k, n, result.alpha_sum, source))
+            out.append((seq, slot, tokens, finish, gamma, k, n, result.alpha_sum, source))
         end = time.perf_counter()  # one time for the whole step, before anything is handed out
-        for seq, slot, tokens, finish, gamma, gain, k, n, alpha_sum, source in out:
-            assessed = slot.controller.assess(k, source)
+        if batch_plan is not None:
+            self._auto.observe(len(rows), 1000 * (end - drafted), 1000 * (drafted - start), prompts > 0,
+                               [(k, n) for _, _, _, _, _, k, n, _, _ in out])
+        for i, (seq, slot, tokens, finish, gamma, k, n, alpha_sum, source) in enumerate(out):
+            if batch_plan is None:
+                assessed = slot.controller.assess(k, source)
+                gain, marginal = None, None
+            else:
+                gamma_r, gain_r = self._auto.recommendation()
+                assessed = Assessment(batch_plan.tokens[i], batch_plan.cost, gamma_r, gain_r)
+                gain, marginal = batch_plan.gain, batch_plan.marginal_ms
             stats = StepStats(
                 num_speculative_tokens=gamma, num_draft_tokens=k, num_accepted_tokens=n,
                 alpha_sum=alpha_sum, alpha_count=min(k, n + 1),
                 draft_ms=1000 * (drafted - start), verify_ms=1000 * (decoded - drafted),
                 total_ms=1000 * (end - start), prefill_tokens=prompts,
-                predicted_gain=gain, draft_source=source, batch_size=len(plans),
+                predicted_gain=gain, draft_source=source, batch_size=len(plans), marginal_ms=marginal,
                 predicted_tokens=assessed.tokens, predicted_cost=assessed.cost,
                 recommended_gamma=assessed.recommended_gamma, recommended_gain=assessed.recommended_gain)
-            slot.controller.observe(stats, None)
+            if batch_plan is None:
+                slot.controller.observe(stats, None)
             if finish:
                 del active[seq]
                 self._release(seq, slot, free)

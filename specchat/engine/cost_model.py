@@ -72,6 +72,29 @@ class RecentMedian:
         return ordered[len(ordered) // 2] if ordered else None
 
 
+def line(table: dict[int, RecentMedian]) -> tuple[float, float, float] | None:
+    """(mean size, mean time, slope ≥ 0) of the least-squares line through the step times
+    measured per size; None until two sizes are."""
+    pts = [(x, e.value) for x, e in table.items()]
+    if len(pts) < 2:
+        return None
+    n = len(pts)
+    mx = sum(a for a, _ in pts) / n
+    my = sum(b for _, b in pts) / n
+    sxx = sum((a - mx) ** 2 for a, _ in pts)
+    slope = sum((a - mx) * (b - my) for a, b in pts) / sxx if sxx else 0.0
+    return mx, my, max(0.0, slope)
+
+
+def fitted(table: dict[int, RecentMedian], x: int) -> float | None:
+    """A step time at size ``x``: measured where it was, else on the line through the
+    sizes measured (never falling); None until two are."""
+    if x in table:
+        return table[x].value
+    fit = line(table)
+    return None if fit is None else max(1e-3, fit[1] + fit[2] * (x - fit[0]))
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """The best fixed γ under the pooled acceptance: ``gamma`` (0 when no γ ≥ 1 beats a
@@ -117,17 +140,7 @@ class CostModel:
         return self._w[k]
 
     def _fit(self, k: int) -> float | None:
-        if k in self.step_ms:
-            return self.step_ms[k].value
-        pts = [(kk, e.value) for kk, e in self.step_ms.items()]
-        if len(pts) < 2:
-            return None
-        n = len(pts)
-        mx = sum(x for x, _ in pts) / n
-        my = sum(y for _, y in pts) / n
-        sxx = sum((x - mx) ** 2 for x, _ in pts)
-        slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
-        return max(1e-3, my + max(0.0, slope) * (k - mx))
+        return fitted(self.step_ms, k)
 
     def forecast(self, survival: list[float], source: str) -> list[tuple[float, float] | None]:
         """(E(k), T(k) in ms) for k = 0..len(survival), ``survival[i]`` the probability that
@@ -183,6 +196,11 @@ class CostModel:
             return
         if stats.prefill_tokens == 0 and stats.draft_catch_up_tokens == 0:
             self.draft_ms.setdefault(source, RecentMedian(self.window)).add(stats.draft_ms / k)
+        self.verdicts(key, source, k, n, prior)
+
+    def verdicts(self, key: Hashable, source: str, k: int, n: int, prior: float | None = None) -> None:
+        """Acceptance along the kept path of k drafts of which the first n were kept, under
+        ``key`` and pooled for ``source``."""
         acc = self.acceptance(key, prior)
         pooled = self.pooled.setdefault(source, [Ewma(decay=self.decay) for _ in range(self.max_gamma)])
         for i in range(min(k, n + 1, self.max_gamma)):  # positions verified on the kept path

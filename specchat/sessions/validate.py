@@ -145,7 +145,7 @@ def _step_stats(value: dict[str, Any], where: str) -> None:
     _recommended(value.get("recommended_gamma"), _join(where, "recommended_gamma"))
     # the cost model's answers are shown as speed-ups: finite, and a time above zero
     for key, low, strict in (("predicted_tokens", 0.0, False), ("predicted_cost", 0.0, True),
-                             ("recommended_gain", 0.0, False)):
+                             ("recommended_gain", 0.0, False), ("marginal_ms", 0.0, False)):
         x = value.get(key)
         if x is not None and not (math.isfinite(x) and (x > low if strict else x >= low)):
             raise FieldError(f"field '{_join(where, key)}' must be a finite number {'above' if strict else 'at least'} "

@@ -1,0 +1,88 @@
+"""γ = auto for a batch (engine/batch_gamma.py): drafts chosen by the marginal cost of
+the batch's rows, measured, so the same acceptance that pays alone stops paying in a big
+batch, and plain decoding wins there.
+
+The step times here are fed as a decode measured at its size would report them; the
+acceptance is the n-gram prior of a 2-token match (0.54 a draft) unless said otherwise.
+Planted bug named by the crossover test: pricing a sequence's drafts as a one-sequence
+step of k drafts (ignoring the batch's other rows) keeps drafting at N = 8.
+"""
+
+from __future__ import annotations
+
+from specchat.engine.batch_gamma import BatchGamma
+from specchat.engine.ngram import NgramMatch
+from specchat.engine.proposers import Candidate
+
+
+def offer(length: int = 2, limit: int = 5) -> Candidate:
+    return Candidate("ngram", limit, NgramMatch(length=length))
+
+
+def taught(cost, sizes, draft_ms: float = 0.05) -> BatchGamma:
+    """A plan whose step times at ``sizes`` rows are ``cost(rows)`` ms, as measured."""
+    gamma = BatchGamma(max_gamma=5)
+    for rows in sizes:
+        for _ in range(3):
+            gamma.observe(rows, cost(rows), draft_ms * 2, False, [])
+    gamma.draft_ms.add(draft_ms)
+    return gamma
+
+
+def cpu_like(rows: int) -> float:
+    """Two cores: a decode is compute-bound already at a few rows, 10 ms + 2 ms a row."""
+    return 10.0 + 2.0 * rows
+
+
+def test_the_same_acceptance_pays_alone_and_not_in_a_big_batch():
+    alone = taught(cpu_like, range(1, 12)).plan([offer()], pending_rows=1)
+    assert sum(alone.drafts) >= 1 and alone.gain > 1.0
+    batch = taught(cpu_like, range(1, 30)).plan([offer() for _ in range(8)], pending_rows=8)
+    assert batch.drafts == [0] * 8, "a draft kept half the time cannot pay for its row beside 8 others"
+    assert batch.gain == 1.0 and batch.cost == 1.0
+    assert abs(batch.marginal_ms - 2.0) < 1e-9  # the measured slope, what the panel shows
+
+
+def test_likely_drafts_still_pay_in_a_batch_and_go_where_they_are_likeliest():
+    gamma = taught(cpu_like, range(1, 40))
+    plan = gamma.plan([offer(length=16), offer(length=1), None, offer(length=16)], pending_rows=4)
+    assert plan.drafts[0] > 0 and plan.drafts[3] > 0, "a long quote's drafts (0.91 each) pay"
+    assert plan.drafts[1] == 0 and plan.drafts[2] == 0, "a one-token match's (0.2) and a miss do not"
+    assert plan.tokens[0] > 1.0 and plan.tokens[1] == 1.0
+    assert plan.gain > 1.0 and plan.cost > 1.0
+
+
+def test_a_sequence_never_drafts_past_its_limit_nor_skips_a_position():
+    gamma = taught(lambda rows: 10.0 + 0.01 * rows, range(1, 40))  # rows nearly free: take all
+    plan = gamma.plan([offer(length=16, limit=2), offer(length=16, limit=5)], pending_rows=2)
+    assert plan.drafts == [2, 5]
+
+
+def test_first_steps_measure_before_they_predict():
+    gamma = BatchGamma(max_gamma=5)
+    first = gamma.plan([offer(), offer()], pending_rows=2)
+    assert first.drafts == [0, 0] and first.gain is None  # nothing measured: a plain step
+    gamma.observe(2, 14.0, 0.1, False, [(0, 0), (0, 0)])
+    second = gamma.plan([offer(), offer()], pending_rows=2)
+    assert sum(second.drafts) == 2  # explore: a second size and a draft's cost
+    assert gamma.recommendation() == (None, None)
+
+
+def test_a_prompt_step_is_no_sample_of_the_cost():
+    gamma = BatchGamma(max_gamma=5)
+    gamma.observe(300, 900.0, 0.0, True, [(0, 0)])
+    assert gamma.step_ms == {}
+
+
+def test_plain_decoding_probes_now_and_then_and_learns_from_the_verdicts():
+    gamma = taught(cpu_like, range(1, 30))
+    gamma.probe_every = 4
+    plans = [gamma.plan([offer(length=1) for _ in range(8)], pending_rows=8) for _ in range(4)]
+    assert [sum(p.drafts) for p in plans] == [0, 0, 0, 1]
+    assert gamma.recommendation()[0] == 0
+    # every sequence's drafts kept, step after step: the estimate climbs and drafting pays
+    for _ in range(40):
+        plan = gamma.plan([offer(length=1) for _ in range(8)], pending_rows=8)
+        gamma.observe(8 + sum(plan.drafts), cpu_like(8 + sum(plan.drafts)), 0.1, False,
+                      [(k, k) for k in plan.drafts])
+    assert sum(plan.drafts) >= 8 and gamma.recommendation()[0] == "auto"
