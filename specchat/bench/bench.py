@@ -16,15 +16,52 @@ from specchat.bench.stats import aggregate
 def benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], *, repeat: int = 1,
               max_new_tokens: int | None = None, concurrency: int = 1, progress=None, warmup: bool = True) -> dict:
     """Runs everything and returns the results document written to results.json."""
-    import torch
-    import transformers
-
-    from specchat import __version__
     from specchat.bench.runner import run_benchmark
 
     raw = run_benchmark(loaded, profile, sets, configs, repeat=repeat, max_new_tokens=max_new_tokens,
                         progress=progress, warmup=warmup)
     names = [c.name for c in configs]
+    return {
+        **describe(loaded, profile, sets, configs, repeat=repeat, max_new_tokens=max_new_tokens,
+                   concurrency=concurrency, warmup=warmup),
+        "requests": raw["requests"],
+        "rows": raw["rows"],
+        "peak_rss_bytes": raw["peak_rss_bytes"],
+        # other processes' share of the cores during our rows (contention.py): above
+        # BUSY_SHARE the timings, and every ratio below, are not to be trusted
+        "cpu_others": raw["cpu_others"],
+        "busy_machine": raw["busy_machine"],
+        "aggregates": aggregate(raw["rows"], [s.name for s in sets], names, concurrency),
+    }
+
+
+def benchmark_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig],
+                          levels: list[int], *, repeat: int = 1, max_new_tokens: int | None = None, progress=None,
+                          warmup: bool = True) -> dict:
+    """``--concurrency`` with levels: N chats at once (concurrency.py)."""
+    from specchat.bench.concurrency import config_name, run_concurrency
+    from specchat.bench.concurrency_stats import aggregate_concurrency
+    from specchat.bench.memory import peak_rss_bytes
+
+    raw = run_concurrency(loaded, profile, sets, configs, levels, repeat=repeat, max_new_tokens=max_new_tokens,
+                          progress=progress, warmup=warmup)
+    described = describe(loaded, profile, sets, configs, repeat=repeat, max_new_tokens=max_new_tokens,
+                         concurrency=levels, warmup=warmup)
+    for config, entry in zip(configs, described["configs"]):
+        entry["name"] = config_name(config)
+    return {**described, "mode": "concurrency", "runs": raw["runs"], "rows": raw["rows"],
+            "peak_rss_bytes": peak_rss_bytes(), "cpu_others": raw["cpu_others"], "busy_machine": raw["busy_machine"],
+            "aggregates": aggregate_concurrency(raw["runs"], raw["rows"], [s.name for s in sets])}
+
+
+def describe(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], *, repeat: int,
+             max_new_tokens: int | None, concurrency: int | list[int], warmup: bool) -> dict:
+    """What ran where: the environment, the settings, the prompt sets and configurations."""
+    import torch
+    import transformers
+
+    from specchat import __version__
+
     info = loaded.info or {}
     sampling = profile.sampling
     return {
@@ -55,14 +92,6 @@ def benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Be
         "prompt_sets": {s.name: {"description": s.description, "prompts": len(s.prompts), "source": s.source,
                                  "max_new_tokens": max_new_tokens or s.max_new_tokens} for s in sets},
         "configs": [c.to_dict() for c in configs],
-        "requests": raw["requests"],
-        "rows": raw["rows"],
-        "peak_rss_bytes": raw["peak_rss_bytes"],
-        # other processes' share of the cores during our rows (contention.py): above
-        # BUSY_SHARE the timings, and every ratio below, are not to be trusted
-        "cpu_others": raw["cpu_others"],
-        "busy_machine": raw["busy_machine"],
-        "aggregates": aggregate(raw["rows"], [s.name for s in sets], names, concurrency),
     }
 
 

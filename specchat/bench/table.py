@@ -35,3 +35,15 @@ def render_tables(console: Any, results: dict[str, Any]) -> None:
         for name, ratios in results["aggregates"].get("vs_peers", {}).get(set_name, {}).items():
             if not name.startswith("peer:none"):
                 console.print(f"  {vs_peer_text(name, ratios)}")
+
+
+def render_rows(console: Any, title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A plain table of already formatted cells (bench --concurrency)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for i, header in enumerate(columns):
+        table.add_column(header, justify="left" if i < 2 else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)

@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 
+GAMMA_DEFAULT = "auto,1,2,3,5,8"  # one chat at a time; N at once runs auto unless --gamma says
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "bench",
@@ -23,7 +26,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--prompts", nargs="+", default=["all"], metavar="SET|FILE",
                         help="prompt sets: repetitive, open, unusual, long, all (default), or .toml/.jsonl files")
-    parser.add_argument("--gamma", default="auto,1,2,3,5,8", metavar="LIST",
+    parser.add_argument("--gamma", default=GAMMA_DEFAULT, metavar="LIST",
                         help="γ values, comma-separated integers and/or auto (default: auto,1,2,3,5,8)")
     parser.add_argument("--methods", metavar="LIST",
                         help="proposers to compare (draft, ngram, eagle3, medusa, hybrid, none; default: those the profile can "
@@ -31,8 +34,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per prompt and configuration")
     parser.add_argument("--max-new-tokens", type=int, metavar="N",
                         help="tokens per reply (default: per set, e.g. 256; long: 1200)")
-    parser.add_argument("--concurrency", type=int, default=1, metavar="N",
-                        help="requests arriving at once (served as a queue: the engine is single-sequence)")
+    parser.add_argument("--concurrency", default="1", metavar="LIST",
+                        help="chats at once, e.g. 1,2,4,8: llama.cpp targets decode N together (batched, with and "
+                             "without speculation, beside llama-server -np N) and report where speculation stops "
+                             "paying; a transformers target runs one sequence, N requests queued (default 1)")
     parser.add_argument("--no-peer", action="store_true",
                         help="skip the peer rows (transformers' generate, or llama-cpp-python for a GGUF target)")
     parser.add_argument("--peer-model", action="append", default=[], metavar="GGUF",
@@ -53,7 +58,11 @@ def run(args: argparse.Namespace) -> int:
     from specchat.config import load_profile
     from specchat.errors import SpecchatError
 
-    for name in ("repeat", "concurrency", "max_new_tokens"):
+    from specchat.bench.concurrency import parse_levels
+
+    levels = parse_levels(args.concurrency)
+    args.concurrency = levels[0] if len(levels) == 1 else levels
+    for name in ("repeat", "max_new_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise SpecchatError(f"--{name.replace('_', '-')} must be ≥ 1, got {value}", key=f"--{name}")
@@ -79,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     from specchat.bench.runner import peer_kind, peer_methods
 
     kind = peer_kind(loaded)
+    if isinstance(args.concurrency, list) or (args.concurrency > 1 and kind == "llama.cpp"):
+        return _concurrency(console, loaded, profile, sets, methods, args, out_dir)
     has_peer_methods, no_head_peer = peer_methods(loaded, profile)
     if no_head_peer and not args.no_peer:
         console.print(f"[yellow]bench: {no_head_peer}; no peer:eagle3 row[/]")
@@ -104,6 +115,50 @@ def run(args: argparse.Namespace) -> int:
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
 
 
+def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_dir: Path) -> int:
+    """N chats at once, decoded together (bench/concurrency.py)."""
+    from specchat.bench.bench import benchmark_concurrency
+    from specchat.bench.concurrency import level_configs
+    from specchat.bench.concurrency_report import table_rows, write_outputs
+    from specchat.bench.configs import parse_gammas
+    from specchat.bench.peer_llama_server import plain_unavailable
+    from specchat.bench.table import render_rows
+    from specchat.errors import SpecchatError
+
+    levels = args.concurrency if isinstance(args.concurrency, list) else [args.concurrency]
+    if loaded.target.name != "llama.cpp":
+        raise SpecchatError(f"--concurrency {','.join(map(str, levels))}: batched decoding runs on the llama.cpp "
+                            f"backend; this profile's target runs on {loaded.target.name}, one sequence at a time",
+                            key="--concurrency", hint="give --concurrency one number (requests then queue), or use a "
+                                                      "GGUF profile such as the default")
+    skipped = [m for m in methods if m not in ("none", "ngram")]
+    if skipped:
+        console.print(f"[yellow]bench: batched decoding verifies point-mass drafts (n-gram lookup); "
+                      f"skipping {', '.join(skipped)}[/]")
+    no_server = "no peer" if args.no_peer else plain_unavailable(loaded)
+    if no_server and not args.no_peer:
+        console.print(f"[yellow]bench: {no_server}[/]")
+    gammas = parse_gammas("auto" if args.gamma == GAMMA_DEFAULT else args.gamma)
+    configs = level_configs(methods, gammas, server=not no_server)
+    console.print(f"bench: N = {', '.join(map(str, levels))} × {len(configs)} configurations × "
+                  f"{len(sets)} sets × {args.repeat} repeats")
+    results = _with_progress(console, lambda progress: benchmark_concurrency(
+        loaded, profile, sets, configs, levels, repeat=args.repeat, max_new_tokens=args.max_new_tokens,
+        progress=progress, warmup=not args.no_warmup))
+    paths = write_outputs(out_dir, results)
+    from rich.console import Console
+
+    stdout = Console(file=sys.stdout, width=200)
+    from specchat.bench.concurrency_report import COLUMNS
+
+    for name, levels_of in results["aggregates"]["by_set"].items():
+        for sentence in results["aggregates"]["crossover"].get(name, {}).values():
+            stdout.print(sentence, markup=False, highlight=False)
+        render_rows(stdout, f"{'all sets' if name == 'all' else name}", COLUMNS, table_rows(levels_of))
+    _say_outputs(console, results, paths)
+    return 0
+
+
 def _remote(profile, sets, args, out_dir: Path) -> int:
     """A server speculates itself: compare it with a plain server (--plain-url)."""
     from specchat.remote.bench import remote_bench, table, write
@@ -119,7 +174,6 @@ def _remote(profile, sets, args, out_dir: Path) -> int:
 
 def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specchat.bench.bench import benchmark, write_outputs
     from specchat.bench.report import concurrency_note
@@ -132,6 +186,21 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
         console.print(f"precision: {loaded.info['precision']}", markup=False, highlight=False)
     if args.concurrency > 1:
         console.print(f"[yellow]--concurrency {args.concurrency}: {concurrency_note(args.concurrency)}[/]")
+    results = _with_progress(console, lambda progress: benchmark(
+        loaded, profile, sets, configs, repeat=args.repeat, max_new_tokens=args.max_new_tokens,
+        concurrency=args.concurrency, progress=progress, warmup=not args.no_warmup))
+    paths = write_outputs(out_dir, results)
+    # piped output keeps the full table rather than wrapping at 80 columns
+    stdout = Console(file=sys.stdout)
+    render_tables(stdout if stdout.is_terminal else Console(file=sys.stdout, width=160), results)
+    _say_outputs(console, results, paths)
+    return 0
+
+
+def _with_progress(console, work):
+    """``work(progress)`` under a progress bar; its result."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("bench", total=None)
@@ -139,15 +208,12 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
         def progress(done: int, total: int, text: str) -> None:
             bar.update(task, completed=done, total=total or None, description=text[:60])
 
-        results = benchmark(loaded, profile, sets, configs, repeat=args.repeat, max_new_tokens=args.max_new_tokens,
-                            concurrency=args.concurrency, progress=progress, warmup=not args.no_warmup)
-    paths = write_outputs(out_dir, results)
-    # piped output keeps the full table rather than wrapping at 80 columns
-    stdout = Console(file=sys.stdout)
-    render_tables(stdout if stdout.is_terminal else Console(file=sys.stdout, width=160), results)
+        return work(progress)
+
+
+def _say_outputs(console, results: dict, paths: dict) -> None:
     if results.get("busy_machine"):
         console.print(f"[bold yellow]busy machine: other processes used {results['cpu_others']:.0%} of the CPU "
                       "during this run — timings unreliable; rerun on a quiet machine[/]")
     console.print(f"results: {paths['json']}\nreport:  {paths['markdown']}")
     console.print(f"plot:    {paths['plot']}" if paths["plot"] else "plot:    skipped (matplotlib is not installed)")
-    return 0

@@ -86,7 +86,16 @@ class BatchedEngine:
         with self._lock:
             self._cancelled.add(index)
 
-    def generate(self, requests: list[Request]) -> Iterator[tuple[int, Step]]:
+    def reset(self) -> None:
+        """Forgets every cell (the next call reuses nothing: a benchmark's runs apart)."""
+        for seq in range(self.n_seq):
+            self.context.drop(seq)
+        self._held.clear()
+
+    def generate(self, requests: list[Request], admitted: Callable[[int], None] | None = None
+                 ) -> Iterator[tuple[int, Step]]:
+        """``admitted(i)`` is called as request i takes a slot (a closed-loop client's
+        send time: its time to first token counts from there)."""
         if any(not r.ids for r in requests):
             raise ValueError("a request's ids are empty: give at least one token")
         with self._lock:
@@ -107,6 +116,8 @@ class BatchedEngine:
                     seed = request.params.seed if request.params.seed is not None else random.getrandbits(63)
                     # the free slot holding the longest prefix of this prompt (a shared system
                     # prompt, a repeated question): its cells are reused, the rest dropped
+                    if admitted is not None:
+                        admitted(index)
                     seq = max(free, key=lambda f: self._reusable(f, request.ids))
                     free.remove(seq)
                     cached = self._reusable(seq, request.ids)

@@ -1,0 +1,189 @@
+"""``bench --concurrency 1,2,4,8``: N chats at once, with and without speculation.
+
+For every prompt set, level N and repeat, one *run* per configuration serves the same
+requests through N closed-loop clients: a client sends its next request when its last
+one finished, so N are in flight until the queue drains. A run has max(prompts, 2N)
+requests (the set's prompts in turn, each with its own seed), so every level keeps its
+slots busy for most of the run. In-process, the N sequences decode together in one
+llama.cpp context (engine/batched.py), plain (``none``) or drafting with n-gram lookup
+(γ = auto plans the batch's drafts by their marginal cost, engine/batch_gamma.py); the
+peer rows are llama-server with ``-np N`` on the same GGUF, plain and with its own n-gram
+speculation (peer_server_concurrent.py). Configurations run in an order rotated per run,
+and every run starts from empty caches.
+
+A row is one request: ``start_ms`` (its send/admission time from the run's start),
+``wall_ms`` (send to last token), ``emissions`` ([ms since its send, tokens], …) and, for
+ours, every step's StepStats. A run's record keeps its wall time and tokens, from which
+throughput is computed (concurrency_stats.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from specchat.bench.configs import BenchConfig
+from specchat.bench.prompt_sets import PromptSet
+from specchat.bench.runner import SEED_STRIDE, WARMUP_TOKENS, Progress, Request, build_requests, make_engine
+from specchat.contention import BUSY_SHARE, CpuShare
+from specchat.errors import SpecchatError
+
+MAX_LEVEL = 64
+
+
+def parse_levels(text: str) -> list[int]:
+    levels: list[int] = []
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part.isdigit() or not 1 <= int(part) <= MAX_LEVEL:
+            raise SpecchatError(f"--concurrency value {part!r} is not valid", key="--concurrency",
+                                hint=f"give a comma-separated list of integers 1..{MAX_LEVEL}, e.g. 1,2,4,8")
+        if int(part) not in levels:
+            levels.append(int(part))
+    return sorted(levels)
+
+
+def check_context(levels: list[int], requests: list[Request], n_ctx: int) -> int:
+    """The context each sequence needs (its longest prompt and reply); one line and exit 2
+    when the largest level's sequences do not fit the target's context together."""
+    need = max(len(r.ids) + r.max_new_tokens for r in requests) + 1
+    top = max(levels)
+    if top * need > n_ctx:
+        raise SpecchatError(f"--concurrency {top} needs {top} sequences × {need} tokens = {top * need} context "
+                            f"tokens, more than the target's context of {n_ctx}", key="--concurrency",
+                            hint=f"use at most {max(1, n_ctx // need)} here, or fewer --max-new-tokens")
+    return need
+
+
+def run_requests(requests: list[Request], n: int, repeat: int) -> list[Request]:
+    """A run's requests: the set's prompts in turn until there are max(prompts, 2n), each
+    with its own seed (the same for every configuration of the run)."""
+    count, p = max(len(requests), 2 * n), len(requests)
+    return [dataclasses.replace(requests[j % p], repeat=repeat, seed=requests[j % p].seed + repeat + SEED_STRIDE * p * (j // p))
+            for j in range(count)]
+
+
+def run_batched(engine: Any, requests: list[Request], params_for: Callable[[Request], Any], stops: set[int]
+                ) -> tuple[list[dict], float]:
+    """Every request through our batched engine → (rows in request order, run wall ms)."""
+    from specchat.engine.batched import Request as Job
+
+    engine.reset()
+    jobs = [Job(list(r.ids), params_for(r), r.max_new_tokens, tuple(stops)) for r in requests]
+    starts: dict[int, float] = {}
+    rows = [{"emissions": [], "steps": [], "output_ids": [], "finish_reason": None} for _ in requests]
+    t0 = time.perf_counter()
+    admitted = lambda i: starts.setdefault(i, (time.perf_counter() - t0) * 1000.0)  # noqa: E731
+    for i, step in engine.generate(jobs, admitted):
+        row = rows[i]
+        if step.tokens:
+            row["emissions"].append([(time.perf_counter() - t0) * 1000.0 - starts[i], len(step.tokens)])
+            row["output_ids"] += [t.id for t in step.tokens]
+            row["steps"].append(dataclasses.asdict(step.stats))
+        row["finish_reason"] = step.finish_reason or row["finish_reason"]
+    wall = (time.perf_counter() - t0) * 1000.0
+    for i, row in enumerate(rows):
+        row.update(new_tokens=len(row["output_ids"]), start_ms=starts[i],
+                   wall_ms=row["emissions"][-1][0] if row["emissions"] else 0.0)
+    return rows, wall
+
+
+def level_configs(methods: list[str], gammas: list, server: bool) -> list[BenchConfig]:
+    """Ours: plain and n-gram at each γ (the methods a batch verifies: point-mass drafts);
+    llama-server's plain and n-gram rows when it is built and peers are wanted."""
+    configs = [BenchConfig("none")] + [BenchConfig("ngram", g) for g in gammas if "ngram" in methods]
+    if server:
+        configs += [BenchConfig("none", runner="peer", server=True), BenchConfig("ngram", "auto", "peer", server=True)]
+    return configs
+
+
+def config_name(config: BenchConfig) -> str:
+    if config.runner == "peer":
+        return "peer:none (llama-server)" if config.method == "none" else "peer:ngram (llama-server)"
+    return config.name
+
+
+def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], levels: list[int], *,
+                    repeat: int = 1, max_new_tokens: int | None = None, progress: Progress | None = None,
+                    warmup: bool = True) -> dict:
+    """Every level, set, repeat and configuration → {"runs", "rows", "cpu_others", "busy_machine"}."""
+    from specchat.engine.batched import BatchedEngine
+    from specchat.engine.chat import ChatSession
+    from specchat.engine.factory import sampling_params
+    from specchat.engine.proposers import NgramProposer
+
+    report = progress or (lambda done, total, text: None)
+    base = sampling_params(profile.sampling)
+    spec = profile.speculation
+    chat = ChatSession(make_engine(BenchConfig("none"), loaded, spec), loaded.tokenizer,
+                       system_prompt=profile.chat.system_prompt, enable_thinking=profile.chat.enable_thinking)
+    stops = set(chat.stop_token_ids)
+    requests = build_requests(sets, chat, 1, base.seed if base.seed is not None else 0, max_new_tokens)
+    need = check_context(levels, requests, loaded.target.max_length)
+    params_for = lambda r: dataclasses.replace(base, seed=r.seed)  # noqa: E731
+    peer = None
+    if any(c.runner == "peer" for c in configs):
+        from specchat.bench.peer_server_concurrent import ConcurrentServerPeer
+
+        peer = ConcurrentServerPeer(loaded, profile, stops)
+
+    def factory(config: BenchConfig):
+        if config.method == "none":
+            return lambda: None
+        ceiling = spec.max_speculative_tokens if config.gamma == "auto" else int(config.gamma)
+        return lambda: NgramProposer(config.gamma, spec.prompt_lookup_min, spec.prompt_lookup_max, ceiling)
+
+    runs: list[dict] = []
+    rows: list[dict] = []
+    cpu, others_ms, timed_ms = CpuShare(), 0.0, 0.0
+    total = len(levels) * len(sets) * repeat * len(configs)
+    try:
+        for n in levels:
+            engines = {c: BatchedEngine(loaded.target, n, factory(c), stops, n_ctx_per_seq=need)
+                       for c in configs if c.runner == "specchat"}
+
+            def run_one(config: BenchConfig, batch: list[Request]) -> tuple[list[dict], float]:
+                if config.runner == "peer":
+                    return peer.run(config.method, batch, params_for, n)
+                return run_batched(engines[config], batch, params_for, stops)
+
+            try:
+                if warmup:
+                    for config in configs:
+                        report(len(runs), total, f"warm-up N={n} {config_name(config)}")
+                        short = [dataclasses.replace(r, max_new_tokens=WARMUP_TOKENS) for r in requests[:1] * n]
+                        run_one(config, short)
+                for prompt_set in sets:
+                    mine = [r for r in requests if r.set_name == prompt_set.name]
+                    for rep in range(repeat):
+                        batch = run_requests(mine, n, rep)
+                        shift = len(runs) // len(configs) % len(configs)
+                        for config in configs[shift:] + configs[:shift]:
+                            name = config_name(config)
+                            report(len(runs), total, f"N={n} {prompt_set.name} #{rep} · {name}")
+                            cpu.take(fresh=True)
+                            got, wall = run_one(config, batch)
+                            share = cpu.take(fresh=True)
+                            if share is not None and config.runner != "peer":  # a server is not a neighbour
+                                others_ms, timed_ms = others_ms + share * wall, timed_ms + wall
+                            run_id = len(runs)
+                            runs.append({"run": run_id, "concurrency": n, "set": prompt_set.name, "repeat": rep,
+                                         "config": name, "runner": config.runner, "method": config.method,
+                                         "gamma": config.gamma, "wall_ms": wall, "cpu_others": share,
+                                         "tokens": sum(r["new_tokens"] for r in got), "requests": len(got)})
+                            for j, (request, row) in enumerate(zip(batch, got)):
+                                rows.append({"run": run_id, "concurrency": n, "set": prompt_set.name,
+                                             "prompt_id": request.prompt_id, "repeat": rep, "index": j,
+                                             "seed": request.seed, "config": name, "runner": config.runner,
+                                             "method": config.method, "gamma": config.gamma,
+                                             "prompt_tokens": len(request.ids), "steps": [], **row})
+            finally:
+                for engine in engines.values():
+                    engine.close()
+        report(total, total, "done")
+    finally:
+        if peer is not None:
+            peer.close()
+    return {"runs": runs, "rows": rows, "cpu_others": others_ms / timed_ms if timed_ms else None,
+            "busy_machine": (others_ms / timed_ms > BUSY_SHARE) if timed_ms else None}

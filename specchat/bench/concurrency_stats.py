@@ -1,0 +1,152 @@
+"""Figures of a concurrency benchmark (concurrency.py), per level N and configuration.
+
+* ``throughput_tokens_per_s`` = Σ tokens / Σ run wall time over the configuration's runs:
+  what the machine delivered to all N clients together.
+* ``request_tokens_per_s`` = Σ (tokens − 1) / Σ (last − first emission) over requests:
+  the decoding speed one client sees once its reply has started.
+* ``ttft_ms_p50``: median time from a request's send (its admission) to its first token.
+* ``itl_ms_p50`` / ``itl_ms_p95``: inter-token latency percentiles (a step emitting m
+  tokens Δt after the last counts m tokens of Δt/m, as stats.py defines them).
+* ``mean_acceptance_length`` (ours: tokens per sequence-step) and ``draft_acceptance_rate``
+  (drafts kept / drafted; llama-server's from its own counters).
+* ``throughput_vs_plain`` / ``request_speed_vs_plain``: paired ratios to the plain
+  configuration of the same runner at the same N (ours to ``none``, llama-server's n-gram
+  to its plain row), paired by run (same requests, seeds) and by request, with the 95 %
+  percentile bootstrap of stats.py; ``vs_server_plain``: our throughput over llama-server's
+  plain throughput at the same N, paired by run.
+* ``marginal_ms_p50``: the median marginal cost of one more row that γ = auto's batch plan
+  measured (engine/batch_gamma.py); ``batch_size_mean``: sequences per decode.
+
+``by_concurrency["N"][config]`` pools every set; ``by_set[set]["N"][config]`` is per set.
+``crossover[set][config]``: one sentence naming the N at which speculation stops paying
+(its throughput ratio to plain drops below 1), or that it pays at every N, or at none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specchat.bench.stats import bootstrap_speedup_ci, per_token_latencies, percentile, telemetry_of
+
+ALL = "all"
+
+
+def plain_of(config: str, runner: str) -> str:
+    return "peer:none (llama-server)" if runner == "peer" else "none"
+
+
+def _ratio(pairs: list[tuple[float, float, float, float]]) -> dict | None:
+    if not pairs or not sum(p[1] for p in pairs) or not sum(p[3] for p in pairs) or not sum(p[2] for p in pairs):
+        return None
+    ratio = (sum(p[0] for p in pairs) / sum(p[1] for p in pairs)) / (sum(p[2] for p in pairs) / sum(p[3] for p in pairs))
+    return {"ratio": ratio, "ci": bootstrap_speedup_ci(pairs), "pairs": len(pairs)}
+
+
+def _decode_span(row: dict) -> tuple[float, float]:
+    """(tokens after the first, ms from the first emission to the last) of one request."""
+    e = row["emissions"]
+    return (row["new_tokens"] - e[0][1], e[-1][0] - e[0][0]) if len(e) > 1 else (0.0, 0.0)
+
+
+def by_run(runs: list[dict], other: list[dict]) -> list[tuple[float, float, float, float]]:
+    theirs = {(r["set"], r["repeat"]): r for r in other}
+    return [(r["tokens"], r["wall_ms"], b["tokens"], b["wall_ms"]) for r in runs
+            if (b := theirs.get((r["set"], r["repeat"])))]
+
+
+def by_request(rows: list[dict], other: list[dict]) -> list[tuple[float, float, float, float]]:
+    theirs = {(r["set"], r["repeat"], r["index"]): r for r in other}
+    return [(*_decode_span(r), *_decode_span(b)) for r in rows if (b := theirs.get((r["set"], r["repeat"], r["index"])))]
+
+
+def figures(runs: list[dict], rows: list[dict], all_runs: list[dict], all_rows: list[dict]) -> dict[str, Any]:
+    """One configuration at one N (``all_*``: every configuration's, same N and sets)."""
+    config, runner = runs[0]["config"], runs[0]["runner"]
+    wall = sum(r["wall_ms"] for r in runs)
+    spans = [_decode_span(r) for r in rows]
+    decode_ms = sum(s[1] for s in spans)
+    itl = [x for r in rows for x in per_token_latencies(r["emissions"])]
+    drafted = accepted = 0
+    for r in rows:
+        if r["steps"]:
+            drafted += sum(s["num_draft_tokens"] for s in r["steps"])
+            accepted += sum(s["num_accepted_tokens"] for s in r["steps"])
+        else:
+            drafted += r.get("server_drafted") or 0
+            accepted += r.get("server_accepted") or 0
+    steps = [s for r in rows for s in r["steps"]]
+    marginal = [s["marginal_ms"] for s in steps if s.get("marginal_ms") is not None]
+    out: dict[str, Any] = {
+        "runs": len(runs), "requests": len(rows), "tokens": sum(r["tokens"] for r in runs),
+        "throughput_tokens_per_s": sum(r["tokens"] for r in runs) / wall * 1000.0 if wall else None,
+        "request_tokens_per_s": sum(s[0] for s in spans) / decode_ms * 1000.0 if decode_ms else None,
+        "ttft_ms_p50": percentile([r["emissions"][0][0] for r in rows if r["emissions"]], 50),
+        "itl_ms_p50": percentile(itl, 50), "itl_ms_p95": percentile(itl, 95),
+        "draft_acceptance_rate": accepted / drafted if drafted else None, "drafted": drafted,
+        "mean_acceptance_length": telemetry_of(rows).mean_acceptance_length if steps else None,
+        "marginal_ms_p50": percentile(marginal, 50),
+        "batch_size_mean": sum(s.get("batch_size", 1) for s in steps) / len(steps) if steps else None,
+    }
+    plain = plain_of(config, runner)
+    if config != plain:
+        out["throughput_vs_plain"] = _ratio(by_run(runs, [r for r in all_runs if r["config"] == plain]))
+        out["request_speed_vs_plain"] = _ratio(by_request(rows, [r for r in all_rows if r["config"] == plain]))
+    if runner == "specchat":
+        out["vs_server_plain"] = _ratio(by_run(runs, [r for r in all_runs if r["config"] == "peer:none (llama-server)"]))
+    return out
+
+
+def level_figures(runs: list[dict], rows: list[dict]) -> dict[str, dict]:
+    """{config: figures} for the runs of one N (and one set, or all)."""
+    out = {}
+    for config in dict.fromkeys(r["config"] for r in runs):
+        mine = [r for r in runs if r["config"] == config]
+        ids = {r["run"] for r in mine}
+        out[config] = figures(mine, [r for r in rows if r["run"] in ids], runs, rows)
+    return out
+
+
+def crossover(levels: dict[str, dict], config: str, set_name: str) -> str | None:
+    """The one sentence on where ``config`` stops paying, from {N: {config: figures}}."""
+    seen = [(int(n), f[config]["throughput_vs_plain"]) for n, f in levels.items()
+            if config in f and f[config].get("throughput_vs_plain")]
+    if not seen:
+        return None
+    seen.sort()
+    where = "all sets" if set_name == ALL else f"'{set_name}'"
+
+    def said(n: int, r: dict) -> str:
+        ci = f" [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if r.get("ci") else ""
+        return f"{r['ratio']:.2f}×{ci} at N={n}"
+
+    if all(r["ratio"] >= 1.0 for _, r in seen):
+        return f"{config} pays at every N tested on {where}: " + ", ".join(said(n, r) for n, r in seen)
+    if all(r["ratio"] < 1.0 for _, r in seen):
+        return f"{config} does not pay at any N tested on {where}: " + ", ".join(said(n, r) for n, r in seen)
+    first = next(i for i, (_, r) in enumerate(seen) if r["ratio"] < 1.0)
+    if first == 0:
+        return (f"{config} does not pay at N={seen[0][0]} on {where} but does at larger N: "
+                + ", ".join(said(n, r) for n, r in seen))
+    n, r = seen[first]
+    return (f"{config} stops paying at N={n} on {where}: {said(n, r)} of plain throughput, "
+            f"after {said(*seen[first - 1])}")
+
+
+def aggregate_concurrency(runs: list[dict], rows: list[dict], set_names: list[str]) -> dict:
+    levels = sorted({r["concurrency"] for r in runs})
+    by_set: dict[str, dict] = {}
+    for name in [*set_names, ALL]:
+        sruns = [r for r in runs if name == ALL or r["set"] == name]
+        srows = [r for r in rows if name == ALL or r["set"] == name]
+        by_set[name] = {str(n): level_figures([r for r in sruns if r["concurrency"] == n],
+                                              [r for r in srows if r["concurrency"] == n])
+                        for n in levels if any(r["concurrency"] == n for r in sruns)}
+    speculating = [c for c in dict.fromkeys(r["config"] for r in runs) if c != plain_of(c, "specchat")
+                   and c != "peer:none (llama-server)"]
+    return {
+        "levels": levels,
+        "by_concurrency": by_set[ALL],
+        "by_set": by_set,
+        "crossover": {name: {c: s for c in speculating if (s := crossover(levels_of, c, name))}
+                      for name, levels_of in by_set.items()},
+    }
