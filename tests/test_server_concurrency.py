@@ -5,7 +5,8 @@ short requests to two closed-loop clients: the third is sent only once a client 
 free, and at temperature 0 the replies equal those of a one-slot server (each slot
 holds its own context, so sharing a batch changes no sequence). Its own n-gram
 speculation reports drafts. ``check_concurrency`` refuses a server with fewer slots
-than asked for in one line, and passes a server without ``/props`` (vLLM).
+than asked for in one line, and passes a server without ``/props`` (vLLM); a remote
+bench at concurrency 2 keeps two streams open on a two-slot server.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from llama_server_helpers import REPEAT_PROMPT, llama_server, server_dir
+from llama_server_helpers import REPEAT_PROMPT, Server, llama_server, server_dir
 from needs import LLAMA_SERVER_NOT_BUILT, embedded_llama_backend, llama_cpp
 
 BIN = server_dir()
@@ -144,3 +145,30 @@ def test_a_server_without_props_batches_by_itself():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_remote_bench_keeps_two_streams_open_on_a_two_slot_server(setup, tmp_path):
+    from specchat.bench.prompt_sets import Prompt, PromptSet
+    from specchat.config import load_profile
+    from specchat.remote.bench import remote_bench, table
+    from specchat.remote.http import RemoteError
+
+    loaded, _, _ = setup
+    server = Server(BIN / "llama-server", ["-m", loaded.target.model_path, "-t", "1", "-c", "2048", "-np", "2"],
+                    tmp_path / "server.log")
+    path = tmp_path / "remote.toml"
+    path.write_text(f'[target]\nbackend = "llama-server"\nurl = "{server.url}"\n[sampling]\ntemperature = 0.0\n')
+    prompts = PromptSet("s", "", 12, tuple(Prompt(f"p{i}", text) for i, text in enumerate(PROMPTS)), "test")
+    try:
+        results = remote_bench(load_profile(str(path)), [prompts], plain_url=None, concurrency=2, say=lambda _: None)
+        with pytest.raises(RemoteError, match="has 2 parallel slots; --concurrency 3 needs 3"):
+            remote_bench(load_profile(str(path)), [prompts], plain_url=None, concurrency=3, say=lambda _: None)
+    finally:
+        server.stop()
+    rows = results["rows"]
+    assert [r["prompt"] for r in rows] == ["p0", "p1", "p2"] and all(r["tokens"] > 0 for r in rows)
+    assert rows[1]["start_ms"] < rows[0]["wall_ms"]  # the second stream opened while the first was running
+    assert rows[2]["start_ms"] >= min(r["start_ms"] + r["wall_ms"] for r in rows[:2])
+    summary = results["summary"]["speculative"]
+    assert results["concurrency"] == 2 and summary["throughput_tokens_per_s"] > 0
+    assert "2 streams at once" in table(results)
