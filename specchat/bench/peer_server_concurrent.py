@@ -7,9 +7,9 @@ plainly; ``ngram`` adds llama-server's own prompt-lookup speculation,
 ``--spec-type ngram-simple``, the one of its n-gram types that matches ours most
 closely: it finds the context's last n tokens earlier in the context and drafts what
 followed them (ngram-map-k and -k4v keep a map of n-grams with hit counts, ngram-mod
-matches 24-token n-grams by default, ngram-cache drafts from n-gram statistics a
-fixed 8 tokens). It has one n-gram size where ours tries
-prompt_lookup_max down to prompt_lookup_min, so n = prompt_lookup_max, the size the
+matches 24-token n-grams by default, ngram-cache drafts a fixed 8 tokens from n-gram
+statistics). It has one n-gram size where ours tries prompt_lookup_max down to
+prompt_lookup_min, so n = prompt_lookup_max, the size the
 transformers and llama-cpp-python peers are given too; it drafts m =
 max_speculative_tokens tokens (``--spec-ngram-simple-size-m``: its draft length, which
 ``--spec-draft-n-max`` does not bound for this type) — and drafts nothing when fewer
