@@ -17,12 +17,15 @@ skipped with one line saying why.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -35,6 +38,7 @@ from specchat.paths import cache_dir
 from specchat.sanitize import clean
 
 VERSION = "0.3.36"  # llama-cpp-python's, whose vendored llama.cpp `make llama-server` builds
+PEER_HINT = "run with --no-peer to skip the llama-server rows"
 
 
 def server_bin_dir() -> Path | None:
@@ -85,15 +89,129 @@ def head_gguf(head_folder: Path, target_dir: Path, script: Path) -> Path:
             last = (result.stderr.strip().splitlines() or ["(no message)"])[-1]
             raise SpecchatError(f"llama.cpp's convert_hf_to_gguf.py could not convert the head in "
                                 f"{clean(str(head_folder))}: {clean(last)[:200]}",
-                                hint="run with --no-peer to skip the llama-server rows")
+                                hint=PEER_HINT)
         tmp.replace(out)
     return out
+
+
+HEALTH_TIMEOUT_S = 120
+_LEVEL = re.compile(r"[\d.]+ E ")  # llama.cpp's log prefix of an error: time, level
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class ServerProcess:
+    """One llama-server started by :func:`start_server`: its process, base URL and log."""
+
+    def __init__(self, proc: subprocess.Popen, url: str, log: Any) -> None:
+        self.proc, self.url, self.log = proc, url, log
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def _first_error(log: Any) -> str:
+    """Why a server stopped, from its log: its first error-level line (llama.cpp's log
+    marks them `` E ``; the first is the cause, the later ones its consequences),
+    else the last line that names an error, else its last line; cleaned and cut."""
+    log.seek(0)
+    lines = [line.strip() for line in log.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    for line in lines:
+        if (level := _LEVEL.match(line)) is not None:
+            return clean(line[level.end():])[:200]
+    errors = [line for line in lines if "error" in line.lower()]
+    return clean((errors or lines or ["(no message)"])[-1])[:200]
+
+
+def start_server(args: list[str], what: str) -> ServerProcess:
+    """``llama-server ARGS`` on a free loopback port, waited on until ``/health`` answers
+    200 (at most HEALTH_TIMEOUT_S). ``what`` (its model files, say) names it in the
+    one-line error raised when it exits first or never becomes healthy. Its output goes
+    to an unnamed temporary file, so a failure can quote the line that says why."""
+    bin_dir = server_bin_dir()
+    if bin_dir is None:
+        raise SpecchatError("no llama-server here (run `make llama-server`)", hint=PEER_HINT)
+    port = _free_port()
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen([str(bin_dir / "llama-server"), *args, "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + HEALTH_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            message = f"llama-server exited with code {proc.returncode} on start ({clean(what)}): {_first_error(log)}"
+            log.close()
+            raise SpecchatError(message, hint=PEER_HINT)
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return ServerProcess(proc, url, log)
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            ServerProcess(proc, url, log).stop()
+            raise SpecchatError(f"llama-server did not become healthy in {HEALTH_TIMEOUT_S} s ({clean(what)})",
+                                hint=PEER_HINT)
+        time.sleep(0.2)
+
+
+@dataclasses.dataclass
+class Streamed:
+    """One streamed /completion: ``sent`` (perf_counter s, just before the request),
+    ``emissions`` [[ms since sent, tokens], ...], ``end_ms`` (ms since sent to the
+    stream's last chunk), ``timings`` (the final chunk's, {} when absent)."""
+
+    sent: float
+    output_ids: list[int]
+    emissions: list[list[float]]
+    finish_reason: str
+    end_ms: float
+    timings: dict
+
+
+def stream_completion(url: str, body: dict, stops: set[int]) -> Streamed:
+    """POST ``body`` (``stream`` and ``return_tokens`` set) to ``url``/completion and stamp
+    each chunk's tokens as they arrive. finish_reason "eos" when the server stopped on
+    an end-of-generation token (or the last token is one of ``stops``), else "length"."""
+    out: list[int] = []
+    emissions: list[list[float]] = []
+    finish, timings = "length", {}
+    data = json.dumps({**body, "stream": True, "return_tokens": True}).encode()
+    req = urllib.request.Request(url + "/completion", data, headers={"Content-Type": "application/json"})
+    sent = time.perf_counter()
+    try:
+        with urllib.request.urlopen(req, timeout=600) as r:
+            for line in r:
+                if line.startswith(b"error:"):
+                    said = clean(line[6:].decode("utf-8", "replace"))[:200]
+                    raise SpecchatError(f"llama-server at {url} reported: {said}", hint=PEER_HINT)
+                if not line.startswith(b"data: "):
+                    continue
+                chunk = json.loads(line[6:])
+                ids = [int(t) for t in chunk.get("tokens", [])]
+                if ids:
+                    emissions.append([(time.perf_counter() - sent) * 1000.0, len(ids)])
+                    out += ids
+                if chunk.get("stop"):
+                    timings = chunk.get("timings", {})
+                    if chunk.get("stop_type") == "eos" or (out and out[-1] in stops):
+                        finish = "eos"
+                    break
+    except (OSError, ValueError) as exc:  # refused, reset, an HTTP error status, a chunk that is not JSON
+        raise SpecchatError(f"llama-server at {url} failed mid-request: {clean(str(exc))[:200]}",
+                            hint=PEER_HINT) from None
+    end_ms = (time.perf_counter() - sent) * 1000.0
+    return Streamed(sent, out, clip_emissions(emissions, len(out)), finish, end_ms, timings)
 
 
 def plain_unavailable(loaded: Any) -> str | None:
@@ -103,6 +221,15 @@ def plain_unavailable(loaded: Any) -> str | None:
     if server_bin_dir() is None:
         return "no llama-server for the peer:none (llama-server) row (run `make llama-server`)"
     return None
+
+
+def completion_body(request: Any, params: Any, max_new_tokens: int) -> dict:
+    """The /completion request for ``request``'s prompt ids at ``params``: no prompt cache
+    (no run reuses another's prefill), no repeat penalty or min_p (ours has neither), and
+    the request's own seed unless the params fix one."""
+    return {"prompt": list(request.ids), "n_predict": max_new_tokens, "cache_prompt": False,
+            "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k, "min_p": 0.0,
+            "repeat_penalty": 1.0, "seed": request.seed if params.seed is None else params.seed}
 
 
 class LlamaServerPeer:
@@ -118,80 +245,31 @@ class LlamaServerPeer:
         self.gguf = (head_gguf(head_folder, loaded.target_hf_folder(profile), convert_script(self.bin_dir))
                      if head_folder is not None else None)
         self.stops = set(stops)
-        self._servers: dict[int, tuple[subprocess.Popen, str]] = {}
+        self._servers: dict[int, ServerProcess] = {}
 
     def _url(self, gamma: int) -> str:
         if gamma not in self._servers:
-            port = _free_port()
             head = ([] if not gamma else
                     ["-md", str(self.gguf), "--spec-type", "draft-eagle3", "--spec-draft-p-min", "0",
                      "--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0"])
-            args = [str(self.bin_dir / "llama-server"), "-m", str(self.model_path), *head,
-                    "-t", str(self.threads), "-c", str(self.n_ctx), "-np", "1",
-                    "-ngl", str(self.n_gpu_layers), "--host", "127.0.0.1", "--port", str(port)]
-            proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 120
-            while True:
-                if proc.poll() is not None:
-                    raise SpecchatError(f"llama-server exited with code {proc.returncode} on start "
-                                        f"(-m {clean(str(self.model_path))}"
-                                        + (f" -md {clean(str(self.gguf))})" if gamma else ")"),
-                                        hint="run with --no-peer to skip the llama-server rows")
-                try:
-                    with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    proc.kill()
-                    raise SpecchatError("llama-server did not become healthy in 120 s",
-                                        hint="run with --no-peer to skip the llama-server rows")
-                time.sleep(0.2)
-            self._servers[gamma] = (proc, url)
-        return self._servers[gamma][1]
+            args = ["-m", str(self.model_path), *head, "-t", str(self.threads), "-c", str(self.n_ctx), "-np", "1",
+                    "-ngl", str(self.n_gpu_layers)]
+            what = f"-m {self.model_path}" + (f" -md {self.gguf}" if gamma else "")
+            self._servers[gamma] = start_server(args, what)
+        return self._servers[gamma].url
 
     def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
         gamma = 0 if config.method == "none" else self.ceiling if config.gamma == "auto" else int(config.gamma)
         url = self._url(gamma)
-        body = {"prompt": list(request.ids), "n_predict": max_new_tokens, "stream": True, "cache_prompt": False,
-                "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k, "min_p": 0.0,
-                "repeat_penalty": 1.0, "seed": request.seed if params.seed is None else params.seed,
-                "return_tokens": True}
-        out: list[int] = []
-        emissions: list[list[float]] = []
-        finish, timings = "length", {}
-        t0 = time.perf_counter()
-        req = urllib.request.Request(url + "/completion", json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=600) as r:
-            for line in r:
-                if not line.startswith(b"data: "):
-                    continue
-                chunk = json.loads(line[6:])
-                ids = [int(t) for t in chunk.get("tokens", [])]
-                if ids:
-                    emissions.append([(time.perf_counter() - t0) * 1000.0, len(ids)])
-                    out += ids
-                if chunk.get("stop"):
-                    timings = chunk.get("timings", {})
-                    if chunk.get("stop_type") == "eos" or (out and out[-1] in self.stops):
-                        finish = "eos"
-                    break
-        wall_ms = (time.perf_counter() - t0) * 1000.0
+        got = stream_completion(url, completion_body(request, params, max_new_tokens), self.stops)
         return {
-            "new_tokens": len(out), "finish_reason": finish, "wall_ms": wall_ms,
-            "emissions": clip_emissions(emissions, len(out)), "steps": [], "draft_kv_bytes": None,
-            "peak_gpu_bytes": None, "rss_bytes": memory.rss_bytes(), "output_ids": out,
-            "server_drafted": timings.get("draft_n"), "server_accepted": timings.get("draft_n_accepted"),
+            "new_tokens": len(got.output_ids), "finish_reason": got.finish_reason, "wall_ms": got.end_ms,
+            "emissions": got.emissions, "steps": [], "draft_kv_bytes": None,
+            "peak_gpu_bytes": None, "rss_bytes": memory.rss_bytes(), "output_ids": got.output_ids,
+            "server_drafted": got.timings.get("draft_n"), "server_accepted": got.timings.get("draft_n_accepted"),
         }
 
     def close(self) -> None:
-        for proc, _ in self._servers.values():
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for server in self._servers.values():
+            server.stop()
         self._servers = {}

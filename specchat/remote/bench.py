@@ -6,11 +6,23 @@ llama-server 0.3.36 has no per-request switch for speculation (its per-request
 plain decoding needs a second server: ``--plain-url``. Without one, bench measures the
 speculative server alone and says that it cannot compare. Speeds are the server's own
 generation time (tokens / Σ step ms); the prompt's prefill is left out of both.
+
+``concurrency`` N > 1 keeps N streams open at once: N clients, each with its own
+connection, take the prompts from one queue in order and send the next when their
+reply has finished (closed loop). A llama-server with fewer than N slots is refused
+first (:func:`~specchat.remote.slots.check_concurrency`): it would queue the extra
+streams, not batch them. ``tokens_per_s`` stays the streams' own speed (tokens over
+the sum of their step times, which overlap); ``throughput_tokens_per_s`` is the
+server's, tokens over the wall time from the first send to the last reply's end. A row's
+``start_ms`` (its send, after the first) and ``wall_ms`` show how long it queued.
 """
 
 from __future__ import annotations
 
 import json
+import queue
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +46,57 @@ def _measure(chat, prompt: str) -> dict[str, Any]:
                                          "mean_acceptance_length", "draft_acceptance_rate")}}
 
 
+def _serve(chats: list, jobs: list[tuple[str, Any, int, int]]) -> tuple[list[dict], float]:
+    """The jobs (set name, prompt, repeat, max_new_tokens) over one client per chat, in
+    order, closed loop → (their measurements in job order, each with ``start_ms`` (its
+    send, ms after the first send) and ``wall_ms`` (its send to its reply's end); the wall
+    ms from the first send to the last reply's end)."""
+    todo: queue.Queue = queue.Queue()
+    for job in enumerate(jobs):
+        todo.put(job)
+    measured: list[dict] = [{} for _ in jobs]
+    spans: list[tuple[float, float]] = [(0.0, 0.0)] * len(jobs)
+    failed: list[BaseException] = []
+
+    def client(chat) -> None:
+        while not failed:
+            try:
+                i, (_, prompt, _, limit) = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                chat.max_new_tokens = limit
+                start = time.perf_counter()
+                measured[i] = _measure(chat, prompt.text)
+                spans[i] = (start, time.perf_counter())
+            except BaseException as exc:  # noqa: BLE001 — re-raised in the caller's thread
+                failed.append(exc)
+
+    if len(chats) == 1:  # one stream: in this thread, where Ctrl-C lands
+        client(chats[0])
+    else:
+        threads = [threading.Thread(target=client, args=(chat,), daemon=True) for chat in chats]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if failed:
+        raise failed[0]
+    if not jobs:
+        return [], 0.0
+    first = min(start for start, _ in spans)
+    for m, (start, end) in zip(measured, spans):
+        m.update(start_ms=(start - first) * 1000, wall_ms=(end - start) * 1000)
+    return measured, (max(end for _, end in spans) - first) * 1000
+
+
 def remote_bench(profile, sets, *, plain_url: str | None, repeat: int = 1, max_new_tokens: int | None = None,
-                 say=print) -> dict[str, Any]:
+                 concurrency: int = 1, say=print) -> dict[str, Any]:
     """Runs every prompt on the speculative server (the profile's url) and, with
-    ``plain_url``, on the plain one; returns the results document."""
+    ``plain_url``, on the plain one, ``concurrency`` streams at a time; returns the
+    results document."""
     from specchat.remote.connect import open_chat
+    from specchat.remote.slots import check_concurrency
 
     configs = {"speculative": profile}
     if plain_url:
@@ -46,18 +104,19 @@ def remote_bench(profile, sets, *, plain_url: str | None, repeat: int = 1, max_n
     else:
         say("bench: no --plain-url (a second server of the same model without speculation): "
             "measuring the speculative server alone; no speed-up can be computed")
-    rows = []
+    jobs = [(s.name, prompt, r, max_new_tokens or s.max_new_tokens)
+            for s in sets for prompt in s.prompts for r in range(repeat)]
+    rows, walls = [], {}
     for name, prof in configs.items():
-        chat, info = open_chat(prof)
+        if concurrency > 1:
+            check_concurrency(prof.target.url, concurrency, prof.target.api_key_env)
+        opened = [open_chat(prof) for _ in range(max(1, concurrency))]
+        info = opened[0][1]
         if name == "plain" and info.get("server_num_speculative_tokens"):
             say(f"bench: warning: the --plain-url server speculates ({info.get('server_speculative')})")
-        for s in sets:
-            limit = max_new_tokens or s.max_new_tokens
-            chat.max_new_tokens = limit
-            for prompt in s.prompts:
-                for r in range(repeat):
-                    rows.append({"config": name, "set": s.name, "prompt": prompt.id, "repeat": r,
-                                 **_measure(chat, prompt.text)})
+        measured, walls[name] = _serve([chat for chat, _ in opened], jobs)
+        rows += [{"config": name, "set": set_name, "prompt": prompt.id, "repeat": r, **m}
+                 for (set_name, prompt, r, _), m in zip(jobs, measured)]
     summary = {}
     for name in configs:
         mine = [r for r in rows if r["config"] == name]
@@ -65,14 +124,16 @@ def remote_bench(profile, sets, *, plain_url: str | None, repeat: int = 1, max_n
         ms = sum(r["generation_ms"] for r in mine)
         summary[name] = {"tokens": tokens, "tokens_per_s": tokens / (ms / 1000) if ms else None,
                          "num_drafts": sum(r["num_drafts"] or 0 for r in mine),
-                         "num_accepted_tokens": sum(r["num_accepted_tokens"] or 0 for r in mine)}
+                         "num_accepted_tokens": sum(r["num_accepted_tokens"] or 0 for r in mine),
+                         "wall_ms": walls[name],
+                         "throughput_tokens_per_s": tokens / (walls[name] / 1000) if walls[name] else None}
     spec, plain = summary.get("speculative", {}), summary.get("plain", {})
     speedup = (spec["tokens_per_s"] / plain["tokens_per_s"]
                if spec.get("tokens_per_s") and plain.get("tokens_per_s") else None)
     from specchat.redact import redact_url
 
     return {"profile": profile.name, "url": redact_url(profile.target.url),
-            "plain_url": plain_url and redact_url(plain_url), "rows": rows,
+            "plain_url": plain_url and redact_url(plain_url), "concurrency": concurrency, "rows": rows,
             "summary": summary, "measured_speedup": speedup}
 
 
@@ -84,6 +145,11 @@ def table(results: dict[str, Any]) -> str:
     speedup = results["measured_speedup"]
     lines.append("measured speed-up (speculative / plain): " + ("– (no plain server)" if speedup is None
                                                               else f"{speedup:.2f}×"))
+    if results.get("concurrency", 1) > 1:
+        rates = ", ".join(f"{name} " + ("–" if s.get("throughput_tokens_per_s") is None
+                                        else f"{s['throughput_tokens_per_s']:.1f}")
+                          for name, s in results["summary"].items())
+        lines.append(f"{results['concurrency']} streams at once, tokens/s over the wall time: {rates}")
     return "\n".join(lines)
 
 

@@ -43,7 +43,10 @@ PROXY_HINT = "check HTTP_PROXY / HTTPS_PROXY / ALL_PROXY, or name the server in 
 
 
 class RemoteError(SpecchatError):
-    """The server could not be reached, answered an error, or broke the protocol."""
+    """The server could not be reached, answered an error, or broke the protocol.
+    ``status``: the HTTP status of an error answer, None for the rest."""
+
+    status: int | None = None
 
 
 class Endpoint:
@@ -145,7 +148,9 @@ class Endpoint:
         try:
             if response.status_code >= 400:
                 text = self._read(response, MAX_ERROR_BODY, where, cut=True)
-                raise RemoteError(f"{where} answered HTTP {response.status_code}: {self.shown(_error_text(text))}")
+                error = RemoteError(f"{where} answered HTTP {response.status_code}: {self.shown(_error_text(text))}")
+                error.status = response.status_code
+                raise error
             encoding = response.headers.get("Content-Encoding", "identity").lower()
             if encoding not in ("identity", ""):
                 raise RemoteError(f"{where}: the answer is compressed ({self.shown(encoding, 40)}), "

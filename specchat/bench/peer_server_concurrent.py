@@ -1,0 +1,128 @@
+"""The llama-server peer rows under concurrency: ``llama-server -np N`` serving N clients.
+
+The server a user would run for several users at once: one process with N slots, each
+holding its own context (``--no-kv-unified``, ``-c`` = N × the target's per-sequence
+context), decoding the slots' tokens together in one batch a step. ``none`` serves
+plainly; ``ngram`` adds llama-server's own prompt-lookup speculation,
+``--spec-type ngram-simple``, the one of its n-gram types that matches ours most
+closely: it finds the context's last n tokens earlier in the context and drafts what
+followed them (ngram-map-k and -k4v keep a map of n-grams with hit counts, ngram-mod
+matches 24-token n-grams by default, ngram-cache drafts a fixed 8 tokens from n-gram
+statistics). It has one n-gram size where ours tries prompt_lookup_max down to
+prompt_lookup_min, so n = prompt_lookup_max, the size the
+transformers and llama-cpp-python peers are given too; it drafts m =
+max_speculative_tokens tokens (``--spec-ngram-simple-size-m``: its draft length, which
+``--spec-draft-n-max`` does not bound for this type) — and drafts nothing when fewer
+than n would follow a match, so n is capped at m.
+
+Closed loop: N client threads take requests from one queue in order, each sending its
+next request when its previous one has finished, every request streamed (stamped as
+its tokens arrive) with the same ids, sampling settings and seed as
+:class:`~specchat.bench.peer_llama_server.LlamaServerPeer`'s.
+
+One server per (method, N), started on first use; starting one stops the one before,
+so only one is alive at a time (they would share this machine's cores).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from specchat.bench.peer_llama_server import (ServerProcess, Streamed, completion_body, start_server,
+                                              stream_completion)
+
+METHODS = ("none", "ngram")
+
+
+class ConcurrentServerPeer:
+    """llama-server with -np N slots, plain or with its own n-gram speculation."""
+
+    def __init__(self, loaded: Any, profile: Any, stops: set[int]) -> None:
+        target = loaded.target
+        self.model_path, self.threads, self.n_ctx = target.model_path, target.n_threads, target.max_length
+        self.n_gpu_layers = target.n_gpu_layers
+        spec = profile.speculation
+        self.size_m = spec.max_speculative_tokens
+        self.size_n = min(spec.prompt_lookup_max, self.size_m)
+        self.stops = set(stops)
+        self._key: tuple[str, int] | None = None
+        self._server: ServerProcess | None = None
+
+    def server_args(self, method: str, n: int) -> list[str]:
+        """llama-server's arguments for ``method`` with ``n`` slots (without host and port)."""
+        spec = ([] if method == "none" else
+                ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(self.size_n),
+                 "--spec-ngram-simple-size-m", str(self.size_m), "--spec-draft-n-max", str(self.size_m)])
+        return ["-m", str(self.model_path), *spec, "-t", str(self.threads), "-np", str(n),
+                "-c", str(n * self.n_ctx), "--no-kv-unified", "-ngl", str(self.n_gpu_layers)]
+
+    def _url(self, method: str, n: int) -> str:
+        if method not in METHODS or n < 1:
+            raise ValueError(f"method {method!r} with {n} slots: need one of {METHODS} and n ≥ 1")
+        if self._key != (method, n):
+            self.close()
+            self._server = start_server(self.server_args(method, n), f"-m {self.model_path} -np {n}"
+                                        + (" --spec-type ngram-simple" if method == "ngram" else ""))
+            self._key = (method, n)
+        return self._server.url
+
+    def run(self, method: str, requests: list[Any], params_for: Callable[[Any], Any],
+            n: int) -> tuple[list[dict], float]:
+        """method "none" (plain) or "ngram" (llama-server's own n-gram speculation); n
+        client threads take the requests in order, closed loop. Returns (rows in request
+        order, wall_ms of the whole run from the first send to the last token).
+
+        A row: new_tokens, finish_reason, start_ms (its send, ms after the run's first
+        send), wall_ms (its send to its last token; to the stream's end when it has
+        none), emissions [[ms since its own send, tokens], ...], output_ids,
+        server_drafted and server_accepted (the final chunk's timings; None if absent)."""
+        url = self._url(method, n)
+        todo: queue.Queue = queue.Queue()
+        for i, request in enumerate(requests):
+            todo.put((i, request))
+        got: list[Streamed | None] = [None] * len(requests)
+        failed: list[BaseException] = []
+
+        def client() -> None:
+            while not failed:
+                try:
+                    i, request = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    body = completion_body(request, params_for(request), request.max_new_tokens)
+                    got[i] = stream_completion(url, body, self.stops)
+                except BaseException as exc:  # noqa: BLE001 — re-raised in the caller's thread
+                    failed.append(exc)
+
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failed:
+            raise failed[0]
+        if not requests:
+            return [], 0.0
+        first = min(s.sent for s in got)
+        rows = [_row(s, first) for s in got]
+        return rows, max(r["start_ms"] + r["wall_ms"] for r in rows)
+
+    def close(self) -> None:
+        """Stops the server it started, if one is alive."""
+        if self._server is not None:
+            self._server.stop()
+        self._server, self._key = None, None
+
+
+def _row(got: Streamed, first: float) -> dict:
+    timings = got.timings
+    return {"new_tokens": len(got.output_ids), "finish_reason": got.finish_reason,
+            "start_ms": (got.sent - first) * 1000.0,
+            "wall_ms": got.emissions[-1][0] if got.emissions else got.end_ms,
+            "emissions": got.emissions, "output_ids": got.output_ids,
+            "server_drafted": timings.get("draft_n"), "server_accepted": timings.get("draft_n_accepted")}
+
