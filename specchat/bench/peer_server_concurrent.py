@@ -93,7 +93,10 @@ class ConcurrentServerPeer:
                 except queue.Empty:
                     return
                 try:
-                    body = completion_body(request, params_for(request), request.max_new_tokens)
+                    # a slot reuses the cells of a prompt prefix it holds (the chat template's
+                    # start), as our batched engine does within a run
+                    body = {**completion_body(request, params_for(request), request.max_new_tokens),
+                            "cache_prompt": True}
                     got[i] = stream_completion(url, body, self.stops)
                 except BaseException as exc:  # noqa: BLE001 — re-raised in the caller's thread
                     failed.append(exc)

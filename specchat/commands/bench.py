@@ -165,10 +165,16 @@ def _remote(profile, sets, args, out_dir: Path) -> int:
     from specchat.sanitize import clean
 
     say = lambda text: print(clean(text), file=sys.stderr, flush=True)  # noqa: E731
-    results = remote_bench(profile, sets, plain_url=args.plain_url, repeat=args.repeat,
-                           max_new_tokens=args.max_new_tokens, say=say)
-    print(table(results))
-    say(f"results: {write(out_dir, results)}")
+    levels = args.concurrency if isinstance(args.concurrency, list) else [args.concurrency]
+    if max(levels) > 1:  # refused before any level runs, not after the first ones
+        from specchat.remote.slots import check_concurrency
+
+        check_concurrency(profile.target.url, max(levels), profile.target.api_key_env)
+    for n in levels:  # one level after another, each in its own folder when there are several
+        results = remote_bench(profile, sets, plain_url=args.plain_url, repeat=args.repeat,
+                               max_new_tokens=args.max_new_tokens, concurrency=n, say=say)
+        print(table(results))
+        say(f"results: {write(out_dir / f'N{n}' if len(levels) > 1 else out_dir, results)}")
     return 0
 
 
