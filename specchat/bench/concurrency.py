@@ -30,15 +30,15 @@ from specchat.bench.runner import SEED_STRIDE, WARMUP_TOKENS, Progress, Request,
 from specchat.contention import BUSY_SHARE, CpuShare
 from specchat.errors import SpecchatError
 
-MAX_LEVEL = 64
+MAX_SEQUENCES = 256  # llama.cpp's limit on sequences in one context (LLAMA_MAX_SEQ)
 
 
 def parse_levels(text: str) -> list[int]:
     levels: list[int] = []
     for part in (p.strip() for p in str(text).split(",")):
-        if not part.isdigit() or not 1 <= int(part) <= MAX_LEVEL:
+        if not part.isdigit() or int(part) < 1:
             raise SpecchatError(f"--concurrency value {part!r} is not valid", key="--concurrency",
-                                hint=f"give a comma-separated list of integers 1..{MAX_LEVEL}, e.g. 1,2,4,8")
+                                hint="give a comma-separated list of whole numbers ≥ 1, e.g. 1,2,4,8")
         if int(part) not in levels:
             levels.append(int(part))
     return sorted(levels)
@@ -46,13 +46,18 @@ def parse_levels(text: str) -> list[int]:
 
 def check_context(levels: list[int], requests: list[Request], n_ctx: int) -> int:
     """The context each sequence needs (its longest prompt and reply); one line and exit 2
-    when the largest level's sequences do not fit the target's context together."""
+    when the largest level's sequences do not fit the target's context together, or are
+    more than llama.cpp holds in one context."""
     need = max(len(r.ids) + r.max_new_tokens for r in requests) + 1
     top = max(levels)
     if top * need > n_ctx:
         raise SpecchatError(f"--concurrency {top} needs {top} sequences × {need} tokens = {top * need} context "
                             f"tokens, more than the target's context of {n_ctx}", key="--concurrency",
-                            hint=f"use at most {max(1, n_ctx // need)} here, or fewer --max-new-tokens")
+                            hint=f"use at most {max(1, n_ctx // need)} here, fewer --max-new-tokens, or a profile "
+                                 "with a larger target context")
+    if top > MAX_SEQUENCES:
+        raise SpecchatError(f"--concurrency {top} is more sequences than llama.cpp decodes together "
+                            f"({MAX_SEQUENCES})", key="--concurrency", hint=f"use at most {MAX_SEQUENCES}")
     return need
 
 
