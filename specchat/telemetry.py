@@ -153,6 +153,10 @@ class MetricsSnapshot:
     measured_speedup_note: str = ""
     busy_machine: bool | None = None
     cpu_others: float | None = None
+    # several sequences decoded together (engine/batched.py): how many in the latest step,
+    # and what one more row added to such a decode as γ = auto's batch plan measured it
+    batch_size: int = 1
+    marginal_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -262,6 +266,7 @@ class Telemetry:
         self._others_ms = self._share_ms = 0.0  # Σ cpu_others × ms, Σ ms over steps that read it
         self.forecast_tokens = self.forecast_cost = 0.0  # Σ the cost model's E(k), T(k)/w(0)
         self.recommended: tuple[int | str | None, float | None] = (None, None)
+        self.batch_size, self.marginal_ms = 1, None
 
     def _grow(self, k: int) -> None:
         if k > self.max_gamma:
@@ -294,6 +299,9 @@ class Telemetry:
             self.decode.add(num_tokens, stats.total_ms)
         if stats.recommended_gamma is not None:
             self.recommended = (stats.recommended_gamma, stats.recommended_gain)
+        self.batch_size = stats.batch_size
+        if stats.marginal_ms is not None:
+            self.marginal_ms = stats.marginal_ms
         if timed and stats.predicted_tokens is not None and stats.predicted_cost is not None:
             self.forecast_tokens += stats.predicted_tokens
             self.forecast_cost += stats.predicted_cost
@@ -412,6 +420,7 @@ class Telemetry:
             measured_speedup_note=honest.note,
             busy_machine=None if others is None else others > BUSY_SHARE,
             cpu_others=others,
+            batch_size=self.batch_size, marginal_ms=self.marginal_ms,
             ttft_ms=self.ttft_ms,
             elapsed_ms=self.elapsed_ms,
             last_gamma=self.last_gamma,

@@ -86,3 +86,18 @@ def test_plain_decoding_probes_now_and_then_and_learns_from_the_verdicts():
         gamma.observe(8 + sum(plan.drafts), cpu_like(8 + sum(plan.drafts)), 0.1, False,
                       [(k, k) for k in plan.drafts])
     assert sum(plan.drafts) >= 8 and gamma.recommendation()[0] == "auto"
+
+
+def test_the_panel_and_run_json_show_the_batch_and_a_rows_cost():
+    from specchat.events import StepStats
+    from specchat.telemetry import Telemetry
+    from specchat.ui.figures import controller_text
+
+    telemetry = Telemetry(max_gamma=5)
+    telemetry.update(StepStats(2, 2, 1, total_ms=30.0, batch_size=4, marginal_ms=0.912), 2)
+    snapshot = telemetry.snapshot()
+    assert snapshot.to_dict()["batch_size"] == 4 and snapshot.to_dict()["marginal_ms"] == 0.912
+    assert controller_text(snapshot).endswith("\nbatch: 4 chats, a draft's row +0.91 ms")
+    alone = Telemetry(max_gamma=5)
+    alone.update(StepStats(2, 2, 1, total_ms=30.0), 2)
+    assert "batch" not in controller_text(alone.snapshot())

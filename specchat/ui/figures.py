@@ -184,14 +184,22 @@ def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing:
 
 
 def controller_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
-    """The γ the engine is using now and, for γ = auto, why (its predicted gain)."""
+    """The γ the engine is using now and, for γ = auto, why (its predicted gain); in a
+    batch, under it, the chats decoded together and what a draft's row costs there."""
+    batch = "" if m.batch_size <= 1 else f"\n{batch_text(m, hide_timing)}"
     if m.last_gamma is None:
-        return "γ now: –"
+        return "γ now: –" + batch
     if m.predicted_gain is None or hide_timing:
-        return f"γ now: {m.last_gamma}"
+        return f"γ now: {m.last_gamma}" + batch
     if m.last_gamma == 0:
-        return "γ now: 0 (auto: no γ beats plain decoding here; probing now and then)"
-    return f"γ now: {m.last_gamma} (auto: this step predicted {m.predicted_gain:.2f}× plain)"
+        return "γ now: 0 (auto: no γ beats plain decoding here; probing now and then)" + batch
+    return f"γ now: {m.last_gamma} (auto: this step predicted {m.predicted_gain:.2f}× plain)" + batch
+
+
+def batch_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
+    """"batch: 4 chats, a draft's row +0.91 ms": the marginal cost γ = auto weighs a draft by."""
+    cost = "" if m.marginal_ms is None or hide_timing else f", a draft's row +{m.marginal_ms:.2f} ms"
+    return f"batch: {m.batch_size} chats{cost}"
 
 
 def recommended_gamma_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
