@@ -35,8 +35,11 @@ def test_results_per_level_and_configuration(results):
     assert doc["mode"] == "concurrency" and agg["levels"] == [1, 2]
     configs = ["none", "ngram γ=auto"] + (["peer:none (llama-server)", "peer:ngram (llama-server)"]
                                            if server_dir() else [])
+    single = ["none (one sequence)", "ngram γ=auto (one sequence)"]  # N = 1's reference, N = 1 only
+    assert agg["by_concurrency"]["1"]["none"]["vs_one_sequence"]["ratio"] > 0
+    assert agg["by_concurrency"]["1"]["ngram γ=auto (one sequence)"]["throughput_vs_plain"]["ratio"] > 0
     for n in ("1", "2"):
-        assert sorted(agg["by_concurrency"][n]) == sorted(configs)
+        assert sorted(agg["by_concurrency"][n]) == sorted(configs + (single if n == "1" else []))
         for config in configs:
             figures = agg["by_concurrency"][n][config]
             assert all(figures[k] is not None and figures[k] >= 0 for k in KEYS), (n, config, figures)

@@ -94,10 +94,25 @@ def run_batched(engine: Any, requests: list[Request], params_for: Callable[[Requ
     return rows, wall
 
 
-def level_configs(methods: list[str], gammas: list, server: bool) -> list[BenchConfig]:
+def run_single(engine: Any, requests: list[Request], params_for: Callable[[Request], Any], stops: set[int]
+               ) -> tuple[list[dict], float]:
+    """One request after another through the one-sequence engine (N = 1's reference)."""
+    from specchat.bench.runner import run_specchat
+
+    rows, t0 = [], time.perf_counter()
+    for r in requests:
+        start = (time.perf_counter() - t0) * 1000.0
+        rows.append({**run_specchat(engine, r, params_for(r), stops, r.max_new_tokens), "start_ms": start})
+    return rows, (time.perf_counter() - t0) * 1000.0
+
+
+def level_configs(methods: list[str], gammas: list, server: bool, single: bool) -> list[BenchConfig]:
     """Ours: plain and n-gram at each γ (the methods a batch verifies: point-mass drafts);
-    llama-server's plain and n-gram rows when it is built and peers are wanted."""
+    the same through the one-sequence engine at N = 1 (``single``: the figures a batch of
+    one must keep); llama-server's plain and n-gram rows when it is built and wanted."""
     configs = [BenchConfig("none")] + [BenchConfig("ngram", g) for g in gammas if "ngram" in methods]
+    if single:
+        configs += [dataclasses.replace(c, runner="single") for c in configs]
     if server:
         configs += [BenchConfig("none", runner="peer", server=True), BenchConfig("ngram", "auto", "peer", server=True)]
     return configs
@@ -106,6 +121,8 @@ def level_configs(methods: list[str], gammas: list, server: bool) -> list[BenchC
 def config_name(config: BenchConfig) -> str:
     if config.runner == "peer":
         return "peer:none (llama-server)" if config.method == "none" else "peer:ngram (llama-server)"
+    if config.runner == "single":
+        return f"{dataclasses.replace(config, runner='specchat').name} (one sequence)"
     return config.name
 
 
@@ -142,29 +159,35 @@ def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: l
     runs: list[dict] = []
     rows: list[dict] = []
     cpu, others_ms, timed_ms = CpuShare(), 0.0, 0.0
-    total = len(levels) * len(sets) * repeat * len(configs)
+    total = sum(len(sets) * repeat * sum(c.runner != "single" or n == 1 for c in configs) for n in levels)
     try:
         for n in levels:
             engines = {c: BatchedEngine(loaded.target, n, factory(c), stops, n_ctx_per_seq=need)
                        for c in configs if c.runner == "specchat"}
+            here = [c for c in configs if c.runner != "single" or n == 1]
+            singles = {c: make_engine(dataclasses.replace(c, runner="specchat"), loaded, spec)
+                       for c in here if c.runner == "single"}
 
             def run_one(config: BenchConfig, batch: list[Request]) -> tuple[list[dict], float]:
                 if config.runner == "peer":
                     return peer.run(config.method, batch, params_for, n)
+                if config.runner == "single":
+                    return run_single(singles[config], batch, params_for, stops)
                 return run_batched(engines[config], batch, params_for, stops)
 
             try:
                 if warmup:
-                    for config in configs:
+                    for config in here:
                         report(len(runs), total, f"warm-up N={n} {config_name(config)}")
                         short = [dataclasses.replace(r, max_new_tokens=WARMUP_TOKENS) for r in requests[:1] * n]
                         run_one(config, short)
+                turn = 0  # configurations in an order rotated by one each run
                 for prompt_set in sets:
                     mine = [r for r in requests if r.set_name == prompt_set.name]
                     for rep in range(repeat):
                         batch = run_requests(mine, n, rep)
-                        shift = len(runs) // len(configs) % len(configs)
-                        for config in configs[shift:] + configs[:shift]:
+                        shift, turn = turn % len(here), turn + 1
+                        for config in here[shift:] + here[:shift]:
                             name = config_name(config)
                             report(len(runs), total, f"N={n} {prompt_set.name} #{rep} · {name}")
                             cpu.take(fresh=True)

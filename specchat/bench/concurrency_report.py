@@ -35,6 +35,19 @@ def table_rows(levels: dict[str, dict]) -> list[tuple[str, ...]]:
     return out
 
 
+def comparison_lines(levels: dict[str, dict]) -> list[str]:
+    """Ours against llama-server's plain rows at each N, and a batch of one against the
+    one-sequence engine."""
+    out = []
+    for n, configs in levels.items():
+        for config, f in configs.items():
+            if f.get("vs_server_plain"):
+                out.append(f"N={n}: {config} at {_x(f['vs_server_plain'])} llama-server -np {n}'s plain throughput")
+            if f.get("vs_one_sequence"):
+                out.append(f"N={n}: batched {config} at {_x(f['vs_one_sequence'])} the one-sequence engine's throughput")
+    return out
+
+
 def markdown(results: dict[str, Any]) -> str:
     agg = results["aggregates"]
     env, settings = results["environment"], results["settings"]
@@ -49,7 +62,7 @@ def markdown(results: dict[str, Any]) -> str:
                   "the timings and every ratio below are unreliable.**", ""]
     for name, levels in agg["by_set"].items():
         lines += [f"## {'all sets' if name == 'all' else name}", ""]
-        for sentence in agg["crossover"].get(name, {}).values():
+        for sentence in [*agg["crossover"].get(name, {}).values(), *comparison_lines(levels)]:
             lines.append(f"- {sentence}")
         lines += ["", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         lines += ["| " + " | ".join(row) + " |" for row in table_rows(levels)]

@@ -13,7 +13,9 @@
   configuration of the same runner at the same N (ours to ``none``, llama-server's n-gram
   to its plain row), paired by run (same requests, seeds) and by request, with the 95 %
   percentile bootstrap of stats.py; ``vs_server_plain``: our throughput over llama-server's
-  plain throughput at the same N, paired by run.
+  plain throughput at the same N, paired by run; ``vs_one_sequence`` (N = 1): the batched
+  engine's throughput over the one-sequence engine's (``… (one sequence)`` rows), same
+  method, paired by run — a batch of one must not cost what one chat alone does not.
 * ``marginal_ms_p50``: the median marginal cost of one more row that γ = auto's batch plan
   measured (engine/batch_gamma.py); ``batch_size_mean``: sequences per decode.
 
@@ -31,8 +33,12 @@ from specchat.bench.stats import bootstrap_speedup_ci, per_token_latencies, perc
 ALL = "all"
 
 
-def plain_of(config: str, runner: str) -> str:
-    return "peer:none (llama-server)" if runner == "peer" else "none"
+PLAIN = {"specchat": "none", "single": "none (one sequence)", "peer": "peer:none (llama-server)"}
+
+
+def plain_of(runner: str) -> str:
+    """The plain configuration a runner's speculating rows are compared with."""
+    return PLAIN[runner]
 
 
 def _ratio(pairs: list[tuple[float, float, float, float]]) -> dict | None:
@@ -87,12 +93,14 @@ def figures(runs: list[dict], rows: list[dict], all_runs: list[dict], all_rows: 
         "marginal_ms_p50": percentile(marginal, 50),
         "batch_size_mean": sum(s.get("batch_size", 1) for s in steps) / len(steps) if steps else None,
     }
-    plain = plain_of(config, runner)
+    plain = plain_of(runner)
     if config != plain:
         out["throughput_vs_plain"] = _ratio(by_run(runs, [r for r in all_runs if r["config"] == plain]))
         out["request_speed_vs_plain"] = _ratio(by_request(rows, [r for r in all_rows if r["config"] == plain]))
     if runner == "specchat":
-        out["vs_server_plain"] = _ratio(by_run(runs, [r for r in all_runs if r["config"] == "peer:none (llama-server)"]))
+        out["vs_server_plain"] = _ratio(by_run(runs, [r for r in all_runs if r["config"] == PLAIN["peer"]]))
+        # N = 1: the batched engine against the one-sequence engine, same method
+        out["vs_one_sequence"] = _ratio(by_run(runs, [r for r in all_runs if r["config"] == f"{config} (one sequence)"]))
     return out
 
 
@@ -141,8 +149,7 @@ def aggregate_concurrency(runs: list[dict], rows: list[dict], set_names: list[st
         by_set[name] = {str(n): level_figures([r for r in sruns if r["concurrency"] == n],
                                               [r for r in srows if r["concurrency"] == n])
                         for n in levels if any(r["concurrency"] == n for r in sruns)}
-    speculating = [c for c in dict.fromkeys(r["config"] for r in runs) if c != plain_of(c, "specchat")
-                   and c != "peer:none (llama-server)"]
+    speculating = [c for c in dict.fromkeys(r["config"] for r in runs) if c not in PLAIN.values()]
     return {
         "levels": levels,
         "by_concurrency": by_set[ALL],

@@ -119,7 +119,7 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     """N chats at once, decoded together (bench/concurrency.py)."""
     from specchat.bench.bench import benchmark_concurrency
     from specchat.bench.concurrency import level_configs
-    from specchat.bench.concurrency_report import table_rows, write_outputs
+    from specchat.bench.concurrency_report import comparison_lines, table_rows, write_outputs
     from specchat.bench.configs import parse_gammas
     from specchat.bench.peer_llama_server import plain_unavailable
     from specchat.bench.table import render_rows
@@ -139,7 +139,7 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     if no_server and not args.no_peer:
         console.print(f"[yellow]bench: {no_server}[/]")
     gammas = parse_gammas("auto" if args.gamma == GAMMA_DEFAULT else args.gamma)
-    configs = level_configs(methods, gammas, server=not no_server)
+    configs = level_configs(methods, gammas, server=not no_server, single=1 in levels)
     console.print(f"bench: N = {', '.join(map(str, levels))} × {len(configs)} configurations × "
                   f"{len(sets)} sets × {args.repeat} repeats")
     results = _with_progress(console, lambda progress: benchmark_concurrency(
@@ -152,7 +152,7 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     from specchat.bench.concurrency_report import COLUMNS
 
     for name, levels_of in results["aggregates"]["by_set"].items():
-        for sentence in results["aggregates"]["crossover"].get(name, {}).values():
+        for sentence in [*results["aggregates"]["crossover"].get(name, {}).values(), *comparison_lines(levels_of)]:
             stdout.print(sentence, markup=False, highlight=False)
         render_rows(stdout, f"{'all sets' if name == 'all' else name}", COLUMNS, table_rows(levels_of))
     _say_outputs(console, results, paths)
