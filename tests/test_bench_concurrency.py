@@ -21,8 +21,12 @@ KEYS = ("throughput_tokens_per_s", "request_tokens_per_s", "ttft_ms_p50", "itl_m
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("conc") / "out"
-    code = main(["bench", "--concurrency", "1,2", "--prompts", "repetitive", "--max-new-tokens", "12",
+    folder = tmp_path_factory.mktemp("conc")
+    prompts = folder / "two.jsonl"  # one that quotes itself (n-gram drafts), one that does not
+    prompts.write_text('{"prompt": "Repeat after me three times: the quick brown fox jumps over the lazy dog."}\n'
+                       '{"prompt": "Name three colours."}\n')
+    out = folder / "out"
+    code = main(["bench", "--concurrency", "1,2", "--prompts", str(prompts), "--max-new-tokens", "12",
                  "--no-warmup", "--out", str(out)] + ([] if server_dir() else ["--no-peer"]))
     assert code == 0
     return out, json.loads((out / "results.json").read_text())
@@ -48,7 +52,7 @@ def test_results_per_level_and_configuration(results):
             assert agg["by_concurrency"][n]["none"]["vs_server_plain"]["ratio"] > 0
     ours = [s for r in doc["rows"] if r["concurrency"] == 2 and r["runner"] == "specchat" for s in r["steps"]]
     assert max(s["batch_size"] for s in ours) == 2
-    assert "ngram γ=auto" in agg["crossover"]["repetitive"]
+    assert "ngram γ=auto" in agg["crossover"]["two"]
     assert (out / "report.md").read_text().startswith("# specchat bench --concurrency 1,2")
     assert (out / "speedup_vs_concurrency.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -57,7 +61,7 @@ def test_results_per_level_and_configuration(results):
 def test_clients_are_closed_loop_and_speculation_keeps_the_seeded_replies(results):
     _, doc = results
     rows = [r for r in doc["rows"] if r["concurrency"] == 2 and r["config"] == "none"]
-    assert len(rows) == 5  # five prompts, more than 2 × 2
+    assert len(rows) == 4  # two prompts, each twice: 2 × N requests
     starts = sorted(r["start_ms"] for r in rows)
     assert starts[:2] == [pytest.approx(starts[0], abs=50)] * 2 and starts[2] > starts[0] + 10
     # n-gram drafts are verified in the coupled form: a seed gives the plain reply, in a
