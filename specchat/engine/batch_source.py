@@ -11,10 +11,19 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
-if TYPE_CHECKING:
-    from specchat.engine.batched import Request
+from specchat.engine.sampling import SamplingParams
+
+
+@dataclass
+class Request:
+    """One reply to decode: its prompt's ids, how to sample, when to stop."""
+
+    ids: list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    max_new_tokens: int = 256
+    stop_token_ids: tuple[int, ...] = ()
 
 
 class RequestQueue:

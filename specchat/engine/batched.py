@@ -26,30 +26,22 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from specchat.engine.backends.base import common_prefix_length
 from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
 from specchat.engine.batch_gamma import BatchGamma, BatchPlan
-from specchat.engine.batch_source import RequestQueue
+from specchat.engine.batch_source import Request, RequestQueue
 from specchat.engine.controller import Assessment, Controller, make_controller
 from specchat.engine.engine import emitted, read_host
 from specchat.engine.proposers import Proposer
-from specchat.engine.sampling import SamplingParams, position_uniforms
+from specchat.engine.sampling import position_uniforms
 from specchat.errors import GenerationError
 from specchat.events import Step, StepStats
 
 IDLE_WAIT_S = 0.1  # with nothing to decode, how long one wait for a request lasts (a closed queue ends it sooner)
-
-
-@dataclass
-class Request:
-    ids: list[int]
-    params: SamplingParams = field(default_factory=SamplingParams)
-    max_new_tokens: int = 256
-    stop_token_ids: tuple[int, ...] = ()
 
 
 @dataclass
