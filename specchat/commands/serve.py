@@ -80,10 +80,10 @@ def run(args: argparse.Namespace) -> int:
         raise SpecchatError(f"cannot listen on {args.host}:{args.port} ({error.strerror or error})",
                             key="--port") from None
     host, port = server.server_address[:2]
-    print(clean_line(f"specchat serve: {profile.name} on http://{host}:{port}/v1 — {args.parallel} chats at once, "
-                     f"{service.room} tokens each{'; key required' if key else ''} (Ctrl-C stops)"),
-          file=sys.stderr, flush=True)
-    try:
+    try:  # from here on, Ctrl-C stops the server cleanly
+        print(clean_line(f"specchat serve: {profile.name} on http://{host}:{port}/v1 — {args.parallel} chats at once, "
+                         f"{service.room} tokens each{'; key required' if key else ''} (Ctrl-C stops)"),
+              file=sys.stderr, flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         print("specchat serve: stopped", file=sys.stderr)

@@ -40,6 +40,7 @@ class Handler(BaseHTTPRequestHandler):
         self._answer(self._post)
 
     def _answer(self, route) -> None:
+        self.path = self.path.split("?", 1)[0]  # a scraper's ?query changes nothing here
         try:
             if self.path != "/health" and not self._authorised():
                 raise BadRequest("a valid 'Authorization: Bearer KEY' header is required", 401)
