@@ -20,6 +20,7 @@ COMMANDS = [
     "demo",
     "export",
     "train_head",
+    "serve",
 ]
 
 

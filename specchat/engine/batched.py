@@ -9,6 +9,8 @@ own rows exactly as the one-sequence engine verifies point-mass drafts and plain
 the position), and the cells of its rejected drafts are dropped, its alone. A sequence
 that finishes frees its slot for the next request at once (continuous batching), and
 ``cancel(i)`` ends request i before the next step without touching the others.
+Requests come from a list, or from a RequestQueue that a server keeps filling while the
+batch runs (batch_source.py; batch_server.py runs one such loop in a thread).
 
 Proposers here draft point masses or nothing (n-gram lookup, plain decoding: those that
 declare ``point_mass``); a drafter with its own model state per sequence is future work.
@@ -23,29 +25,23 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from specchat.engine.backends.base import common_prefix_length
 from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
 from specchat.engine.batch_gamma import BatchGamma, BatchPlan
+from specchat.engine.batch_source import Request, RequestQueue
 from specchat.engine.controller import Assessment, Controller, make_controller
 from specchat.engine.engine import emitted, read_host
 from specchat.engine.proposers import Proposer
-from specchat.engine.sampling import SamplingParams, position_uniforms
+from specchat.engine.sampling import position_uniforms
 from specchat.errors import GenerationError
 from specchat.events import Step, StepStats
 
-
-@dataclass
-class Request:
-    ids: list[int]
-    params: SamplingParams = field(default_factory=SamplingParams)
-    max_new_tokens: int = 256
-    stop_token_ids: tuple[int, ...] = ()
+IDLE_WAIT_S = 0.1  # with nothing to decode, how long one wait for a request lasts (a closed queue ends it sooner)
 
 
 @dataclass
@@ -92,22 +88,23 @@ class BatchedEngine:
             self.context.drop(seq)
         self._held.clear()
 
-    def generate(self, requests: list[Request], admitted: Callable[[int], None] | None = None
+    def generate(self, requests: list[Request] | RequestQueue, admitted: Callable[[int], None] | None = None
                  ) -> Iterator[tuple[int, Step]]:
-        """``admitted(i)`` is called as request i takes a slot (a closed-loop client's
-        send time: its time to first token counts from there)."""
-        if any(not r.ids for r in requests):
-            raise ValueError("a request's ids are empty: give at least one token")
+        """``requests``: a list (request i is its i-th) or a RequestQueue still being
+        filled (request i is its i-th put); with nothing to decode, the loop waits for the
+        queue's next request until the queue is closed. ``admitted(i)`` is called as request
+        i takes a slot (a closed-loop client's send time: its time to first token counts
+        from there)."""
+        source = requests if isinstance(requests, RequestQueue) else RequestQueue(requests, closed=True)
         with self._lock:
             self._cancelled.clear()  # a cancel from an earlier call never reaches this one
-        queue = deque(enumerate(requests))
         free = list(range(self.n_seq))[::-1]
         active: dict[int, _Slot] = {}
         room = self.context.n_ctx_per_seq
         try:
-            while active or queue:
-                while queue and free:
-                    index, request = queue.popleft()
+            while active or not source.finished:
+                while free and (taken := source.take(0.0 if active else IDLE_WAIT_S)) is not None:
+                    index, request = taken
                     proposer = self.factory()
                     if proposer is not None and not proposer.point_mass:
                         raise ValueError(f"batched decoding verifies point-mass drafts only, not {proposer.kind}'s")
@@ -155,6 +152,8 @@ class BatchedEngine:
         dropped when verified)."""
         self._held[seq] = slot.ids[:slot.cached]
         free.append(seq)
+        with self._lock:
+            self._cancelled.discard(slot.index)  # a cancel that came too late is no one's (a server runs for days)
 
     def _take_cancel(self, index: int) -> bool:
         with self._lock:

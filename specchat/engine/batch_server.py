@@ -1,0 +1,98 @@
+"""One batched engine serving requests that arrive while it runs (``specchat serve``).
+
+A worker thread owns the BatchedEngine (and so the llama.cpp context: no other thread
+decodes) and runs ``generate`` over a RequestQueue that ``submit`` keeps filling. Each
+request's Steps go to its own :class:`Handle` (a ``queue.Queue``), read by whichever
+thread serves that client; ``handle.cancel()`` ends that request alone before the next
+step. An engine error ends every request in flight with its one line, and the worker
+starts over on the same queue (the requests that come next are served).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+
+from specchat.engine.batch_source import RequestQueue
+from specchat.engine.batched import BatchedEngine, Request
+from specchat.errors import GenerationError, one_line
+from specchat.events import Step
+
+
+class Handle:
+    """One submitted request: iterate for its Steps (the last one has its finish reason);
+    ``cancel()`` from any thread. Iterating raises GenerationError if the engine failed."""
+
+    def __init__(self, index: int, cancel: Callable[[int], None]) -> None:
+        self.index = index
+        self.steps: queue.Queue[Step | str] = queue.Queue()  # a str: the engine's error line
+        self.finished = False
+        self._cancel = cancel
+
+    def __iter__(self) -> Iterator[Step]:
+        while not self.finished:
+            item = self.steps.get()
+            if isinstance(item, str):
+                self.finished = True
+                raise GenerationError(item)
+            self.finished = item.finish_reason is not None
+            yield item
+
+    def cancel(self) -> None:
+        if not self.finished:
+            self._cancel(self.index)
+
+
+class BatchedServer:
+    """``submit(request) → Handle``; ``on_step(index, step)`` sees every Step in the
+    worker thread (server-wide counters), whether or not its client still reads."""
+
+    def __init__(self, engine: BatchedEngine, on_step: Callable[[int, Step], None] | None = None) -> None:
+        self.engine = engine
+        self.requests = RequestQueue()
+        self._on_step = on_step or (lambda index, step: None)
+        self._handles: dict[int, Handle] = {}
+        self._lock = threading.Lock()  # a handle is registered before the worker can yield its first step
+        self._worker = threading.Thread(target=self._run, name="specchat-batch", daemon=True)
+        self._worker.start()
+
+    def submit(self, request: Request) -> Handle:
+        """ValueError for empty ids, or once the server is closed."""
+        with self._lock:
+            index = self.requests.put(request)
+            handle = self._handles[index] = Handle(index, self.engine.cancel)
+        return handle
+
+    @property
+    def running(self) -> int:
+        """Requests submitted and not finished (waiting or decoding)."""
+        with self._lock:
+            return len(self._handles)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Cancels what is in flight, stops the worker and frees the engine's context."""
+        self.requests.close()
+        with self._lock:
+            for index in self._handles:
+                self.engine.cancel(index)
+        self._worker.join(timeout_s)
+        if not self._worker.is_alive():
+            self.engine.close()
+
+    def _run(self) -> None:
+        while not self.requests.finished:
+            try:
+                for index, step in self.engine.generate(self.requests):
+                    self._on_step(index, step)
+                    with self._lock:
+                        handle = self._handles.pop(index) if step.finish_reason else self._handles.get(index)
+                    if handle is not None:
+                        handle.steps.put(step)
+            except Exception as exc:  # the batch's cells are dropped (generate): fail its requests, go on
+                line = one_line(exc)
+                with self._lock:
+                    self.requests.drain()
+                    failed, self._handles = list(self._handles.values()), {}
+                for handle in failed:
+                    handle.steps.put(line)

@@ -1,0 +1,151 @@
+"""The HTTP side of ``specchat serve``: stdlib ThreadingHTTPServer, one thread a client.
+
+Every reply is JSON (errors as OpenAI's ``{"error": {"message", "type", "code"}}``, one
+line, never a traceback) except ``/metrics`` (Prometheus text) and streams (SSE: ``data:
+{chunk}`` lines, then ``data: [DONE]``). A key, when set, is asked of every path but
+``/health`` (``Authorization: Bearer KEY``, compared in constant time). Bodies over
+MAX_BODY are refused unread (413). A client that goes away mid-stream has its request
+cancelled (the others in the batch go on as if it had never been there). Log lines quote
+what clients sent, so they are cleaned before they reach the terminal.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from specchat.errors import GenerationError, one_line
+from specchat.sanitize import clean_line
+from specchat.serve.openai import BadRequest, Shape, error_body, parse_job, usage
+from specchat.serve.reply import Reply
+from specchat.serve.service import Service
+
+MAX_BODY = 1 << 20  # bytes: a request body larger than this is refused (413)
+GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)  # the client closed its connection
+
+
+class Handler(BaseHTTPRequestHandler):
+    service: Service  # set on the subclass make_server builds
+    quiet = False
+    server_version = "specchat"
+
+    def do_GET(self) -> None:
+        self._answer(self._get)
+
+    def do_POST(self) -> None:
+        self._answer(self._post)
+
+    def _answer(self, route) -> None:
+        self.path = self.path.split("?", 1)[0]  # a scraper's ?query changes nothing here
+        try:
+            if self.path != "/health" and not self._authorised():
+                raise BadRequest("a valid 'Authorization: Bearer KEY' header is required", 401)
+            route()
+        except BadRequest as error:
+            self._json(error_body(str(error), error.status), error.status)
+        except GONE:
+            pass
+        except Exception as exc:  # noqa: BLE001 — the client gets one line; the server goes on
+            self._json(error_body(f"internal error: {one_line(exc)}", 500), 500)
+
+    def _authorised(self) -> bool:
+        key = self.service.api_key
+        if not key:
+            return True
+        sent = self.headers.get("Authorization", "")
+        return hmac.compare_digest(sent.encode("utf-8", "replace"), f"Bearer {key}".encode())
+
+    def _get(self) -> None:
+        s = self.service
+        if self.path == "/health":
+            self._json({"status": "ok"})
+        elif self.path == "/v1/models":
+            self._json({"object": "list", "data": [{"id": s.model, "object": "model", "owned_by": "specchat",
+                                                    "max_model_len": s.room}]})
+        elif self.path == "/metrics":
+            self._send(s.metrics.render(s.batch.running).encode(), "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            raise BadRequest(f"no such path: GET {self.path[:200]}", 404)
+
+    def _post(self) -> None:
+        kinds = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+        if self.path not in kinds:
+            raise BadRequest(f"no such path: POST {self.path[:200]}", 404)
+        job = parse_job(kinds[self.path], self._body(), self.service.defaults, self.service.max_new_tokens)
+        handle, prompt_ids = self.service.start(job)
+        reply, shape = Reply(self.service.chat.tokenizer, self.service.num_spec_tokens), Shape(job, self.service.model)
+        try:
+            if job.stream:
+                self._stream(handle, reply, shape, len(prompt_ids))
+            else:
+                entries: list[dict] = []
+                for step in handle:
+                    entries += reply.add(step)[1]
+                self._json(shape.body(reply.text, entries, reply.ids, reply.finish_reason, reply.spec_stats(),
+                                      usage(len(prompt_ids), reply.tokens), prompt_ids))
+        except GenerationError as error:
+            self._json(error_body(f"generation failed: {error}", 500), 500)
+        finally:
+            handle.cancel()  # a no-op once finished; frees the slot of a client that went away
+
+    def _stream(self, handle, reply: Reply, shape: Shape, prompt_tokens: int) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        try:
+            for step in handle:  # one chunk a step, as vLLM streams (its --stream-interval 1)
+                text, entries = reply.add(step)
+                finish = reply.finish_reason
+                ids = [t.id for t in step.tokens]
+                self._event(shape.chunk(text, entries, ids, finish, reply.spec_stats() if finish else None))
+        except GenerationError as error:
+            self._event(error_body(f"generation failed: {error}", 500))
+        if shape.job.include_usage:
+            self._event(shape.usage_chunk(usage(prompt_tokens, reply.tokens)))
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+    def _event(self, obj: dict[str, Any]) -> None:
+        self.wfile.write(b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n")
+        self.wfile.flush()
+
+    def _body(self) -> Any:
+        if self.headers.get("Transfer-Encoding"):
+            raise BadRequest("send the body with a Content-Length, not chunked", 411)
+        length = self.headers.get("Content-Length", "")
+        if not length.isdigit():
+            raise BadRequest("a Content-Length header is required", 411)
+        if int(length) > MAX_BODY:
+            self.close_connection = True  # the body is never read
+            raise BadRequest(f"the request body is {int(length)} bytes; at most {MAX_BODY} are accepted", 413)
+        try:
+            return json.loads(self.rfile.read(int(length)))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise BadRequest("the request body is not valid JSON") from None
+
+    def _json(self, obj: dict[str, Any], status: int = 200) -> None:
+        self._send(json.dumps(obj, ensure_ascii=False).encode(), "application/json", status)
+
+    def _send(self, data: bytes, content_type: str, status: int = 200) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 — the stdlib's name
+        if not self.quiet:
+            print(clean_line(f"{self.address_string()} {format % args}"), file=sys.stderr, flush=True)
+
+
+def make_server(service: Service, host: str, port: int, quiet: bool = False) -> ThreadingHTTPServer:
+    """The server bound to (host, port) — port 0 picks a free one: ``server.server_address``."""
+    handler = type("ServeHandler", (Handler,), {"service": service, "quiet": quiet})
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    server_class = type("ServeHTTPServer", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
+    return server_class((host, port), handler)

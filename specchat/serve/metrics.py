@@ -1,0 +1,70 @@
+"""Server-wide counters for ``GET /metrics``, in Prometheus text under vLLM's names.
+
+* vllm:spec_decode_num_drafts_total: steps that verified at least one draft;
+* vllm:spec_decode_num_draft_tokens_total / …_num_accepted_tokens_total: drafts proposed / kept;
+* vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}: steps whose i-th draft was kept;
+* vllm:prompt_tokens_total / vllm:generation_tokens_total: tokens prefilled / generated;
+* vllm:request_success_total{finished_reason=…}: requests finished, by OpenAI's reason;
+* vllm:num_requests_running: requests submitted and not finished (a gauge).
+
+Every sample carries ``model_name`` as vLLM's do, so specchat's own client
+(remote/metrics.py) and dashboards made for vLLM read them unchanged.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from specchat.events import Step
+from specchat.serve.reply import FINISH
+
+
+class ServeMetrics:
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+        self._lock = threading.Lock()  # the worker adds steps while handlers add prompts and read
+        self.drafts = self.draft_tokens = self.accepted = 0
+        self.per_position: list[int] = []
+        self.prompt_tokens = self.generation_tokens = 0
+        self.finished: dict[str, int] = {}
+
+    def add_prompt(self, tokens: int) -> None:
+        with self._lock:
+            self.prompt_tokens += tokens
+
+    def add_step(self, index: int, step: Step) -> None:
+        k, n = step.stats.num_draft_tokens, step.stats.num_accepted_tokens
+        with self._lock:
+            self.generation_tokens += len(step.tokens)
+            if k:
+                self.drafts += 1
+                self.draft_tokens += k
+                self.accepted += n
+                self.per_position += [0] * (n - len(self.per_position))
+                for i in range(n):
+                    self.per_position[i] += 1
+            if step.finish_reason:
+                reason = FINISH.get(step.finish_reason, "stop")
+                self.finished[reason] = self.finished.get(reason, 0) + 1
+
+    def render(self, running: int) -> str:
+        label = f'model_name="{self.model_name}"'
+        with self._lock:
+            counters = [
+                ("vllm:spec_decode_num_drafts_total", "Steps that verified at least one draft.", [("", self.drafts)]),
+                ("vllm:spec_decode_num_draft_tokens_total", "Draft tokens proposed.", [("", self.draft_tokens)]),
+                ("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", [("", self.accepted)]),
+                ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "Steps whose draft at this position was accepted.",
+                 [(f',position="{i}"', c) for i, c in enumerate(self.per_position)]),
+                ("vllm:prompt_tokens_total", "Prompt tokens.", [("", self.prompt_tokens)]),
+                ("vllm:generation_tokens_total", "Generated tokens.", [("", self.generation_tokens)]),
+                ("vllm:request_success_total", "Requests finished, by finish reason.",
+                 [(f',finished_reason="{r}"', c) for r, c in sorted(self.finished.items())]),
+            ]
+        lines = []
+        for name, help_text, samples in counters:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
+            lines += [f"{name}{{{label}{extra}}} {float(value)}" for extra, value in samples]
+        lines += ["# HELP vllm:num_requests_running Requests submitted and not finished.",
+                  "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{label}}} {float(running)}"]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,174 @@
+"""OpenAI's request and response shapes: a request body → a Job; a reply → chunks/JSON.
+
+Read from a request: ``messages`` (chat) or ``prompt`` (completions), ``max_tokens`` (or
+``max_completion_tokens``), ``temperature``, ``top_p``, ``top_k`` (−1 or 0: off, as
+vLLM), ``seed``, ``stream``, ``stream_options.include_usage``, ``logprobs`` (chat: true
+gives each token's log p as ``logprobs.content``), ``return_token_ids`` (vLLM's: the
+prompt's and the reply's token ids, ``prompt_token_ids`` and each choice's
+``token_ids``). A sampling field left out takes the
+profile's value. ``n`` other than 1 and non-empty ``stop`` strings are refused (400):
+a reply ends at the model's end of turn or at ``max_tokens``. Anything else OpenAI
+defines (``model``, ``user``, …) is accepted and ignored: one model is served.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from specchat.engine.sampling import SamplingParams
+from specchat.errors import SamplingError
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class BadRequest(Exception):
+    """A request the server refuses: its HTTP status and one line for the client."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Job:
+    """A parsed request: ``messages`` for chat, else ``prompt`` text."""
+
+    kind: str  # "chat" or "completion"
+    params: SamplingParams
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    logprobs: bool
+    return_token_ids: bool = False
+    messages: tuple[dict[str, str], ...] = ()
+    prompt: str = ""
+
+
+def error_body(message: str, status: int) -> dict[str, Any]:
+    kind = {401: "authentication_error", 404: "not_found_error", 413: "invalid_request_error"}
+    return {"error": {"message": message, "type": kind.get(status, "invalid_request_error" if status < 500
+                                                           else "server_error"), "code": status}}
+
+
+def parse_job(kind: str, body: Any, defaults: SamplingParams, max_new_tokens: int) -> Job:
+    """BadRequest (400) naming the field for anything malformed or out of range."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    if body.get("n", 1) != 1:
+        raise BadRequest("'n' must be 1: one reply per request")
+    if body.get("stop") not in (None, "", []):
+        raise BadRequest("'stop' strings are not supported: a reply ends at the model's end of turn or max_tokens")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_tokens = max_new_tokens if max_tokens is None else max_tokens
+    if not _integer(max_tokens) or max_tokens < 1:
+        raise BadRequest("'max_tokens' must be an integer ≥ 1")
+    top_k = body.get("top_k", defaults.top_k)
+    top_k = 0 if top_k == -1 else top_k
+    try:
+        params = dataclasses.replace(defaults, temperature=_field(body, "temperature", defaults.temperature),
+                                     top_p=_field(body, "top_p", defaults.top_p), top_k=top_k,
+                                     seed=body.get("seed", defaults.seed))
+    except SamplingError as error:
+        raise BadRequest(f"'{error.key.removeprefix('sampling.')}': {error.message} ({error.hint})") from None
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise BadRequest("'stream_options' must be an object")
+    for flag in ("stream", "logprobs", "return_token_ids"):
+        if not isinstance(body.get(flag, False), bool):
+            raise BadRequest(f"'{flag}' must be true or false")
+    common = dict(kind=kind, params=params, max_tokens=max_tokens, stream=body.get("stream", False),
+                  include_usage=options.get("include_usage") is True, logprobs=body.get("logprobs", False) is True,
+                  return_token_ids=body.get("return_token_ids", False) is True)
+    if kind == "chat":
+        return Job(messages=_messages(body.get("messages")), **common)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("'prompt' must be a non-empty string")
+    return Job(prompt=prompt, **common)
+
+
+def _integer(x: Any) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _field(body: dict, key: str, default: Any) -> Any:
+    value = body.get(key)
+    return default if value is None else value
+
+
+def _messages(messages: Any) -> tuple[dict[str, str], ...]:
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise BadRequest(f"messages[{i}] must be an object with a 'role' of {', '.join(ROLES)}")
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: the text ones, joined
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise BadRequest(f"messages[{i}].content: only text parts are supported")
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise BadRequest(f"messages[{i}].content must be text")
+        out.append({"role": "system" if m["role"] == "developer" else m["role"], "content": content})
+    return tuple(out)
+
+
+class Shape:
+    """The response's envelope (id, created, model) and its chunk/body builders."""
+
+    def __init__(self, job: Job, model: str) -> None:
+        self.job, self.model = job, model
+        self.id = ("chatcmpl-" if job.kind == "chat" else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+        self.first = True
+
+    def _envelope(self, obj: str, choices: list, **extra: Any) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices, **extra}
+
+    def chunk(self, text: str, entries: list[dict], ids: list[int], finish: str | None = None,
+              stats: dict | None = None) -> dict:
+        if self.job.kind == "chat":
+            delta = {"role": "assistant", "content": text} if self.first else {"content": text}
+            choice = {"index": 0, "delta": delta, "logprobs": {"content": entries} if self.job.logprobs else None,
+                      "finish_reason": finish}
+            obj = "chat.completion.chunk"
+        else:
+            choice, obj = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}, "text_completion"
+        if self.job.return_token_ids:
+            choice["token_ids"] = ids
+        if finish is not None:
+            choice["speculative_decoding_stats"] = stats
+        self.first = False
+        return self._envelope(obj, [choice])
+
+    def usage_chunk(self, usage: dict) -> dict:
+        return self._envelope("chat.completion.chunk" if self.job.kind == "chat" else "text_completion", [],
+                              usage=usage)
+
+    def body(self, text: str, entries: list[dict], ids: list[int], finish: str, stats: dict | None, usage: dict,
+             prompt_ids: list[int]) -> dict:
+        if self.job.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "logprobs": {"content": entries} if self.job.logprobs else None, "finish_reason": finish}
+            obj = "chat.completion"
+        else:
+            choice, obj = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}, "text_completion"
+        choice["speculative_decoding_stats"] = stats
+        if not self.job.return_token_ids:
+            return self._envelope(obj, [choice], usage=usage)
+        choice["token_ids"] = ids
+        return self._envelope(obj, [choice], usage=usage, prompt_token_ids=prompt_ids)
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}

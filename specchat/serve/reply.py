@@ -1,0 +1,83 @@
+"""One request's reply as its Steps arrive: text, token counts and speculation figures.
+
+``speculative_decoding_stats`` has vLLM's per-request shape (``--per-request-spec-decode-
+stats summary``, attached to the choice that carries the finish reason):
+
+* num_spec_steps: steps that verified at least one draft (vLLM's num_drafts);
+* num_draft_tokens / num_accepted_draft_tokens: drafts proposed / kept (bonus excluded);
+* mean_acceptance_length: 1 + accepted / spec steps (tokens a verifying step emitted);
+* draft_acceptance_rate: accepted / drafted (None before any draft);
+* acceptance_histogram: {accepted drafts j: steps that kept exactly j}, zero counts left out;
+* num_spec_tokens: the most drafts a step may propose (the profile's γ, or its ceiling
+  under γ = auto).
+
+specchat adds ``accepted_per_position`` (step counts whose i-th draft was kept: the
+per-request side of ``vllm:spec_decode_num_accepted_tokens_per_pos_total``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from specchat.engine.chat import IncrementalDecoder
+from specchat.events import Step
+
+# our finish reasons → OpenAI's (vLLM says "abort" for a request it cancelled)
+FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "abort",
+          "error": "error"}
+
+
+class Reply:
+    def __init__(self, tokenizer: Any, num_spec_tokens: int) -> None:
+        self.decoder = IncrementalDecoder(tokenizer)
+        self.num_spec_tokens = num_spec_tokens
+        self.ids: list[int] = []
+        self.finish_reason: str | None = None
+        self.spec_steps = self.drafted = self.accepted = 0
+        self.histogram: dict[int, int] = {}
+        self.per_position: list[int] = []
+
+    @property
+    def tokens(self) -> int:
+        return len(self.ids)
+
+    @property
+    def text(self) -> str:
+        return self.decoder.text
+
+    def add(self, step: Step) -> tuple[str, list[dict[str, Any]]]:
+        """The step's new text and its tokens as OpenAI logprob entries (token, logprob)."""
+        entries = []
+        for token in step.tokens:
+            piece = self.decoder.add(token.id)
+            logprob = math.log(token.p) if token.p else -9999.0
+            entries.append({"token": piece, "logprob": logprob, "bytes": list(piece.encode()), "top_logprobs": []})
+        self.ids += [t.id for t in step.tokens]
+        k, n = step.stats.num_draft_tokens, step.stats.num_accepted_tokens
+        if k:
+            self.spec_steps += 1
+            self.drafted += k
+            self.accepted += n
+            self.histogram[n] = self.histogram.get(n, 0) + 1
+            self.per_position += [0] * (n - len(self.per_position))
+            for i in range(n):
+                self.per_position[i] += 1
+        if step.finish_reason:
+            self.finish_reason = FINISH.get(step.finish_reason, "stop")
+        return "".join(e["token"] for e in entries), entries
+
+    def spec_stats(self) -> dict[str, Any] | None:
+        """vLLM's per-request summary (the module docstring); None without speculation."""
+        if not self.num_spec_tokens:
+            return None
+        return {
+            "mean_acceptance_length": 1 + self.accepted / self.spec_steps if self.spec_steps else 1.0,
+            "draft_acceptance_rate": self.accepted / self.drafted if self.drafted else None,
+            "acceptance_histogram": {str(j): c for j, c in sorted(self.histogram.items())},
+            "num_spec_steps": self.spec_steps,
+            "num_accepted_draft_tokens": self.accepted,
+            "num_draft_tokens": self.drafted,
+            "num_spec_tokens": self.num_spec_tokens,
+            "accepted_per_position": list(self.per_position),
+        }

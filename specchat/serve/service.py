@@ -1,0 +1,91 @@
+"""What ``specchat serve`` holds while it runs: the batched engine's worker, the chat
+template, the profile's defaults and the counters; ``start(job)`` turns a parsed request
+into a running one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specchat.engine.batch_server import BatchedServer, Handle
+from specchat.engine.batched import BatchedEngine, Request
+from specchat.engine.chat import ChatSession
+from specchat.engine.engine import SpeculativeEngine
+from specchat.engine.factory import sampling_params
+from specchat.engine.proposers import NgramProposer
+from specchat.engine.sampling import SamplingParams
+from specchat.errors import SpecchatError
+from specchat.serve.metrics import ServeMetrics
+from specchat.serve.openai import BadRequest, Job
+
+METHODS = ("ngram", "none")  # what a batch verifies: point-mass drafts, or none
+
+
+@dataclass
+class Service:
+    batch: BatchedServer
+    chat: ChatSession  # the chat template and end-of-turn tokens (its engine never runs)
+    model: str  # the name /v1/models lists and responses carry
+    defaults: SamplingParams  # the profile's sampling, for fields a request leaves out
+    max_new_tokens: int
+    room: int  # tokens one sequence holds: prompt and reply together
+    num_spec_tokens: int  # the most drafts a step proposes (0: plain decoding)
+    metrics: ServeMetrics
+    api_key: str | None = None
+
+    def prompt_ids(self, job: Job) -> list[int]:
+        if job.kind == "completion":
+            return self.chat.tokenizer.encode(job.prompt)
+        messages = list(job.messages)
+        if self.chat.system_prompt and messages[0]["role"] != "system":  # the profile's, unless the client sent one
+            messages.insert(0, {"role": "system", "content": self.chat.system_prompt})
+        try:
+            return self.chat.prompt_ids(messages)
+        except Exception as exc:  # a template that raises on these messages (roles out of order)
+            raise BadRequest(f"the chat template refused these messages ({type(exc).__name__})") from None
+
+    def start(self, job: Job) -> tuple[Handle, list[int]]:
+        """Submits ``job`` → (its handle, its prompt's ids); BadRequest when the prompt
+        leaves no room for a reply in one sequence's context."""
+        ids = self.prompt_ids(job)
+        if not ids or len(ids) >= self.room:
+            raise BadRequest(f"the prompt is {len(ids)} tokens; each request holds at most {self.room} tokens "
+                             f"(prompt and reply) here — shorten it, or serve with a smaller --parallel")
+        self.metrics.add_prompt(len(ids))
+        return self.batch.submit(Request(ids, job.params, job.max_tokens)), ids  # end of turn: the engine's eos
+
+    def close(self) -> None:
+        self.batch.close()
+
+
+def check_profile(profile: Any, parallel: int) -> None:
+    """One line, exit 2, for a profile the batched engine cannot serve (before loading it)."""
+    if profile.target.backend != "llama.cpp":
+        raise SpecchatError(f"serve runs llama.cpp (GGUF) profiles only, not target.backend = "
+                            f"'{profile.target.backend}'", key="target.backend",
+                            hint="use a profile with backend = \"llama.cpp\" (the default profile is one)")
+    spec = profile.speculation
+    if spec.method not in METHODS:
+        raise SpecchatError(f"serve verifies n-gram drafts only, not speculation.method = '{spec.method}'",
+                            key="speculation.method", hint="use method = \"ngram\" or \"none\"")
+    if parallel < 1:
+        raise SpecchatError(f"--parallel {parallel} is not valid", key="--parallel", hint="use a whole number ≥ 1")
+
+
+def build_service(profile: Any, loaded: Any, parallel: int, api_key: str | None = None) -> Service:
+    """The profile's models → a running Service (its worker thread started)."""
+    check_profile(profile, parallel)
+    spec = profile.speculation
+    room = max(256, loaded.target.max_length // parallel)
+    if spec.method == "ngram":
+        gamma, ceiling = spec.num_speculative_tokens, spec.max_speculative_tokens
+        num_spec_tokens = ceiling if gamma == "auto" else int(gamma)
+        factory = lambda: NgramProposer(gamma, spec.prompt_lookup_min, spec.prompt_lookup_max, ceiling)  # noqa: E731
+    else:
+        num_spec_tokens, factory = 0, (lambda: None)
+    chat = ChatSession(SpeculativeEngine(loaded.target, None), loaded.tokenizer,
+                       system_prompt=profile.chat.system_prompt, enable_thinking=profile.chat.enable_thinking)
+    metrics = ServeMetrics(profile.name)
+    engine = BatchedEngine(loaded.target, parallel, factory, chat.stop_token_ids, n_ctx_per_seq=room)
+    return Service(BatchedServer(engine, metrics.add_step), chat, profile.name, sampling_params(profile.sampling),
+                   profile.sampling.max_new_tokens, room, num_spec_tokens, metrics, api_key)
