@@ -49,7 +49,9 @@ def served():
     from specchat.serve.http import make_server
     from specchat.serve.service import build_service
 
-    profile = load_profile("default")
+    # a fixed γ: whether drafts are verified must not hang on timings (γ = auto's plan
+    # weighs measured step times, and a busy machine may make it decode plainly)
+    profile = load_profile("default").replace(speculation={"num_speculative_tokens": 3})
     loaded = load_models(profile)
     service = build_service(profile, loaded, parallel=2)
     stops = service.chat.stop_token_ids
