@@ -21,6 +21,8 @@ a position the stale draft still holds (llama_decode fails), which is asserted i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+from collections import deque
 
 import numpy as np
 import pytest
@@ -39,7 +41,8 @@ from specchat.loading.gguf_tokenizer import GgufTokenizer
 pytestmark = needs_llama_cpp
 PARAMS = SamplingParams(temperature=0.8, top_p=0.95, top_k=10)
 # (question, the reply so far, drafts per step): each prompt's next token has a likely
-# value and a few others, so its greedy drafts are kept about half the time
+# value (p 0.3 to 0.75 at these settings) and a few others, so greedy drafts are kept
+# and rejected
 PROMPTS = [
     ("Describe a city.", "The city is big and the city is", 0),
     ("What is the capital of France? Answer in one sentence.", "", 1),
@@ -99,15 +102,14 @@ def first_two(backend, prompts, samples: int) -> tuple[list[np.ndarray], list[in
     per request; a reply that ended after one token reads -1 second), and the drafts each
     request had verified in its first step."""
     proposers = [Scripted(script, len(ids), k) if k else None for ids, k, script, _ in prompts]
-    order = iter(())
-    engine = BatchedEngine(backend, n_seq=len(prompts), proposer_factory=lambda: next(order))
+    queue: deque[Scripted | None] = deque()  # the engine takes requests in order: request i gets proposer i
+    engine = BatchedEngine(backend, n_seq=len(prompts), proposer_factory=queue.popleft)
     got = [np.full((samples, 2), -1, dtype=np.int64) for _ in prompts]
     drafted = [0] * len(prompts)
     try:
         for seed in range(samples):
-            order = iter(proposers)  # request i gets proposer i
-            requests = [Request(ids, SamplingParams(PARAMS.temperature, PARAMS.top_p, PARAMS.top_k,
-                                                    seed=len(prompts) * seed + i), max(2, k + 1))
+            queue.extend(proposers)
+            requests = [Request(ids, dataclasses.replace(PARAMS, seed=len(prompts) * seed + i), max(2, k + 1))
                         for i, (ids, k, _, _) in enumerate(prompts)]
             tokens: list[list[int]] = [[] for _ in prompts]
             for i, step in engine.generate(requests):
