@@ -1,12 +1,15 @@
 """``specchat verify``: check on your own models and settings that speculative sampling
 draws from exactly the distribution plain sampling does. Exit 0 on PASS, 1 on FAIL,
-2 on a usage or profile error."""
+2 on a usage or profile error. ``--concurrency N`` (N > 1) checks the batched engine's
+samples and greedy replies instead, N sequences at once (bench/verify_batched.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+
+MAX_CONCURRENCY = 64  # sequences one batched llama.cpp context takes here
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -29,6 +32,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "default prompt's own start; none with --prompt; alone, it continues the yes/no question)")
     parser.add_argument("--gamma", type=int, metavar="K", help="drafts per step (default: the profile's γ)")
     parser.add_argument("--temperature", type=float, metavar="T", help="override sampling.temperature")
+    parser.add_argument("--concurrency", type=int, default=1, metavar="N",
+                        help="decode N sequences at once through the batched engine (llama.cpp profiles only) and "
+                             "check those samples and greedy replies instead (default 1: one sequence)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
@@ -45,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
         # and the token after it are two), so speculation could not be exercised at all
         raise SpecchatError(f"--tokens {args.tokens} is out of range", key="--tokens",
                             hint="use 2 to 8 (one token leaves no room for a draft)")
+    if not 1 <= args.concurrency <= MAX_CONCURRENCY:
+        raise SpecchatError(f"--concurrency {args.concurrency} is out of range", key="--concurrency",
+                            hint=f"use 1 to {MAX_CONCURRENCY} (1: one sequence, as plain verify)")
     if args.gamma is not None and not 1 <= args.gamma <= 16:
         raise SpecchatError(f"--gamma {args.gamma} is out of range", key="--gamma", hint="use 1 to 16")
     if args.temperature is not None:
@@ -55,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
     if profile.speculation.method == "none":
         raise SpecchatError(f"profile '{profile.name}' does not speculate (speculation.method = 'none')",
                             key="speculation.method", hint="verify a profile whose method is draft_model or ngram")
+    if args.concurrency > 1 and profile.target.backend != "llama.cpp":
+        raise SpecchatError(f"--concurrency {args.concurrency}: batched verify needs the llama.cpp backend, and "
+                            f"profile '{profile.name}' runs on {profile.target.backend}", key="--concurrency",
+                            hint="verify a llama.cpp profile (the default), or drop --concurrency")
     if args.temperature is not None:
         profile = profile.replace(sampling={"temperature": args.temperature})
 
@@ -63,8 +76,15 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = load_models(profile, progress=_to_stderr)
     prompt = args.prompt or (DEFAULT_PROMPT if args.reply_start is not None else None)  # None: verify chooses
-    report = verify(loaded, profile, samples=args.samples, tokens=args.tokens, prompt=prompt,
-                    reply_start=args.reply_start or "", gamma=args.gamma, progress=_progress)
+    if args.concurrency > 1:
+        from specchat.bench.verify_batched import verify_batched
+
+        report = verify_batched(loaded, profile, concurrency=args.concurrency, samples=args.samples,
+                                tokens=args.tokens, prompt=prompt, reply_start=args.reply_start or "",
+                                gamma=args.gamma, progress=_progress)
+    else:
+        report = verify(loaded, profile, samples=args.samples, tokens=args.tokens, prompt=prompt,
+                        reply_start=args.reply_start or "", gamma=args.gamma, progress=_progress)
     print("", file=sys.stderr)
     if args.json:
         print(json.dumps(_as_dict(report), ensure_ascii=False, default=str))
@@ -80,13 +100,17 @@ def render(report) -> str:
         f"{s['dtype']}{_weights(s)}; {s['samples']} samples × {s['tokens']} tokens of each kind; prompt {s['prompt_tokens']} tokens"
         + (f" (reply so far: {s['reply_start']!r})" if s.get("reply_start") else ""),
     ]
+    if s.get("concurrency"):
+        lines.append(f"batched: {s['concurrency']} sequences in each llama.cpp decode, the requests cycling through "
+                     f"{', '.join(s['kinds'])} (drafts of different lengths in one decode)")
     if s.get("candidates"):
         others = ", ".join(f"{c['prompt']!r} {c['cells']}" + ("" if c["drafts"] else " (no draft)")
                            for c in s["candidates"][1:])
         lines.append(f"prompt chosen for width: {s['prompt_cells']} cells of the first {min(s['tokens'], 2)} "
                      f"token{'s' if s['tokens'] > 1 else ''} expected ≥ 5 times (other candidates: {others})")
     if s.get("greedy_prompt"):
-        lines.append(f"batched-logit and greedy checks on {s['greedy_prompt']!r} (reply so far: "
+        lines.append(f"{'greedy check' if s.get('concurrency') else 'batched-logit and greedy checks'} on "
+                     f"{s['greedy_prompt']!r} (reply so far: "
                      f"{s['greedy_reply_start']!r}), where greedy drafts are long and often kept")
     sp = report.speculation
     if sp.get("drafted"):

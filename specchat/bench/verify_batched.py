@@ -1,0 +1,225 @@
+"""``specchat verify --concurrency N``: verify's sampled checks through the batched engine
+(engine/batched.py), N sequences in one llama.cpp decode at every step.
+
+Samples: ``samples`` drafting requests (seed = their index, as verify's speculative
+samples) and one plain request after every three, all on the prompt verify chooses,
+fed to one BatchedEngine with N slots. The requests cycle through four kinds — γ drafts,
+plain, one draft, the profile's own γ (auto: its adaptive controller) — so a decode holds
+sequences verifying different numbers of drafts, and plain ones beside them, whose rows
+a fault could hand to the wrong sequence. Checks, by verify_stats' rule:
+
+1. the batched drafting requests: first token vs exact p, and first two tokens vs the
+   exact joint, both enumerated from the target's one-sequence logits (as verify does);
+2. the batched plain requests (decoded beside drafting ones): first token vs exact p;
+3. the batched drafting requests vs one-sequence plain sampling (seeds PLAIN_SEEDS + i),
+   K-token continuations (two-sample χ² and TV);
+4. greedy: N requests at once on verify's greedy prompt, one of each kind, each against
+   the one-sequence plain reply token by token; a divergence passes only at a near-tie of
+   the format's fixed bound (near_tie.py), and the batched reply resumes from plain's
+   prefix after it, as verify's greedy diff does.
+
+The batched engine verifies point-mass drafts only (n-gram lookup): other methods are
+refused with one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from specchat.bench.near_tie import compute_precision
+from specchat.bench.verify import (DEFAULT_CANDIDATES, DEFAULT_PROMPT, DEFAULT_REPLY_START, END, GREEDY_TOKENS,
+                                   MAX_DIVERGENCES, PLAIN_SEEDS, VerifyReport, _choose_prompt, _distribution,
+                                   _divergence, _pair_codes, _sequence_codes, _speculative_sample, default_proposer)
+from specchat.bench.verify_stats import Check, goodness_of_fit, two_sample
+from specchat.engine import SpeculativeEngine
+from specchat.engine.backends import as_backend
+from specchat.engine.batched import BatchedEngine, Request
+from specchat.engine.sampling import SamplingParams
+from specchat.errors import SpecchatError
+
+PLAIN = None  # a request kind: no proposer
+
+
+def request_kinds(gamma: int, profile_gamma: int | str) -> list[int | str | None]:
+    """The γ of each request kind, in the order requests cycle through them."""
+    return [gamma, PLAIN, 1, profile_gamma]
+
+
+@torch.inference_mode()
+def verify_batched(loaded: Any, profile: Any, *, concurrency: int, samples: int = 2000, tokens: int = 3,
+                   prompt: str | None = None, reply_start: str = "", params: SamplingParams | None = None,
+                   gamma: int | None = None, proposer_factory: Callable[[Any, Any, int | str], Any] | None = None,
+                   progress: Callable[[int, int, str], None] | None = None) -> VerifyReport:
+    from specchat.engine.chat import ChatSession
+    from specchat.engine.factory import sampling_params
+
+    report = progress or (lambda done, total, text: None)
+    params = params or sampling_params(profile.sampling)
+    spec = profile.speculation
+    if gamma is None:
+        auto = not isinstance(spec.num_speculative_tokens, int)
+        gamma = spec.max_speculative_tokens if auto else spec.num_speculative_tokens
+    factory = proposer_factory or default_proposer
+    target = as_backend(loaded.target)
+    if target.name != "llama.cpp":
+        raise SpecchatError(f"batched verify (--concurrency {concurrency}) needs the llama.cpp backend, not "
+                            f"{target.name}", key="--concurrency", hint="use a llama.cpp profile, or --concurrency 1")
+    probe_proposer = factory(loaded, profile, gamma)
+    if not probe_proposer.point_mass:
+        raise SpecchatError(f"batched verify checks point-mass drafts (n-gram lookup) only, not "
+                            f"{probe_proposer.kind}'s", key="speculation.method",
+                            hint="verify an ngram profile, or use --concurrency 1")
+    plain_engine = SpeculativeEngine(target, None)
+    chat = ChatSession(plain_engine, loaded.tokenizer, system_prompt=profile.chat.system_prompt,
+                       enable_thinking=profile.chat.enable_thinking)
+
+    def prompt_ids(question: str, start: str) -> list[int]:
+        ids = chat.prompt_ids([{"role": "user", "content": question}])
+        return ids + (list(loaded.tokenizer(start, add_special_tokens=False)["input_ids"]) if start else [])
+
+    eos = sorted(plain_engine.eos_token_ids)
+    candidates = [(prompt, reply_start)] if prompt is not None else list(DEFAULT_CANDIDATES)
+    report(0, 1, "choosing the prompt")
+    chosen = _choose_prompt(target, probe_proposer, [(c, prompt_ids(*c)) for c in candidates], params, gamma,
+                            samples, tokens, eos)
+    (prompt, reply_start), ids, probe = chosen[0]
+    greedy_ids = ids if len(candidates) == 1 else prompt_ids(DEFAULT_PROMPT, DEFAULT_REPLY_START)
+    kind_gammas = request_kinds(gamma, spec.num_speculative_tokens)
+    settings = {"samples": samples, "tokens": tokens, "gamma": gamma, "prompt": prompt, "reply_start": reply_start,
+                "prompt_tokens": len(ids), "prompt_cells": probe.cells, "candidates": [],
+                "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
+                "method": spec.method, "dtype": target.precision, "backend": target.name,
+                "precision": compute_precision(target), "concurrency": concurrency,
+                "kinds": ["plain" if g is PLAIN else f"γ={g}" for g in kind_gammas]}
+    if greedy_ids is not ids:
+        settings["greedy_prompt"], settings["greedy_reply_start"] = DEFAULT_PROMPT, DEFAULT_REPLY_START
+    kinds = KindQueue(loaded, profile, factory)
+    engine = BatchedEngine(target, n_seq=concurrency, proposer_factory=kinds, eos_token_ids=eos)
+    checks: list[Check] = []
+    notes: list[str] = []
+    stats = {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0}
+    try:
+        if not params.greedy:
+            checks += _sampled_checks(engine, kinds, kind_gammas, ids, probe, params, samples, tokens, plain_engine,
+                                      stats, report)
+            if stats["drafted"] == 0:
+                checks.append(Check("speculation was exercised", False,
+                                    detail="no drafts were proposed: nothing was verified — for n-gram lookup "
+                                           "use a --prompt / --reply-start whose answer repeats its words"))
+        else:
+            notes.append("temperature 0: greedy decoding, so only the token-by-token diff applies")
+        report(1, 1, "greedy diff")
+        checks.append(_greedy_diff(engine, kinds, kind_gammas, target, greedy_ids, params))
+    finally:
+        engine.close()
+    return VerifyReport(all(c.passed for c in checks), checks, settings, stats, notes)
+
+
+class KindQueue:
+    """The batched engine's proposer factory: it takes requests in order, so each call
+    gives the next queued kind's proposer (a new one; None for a plain request)."""
+
+    def __init__(self, loaded: Any, profile: Any, factory: Callable) -> None:
+        self.loaded, self.profile, self.factory = loaded, profile, factory
+        self.queue: deque[int | str | None] = deque()
+
+    def __call__(self) -> Any:
+        g = self.queue.popleft()
+        return None if g is PLAIN else self.factory(self.loaded, self.profile, g)
+
+
+def _sampled_checks(engine: BatchedEngine, kinds: KindQueue, kind_gammas: list[int | str | None], ids: list[int],
+                    probe: Any, params: SamplingParams, samples: int, tokens: int, plain_engine: SpeculativeEngine,
+                    stats: dict[str, int], report: Callable[[int, int, str], None]) -> list[Check]:
+    """verify's sampled checks (module docstring, 1-3) on the batched samples; ``stats``
+    counts their drafts."""
+    plan: list[int | str | None] = []
+    while len(plan) - plan.count(PLAIN) < samples:  # the kinds in turn, until ``samples`` of them draft
+        plan.append(kind_gammas[len(plan) % len(kind_gammas)])
+    spec_at = [j for j, g in enumerate(plan) if g is not PLAIN]
+    plain_at = [j for j, g in enumerate(plan) if g is PLAIN]
+    total = len(plan) + samples
+    report(0, total, "batched samples")
+    kinds.queue.extend(plan)
+    requests = [Request(ids, dataclasses.replace(params, seed=j), tokens) for j in range(len(plan))]
+    seqs = np.full((len(plan), tokens), END, dtype=np.int64)
+    got = [0] * len(plan)
+    for j, step in engine.generate(requests):
+        new = [t.id for t in step.tokens][:tokens - got[j]]
+        seqs[j, got[j]:got[j] + len(new)] = new
+        got[j] += len(new)
+        stats["drafted"] += step.stats.num_draft_tokens
+        stats["accepted"] += step.stats.num_accepted_tokens
+        stats["rejected"] += sum(t.kind == "resampled" for t in step.tokens)
+        stats["bonus"] += sum(t.kind == "bonus" for t in step.tokens)
+        if step.finish_reason and j % 50 == 0:
+            report(j, total, "batched samples")
+    plain = np.empty((samples, tokens), dtype=np.int64)
+    for i in range(samples):
+        if i % 50 == 0:
+            report(len(plan) + i, total, "plain samples (one sequence)")
+        plain[i] = _speculative_sample(plain_engine, ids, dataclasses.replace(params, seed=PLAIN_SEEDS + i), tokens,
+                                       {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0})
+    report(total, total, "exact distributions")
+    n = engine.n_seq
+    spec, beside = seqs[spec_at], seqs[plain_at]
+    exact_first = _distribution(probe.p_first)
+    checks = [goodness_of_fit(f"batched ×{n} speculative first token vs exact p", spec[:, 0], exact_first)]
+    if probe.joint is not None:
+        vocab = probe.p_first.shape[-1] + 1
+        checks.append(goodness_of_fit(f"batched ×{n} speculative first two tokens vs exact joint "
+                                      f"({len(probe.joint)} cells enumerated)", _pair_codes(spec, vocab), probe.joint))
+    checks.append(goodness_of_fit(f"batched ×{n} plain (beside drafting sequences) first token vs exact p",
+                                  beside[:, 0], exact_first))
+    codes = _sequence_codes(np.concatenate([spec, plain]))
+    checks.append(two_sample(f"batched ×{n} speculative vs one-sequence plain, {tokens}-token continuations",
+                             codes[:len(spec)], codes[len(spec):]))
+    return checks
+
+
+def _greedy_diff(engine: BatchedEngine, kinds: KindQueue, kind_gammas: list[int | str | None], target: Any,
+                 ids: list[int], params: SamplingParams) -> Check:
+    """One greedy request of each kind at once, each against the one-sequence plain reply;
+    after a divergence a request resumes from plain's prefix (plain's token included), so
+    every divergence in the window is found and judged by the near-tie rule."""
+    greedy = dataclasses.replace(params, temperature=0.0, seed=0)
+    plain = [t.id for s in SpeculativeEngine(target, None).generate(ids, greedy, GREEDY_TOKENS) for t in s.tokens]
+    precision = compute_precision(target)
+    labels = ["plain" if g is PLAIN else f"γ={g}" for g in kind_gammas]
+    starts = {r: 0 for r in range(len(kind_gammas))}
+    divergences: list[dict[str, Any]] = []
+    while starts and len(divergences) < MAX_DIVERGENCES:
+        pending = sorted(starts)
+        kinds.queue.extend(kind_gammas[r] for r in pending)
+        requests = [Request(ids + plain[:starts[r]], greedy, len(plain) - starts[r]) for r in pending]
+        replies: dict[int, list[int]] = {r: [] for r in pending}
+        for j, step in engine.generate(requests):
+            replies[pending[j]] += [t.id for t in step.tokens]
+        for r in pending:
+            start, reply = starts.pop(r), replies[r]
+            at = next((start + i for i, (a, b) in enumerate(zip(reply, plain[start:])) if a != b), None)
+            if at is None and len(reply) == len(plain) - start:
+                continue
+            if at is None:  # one run stopped (EOS) where the other went on
+                at = start + min(len(reply), len(plain) - start)
+            divergences.append({**_divergence(target, ids, plain, reply, at - start, at, precision),
+                                "request": labels[r]})
+            if at + 1 < len(plain):
+                starts[r] = at + 1
+    name = (f"greedy batched vs one-sequence diff ({engine.n_seq} at once: {', '.join(labels)}; "
+            f"{len(plain)} tokens, {precision})")
+    if not divergences:
+        return Check(name, True, detail="identical", extra={"tokens": plain, "precision": precision})
+    ok = all(d["near_tie"] for d in divergences)
+    listed = "; ".join(
+        f"{d['request']} token {d['at']}: batched {d['speculative']} vs plain {d['plain']}, top-two logit gap "
+        f"{d['gap_text']}" + ("" if d["near_tie"] else " — NOT a near-tie") for d in divergences)
+    more = " (stopped looking)" if len(divergences) >= MAX_DIVERGENCES else ""
+    verdict = "" if not ok else ", at a near-tie" if len(divergences) == 1 else ", all at near-ties"
+    detail = f"{len(divergences)} divergence{'s' if len(divergences) > 1 else ''}{verdict}{more}: {listed}"
+    return Check(name, ok, detail=detail, extra={"plain": plain, "divergences": divergences, "precision": precision})
