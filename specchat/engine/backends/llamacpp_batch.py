@@ -46,19 +46,27 @@ class LlamaCppBatch:
         """rows: (token, position, seq_id, wants logits), at most ``n_batch`` → the logits of
         the rows that want them, in row order [n_wanted, V] (a copy: llama.cpp reuses its
         buffer at the next decode)."""
+        # rows go to llama.cpp grouped by sequence in ascending seq_id: without a unified KV
+        # cache it splits a batch whose sequences come in another order into one micro-
+        # batch per sequence (measured: 4 one-token sequences in descending order took 71
+        # ms a decode, in ascending order 23); the logits come back in the caller's order
+        order = sorted(range(len(rows)), key=lambda i: rows[i][2])
         b = self.batch
         b.n_tokens = len(rows)
-        for i, (token, pos, seq, wants) in enumerate(rows):
+        for i, r in enumerate(order):
+            token, pos, seq, wants = rows[r]
             b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, wants
             b.seq_id[i][0] = seq
         code = self.llama_cpp.llama_decode(self.ctx, b)
         if code != 0:
             raise RuntimeError(f"llama_decode failed (code {code})")
-        wanted = sum(r[3] for r in rows)
+        wanted = [r for r in order if rows[r][3]]
         if not wanted:
             return np.empty((0, self.vocab), dtype=np.float32)
         pointer = self.llama_cpp.llama_get_logits(self.ctx)
-        return np.ctypeslib.as_array(pointer, shape=(wanted, self.vocab)).copy()
+        logits = np.ctypeslib.as_array(pointer, shape=(len(wanted), self.vocab))
+        back = np.argsort(np.asarray(wanted), kind="stable")  # sorted position of each wanted row, in row order
+        return logits[back]  # a copy (fancy indexing): llama.cpp reuses its buffer at the next decode
 
     def decode_all(self, rows: list[tuple[int, int, int, bool]]) -> np.ndarray:
         """As :meth:`decode`, for any number of rows (``n_batch`` at a time)."""
