@@ -1,22 +1,25 @@
 """γ = auto for a batch: every sequence's drafts chosen at once, by goodput.
 
 In a batched step every sequence's rows run in one decode, so what a draft costs is what
-one more row adds to that decode (the marginal cost at the batch's size), not what a
-one-sequence step of k drafts costs. Drafts pay while the tokens they are expected to
-add outrun the time they add. Of the m drafts the batch could verify, the step takes the
-m that maximises
+it adds to that decode, not what a one-sequence step of k drafts costs. Drafts pay while
+the tokens they are expected to add outrun the time they add. Of the m drafts the batch
+could verify, the step takes the m that maximises
 
-    goodput(m) = (N + S_m) / (w(R0 + m) + m·d)
+    goodput(m) = (N + S_m) / (w(R0) + e(m) + m·d)
 
 N sequences each emit at least one token and R0 rows are their pending tokens; the
 candidates are every sequence's possible drafts, draft j of a sequence kept with
 probability s_j = a_1·…·a_j (its survival), and S_m is the sum of the m largest (taking
-the largest first never takes a sequence's draft j+1 before its draft j); w(R) is the
-measured time of a decode of R rows and what follows it (a line through the sizes
-measured, elsewhere) and d the measured drafting time per draft. m = 0, plain decoding
-for everyone, wins where no draft earns its row, and sooner the larger the batch: its
-rows already use the spare arithmetic that drafts live on (the argument of vLLM's dynamic
-speculation). At one sequence this is AdaptiveGamma's E(k)/T(k).
+the largest first never takes a sequence's draft j+1 before its draft j); w(R0) is the
+measured time of a plain step of R0 rows (decode and reading; a line through the sizes
+measured, elsewhere), e(m) what m drafts measured added to the plain step of the same
+rows, and d the drafting time per draft. e is measured, not assumed proportional to rows:
+llama.cpp without a unified KV cache verifies a batch whose sequences carry different
+numbers of tokens in one micro-batch per step of that ragged shape, so on two cores one
+draft beside 8 plain rows added ~19 ms to a 49 ms decode, three 33 ms, eight 65 ms. m = 0,
+plain decoding for everyone, wins where no draft earns its time, and sooner the larger
+the batch: its rows already use the spare arithmetic that drafts live on (the argument of
+vLLM's dynamic speculation). At one sequence this is AdaptiveGamma's E(k)/T(k).
 
 Acceptance a_i is estimated per acceptance key (the n-gram match's bucket and consensus,
 with its prior) as AdaptiveGamma does, from every sequence's verdicts pooled: one model
@@ -38,8 +41,8 @@ from specchat.engine.proposers import Candidate
 class BatchPlan:
     """Drafts per sequence for one step, and the model's word on it: ``tokens`` E_i per
     sequence, ``cost`` the step's time in units of a plain step of the same sequences,
-    ``gain`` its predicted goodput over plain decoding, ``marginal_ms`` what one more row
-    adds to a decode at this size (None where not yet measured)."""
+    ``gain`` its predicted goodput over plain decoding, ``marginal_ms`` e(1), what one draft
+    adds to a plain step (None where not yet measured)."""
 
     drafts: list[int]
     tokens: list[float | None]
@@ -52,7 +55,10 @@ class BatchGamma:
     def __init__(self, max_gamma: int, probe_every: int = 24, window: int = 9) -> None:
         self.max_gamma = max_gamma
         self.acceptance = CostModel(max_gamma)  # its acceptance per key; step times are kept here
-        self.step_ms: dict[int, RecentMedian] = {}  # rows → time of a decode of that many and its reading
+        self.plain_ms: dict[int, RecentMedian] = {}  # pending rows → a plain step's time (decode and reading)
+        # (drafts m, every sequence alike) → what they added to a plain step of the same rows
+        self.extra_ms: dict[tuple[int, bool], RecentMedian] = {}
+        self._shape = False  # the plan's drafts came every sequence alike (one pass)
         self.draft_ms = RecentMedian(window)  # per draft
         self.window = window
         self.probe_every = probe_every
@@ -66,67 +72,103 @@ class BatchGamma:
     def _prior(self, key: AcceptanceKey) -> float | None:
         return match_prior(key[1]) if key[1] else None
 
+    def plain_time(self, rows: int) -> float | None:
+        """w(R): measured at R rows, else on the line through the sizes measured."""
+        if rows in self.plain_ms:
+            return self.plain_ms[rows].value
+        fit = line(self.plain_ms)
+        return None if fit is None else max(1e-3, fit[1] + fit[2] * (rows - fit[0]))
+
+    def extra_time(self, m: int, single: bool = False, table: tuple | None = None) -> float | None:
+        """e(m), what m drafts add to a plain step (``single``: when every sequence drafts
+        alike, so the step stays one pass): measured; else on the line through the counts
+        measured of that kind; else, one count m0 measured, e(m0) up to m0 and in proportion
+        beyond (a pass of its own has a fixed cost); else what a plain step of that many rows
+        costs (a pass of its own). ``table``: :meth:`extras`, computed once a plan."""
+        if m == 0:
+            return 0.0
+        known, fit = table or self.extras(single)
+        if m in known:
+            return known[m]
+        if fit is not None:
+            return max(0.0, fit[1] + fit[2] * (m - fit[0]))
+        if known:
+            (m0, e0), = known.items()
+            return e0 if m <= m0 else e0 * m / m0
+        return None if single else self.plain_time(m)  # single: the step's own size grows, unmeasured
+
+    def extras(self, single: bool) -> tuple[dict[int, float], tuple[float, float, float] | None]:
+        """The extras measured of one kind, by draft count, and the line through them."""
+        table = {x: e for (x, one), e in self.extra_ms.items() if one == single}
+        return {x: e.value for x, e in table.items()}, line(table)
+
     def plan(self, offers: list[Candidate | None], pending_rows: int) -> BatchPlan:
         """``offers``: per sequence, what its proposer can draft (limit already capped by
-        the room it has) or None; ``pending_rows``: the rows the step runs anyway."""
+        the room it has) or None; ``pending_rows``: the rows the step runs anyway.
+
+        The plans weighed give j sequences k drafts each (the j whose first k drafts are
+        likeliest kept) and the others none: a ragged batch runs one extra pass of j·k rows
+        (llama.cpp, no unified KV cache: a pass per distinct tokens-per-sequence), every
+        sequence drafting alike keeps it one pass of N·(1 + k) rows."""
         n = len(offers)
         self._keys = [None if c is None or c.limit <= 0 else self._key(c) for c in offers]
-        survivals: list[tuple[float, int]] = []  # (s_j, sequence), each sequence's in order
-        for i, (candidate, key) in enumerate(zip(offers, self._keys)):
-            if key is not None:
-                limit = min(candidate.limit, self.max_gamma)
-                survivals += [(s, i) for s in self.acceptance.survival(key, limit, self._prior(key))]
-        survivals.sort(key=lambda pair: -pair[0])  # stable: a sequence's s_j never rise with j
-        sums = [0.0]
-        for s, _ in survivals:
-            sums.append(sums[-1] + s)
-        fit, d = line(self.step_ms), self.draft_ms.value
+        survival = [[] if key is None else self.acceptance.survival(key, min(c.limit, self.max_gamma), self._prior(key))
+                    for c, key in zip(offers, self._keys)]
+        w0, d = self.plain_time(pending_rows), self.draft_ms.value or 0.0
+        alone = pending_rows == n  # one pending token each: no prompt in this step
 
-        def time_of(rows: int) -> float | None:  # cost_model.fitted, with the line fitted once a step
-            if rows in self.step_ms:
-                return self.step_ms[rows].value
-            return None if fit is None else max(1e-3, fit[1] + fit[2] * (rows - fit[0]))
+        tables = {one: self.extras(one) for one in (False, True)}
 
-        w0 = time_of(pending_rows)
-
-        def predicted(m: int) -> tuple[float, float] | None:
-            """(goodput over plain, time in plain-step units) of taking the m likeliest."""
-            w = time_of(pending_rows + m)
-            if w is None or w0 is None or (m and d is None):
+        def predicted(j: int, k: int, kept: float) -> tuple[float, float] | None:
+            """(goodput over plain, time in plain-step units) of j sequences drafting k."""
+            one = alone and j == n
+            extra = self.extra_time(j * k, one, tables[one])
+            if w0 is None or extra is None:
                 return None
-            t = w + m * (d or 0.0)
-            return (n + sums[m]) / t * w0 / n, t / w0
+            t = w0 + extra + j * k * d
+            return (n + kept) / t * w0 / n, t / w0
 
-        if survivals and predicted(1) is None:
-            # explore: a size and a draft's cost not yet measured (the very first step runs plain)
-            take = min(len(survivals), n) if self.step_ms else 0
-        else:
-            gains = [predicted(m) for m in range(len(survivals) + 1)]
-            take = max(range(len(gains)), key=lambda m: gains[m][0] if gains[m] else 0.0)
-            if take:
-                self.plain_run = 0
-            elif survivals:
-                self.plain_run += 1
-                if self.plain_run >= self.probe_every:  # conditions change: look again
-                    self.plain_run, take = 0, 1
-        gain, cost = predicted(take) or (None, None)
+        best: tuple[float, int, int, list[int]] | None = None  # (gain, j, k, sequences)
+        unknown = False
+        for k in range(1, max(map(len, survival), default=0) + 1):
+            ranked = sorted(((sum(sv[:k]), i) for i, sv in enumerate(survival) if len(sv) >= k), reverse=True)
+            kept = 0.0
+            for j, (s, _) in enumerate(ranked, 1):
+                kept += s
+                guess = predicted(j, k, kept)
+                unknown = unknown or guess is None
+                if guess is not None and guess[0] > (best[0] if best else 1.0):
+                    best = (guess[0], j, k, [i for _, i in ranked[:j]])
+        top = max(range(n), key=lambda i: survival[i][0] if survival[i] else -1.0)
+        chosen, k = ([], 0) if best is None else (best[3], best[2])
+        if not chosen and survival[top]:
+            self.plain_run += 1
+            if w0 is not None and (unknown and predicted(1, 1, 0.0) is None or self.plain_run >= self.probe_every):
+                # explore what one draft adds, or look again now and then: conditions change
+                self.plain_run, chosen, k = 0, [top], 1
+        elif chosen:
+            self.plain_run = 0
         drafts, tokens = [0] * n, [1.0] * n
-        for s, i in survivals[:take]:
-            drafts[i] += 1
-            tokens[i] += s
+        for i in chosen:
+            drafts[i], tokens[i] = k, 1.0 + sum(survival[i][:k])
+        self._shape = alone and len(chosen) == n
+        gain, cost = predicted(len(chosen), k, sum(tokens) - n) or (None, None)
         if gain is not None:
             self.expected.add(gain)
-        return BatchPlan(drafts, tokens if gain is not None else [None] * n, cost, gain,
-                         fit[2] if fit is not None else None)
+        return BatchPlan(drafts, tokens if gain is not None else [None] * n, cost, gain, self.extra_time(1))
 
     def observe(self, rows: int, step_ms: float, draft_ms: float, prefill: bool, verdicts: list[tuple[int, int]]) -> None:
         """The step just planned: its rows and time (decode and reading, drafting apart),
-        and per sequence (drafts verified, drafts kept). A step that also ran a prompt says
-        nothing of what verifying costs."""
+        and per sequence (drafts verified, drafts kept). A plain step times w at its size; a
+        drafting one what its drafts added to the plain step of the same rows. A step that
+        also ran a prompt says nothing of either."""
         drafted = sum(k for k, _ in verdicts)
         if not prefill:
-            self.step_ms.setdefault(rows, RecentMedian(self.window)).add(step_ms)
-            if drafted:
+            if not drafted:
+                self.plain_ms.setdefault(rows, RecentMedian(self.window)).add(step_ms)
+            elif (base := self.plain_time(rows - drafted)) is not None:
+                key = (drafted, self._shape)
+                self.extra_ms.setdefault(key, RecentMedian(self.window)).add(max(0.0, step_ms - base))
                 self.draft_ms.add(draft_ms / drafted)
         for key, (k, kept) in zip(self._keys, verdicts):
             if key is not None and k:
