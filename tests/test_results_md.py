@@ -113,3 +113,20 @@ def test_the_committed_results_page_is_the_scripts_output_shape():
     for number in cited:
         section = text.split(f"### Run {number}\n", 1)[1]
         assert section.split("```sh\n", 1)[1].startswith("specchat bench ")
+
+
+CONCURRENCY = ROOT / "tests" / "fixtures" / "bench" / "2026-12-01-cpu-concurrency"
+
+
+def test_a_concurrency_run_gets_its_own_table_command_and_crossover_sentences():
+    """A real ``bench --concurrency 1,2,4,8`` run (2026-12-01, the default profile, rows
+    dropped): its own table per set and N, beside the one-chat table."""
+    done = results_md(RUN, CONCURRENCY)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "## Several chats at once (`bench --concurrency`)" in text
+    rows = [r for r in table_rows(text) if r.startswith("| [2](#run-2) | open | 4 | ngram γ=auto |")]
+    assert len(rows) == 1 and "0.96× [0.95, 0.96]" in rows[0]  # × plain throughput, copied
+    assert "- run 2: ngram γ=auto stops paying at N=8 on 'repetitive'" in text
+    section = text.split("### Run 2\n", 1)[1]
+    assert "--concurrency 1,2,4,8" in section.split("```sh\n", 1)[1].split("```")[0]

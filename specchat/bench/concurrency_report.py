@@ -10,7 +10,7 @@ from typing import Any
 from specchat.bench.report import write_json
 
 COLUMNS = ("N", "config", "tok/s (all)", "× plain", "tok/s (one)", "× plain", "TTFT p50", "ITL p50", "ITL p95",
-           "accepted", "+ms/row")
+           "accepted", "+ms a draft")
 
 
 def _x(ratio: dict | None) -> str:

@@ -16,7 +16,7 @@
   plain throughput at the same N, paired by run; ``vs_one_sequence`` (N = 1): the batched
   engine's throughput over the one-sequence engine's (``… (one sequence)`` rows), same
   method, paired by run — a batch of one must not cost what one chat alone does not.
-* ``marginal_ms_p50``: the median marginal cost of one more row that γ = auto's batch plan
+* ``marginal_ms_p50``: the median of what one draft added to a step, as γ = auto's batch plan
   measured (engine/batch_gamma.py); ``batch_size_mean``: sequences per decode.
 
 ``by_concurrency["N"][config]`` pools every set; ``by_set[set]["N"][config]`` is per set.
