@@ -87,6 +87,7 @@ def test_more_chats_than_the_context_holds_exit_2_in_one_line(capsys):
     assert main(["bench", "--concurrency", "1000", "--prompts", "open", "--no-peer"]) == 2
     err = capsys.readouterr().err
     assert "--concurrency 1000 needs 1000 sequences" in err and "target's context" in err
+    assert "━" not in err  # refused before any progress bar is drawn
 
 
 def test_a_transformers_target_runs_one_sequence_and_says_so(tiny_ngram_profile_path, capsys):

@@ -126,22 +126,30 @@ def config_name(config: BenchConfig) -> str:
     return config.name
 
 
+def chat_requests(loaded: Any, profile: Any, sets: list[PromptSet], max_new_tokens: int | None) -> tuple[Any, list[Request]]:
+    """The profile's chat session and the sets' chat-templated requests (one repeat)."""
+    from specchat.engine.chat import ChatSession
+    from specchat.engine.factory import sampling_params
+
+    base = sampling_params(profile.sampling)
+    chat = ChatSession(make_engine(BenchConfig("none"), loaded, profile.speculation), loaded.tokenizer,
+                       system_prompt=profile.chat.system_prompt, enable_thinking=profile.chat.enable_thinking)
+    return chat, build_requests(sets, chat, 1, base.seed if base.seed is not None else 0, max_new_tokens)
+
+
 def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], levels: list[int], *,
                     repeat: int = 1, max_new_tokens: int | None = None, progress: Progress | None = None,
                     warmup: bool = True) -> dict:
     """Every level, set, repeat and configuration → {"runs", "rows", "cpu_others", "busy_machine"}."""
     from specchat.engine.batched import BatchedEngine
-    from specchat.engine.chat import ChatSession
     from specchat.engine.factory import sampling_params
     from specchat.engine.proposers import NgramProposer
 
     report = progress or (lambda done, total, text: None)
     base = sampling_params(profile.sampling)
     spec = profile.speculation
-    chat = ChatSession(make_engine(BenchConfig("none"), loaded, spec), loaded.tokenizer,
-                       system_prompt=profile.chat.system_prompt, enable_thinking=profile.chat.enable_thinking)
+    chat, requests = chat_requests(loaded, profile, sets, max_new_tokens)
     stops = set(chat.stop_token_ids)
-    requests = build_requests(sets, chat, 1, base.seed if base.seed is not None else 0, max_new_tokens)
     need = check_context(levels, requests, loaded.target.max_length)
     params_for = lambda r: dataclasses.replace(base, seed=r.seed)  # noqa: E731
     peer = None

@@ -138,6 +138,10 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     no_server = "no peer" if args.no_peer else plain_unavailable(loaded)
     if no_server and not args.no_peer:
         console.print(f"[yellow]bench: {no_server}[/]")
+    from specchat.bench.concurrency import chat_requests, check_context
+
+    # more chats than the context holds: one line before any progress is drawn
+    check_context(levels, chat_requests(loaded, profile, sets, args.max_new_tokens)[1], loaded.target.max_length)
     gammas = parse_gammas("auto" if args.gamma == GAMMA_DEFAULT else args.gamma)
     configs = level_configs(methods, gammas, server=not no_server, single=1 in levels)
     console.print(f"bench: N = {', '.join(map(str, levels))} × {len(configs)} configurations × "
