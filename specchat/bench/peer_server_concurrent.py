@@ -26,13 +26,12 @@ so only one is alive at a time (they would share this machine's cores).
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from specchat.bench.peer_llama_server import (ServerProcess, Streamed, completion_body, start_server,
                                               stream_completion)
+from specchat.remote.closed_loop import closed_loop
 
 METHODS = ("none", "ngram")
 
@@ -80,34 +79,15 @@ class ConcurrentServerPeer:
         none), emissions [[ms since its own send, tokens], ...], output_ids,
         server_drafted and server_accepted (the final chunk's timings; None if absent)."""
         url = self._url(method, n)
-        todo: queue.Queue = queue.Queue()
-        for i, request in enumerate(requests):
-            todo.put((i, request))
         got: list[Streamed | None] = [None] * len(requests)
-        failed: list[BaseException] = []
 
-        def client() -> None:
-            while not failed:
-                try:
-                    i, request = todo.get_nowait()
-                except queue.Empty:
-                    return
-                try:
-                    # a slot reuses the cells of a prompt prefix it holds (the chat template's
-                    # start), as our batched engine does within a run
-                    body = {**completion_body(request, params_for(request), request.max_new_tokens),
-                            "cache_prompt": True}
-                    got[i] = stream_completion(url, body, self.stops)
-                except BaseException as exc:  # noqa: BLE001 — re-raised in the caller's thread
-                    failed.append(exc)
+        def work(_: Any, i: int, request: Any) -> None:
+            # a slot reuses the cells of a prompt prefix it holds (the chat template's
+            # start), as our batched engine does within a run
+            body = {**completion_body(request, params_for(request), request.max_new_tokens), "cache_prompt": True}
+            got[i] = stream_completion(url, body, self.stops)
 
-        threads = [threading.Thread(target=client, daemon=True) for _ in range(n)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if failed:
-            raise failed[0]
+        closed_loop(requests, [None] * n, work)
         if not requests:
             return [], 0.0
         first = min(s.sent for s in got)

@@ -20,13 +20,12 @@ server's, tokens over the wall time from the first send to the last reply's end.
 from __future__ import annotations
 
 import json
-import queue
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from specchat.events import StepEvent, TurnFinished
+from specchat.remote.closed_loop import closed_loop
 
 
 def _measure(chat, prompt: str) -> dict[str, Any]:
@@ -51,37 +50,17 @@ def _serve(chats: list, jobs: list[tuple[str, Any, int, int]]) -> tuple[list[dic
     order, closed loop → (their measurements in job order, each with ``start_ms`` (its
     send, ms after the first send) and ``wall_ms`` (its send to its reply's end); the wall
     ms from the first send to the last reply's end)."""
-    todo: queue.Queue = queue.Queue()
-    for job in enumerate(jobs):
-        todo.put(job)
     measured: list[dict] = [{} for _ in jobs]
     spans: list[tuple[float, float]] = [(0.0, 0.0)] * len(jobs)
-    failed: list[BaseException] = []
 
-    def client(chat) -> None:
-        while not failed:
-            try:
-                i, (_, prompt, _, limit) = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                chat.max_new_tokens = limit
-                start = time.perf_counter()
-                measured[i] = _measure(chat, prompt.text)
-                spans[i] = (start, time.perf_counter())
-            except BaseException as exc:  # noqa: BLE001 — re-raised in the caller's thread
-                failed.append(exc)
+    def work(chat, i: int, job: tuple[str, Any, int, int]) -> None:
+        _, prompt, _, limit = job
+        chat.max_new_tokens = limit
+        start = time.perf_counter()
+        measured[i] = _measure(chat, prompt.text)
+        spans[i] = (start, time.perf_counter())
 
-    if len(chats) == 1:  # one stream: in this thread, where Ctrl-C lands
-        client(chats[0])
-    else:
-        threads = [threading.Thread(target=client, args=(chat,), daemon=True) for chat in chats]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    if failed:
-        raise failed[0]
+    closed_loop(jobs, chats, work)
     if not jobs:
         return [], 0.0
     first = min(start for start, _ in spans)
