@@ -83,7 +83,7 @@ def test_a_ragged_batchs_extra_pass_is_measured_not_assumed_from_rows():
     rows_cost = lambda rows: 9.0 + 5.0 * rows  # noqa: E731 — 49 ms at 8 rows
     by_rows = taught(rows_cost, range(8, 20), extra=lambda m: 5.0 * m)
     measured = taught(rows_cost, range(8, 20), extra=lambda m: 13.0 + 6.5 * m)
-    offers = [offer(length=8) for _ in range(8)]  # 0.85 a draft
+    offers = [offer(length=16) for _ in range(8)]  # 0.91 a draft
     assert sum(by_rows.plan(offers, pending_rows=8).drafts) > 0
     assert measured.plan(offers, pending_rows=8).drafts == [0] * 8
 
@@ -95,7 +95,7 @@ def test_a_prompt_step_is_no_sample_of_the_cost():
 
 
 def test_plain_decoding_probes_now_and_then_and_learns_from_the_verdicts():
-    gamma = taught(cpu_like, range(1, 30))
+    gamma = taught(cpu_like, range(1, 30), extra=lambda m: 1.0 * m)  # a cheap draft: probes as often as asked
     gamma.probe_every = 4
     plans = [gamma.plan([offer(length=1) for _ in range(8)], pending_rows=8) for _ in range(4)]
     assert [sum(p.drafts) for p in plans] == [0, 0, 0, 1]
@@ -121,3 +121,27 @@ def test_the_panel_and_run_json_show_the_batch_and_a_rows_cost():
     alone = Telemetry(max_gamma=5)
     alone.update(StepStats(2, 2, 1, total_ms=30.0), 2)
     assert "batch" not in controller_text(alone.snapshot())
+
+
+def test_a_dear_probe_comes_rarely():
+    """Beside 8 plain rows one draft is a pass of its own (+19.5 ms on a 49 ms step here):
+    probing every 24 steps would spend 1.7 % of the time on probes, so they are spaced to
+    stay within PROBE_BUDGET (1 %): 40 steps apart. Planted bug: a fixed probe_every
+    probes at step 24 and fails this."""
+    gamma = taught(lambda rows: 9.0 + 5.0 * rows, range(8, 20), extra=lambda m: 13.0 + 6.5 * m)
+    plans = [gamma.plan([offer(length=1) for _ in range(8)], pending_rows=8) for _ in range(40)]
+    assert [i for i, p in enumerate(plans, 1) if sum(p.drafts)] == [40]
+    alone = taught(cpu_like, range(1, 12), single=True, extra=lambda m: 2.0 * m)  # +2 ms on 12: every 24
+    plans = [alone.plan([offer(length=1)], pending_rows=1) for _ in range(24)]
+    assert [i for i, p in enumerate(plans, 1) if sum(p.drafts)] == [24]
+
+
+def test_a_plan_must_clear_the_margin_to_be_taken():
+    """A draft kept 54 % of the time (a 2-token match's prior) on a 10 ms step: adding
+    5.1 ms it is predicted 1.02× plain, inside the models' error, and not taken; adding
+    4.0 ms, 1.10×, and taken. Planted bug: no margin (any gain over 1) drafts in both."""
+    def gain_at(extra_ms):
+        gamma = taught(lambda rows: 10.0, [1], draft_ms=0.0, extra=lambda m: extra_ms * m, single=True)
+        return gamma.plan([offer(length=2, limit=1)], pending_rows=1)
+    assert gain_at(5.1).drafts == [0]
+    assert gain_at(4.0).drafts == [1] and gain_at(4.0).gain > 1.03
