@@ -145,3 +145,22 @@ def test_a_plan_must_clear_the_margin_to_be_taken():
         return gamma.plan([offer(length=2, limit=1)], pending_rows=1)
     assert gain_at(5.1).drafts == [0]
     assert gain_at(4.0).drafts == [1] and gain_at(4.0).gain > 1.03
+
+
+def test_plans_are_held_to_what_they_delivered():
+    """Drafting steps whose median time is as measured but every third of which stalls
+    (+200 ms: a ragged pass, a neighbour): the medians still promise 3× plain decoding,
+    the record of what such steps delivered says otherwise, and drafting stops. Planted
+    bug: predictions never scaled by the record keep drafting to the end."""
+    gamma = taught(cpu_like, range(1, 12), single=True, draft_ms=0.0)
+    drafting = []
+    for step in range(60):
+        plan = gamma.plan([offer(length=16)], pending_rows=1)
+        k = plan.drafts[0]
+        stall = 200.0 if k and len(drafting) % 3 == 2 else 0.0
+        if k:
+            drafting.append(step)
+        gamma.observe(1 + k, cpu_like(1) + 2.0 * k + stall, 0.0, False, [(k, k)])
+    assert drafting[:3] == [0, 1, 2], "at first the promise is taken"
+    assert gamma.record[True].factor < 0.5
+    assert not any(gamma.plan([offer(length=16)], pending_rows=1).drafts), "a kept record stops it"
