@@ -164,3 +164,18 @@ def test_plans_are_held_to_what_they_delivered():
     assert drafting[:3] == [0, 1, 2], "at first the promise is taken"
     assert gamma.record[True].factor < 0.5
     assert not any(gamma.plan([offer(length=16)], pending_rows=1).drafts), "a kept record stops it"
+
+
+def test_what_plain_steps_fall_short_too_is_not_held_against_drafting():
+    """The same stalls on every third step, drafting or not: plain decoding falls as short
+    of its median-based prediction as drafting does, so drafting that pays 3× keeps
+    going. Planted bug: the shortfall not counted against plain steps' own stops it for
+    good once the first stalls land."""
+    gamma = taught(cpu_like, range(1, 12), single=True, draft_ms=0.0)
+    drafting = 0
+    for step in range(120):
+        plan = gamma.plan([offer(length=16)], pending_rows=1)
+        k = plan.drafts[0]
+        drafting += k > 0
+        gamma.observe(1 + k, cpu_like(1) + 2.0 * k + (200.0 if step % 3 == 2 else 0.0), 0.0, False, [(k, k)])
+    assert drafting > 90, drafting
