@@ -247,6 +247,7 @@ def test_bad_requests_get_one_json_line(served):
         ("/v1/chat/completions", {"messages": "hi"}, 400, "'messages'"),
         ("/v1/chat/completions", chat("hi", temperature=-1), 400, "temperature"),
         ("/v1/chat/completions", chat("hi", max_tokens=0), 400, "max_tokens"),
+        ("/v1/chat/completions", chat("hi", stop=[""]), 400, "'stop' must be"),
         ("/v1/completions", {"prompt": "hello " * (service.room + 10)}, 400, f"at most {service.room} tokens"),
         ("/v1/nowhere", {}, 404, "no such path"),
     ]
@@ -261,3 +262,32 @@ def test_bad_requests_get_one_json_line(served):
     response = conn.getresponse()
     assert response.status == 413 and "at most" in json.loads(response.read())["error"]["message"]
     conn.close()
+
+
+def finished(port: int, reason: str) -> float:
+    status, data = request(port, "GET", "/metrics")
+    line = next((x for x in data.decode().splitlines()
+                 if x.startswith("vllm:request_success_total") and f'finished_reason="{reason}"' in x), None)
+    return float(line.rsplit(" ", 1)[1]) if line else 0.0
+
+
+def test_a_stop_string_ends_the_reply_before_it_streamed_or_not(served):
+    """The reply is the greedy reply up to the stop string (taken from that reply's third
+    word), finish_reason "stop", in a body and in a stream; the request's slot is
+    cancelled yet /metrics counts it as stopped, not aborted."""
+    service, port, solo, *_ = served
+    prompt = PROMPTS[2]
+    text = service.chat.tokenizer.decode(solo[prompt], skip_special_tokens=True)
+    stop = " " + text.split()[2]
+    want = text[:text.index(stop)]
+    stopped, aborted_before = finished(port, "stop"), finished(port, "abort")
+    status, data = request(port, "POST", "/v1/chat/completions", chat(prompt, stop=[stop, "never appears"]))
+    choice = json.loads(data)["choices"][0]
+    assert status == 200 and choice["message"]["content"] == want and choice["finish_reason"] == "stop"
+    events = stream(port, chat(prompt, stop=stop))
+    content = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1] if e["choices"])
+    assert content == want and streamed_ids(events)[1] == "stop"
+    deadline = time.time() + 10
+    while finished(port, "stop") < stopped + 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert finished(port, "stop") == stopped + 2 and finished(port, "abort") == aborted_before

@@ -77,7 +77,8 @@ class Handler(BaseHTTPRequestHandler):
             raise BadRequest(f"no such path: POST {self.path[:200]}", 404)
         job = parse_job(kinds[self.path], self._body(), self.service.defaults, self.service.max_new_tokens)
         handle, prompt_ids = self.service.start(job)
-        reply, shape = Reply(self.service.chat.tokenizer, self.service.num_spec_tokens), Shape(job, self.service.model)
+        reply = Reply(self.service.chat.tokenizer, self.service.num_spec_tokens, job.stop)
+        shape = Shape(job, self.service.model)
         try:
             if job.stream:
                 self._stream(handle, reply, shape, len(prompt_ids))
@@ -85,6 +86,8 @@ class Handler(BaseHTTPRequestHandler):
                 entries: list[dict] = []
                 for step in handle:
                     entries += reply.add(step)[1]
+                    if self._stopped(handle, reply):
+                        break
                 self._json(shape.body(reply.text, entries, reply.ids, reply.finish_reason, reply.spec_stats(),
                                       usage(len(prompt_ids), reply.tokens), prompt_ids))
         except GenerationError as error:
@@ -103,12 +106,21 @@ class Handler(BaseHTTPRequestHandler):
                 finish = reply.finish_reason
                 ids = [t.id for t in step.tokens]
                 self._event(shape.chunk(text, entries, ids, finish, reply.spec_stats() if finish else None))
+                if self._stopped(handle, reply):
+                    break
         except GenerationError as error:
             self._event(error_body(f"generation failed: {error}", 500))
         if shape.job.include_usage:
             self._event(shape.usage_chunk(usage(prompt_tokens, reply.tokens)))
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+    def _stopped(self, handle, reply: Reply) -> bool:
+        """A stop string ended the reply: its request is cancelled, and counted as stopped."""
+        if reply.stopped and not handle.finished:
+            self.service.metrics.stopped(handle.index)
+            handle.cancel()
+        return reply.stopped
 
     def _event(self, obj: dict[str, Any]) -> None:
         self.wfile.write(b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n")

@@ -6,9 +6,11 @@ vLLM), ``seed``, ``stream``, ``stream_options.include_usage``, ``logprobs`` (cha
 gives each token's log p as ``logprobs.content``), ``return_token_ids`` (vLLM's: the
 prompt's and the reply's token ids, ``prompt_token_ids`` and each choice's
 ``token_ids``). A sampling field left out takes the
-profile's value. ``n`` other than 1 and non-empty ``stop`` strings are refused (400):
-a reply ends at the model's end of turn or at ``max_tokens``. Anything else OpenAI
-defines (``model``, ``user``, …) is accepted and ignored: one model is served.
+profile's value. ``stop``: a string or a list of up to MAX_STOP strings; the reply ends
+before the first of them to appear (it is not returned, finish_reason "stop"), and a
+stream never sends text that might still turn out to begin one. ``n`` other than 1 is
+refused (400). Anything else OpenAI defines (``model``, ``user``, …) is accepted and
+ignored: one model is served.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from specchat.engine.sampling import SamplingParams
 from specchat.errors import SamplingError
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+MAX_STOP = 16  # stop strings a request may give (OpenAI allows 4, vLLM any number)
+MAX_STOP_CHARS = 512
 
 
 class BadRequest(Exception):
@@ -45,6 +49,7 @@ class Job:
     include_usage: bool
     logprobs: bool
     return_token_ids: bool = False
+    stop: tuple[str, ...] = ()
     messages: tuple[dict[str, str], ...] = ()
     prompt: str = ""
 
@@ -61,8 +66,7 @@ def parse_job(kind: str, body: Any, defaults: SamplingParams, max_new_tokens: in
         raise BadRequest("the request body must be a JSON object")
     if body.get("n", 1) != 1:
         raise BadRequest("'n' must be 1: one reply per request")
-    if body.get("stop") not in (None, "", []):
-        raise BadRequest("'stop' strings are not supported: a reply ends at the model's end of turn or max_tokens")
+    stop = _stop(body.get("stop"))
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     max_tokens = max_new_tokens if max_tokens is None else max_tokens
     if not _integer(max_tokens) or max_tokens < 1:
@@ -83,7 +87,7 @@ def parse_job(kind: str, body: Any, defaults: SamplingParams, max_new_tokens: in
             raise BadRequest(f"'{flag}' must be true or false")
     common = dict(kind=kind, params=params, max_tokens=max_tokens, stream=body.get("stream", False),
                   include_usage=options.get("include_usage") is True, logprobs=body.get("logprobs", False) is True,
-                  return_token_ids=body.get("return_token_ids", False) is True)
+                  return_token_ids=body.get("return_token_ids", False) is True, stop=stop)
     if kind == "chat":
         return Job(messages=_messages(body.get("messages")), **common)
     prompt = body.get("prompt")
@@ -92,6 +96,17 @@ def parse_job(kind: str, body: Any, defaults: SamplingParams, max_new_tokens: in
     if not isinstance(prompt, str) or not prompt:
         raise BadRequest("'prompt' must be a non-empty string")
     return Job(prompt=prompt, **common)
+
+
+def _stop(stop: Any) -> tuple[str, ...]:
+    if stop is None or stop == "":
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if (not isinstance(stops, list) or len(stops) > MAX_STOP
+            or not all(isinstance(x, str) and 0 < len(x) <= MAX_STOP_CHARS for x in stops)):
+        raise BadRequest(f"'stop' must be a string or a list of at most {MAX_STOP} non-empty strings "
+                         f"of at most {MAX_STOP_CHARS} characters")
+    return tuple(dict.fromkeys(stops))
 
 
 def _integer(x: Any) -> bool:

@@ -13,6 +13,11 @@ stats summary``, attached to the choice that carries the finish reason):
 
 specchat adds ``accepted_per_position`` (step counts whose i-th draft was kept: the
 per-request side of ``vllm:spec_decode_num_accepted_tokens_per_pos_total``).
+
+Stop strings: the text ends before the first stop string to appear (``stopped`` then
+says the request can be cancelled); until the reply ends, ``add`` holds back the
+longest tail of the text that begins some stop string, so what was handed out never
+has to be taken back. Token ids, log p entries and usage count every token generated.
 """
 
 from __future__ import annotations
@@ -29,9 +34,12 @@ FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"
 
 
 class Reply:
-    def __init__(self, tokenizer: Any, num_spec_tokens: int) -> None:
+    def __init__(self, tokenizer: Any, num_spec_tokens: int, stop: tuple[str, ...] = ()) -> None:
         self.decoder = IncrementalDecoder(tokenizer)
         self.num_spec_tokens = num_spec_tokens
+        self.stop = stop
+        self.sent = 0  # characters of the text handed out
+        self.cut: int | None = None  # where a stop string began
         self.ids: list[int] = []
         self.finish_reason: str | None = None
         self.spec_steps = self.drafted = self.accepted = 0
@@ -44,10 +52,36 @@ class Reply:
 
     @property
     def text(self) -> str:
-        return self.decoder.text
+        return self.decoder.text[:self.cut]
+
+    @property
+    def stopped(self) -> bool:
+        """A stop string appeared: the reply is over."""
+        return self.cut is not None
+
+    def _new_text(self, last: bool) -> str:
+        """The text not yet handed out that can be: up to a stop string, all of it at the
+        end, else all but a tail that might begin one."""
+        text, start = self.decoder.text, self.sent
+        if self.stop and self.cut is None:
+            found = [i for i in (text.find(s, start) for s in self.stop) if i >= 0]
+            if found:
+                self.cut = min(found)
+                self.finish_reason = "stop"
+                self.sent = self.cut
+                return text[start:self.cut]
+        end = len(text) if last or not self.stop else len(text) - self._tail(text)
+        self.sent = max(start, end)
+        return text[start:self.sent]
+
+    def _tail(self, text: str) -> int:
+        """Length of the longest end of ``text`` (past what was sent) that begins a stop string."""
+        most = min(len(text) - self.sent, max(map(len, self.stop)) - 1)
+        return next((n for n in range(most, 0, -1) if any(s.startswith(text[-n:]) for s in self.stop)), 0)
 
     def add(self, step: Step) -> tuple[str, list[dict[str, Any]]]:
-        """The step's new text and its tokens as OpenAI logprob entries (token, logprob)."""
+        """The step's new text (see the module's word on stop strings) and its tokens as
+        OpenAI logprob entries (token, logprob)."""
         entries = []
         for token in step.tokens:
             piece = self.decoder.add(token.id)
@@ -63,9 +97,11 @@ class Reply:
             self.per_position += [0] * (n - len(self.per_position))
             for i in range(n):
                 self.per_position[i] += 1
-        if step.finish_reason:
+        if self.cut is None and step.finish_reason:
             self.finish_reason = FINISH.get(step.finish_reason, "stop")
-        return "".join(e["token"] for e in entries), entries
+        if self.cut is not None:  # the reply ended at a stop string: nothing after it is text
+            return "", entries
+        return self._new_text(bool(step.finish_reason)), entries
 
     def spec_stats(self) -> dict[str, Any] | None:
         """vLLM's per-request summary (the module docstring); None without speculation."""
