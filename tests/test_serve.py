@@ -291,3 +291,23 @@ def test_a_stop_string_ends_the_reply_before_it_streamed_or_not(served):
     while finished(port, "stop") < stopped + 2 and time.time() < deadline:
         time.sleep(0.05)
     assert finished(port, "stop") == stopped + 2 and finished(port, "abort") == aborted_before
+
+
+def test_a_client_that_leaves_before_its_whole_reply_is_cancelled_at_once(served):
+    """A non-streamed request for a long reply whose client closes the connection is
+    aborted within a few steps, not decoded to its end (4096 tokens here) for nobody.
+    Planted bug: only noticing when the reply is written fails this."""
+    service, port, *_ = served
+    before = aborted(port)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", "/v1/chat/completions", json.dumps(chat(LONG, 4096)).encode(),
+                 {"Content-Type": "application/json"})
+    deadline = time.monotonic() + 30
+    while not service.batch.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    deadline = time.monotonic() + 10
+    while aborted(port) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert aborted(port) == before + 1 and not service.batch.running

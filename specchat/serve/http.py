@@ -5,7 +5,8 @@ line, never a traceback) except ``/metrics`` (Prometheus text) and streams (SSE:
 {chunk}`` lines, then ``data: [DONE]``). A key, when set, is asked of every path but
 ``/health`` (``Authorization: Bearer KEY``, compared in constant time). Bodies over
 MAX_BODY are refused unread (413). A client that goes away mid-stream has its request
-cancelled (the others in the batch go on as if it had never been there). Log lines quote
+cancelled (the others in the batch go on as if it had never been there); so does one
+that goes away while it waits for a whole (non-streamed) reply, at the next step. Log lines quote
 what clients sent, so they are cleaned before they reach the terminal.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import select
 import socket
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -88,6 +90,8 @@ class Handler(BaseHTTPRequestHandler):
                     entries += reply.add(step)[1]
                     if self._stopped(handle, reply):
                         break
+                    if self._gone():  # nothing to write to: free the slot now, not at the reply's end
+                        return
                 self._json(shape.body(reply.text, entries, reply.ids, reply.finish_reason, reply.spec_stats(),
                                       usage(len(prompt_ids), reply.tokens), prompt_ids))
         except GenerationError as error:
@@ -114,6 +118,15 @@ class Handler(BaseHTTPRequestHandler):
             self._event(shape.usage_chunk(usage(prompt_tokens, reply.tokens)))
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+    def _gone(self) -> bool:
+        """The client closed its connection (a request is whole once read, so a readable
+        socket with nothing to read is a close)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     def _stopped(self, handle, reply: Reply) -> bool:
         """A stop string ended the reply: its request is cancelled, and counted as stopped."""
