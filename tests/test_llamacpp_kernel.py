@@ -111,3 +111,44 @@ def test_a_tokens_logits_do_not_depend_on_how_far_its_batch_pads_the_cache(bf16_
     backend.forward(prompt)  # roll back: the next batch decodes all six
     six = backend.forward(prompt + [2000, 3000, 3007, 3014, 3021, 3028], num_logits=6).numpy()[:2]
     assert np.array_equal(two, six), f"max difference {np.abs(two - six).max()}"
+
+
+MATMUL_SCRIPT = """
+import json, sys
+import numpy as np
+from specchat.engine.backends.llamacpp import LlamaCppBackend
+# attention through llama.cpp's own matmul and softmax (no flash attention): the small-batch
+# attention kernel never runs, so only the matmul patch can make the two processes differ
+backend = LlamaCppBackend(sys.argv[1], n_threads=2, max_ctx=256, flash_attn=False)
+ids = [int(x) for x in np.random.default_rng(2).integers(100, 40000, 40 + 36 + 12)]
+rows, end = [], 40
+backend.forward(ids[:end])
+for size in [1, 2, 3, 4, 5, 6, 7, 8, 12]:  # every streamed width, and one tiled batch
+    end += size
+    rows.append(backend.forward(ids[:end], num_logits=size).numpy())
+print(json.dumps(np.concatenate(rows).tolist()))
+"""
+
+
+def matmul_logits(path, upstream: bool) -> np.ndarray:
+    env = {k: v for k, v in os.environ.items() if k != "SPECCHAT_GGML_UPSTREAM"}
+    if upstream:
+        env["SPECCHAT_GGML_UPSTREAM"] = "1"
+    out = subprocess.run([sys.executable, "-c", MATMUL_SCRIPT, str(path)], env=env, capture_output=True,
+                         text=True, timeout=300, check=True)
+    return np.array(json.loads(out.stdout), dtype=np.float32)
+
+
+@pytest.mark.parametrize("gguf_type", ["F16", "BF16"])
+def test_the_matmul_patch_is_bit_identical_to_llama_cpps_own_at_every_batch_width(gguf_type):
+    """Batches of 1–8 tokens (the streamed matmul; 1 is llama.cpp's matrix-vector path in
+    both) and one of 12 (tiled in both) give the same logits, bit for bit, with our
+    kernels and with SPECCHAT_GGML_UPSTREAM=1, on F16 (the default where the CPU has no
+    bf16) and BF16 files. Planted bug, shown once in a scratch build of
+    ggml-cpu: a second accumulator per column in the streamed product (another summation
+    order) — this fails on both files (0.05 apart on F16, 0.30 on BF16; AVX2 build,
+    2026-12-02)."""
+    path = converted_gguf(llama_cpp, find_gguf(), gguf_type, "target")
+    ours, theirs = matmul_logits(path, upstream=False), matmul_logits(path, upstream=True)
+    assert ours.shape == (48, theirs.shape[1])
+    assert np.array_equal(ours, theirs), f"max difference {np.abs(ours - theirs).max()}"
