@@ -152,3 +152,29 @@ def test_the_matmul_patch_is_bit_identical_to_llama_cpps_own_at_every_batch_widt
     ours, theirs = matmul_logits(path, upstream=False), matmul_logits(path, upstream=True)
     assert ours.shape == (48, theirs.shape[1])
     assert np.array_equal(ours, theirs), f"max difference {np.abs(ours - theirs).max()}"
+
+
+def small_batch_attention_compiled() -> bool:
+    """Whether set-up's build has the small-batch attention kernel: it is compiled for
+    AVX-512 F and DQ, and the wheel is built with -march=native for this CPU (its cache
+    key holds this CPU's flags), so the CPU's own flags say."""
+    from specchat.loading.cpu_features import _read_flags
+
+    flags = set((_read_flags()[0] or "").split())
+    return {"avx512f", "avx512dq"} <= flags
+
+
+def test_flash_attention_takes_the_small_batch_kernel_exactly_where_it_can():
+    """The 6-token verify batch after 300 tokens, our build against llama.cpp's own, with
+    flash attention on and the matmul bit-identical (the test above), so the attention
+    alone can tell them apart. Where the kernel is compiled (AVX-512; head size 64 here)
+    the logits must differ — by rounding, under 1.0 — else the kernel did not run; where
+    it is not (AVX2, this machine on 2026-12-02), the fallback must be llama.cpp's own
+    path, bit for bit. Planted bugs: a build whose dispatch never takes the kernel fails
+    the first branch; a fallback that reordered anything fails the second."""
+    path = converted_gguf(llama_cpp, find_gguf(), "F16", "target")
+    ours, theirs = batch_logits(path, upstream=False), batch_logits(path, upstream=True)
+    if small_batch_attention_compiled():
+        assert 0.0 < np.abs(ours - theirs).max() < 1.0, np.abs(ours - theirs).max()
+    else:
+        assert np.array_equal(ours, theirs), f"max difference {np.abs(ours - theirs).max()}"
