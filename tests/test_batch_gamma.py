@@ -131,6 +131,9 @@ def test_a_dear_probe_comes_rarely():
     gamma = taught(lambda rows: 9.0 + 5.0 * rows, range(8, 20), extra=lambda m: 13.0 + 6.5 * m)
     plans = [gamma.plan([offer(length=1) for _ in range(8)], pending_rows=8) for _ in range(40)]
     assert [i for i, p in enumerate(plans, 1) if sum(p.drafts)] == [40]
+    stalled = taught(lambda rows: 9.0 + 5.0 * rows, range(8, 20), extra=lambda m: 500.0)  # one stalled sample
+    plans = [stalled.plan([offer(length=1) for _ in range(8)], pending_rows=8) for _ in range(96)]
+    assert [i for i, p in enumerate(plans, 1) if sum(p.drafts)] == [96], "never more than 4 × probe_every apart"
     alone = taught(cpu_like, range(1, 12), single=True, extra=lambda m: 2.0 * m)  # +2 ms on 12: every 24
     plans = [alone.plan([offer(length=1)], pending_rows=1) for _ in range(24)]
     assert [i for i, p in enumerate(plans, 1) if sum(p.drafts)] == [24]
@@ -162,7 +165,7 @@ def test_plans_are_held_to_what_they_delivered():
             drafting.append(step)
         gamma.observe(1 + k, cpu_like(1) + 2.0 * k + stall, 0.0, False, [(k, k)])
     assert drafting[:3] == [0, 1, 2], "at first the promise is taken"
-    assert gamma.record[True].factor < 0.5
+    assert gamma._record(1, True).factor < 0.5
     assert not any(gamma.plan([offer(length=16)], pending_rows=1).drafts), "a kept record stops it"
 
 
@@ -179,3 +182,24 @@ def test_what_plain_steps_fall_short_too_is_not_held_against_drafting():
         drafting += k > 0
         gamma.observe(1 + k, cpu_like(1) + 2.0 * k + (200.0 if step % 3 == 2 else 0.0), 0.0, False, [(k, k)])
     assert drafting > 90, drafting
+
+
+def test_a_bad_stretch_does_not_stop_a_kind_of_plan_for_good():
+    """Two chats drafting alike (one pass): a few stalled steps make the record stop such
+    plans, and no probe refreshes it (a probe is one sequence's draft, a ragged pass). Once
+    STALE_STEPS pass without one, the record is forgotten and the plans come back.
+    Planted bug: records kept for good never draft again."""
+    from specchat.engine.batch_gamma import STALE_STEPS
+
+    gamma = taught(cpu_like, range(2, 30), single=True, draft_ms=0.0)
+    drafted_at = []
+    for step in range(STALE_STEPS + 60):
+        plan = gamma.plan([offer(length=16), offer(length=16)], pending_rows=2)
+        k, rows = plan.drafts, 2 + sum(plan.drafts)
+        stall = 300.0 if sum(k) and step < 12 and step % 2 else 0.0
+        if all(k):
+            drafted_at.append(step)
+        gamma.observe(rows, cpu_like(rows) + stall, 0.0, False, [(x, x) for x in k])
+    stopped = [s for s in range(12, STALE_STEPS) if s not in drafted_at]
+    assert len(stopped) > 100, "the stalls stop one-pass plans"
+    assert any(s > STALE_STEPS for s in drafted_at), "and they come back once the record is stale"

@@ -28,7 +28,8 @@ draft every ``probe_every`` steps so the estimates can recover, or more rarely w
 is dear: in a big ragged batch one draft costs a pass of its own (~15–19 ms beside 4–8 plain
 rows on two cores), and probing every 24 steps there cost 2–3 % of open chat's throughput at
 N = 4 (bench run 5: 26 probes kept 30 %). Probes are spaced so that what they add stays
-within PROBE_BUDGET of the plain steps' time.
+within PROBE_BUDGET of the plain steps' time (and never more than PROBE_MAX × probe_every
+apart: one stalled measurement must not stop them).
 
 A plan is taken only where its predicted gain clears GAIN_MARGIN. Its costs are medians of
 noisy steps and its acceptance an estimate, so a predicted 1.01–1.03 is a coin toss that
@@ -37,7 +38,9 @@ plans were predicted at 1.01–1.07 and the whole came out at 0.96× plain (run 
 And the model is held to its word: for each kind of plan (every sequence drafting alike in
 one pass, or a ragged batch's pass of its own) the tokens and time of the steps it chose are
 compared with what it predicted, and where they fell short, its later predictions of that
-kind are scaled down by the shortfall (never up). At N = 8 on repetitive text, plans of 5–9
+kind are scaled down by the shortfall (never up). Records are kept per batch size and
+forgotten after STALE_STEPS steps without such a plan, so one bad stretch cannot stop a kind
+of plan for good. At N = 8 on repetitive text, plans of 5–9
 drafts predicted 5–7 tokens where 2.7–3.4 came, in steps that took 2–3 plain ones. The
 shortfall is counted against plain steps' own: times are predicted by medians, and a step's
 mean exceeds its median (by ~4 % here) whether it drafts or not, so plain decoding falls
@@ -59,6 +62,8 @@ from specchat.engine.proposers import Candidate
 PROBE_BUDGET = 0.01  # probes add at most this share of the plain steps' time
 GAIN_MARGIN = 0.03  # a plan must be predicted this much faster than plain decoding
 CALIBRATE_AFTER = 5  # drafting steps of a kind before their record scales its predictions
+STALE_STEPS = 200  # a record not added to for this many steps is forgotten (conditions change)
+PROBE_MAX = 4  # probes are never further apart than this many probe_every
 
 
 class Record:
@@ -66,6 +71,7 @@ class Record:
     weighted alike, so their ratio is that of recent sums."""
 
     def __init__(self, decay: float = 0.05) -> None:
+        self.last = 0  # the planner's step count at the last add
         self.tokens = (Ewma(decay=decay), Ewma(decay=decay))  # (predicted, came)
         self.time = (Ewma(decay=decay), Ewma(decay=decay))  # (predicted, took)
 
@@ -110,9 +116,11 @@ class BatchGamma:
         self.plain_run = 0
         self.expected = Ewma(decay=0.02)  # predicted gain of the steps as chosen (~50 steps)
         self._keys: list[AcceptanceKey | None] = []
-        self.record = {False: Record(), True: Record()}  # by kind: every sequence alike in one pass?
-        self.plain_record = Record()  # plain steps: their time against w's prediction
-        self._promised: tuple[float, float] | None = None  # the plan's (tokens, ms) before calibration
+        # (sequences, every sequence alike in one pass?) → what such plans delivered; a
+        # plain step's record is (sequences, None)
+        self.records: dict[tuple[int, bool | None], Record] = {}
+        self.steps = 0
+        self._promised: tuple[int, float, float] | None = None  # the plan's (sequences, tokens, ms)
 
     def _key(self, candidate: Candidate) -> AcceptanceKey:
         return candidate.source, (match_key(candidate.match) if candidate.match is not None else ())
@@ -150,17 +158,28 @@ class BatchGamma:
         table = {x: e for (x, one), e in self.extra_ms.items() if one == single}
         return {x: e.value for x, e in table.items()}, line(table)
 
-    def factor(self, single: bool) -> float:
+    def factor(self, n: int, single: bool) -> float:
         """What plans of this kind delivered over what they promised, beside what plain
         steps delivered over theirs; at most 1."""
-        return min(1.0, self.record[single].factor / self.plain_record.factor) if self.plain_record.factor else 1.0
+        plain = self._record(n, None).factor
+        return min(1.0, self._record(n, single).factor / plain) if plain else 1.0
+
+    def _record(self, n: int, kind: bool | None) -> Record:
+        """The record of plans of this kind at n sequences; a new one where none was kept
+        in the last STALE_STEPS steps (so a bad stretch cannot stop a kind for good)."""
+        record = self.records.get((n, kind))
+        if record is None or self.steps - record.last > STALE_STEPS:
+            record = self.records[(n, kind)] = Record()
+            record.last = self.steps
+        return record
 
     def probe_interval(self, w0: float, single: bool) -> int:
         """Plain steps between probes: ``probe_every``, or more where what one draft adds
         (``single``: beside no other sequence) would exceed PROBE_BUDGET of that many plain
         steps' time."""
         extra = self.extra_time(1, single)
-        return max(self.probe_every, math.ceil(extra / (PROBE_BUDGET * w0)) if extra else 0)
+        return max(self.probe_every, min(PROBE_MAX * self.probe_every, math.ceil(extra / (PROBE_BUDGET * w0))
+                                         if extra else 0))
 
     def plan(self, offers: list[Candidate | None], pending_rows: int) -> BatchPlan:
         """``offers``: per sequence, what its proposer can draft (limit already capped by
@@ -171,6 +190,7 @@ class BatchGamma:
         (llama.cpp, no unified KV cache: a pass per distinct tokens-per-sequence), every
         sequence drafting alike keeps it one pass of N·(1 + k) rows."""
         n = len(offers)
+        self.steps += 1
         self._keys = [None if c is None or c.limit <= 0 else self._key(c) for c in offers]
         survival = [[] if key is None else self.acceptance.survival(key, min(c.limit, self.max_gamma), self._prior(key))
                     for c, key in zip(offers, self._keys)]
@@ -186,7 +206,7 @@ class BatchGamma:
             if w0 is None or extra is None:
                 return None
             t = w0 + extra + j * k * d
-            return (n + kept) / t * w0 / n * (self.factor(one) if j * k else 1.0), t / w0
+            return (n + kept) / t * w0 / n * (self.factor(n, one) if j * k else 1.0), t / w0
 
         best: tuple[float, int, int, list[int]] | None = None  # (gain, j, k, sequences)
         unknown = False
@@ -213,7 +233,7 @@ class BatchGamma:
             drafts[i], tokens[i] = k, 1.0 + sum(survival[i][:k])
         self._shape = alone and len(chosen) == n
         gain, cost = predicted(len(chosen), k, sum(tokens) - n) or (None, None)
-        self._promised = (sum(tokens), cost * w0) if cost is not None else None
+        self._promised = (n, sum(tokens), cost * w0) if cost is not None else None
         if gain is not None:
             self.expected.add(gain)
         return BatchPlan(drafts, tokens if gain is not None else [None] * n, cost, gain,
@@ -233,8 +253,9 @@ class BatchGamma:
                 self.extra_ms.setdefault(key, RecentMedian(self.window)).add(max(0.0, step_ms - base))
                 self.draft_ms.add(draft_ms / drafted)
             if self._promised is not None:
-                tokens, ms = self._promised
-                record = self.record[self._shape] if drafted else self.plain_record
+                n, tokens, ms = self._promised
+                record = self._record(n, self._shape if drafted else None)
+                record.last = self.steps
                 record.add(tokens, len(verdicts) + sum(kept for _, kept in verdicts), ms,
                            step_ms + draft_ms if drafted else step_ms)  # a draft's time is in its prediction
         self._promised = None
