@@ -155,13 +155,19 @@ def test_the_matmul_patch_is_bit_identical_to_llama_cpps_own_at_every_batch_widt
 
 
 def small_batch_attention_compiled() -> bool:
-    """Whether set-up's build has the small-batch attention kernel: it is compiled for
-    AVX-512 F and DQ, and the wheel is built with -march=native for this CPU (its cache
-    key holds this CPU's flags), so the CPU's own flags say."""
-    from specchat.loading.cpu_features import _read_flags
+    """Whether the loaded build has the small-batch attention kernel: it is compiled for
+    AVX-512 (F and DQ), and ggml-cpu says what it was compiled for (ggml_cpu_has_avx512
+    reads __AVX512F__ at build time, not the CPU at run time)."""
+    import ctypes
 
-    flags = set((_read_flags()[0] or "").split())
-    return {"avx512f", "avx512dq"} <= flags
+    from specchat.loading.llamacpp import _ggml_cpu_libraries
+
+    for library in _ggml_cpu_libraries(llama_cpp):
+        try:
+            return bool(ctypes.CDLL(str(library)).ggml_cpu_has_avx512())
+        except (OSError, AttributeError):
+            continue
+    pytest.fail("no ggml-cpu library with ggml_cpu_has_avx512 beside llama_cpp")
 
 
 def test_flash_attention_takes_the_small_batch_kernel_exactly_where_it_can():

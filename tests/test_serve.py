@@ -308,6 +308,43 @@ def test_a_client_that_leaves_before_its_whole_reply_is_cancelled_at_once(served
     conn.sock.shutdown(socket.SHUT_RDWR)
     conn.close()
     deadline = time.monotonic() + 10
-    while aborted(port) == before and time.monotonic() < deadline:
+    while (aborted(port) == before or service.batch.running) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert aborted(port) == before + 1 and not service.batch.running
+
+
+def test_a_queued_request_whose_client_leaves_is_cancelled_before_it_runs(served):
+    """Both slots busy with long streams, a third (whole-reply) request waits for a slot;
+    its client closes the connection. It is cancelled while it waits (aborted within a
+    second), so it never takes a slot from the chats still being served. Planted bug:
+    waiting on the handle without asking whether the client is there fails this."""
+    service, port, *_ = served
+    before = aborted(port)
+    streams = []
+    for _ in range(2):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("POST", "/v1/chat/completions", json.dumps({**chat(LONG, 4096), "stream": True}).encode(),
+                     {"Content-Type": "application/json"})
+        sock = conn.sock  # http.client lets go of it once the response begins
+        response = conn.getresponse()
+        response.readline()  # decoding
+        streams.append((sock, response))
+    queued = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    queued.request("POST", "/v1/chat/completions", json.dumps(chat(LONG, 8)).encode(),
+                   {"Content-Type": "application/json"})
+    time.sleep(0.3)
+    assert service.batch.running == 3
+    queued.sock.shutdown(socket.SHUT_RDWR)
+    queued.close()
+    deadline = time.monotonic() + 5
+    while aborted(port) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    waited = 5 - (deadline - time.monotonic())
+    assert aborted(port) == before + 1 and service.batch.running == 2 and waited < 1.5, waited
+    for sock, response in streams:  # the long chats go away too
+        sock.shutdown(socket.SHUT_RDWR)
+        response.close()
+    deadline = time.monotonic() + 30
+    while service.batch.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert aborted(port) == before + 3

@@ -10,6 +10,7 @@ starts over on the same queue (the requests that come next are served).
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -28,11 +29,25 @@ class Handle:
         self.index = index
         self.steps: queue.Queue[Step | str] = queue.Queue()  # a str: the engine's error line
         self.finished = False
+        self.stopped = False  # the client ended it (a stop string): its cancel finishes as "stop"
         self._cancel = cancel
+        self._cancelled = False
 
     def __iter__(self) -> Iterator[Step]:
+        return self.until(lambda: False)
+
+    def until(self, gone: Callable[[], bool], every_s: float = 0.25) -> Iterator[Step]:
+        """The steps, asking ``gone()`` every ``every_s`` while none arrives (a request
+        still waiting for a slot, a long prompt): once it says yes, the request is
+        cancelled and the steps end."""
         while not self.finished:
-            item = self.steps.get()
+            try:
+                item = self.steps.get(timeout=every_s)
+            except queue.Empty:
+                if gone():
+                    self.cancel()
+                    return
+                continue
             if isinstance(item, str):
                 self.finished = True
                 raise GenerationError(item)
@@ -40,8 +55,15 @@ class Handle:
             yield item
 
     def cancel(self) -> None:
-        if not self.finished:
+        if not self.finished and not self._cancelled:
+            self._cancelled = True
             self._cancel(self.index)
+
+    def stop(self) -> None:
+        """Ends the request because its reply is complete (a stop string): cancelled, and
+        its last step says "stop"."""
+        self.stopped = True
+        self.cancel()
 
 
 class BatchedServer:
@@ -84,9 +106,11 @@ class BatchedServer:
         while not self.requests.finished:
             try:
                 for index, step in self.engine.generate(self.requests):
-                    self._on_step(index, step)
                     with self._lock:
                         handle = self._handles.pop(index) if step.finish_reason else self._handles.get(index)
+                    if handle is not None and handle.stopped and step.finish_reason == "cancelled":
+                        step = dataclasses.replace(step, finish_reason="stop")
+                    self._on_step(index, step)
                     if handle is not None:
                         handle.steps.put(step)
             except Exception as exc:  # the batch's cells are dropped (generate): fail its requests, go on

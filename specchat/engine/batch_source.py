@@ -63,6 +63,14 @@ class RequestQueue:
                 self._ready.wait(wait_s)
             return self._waiting.popleft() if self._waiting else None
 
+    def withdraw(self, indices: set[int]) -> list[int]:
+        """Takes those of ``indices`` still waiting (cancelled before a slot freed) → them."""
+        with self._ready:
+            gone = [i for i, _ in self._waiting if i in indices]
+            if gone:
+                self._waiting = deque((i, r) for i, r in self._waiting if i not in indices)
+            return gone
+
     def drain(self) -> list[tuple[int, Request]]:
         """Every waiting request, taken (a server failing them after an engine error)."""
         with self._ready:

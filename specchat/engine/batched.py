@@ -82,6 +82,15 @@ class BatchedEngine:
         with self._lock:
             self._cancelled.add(index)
 
+    def _withdrawn(self, source: RequestQueue) -> list[int]:
+        """Requests cancelled while they waited for a slot, taken out of ``source``."""
+        with self._lock:
+            if not self._cancelled:
+                return []
+            gone = source.withdraw(self._cancelled)
+            self._cancelled.difference_update(gone)
+            return gone
+
     def reset(self) -> None:
         """Forgets every cell (the next call reuses nothing: a benchmark's runs apart)."""
         for seq in range(self.n_seq):
@@ -121,6 +130,8 @@ class BatchedEngine:
                     self.context.drop(seq, cached)
                     active[seq] = _Slot(index, request, list(request.ids), seed, proposer, make_controller(proposer),
                                         cached=cached)
+                for index in self._withdrawn(source):  # cancelled while waiting: never admitted
+                    yield index, Step((), StepStats(0, 0, 0), "cancelled")
                 ended = [(s, "cancelled") for s, slot in active.items() if self._take_cancel(slot.index)]
                 ended += [(s, "context" if len(slot.ids) >= room else "length") for s, slot in active.items()
                           if (len(slot.ids) >= room or slot.request.max_new_tokens <= 0) and (s, "cancelled") not in ended]

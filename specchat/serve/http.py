@@ -6,7 +6,8 @@ line, never a traceback) except ``/metrics`` (Prometheus text) and streams (SSE:
 ``/health`` (``Authorization: Bearer KEY``, compared in constant time). Bodies over
 MAX_BODY are refused unread (413). A client that goes away mid-stream has its request
 cancelled (the others in the batch go on as if it had never been there); so does one
-that goes away while it waits for a whole (non-streamed) reply, at the next step. Log lines quote
+that goes away while its request waits for a slot or a whole (non-streamed) reply, within
+a step or a quarter of a second. Log lines quote
 what clients sent, so they are cleaned before they reach the terminal.
 """
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import select
 import socket
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -86,12 +86,14 @@ class Handler(BaseHTTPRequestHandler):
                 self._stream(handle, reply, shape, len(prompt_ids))
             else:
                 entries: list[dict] = []
-                for step in handle:
+                for step in handle.until(self._gone):
                     entries += reply.add(step)[1]
                     if self._stopped(handle, reply):
                         break
                     if self._gone():  # nothing to write to: free the slot now, not at the reply's end
                         return
+                if not handle.finished and not reply.stopped:  # gone while it waited for a slot
+                    return
                 self._json(shape.body(reply.text, entries, reply.ids, reply.finish_reason, reply.spec_stats(),
                                       usage(len(prompt_ids), reply.tokens), prompt_ids))
         except GenerationError as error:
@@ -105,7 +107,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
         try:
-            for step in handle:  # one chunk a step, as vLLM streams (its --stream-interval 1)
+            for step in handle.until(self._gone):  # one chunk a step, as vLLM streams (--stream-interval 1)
                 text, entries = reply.add(step)
                 finish = reply.finish_reason
                 ids = [t.id for t in step.tokens]
@@ -114,25 +116,31 @@ class Handler(BaseHTTPRequestHandler):
                     break
         except GenerationError as error:
             self._event(error_body(f"generation failed: {error}", 500))
+        if not handle.finished and not reply.stopped:  # the client went away while it waited
+            return
         if shape.job.include_usage:
             self._event(shape.usage_chunk(usage(prompt_tokens, reply.tokens)))
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
     def _gone(self) -> bool:
-        """The client closed its connection (a request is whole once read, so a readable
-        socket with nothing to read is a close)."""
+        """The client closed its connection: a peek that finds the end of the stream (a
+        client may send its next request early; that is data, not a close). A gone client
+        gets nothing more on this connection."""
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):
-            return True
+            gone = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:  # nothing to read: still there
+            return False
+        except OSError:  # reset
+            gone = True
+        if gone:
+            self.close_connection = True
+        return gone
 
     def _stopped(self, handle, reply: Reply) -> bool:
-        """A stop string ended the reply: its request is cancelled, and counted as stopped."""
+        """A stop string ended the reply: its request is cancelled, its end counted as "stop"."""
         if reply.stopped and not handle.finished:
-            self.service.metrics.stopped(handle.index)
-            handle.cancel()
+            handle.stop()
         return reply.stopped
 
     def _event(self, obj: dict[str, Any]) -> None:

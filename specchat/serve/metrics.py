@@ -27,13 +27,6 @@ class ServeMetrics:
         self.per_position: list[int] = []
         self.prompt_tokens = self.generation_tokens = 0
         self.finished: dict[str, int] = {}
-        self._stopped: set[int] = set()  # requests a stop string ended (cancelled, counted "stop")
-
-    def stopped(self, index: int) -> None:
-        """Request ``index`` is cancelled because a stop string ended its reply: its end
-        counts as "stop", not "abort"."""
-        with self._lock:
-            self._stopped.add(index)
 
     def add_prompt(self, tokens: int) -> None:
         with self._lock:
@@ -52,9 +45,6 @@ class ServeMetrics:
                     self.per_position[i] += 1
             if step.finish_reason:
                 reason = FINISH.get(step.finish_reason, "stop")
-                if index in self._stopped:
-                    self._stopped.discard(index)
-                    reason = "stop"
                 self.finished[reason] = self.finished.get(reason, 0) + 1
 
     def render(self, running: int) -> str:

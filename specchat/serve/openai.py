@@ -8,7 +8,8 @@ prompt's and the reply's token ids, ``prompt_token_ids`` and each choice's
 ``token_ids``). A sampling field left out takes the
 profile's value. ``stop``: a string or a list of up to MAX_STOP strings; the reply ends
 before the first of them to appear (it is not returned, finish_reason "stop"), and a
-stream never sends text that might still turn out to begin one. ``n`` other than 1 is
+stream never sends text that might still turn out to begin one (token ids and log p
+entries list every token generated). ``n`` other than 1 is
 refused (400). Anything else OpenAI defines (``model``, ``user``, …) is accepted and
 ignored: one model is served.
 """
