@@ -12,6 +12,9 @@ every batched test.
 * A stop token or an EOS token ends the reply with it, as its last token, and the right
   finish reason. Planted bugs: stop_token_ids ignored (only EOS checked); the stop token
   cut off the reply (``tokens[:i]``).
+* A reply never runs past its max_new_tokens, however many drafts are kept. Planted bug:
+  a sequence's drafts capped at the tokens left rather than one fewer (the bonus token
+  is one more), so a step whose drafts are all kept emits one token too many.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import pytest
 from needs import needs_llama_cpp
 from specchat.engine import NgramProposer, SpeculativeEngine
 from specchat.engine.batched import BatchedEngine, Request
+from test_batched_exact import Scripted
 from test_batched import GREEDY, backend, chats, near_tie_or_equal, run  # noqa: F401 (fixtures)
 
 pytestmark = needs_llama_cpp
@@ -68,3 +72,21 @@ def test_a_stop_or_eos_token_ends_the_reply_with_it(backend, chats, how):
     assert finishes == [how], finishes
     assert tokens[-1] == token and token not in tokens[:-1], (tokens, token)
     assert near_tie_or_equal(backend, ids, tokens, want[:at + 1]) is None, (tokens, want[:at + 1])
+
+
+def test_a_reply_never_runs_past_its_token_budget(backend, chats):
+    """Drafts that are always kept (the greedy continuation, 3 a step): a reply of budget n
+    is the first n greedy tokens, finish "length", for every n from 1 to 5."""
+    ids = chats[2]
+    want = solo(backend, ids, 8)
+    budgets = [1, 2, 3, 4, 5]
+    queue = [Scripted(want, len(ids), 3) for _ in budgets]
+    engine = BatchedEngine(backend, n_seq=len(budgets), proposer_factory=queue.pop)
+    try:
+        got = run(engine, [Request(ids, GREEDY, n) for n in budgets])
+    finally:
+        engine.close()
+    assert sum(accepted for _, _, accepted in got.values()) > 0  # drafts were kept
+    for i, n in enumerate(budgets):
+        tokens, finishes, _ = got[i]
+        assert finishes == ["length"] and tokens == want[:n], (n, tokens, want[:n])

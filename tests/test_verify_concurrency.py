@@ -4,7 +4,10 @@ batched engine (bench/verify_batched.py), on the embedded default profile (llama
 * It passes on the healthy engine at a small --samples, and its decodes really mix
   sequences verifying different numbers of drafts.
 * A planted engine bug fails it: every sequence handed the rows of the decode one
-  place off (its neighbour's last row first). A bug that crashes the engine instead
+  place off (its neighbour's last row first). That run drafts a fixed γ = 4: under
+  γ = auto the batch's drafts follow measured step times, and a run that drafted once in
+  150 requests (seen twice) left every sequence's row the same logits (one prompt for
+  all), so the planted bug changed nothing. A bug that crashes the engine instead
   (rows sliced past the decode's end) stops verify with its traceback, as it should.
 * Usage errors are one line and exit 2: --concurrency outside 1..64, and a profile on
   another backend than llama.cpp.
@@ -26,6 +29,14 @@ def llama_profile(tmp_path_factory):
     pytest.importorskip("llama_cpp", reason=LLAMA_CPP_NOT_BUILT)
     path = tmp_path_factory.mktemp("profiles") / "llama.toml"
     path.write_text('extends = "default"\n[target]\nbackend = "llama.cpp"\nn_threads = 1\nn_ctx = 1024\n')
+    return path
+
+
+@pytest.fixture(scope="module")
+def fixed_profile(llama_profile):
+    """The same, drafting a fixed γ = 4: drafts that do not depend on timing."""
+    path = llama_profile.with_name("llama-fixed.toml")
+    path.write_text(llama_profile.read_text() + "[speculation]\nnum_speculative_tokens = 4\n")
     return path
 
 
@@ -55,10 +66,10 @@ def test_batched_verify_passes_and_mixes_draft_lengths_in_a_decode(capsys, llama
     assert max(mixed) >= 2  # some decode verified sequences with different numbers of drafts
 
 
-def test_batched_verify_fails_on_rows_one_place_off(capsys, llama_profile, monkeypatch):
+def test_batched_verify_fails_on_rows_one_place_off(capsys, fixed_profile, monkeypatch):
     decode_all = LlamaCppBatch.decode_all
     monkeypatch.setattr(LlamaCppBatch, "decode_all", lambda self, rows: np.roll(decode_all(self, rows), 1, axis=0))
-    code, out = verify_cli(capsys, llama_profile, "--concurrency", "4")
+    code, out = verify_cli(capsys, fixed_profile, "--concurrency", "4")
     assert code == 1 and "verdict: FAIL" in out, out
     failed = [line.strip() for line in out.splitlines() if line.strip().startswith("FAIL")]
     assert failed and all("batched" in line for line in failed), failed

@@ -23,22 +23,10 @@ drafts do not depend on timing.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import specchat.bench.verify_batched as verify_batched
 from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
-from needs import LLAMA_CPP_NOT_BUILT
-from test_verify_concurrency import verify_cli
-
-
-@pytest.fixture(scope="module")
-def fixed_profile(tmp_path_factory):
-    """The default profile on llama.cpp (embedded SmolLM2, n-gram lookup), γ fixed at 4."""
-    pytest.importorskip("llama_cpp", reason=LLAMA_CPP_NOT_BUILT)
-    path = tmp_path_factory.mktemp("profiles") / "llama-fixed.toml"
-    path.write_text('extends = "default"\n[target]\nbackend = "llama.cpp"\nn_threads = 1\nn_ctx = 1024\n'
-                    '[speculation]\nnum_speculative_tokens = 4\n')
-    return path
+from test_verify_concurrency import fixed_profile, llama_profile, verify_cli  # noqa: F401 (fixtures)
 
 
 def test_greedy_batched_verify_fails_on_rows_one_place_off(capsys, fixed_profile, monkeypatch):
