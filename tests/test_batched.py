@@ -217,3 +217,27 @@ def test_a_seed_gives_the_one_sequence_reply(backend, chats):
         engine.close()
     same = sum(got[i][0] == solo[i] for i in range(4))
     assert same >= 3, [(got[i][0], solo[i]) for i in range(4)]
+
+
+def test_a_fixed_gamma_request_keeps_its_gamma_beside_auto_ones(backend, chats):
+    """Requests alternate γ = 4 and γ = auto in one batch: the auto ones are planned
+    together, the γ = 4 ones are asked for 4 drafts every step their budget allows, as
+    alone. (verify --concurrency mixes kinds this way; when the plan took every sequence,
+    a run that barely drafted could not see rows handed to the wrong sequence.) Planted
+    bug: the batch plan deciding every sequence's drafts fails this."""
+    kinds = iter([4, "auto"] * 4)
+    engine = BatchedEngine(backend, n_seq=4, proposer_factory=lambda: NgramProposer(next(kinds), 1, 3, 5))
+    requests = [Request(chats[i % 4], GREEDY, 16) for i in range(4)]
+    seen: dict[int, list] = {}
+    try:
+        for i, step in engine.generate(requests):
+            seen.setdefault(i, []).append(step.stats)
+    finally:
+        engine.close()
+    for i in (0, 2):  # γ = 4: min(4, what the budget leaves) every step but FixedGamma's timing step (2nd)
+        produced = 0
+        for j, stats in enumerate(seen[i]):
+            want = 0 if j == 1 else min(4, 15 - produced)
+            assert stats.num_speculative_tokens == want, (i, j, produced, stats.num_speculative_tokens)
+            produced += 1 + stats.num_accepted_tokens
+    assert any(s.predicted_gain is not None for s in seen[1] + seen[3]), "auto ones are planned, timed beside them"

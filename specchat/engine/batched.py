@@ -174,16 +174,21 @@ class BatchedEngine:
             return False
 
     def _choose(self, active: dict[int, _Slot], room: int) -> tuple[list[int], BatchPlan | None]:
-        """γ per sequence: γ = auto plans the whole batch's drafts at once (batch_gamma.py);
-        a fixed γ or plain decoding asks each sequence's own controller."""
-        caps = [max(0, min(s.request.max_new_tokens - s.produced - 1, room - len(s.ids) - 1)) for s in active.values()]
-        if self._auto is None:
-            return [min(s.controller.choose(None, s.ids)[0] if s.proposer else 0, cap)
-                    for s, cap in zip(active.values(), caps)], None
-        offers = [(s.proposer.candidates(s.ids, cap)[:1] or [None])[0] if cap and s.proposer else None
-                  for s, cap in zip(active.values(), caps)]
-        plan = self._auto.plan(offers, sum(len(s.ids) - s.cached for s in active.values()))
-        return plan.drafts, plan
+        """γ per sequence: γ = auto plans its sequences' drafts at once (batch_gamma.py); a
+        fixed γ or plain decoding asks each sequence's own controller, beside it too (a
+        request that asked for γ = 4 gets 4, whatever the others asked)."""
+        slots = list(active.values())
+        caps = [max(0, min(s.request.max_new_tokens - s.produced - 1, room - len(s.ids) - 1)) for s in slots]
+        auto = [bool(s.proposer) and s.proposer.num_speculative_tokens == "auto" for s in slots]
+        fixed = [0 if a or not s.proposer else min(s.controller.choose(None, s.ids)[0], cap)
+                 for s, cap, a in zip(slots, caps, auto)]
+        if self._auto is None or not any(auto):
+            return fixed, None
+        offers = [(s.proposer.candidates(s.ids, cap)[:1] or [None])[0] if a and cap else None
+                  for s, cap, a in zip(slots, caps, auto)]
+        # the fixed-γ sequences' drafts run anyway: to the plan they are rows like the pending ones
+        plan = self._auto.plan(offers, sum(len(s.ids) - s.cached for s in slots) + sum(fixed))
+        return [d if a else f for d, f, a in zip(plan.drafts, fixed, auto)], plan
 
     def _step(self, active: dict[int, _Slot], free: list[int], room: int) -> Iterator[tuple[int, Step]]:
         start = time.perf_counter()
@@ -234,9 +239,11 @@ class BatchedEngine:
         end = time.perf_counter()  # one time for the whole step, before anything is handed out
         if batch_plan is not None:
             self._auto.observe(len(rows), 1000 * (end - drafted), 1000 * (drafted - start), prompts > 0,
-                               [(k, n) for _, _, _, _, _, k, n, _, _ in out])
+                               [(k, n) if d else (0, 0) for (*_, k, n, _, _), d in zip(out, batch_plan.drafts)])
         for i, (seq, slot, tokens, finish, gamma, k, n, alpha_sum, source) in enumerate(out):
-            if batch_plan is None:
+            planned = batch_plan is not None and slot.proposer is not None \
+                and slot.proposer.num_speculative_tokens == "auto"
+            if not planned:
                 assessed = slot.controller.assess(k, source)
                 gain, marginal = None, None
             else:
@@ -251,7 +258,7 @@ class BatchedEngine:
                 predicted_gain=gain, draft_source=source, batch_size=len(plans), marginal_ms=marginal,
                 predicted_tokens=assessed.tokens, predicted_cost=assessed.cost,
                 recommended_gamma=assessed.recommended_gamma, recommended_gain=assessed.recommended_gain)
-            if batch_plan is None:
+            if not planned:
                 slot.controller.observe(stats, None)
             if finish:
                 del active[seq]
