@@ -179,7 +179,7 @@ class BatchedEngine:
         request that asked for γ = 4 gets 4, whatever the others asked)."""
         slots = list(active.values())
         caps = [max(0, min(s.request.max_new_tokens - s.produced - 1, room - len(s.ids) - 1)) for s in slots]
-        auto = [bool(s.proposer) and s.proposer.num_speculative_tokens == "auto" for s in slots]
+        auto = [_planned(s) for s in slots]
         fixed = [0 if a or not s.proposer else min(s.controller.choose(None, s.ids)[0], cap)
                  for s, cap, a in zip(slots, caps, auto)]
         if self._auto is None or not any(auto):
@@ -241,8 +241,7 @@ class BatchedEngine:
             self._auto.observe(len(rows), 1000 * (end - drafted), 1000 * (drafted - start), prompts > 0,
                                [(k, n) if d else (0, 0) for (*_, k, n, _, _), d in zip(out, batch_plan.drafts)])
         for i, (seq, slot, tokens, finish, gamma, k, n, alpha_sum, source) in enumerate(out):
-            planned = batch_plan is not None and slot.proposer is not None \
-                and slot.proposer.num_speculative_tokens == "auto"
+            planned = batch_plan is not None and _planned(slot)
             if not planned:
                 assessed = slot.controller.assess(k, source)
                 gain, marginal = None, None
@@ -264,3 +263,8 @@ class BatchedEngine:
                 del active[seq]
                 self._release(seq, slot, free)
             yield slot.index, Step(tuple(tokens), stats, finish)
+
+
+def _planned(slot: _Slot) -> bool:
+    """Whether γ = auto's batch plan chooses this sequence's drafts (else its own controller)."""
+    return slot.proposer is not None and slot.proposer.num_speculative_tokens == "auto"
