@@ -6,7 +6,7 @@
 # The patches speed up what verifying drafts runs on the CPU — a batch of a few tokens — and
 # leave one-token steps alone: 0001 streams each weight row once for batches of up to 8
 # tokens (bit-identical logits), 0002 gives attention over a few query tokens a kernel that
-# shares each block of K and V among them (AVX-512), 0003 aligns the CPU backend's work
+# shares each block of K and V among them (AVX-512 or AVX2), 0003 aligns the CPU backend's work
 # buffer to a cache line (else batched steps ran 25 % slower in some processes, by heap
 # luck). SPECCHAT_GGML_UPSTREAM=1 at run time turns 0001 and 0002 off, for A/B measurements.
 # If a patch does not apply (another LLAMA_VERSION), the build goes on without it and says so.
@@ -67,7 +67,7 @@ done
 if [ ${#applied[@]} -gt 0 ]; then
   # a local version label says which build this is (pip show, specchat's bench reports);
   # bump it when patches/llama.cpp changes
-  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.6\"/" "$src/llama_cpp/__init__.py"
+  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.7\"/" "$src/llama_cpp/__init__.py"
 fi
 
 mkdir -p "$wheels"

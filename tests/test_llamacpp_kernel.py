@@ -3,7 +3,7 @@
 A batch of a few tokens — a decode step and the drafts it verifies — gets two kernels of
 ours: a matmul that streams each weight row once for every column (batches of up to 8),
 and an attention kernel that reads each block of K and V once a step for every token and
-query head that uses it, in ranges of positions merged at the end (AVX-512, head sizes
+query head that uses it, in ranges of positions merged at the end (AVX-512 or AVX2, head sizes
 64 and 128). The claims checked here: set-up really builds them; the matmul
 changes no number; a token's logits do not depend on the batch it came in; and the
 attention agrees with llama.cpp's own within the rounding noise a batch already has. The
@@ -40,7 +40,7 @@ def test_setup_builds_llama_cpp_with_specchats_kernels():
     version (the script then builds without them and says so in its log)."""
     assert batched_kernel(llama_cpp) == "specchat", (
         "llama-cpp-python lacks specchat's llama.cpp patches: run `make setup` (see .venv/llama-cpp-build.log)")
-    assert llama_cpp.__version__.endswith("+specchat.6")
+    assert llama_cpp.__version__.endswith("+specchat.7")
 
 
 @pytest.mark.parametrize("splits", [[4, 8], [2, 2, 2, 6], [7, 5]])
@@ -155,29 +155,23 @@ def test_the_matmul_patch_is_bit_identical_to_llama_cpps_own_at_every_batch_widt
 
 
 def small_batch_attention_compiled() -> bool:
-    """Whether the loaded build has the small-batch attention kernel: it is compiled for
-    AVX-512 (F and DQ), and ggml-cpu says what it was compiled for (ggml_cpu_has_avx512
-    reads __AVX512F__ at build time, not the CPU at run time)."""
-    import ctypes
+    """Whether the loaded build has the small-batch attention kernel: compiled for AVX-512
+    (F and DQ) or AVX2 (with FMA and F16C), as the build itself says
+    (specchat_flash_attn_small_batch_width, patches/llama.cpp/0002), not the CPU."""
+    from specchat.loading.llamacpp import small_batch_attention_width
 
-    from specchat.loading.llamacpp import _ggml_cpu_libraries
-
-    for library in _ggml_cpu_libraries(llama_cpp):
-        try:
-            return bool(ctypes.CDLL(str(library)).ggml_cpu_has_avx512())
-        except (OSError, AttributeError):
-            continue
-    pytest.fail("no ggml-cpu library with ggml_cpu_has_avx512 beside llama_cpp")
+    return small_batch_attention_width(llama_cpp) > 0
 
 
 def test_flash_attention_takes_the_small_batch_kernel_exactly_where_it_can():
     """The 6-token verify batch after 300 tokens, our build against llama.cpp's own, with
     flash attention on and the matmul bit-identical (the test above), so the attention
-    alone can tell them apart. Where the kernel is compiled (AVX-512; head size 64 here)
+    alone can tell them apart. Where the kernel is compiled (AVX-512 or AVX2; head size 64 here)
     the logits must differ — by rounding, under 1.0 — else the kernel did not run; where
-    it is not (AVX2, this machine on 2026-12-02), the fallback must be llama.cpp's own
-    path, bit for bit. Planted bugs: a build whose dispatch never takes the kernel fails
-    the first branch; a fallback that reordered anything fails the second."""
+    it is not (a CPU with neither AVX-512 nor AVX2, an unpatched build), the fallback must
+    be llama.cpp's own path, bit for bit. Planted bugs: a build whose dispatch never takes
+    the kernel fails the first branch; a fallback that reordered anything fails the
+    second (before the AVX2 kernel, 2026-12-02: 0.038 apart)."""
     path = converted_gguf(llama_cpp, find_gguf(), "F16", "target")
     ours, theirs = batch_logits(path, upstream=False), batch_logits(path, upstream=True)
     if small_batch_attention_compiled():

@@ -78,6 +78,7 @@ def describe(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Ben
             "target_format": (info.get("target") or {}).get("dtype"),
             "llama_cpp_python": (info.get("target") or {}).get("llama_cpp_python"),
             "llama_cpp_kernel": (info.get("target") or {}).get("llama_cpp_kernel"),
+            "llama_cpp_attention_width": (info.get("target") or {}).get("llama_cpp_attention_width"),
             "precision": info.get("precision"),
         },
         "settings": {

@@ -87,6 +87,14 @@ def vs_peer_text(name: str, ratios: dict[str, Any]) -> str:
     return f"{name}: " + ", ".join(f"{auto_vs_best_text(r)} vs {peer}" for peer, r in ratios.items())
 
 
+def attention_width(env: dict[str, Any]) -> str:
+    """", attention W-wide" where the small-batch attention kernel ran (older results: nothing)."""
+    width = env.get("llama_cpp_attention_width")
+    if width is None:
+        return ""
+    return f", attention {width}-wide" if width else ", attention llama.cpp's own"
+
+
 def markdown(results: dict[str, Any]) -> str:
     env = results["environment"]
     settings = results["settings"]
@@ -97,7 +105,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"`{env.get('target_source')}` · draft `{env.get('draft_source')}` · torch {env['torch']} · "
         f"transformers {env['transformers']} · specchat {env['specchat']}"
         + (f" · llama-cpp-python {env['llama_cpp_python']}" if env.get("llama_cpp_python") else "")
-        + (f" (small-batch kernels: {env['llama_cpp_kernel']})" if env.get("llama_cpp_kernel") else "")
+        + (f" (small-batch kernels: {env['llama_cpp_kernel']}{attention_width(env)})" if env.get("llama_cpp_kernel") else "")
         + (f" · target {env['target_format']}" if env.get("target_format") else ""), "",
         *([f"Precision: {env['precision']}.", ""] if env.get("precision") else []),
         *([f"**Busy machine: other processes used {results['cpu_others']:.0%} of the CPU during this run — "

@@ -243,6 +243,7 @@ def load_gguf_model(spec: ModelSpec, key: str, base: Path | None, report=None) -
         "n_threads": backend.n_threads,
         "llama_cpp_python": llama_cpp.__version__,
         "llama_cpp_kernel": batched_kernel(llama_cpp),
+        "llama_cpp_attention_width": small_batch_attention_width(llama_cpp),
     }
     return backend, info
 
@@ -277,6 +278,26 @@ def batched_kernel(llama_cpp: Any) -> str:
         except OSError:
             continue
     return "upstream"
+
+
+def small_batch_attention_width(llama_cpp: Any) -> int:
+    """The width of the blocks of specchat's small-batch attention kernel in the loaded
+    llama.cpp (16 where it was compiled for AVX-512, 8 for AVX2), 0 where the build has
+    none (another CPU, an unpatched build) or SPECCHAT_GGML_UPSTREAM turns it off. The
+    build says so itself (patches/llama.cpp/0002 exports it): never guessed from the CPU."""
+    import ctypes
+    import os
+
+    if "SPECCHAT_GGML_UPSTREAM" in os.environ:
+        return 0
+    for library in _ggml_cpu_libraries(llama_cpp):
+        try:
+            width = getattr(ctypes.CDLL(str(library)), "specchat_flash_attn_small_batch_width", None)
+        except OSError:
+            continue
+        if width is not None:
+            return int(width())
+    return 0
 
 
 def _ggml_cpu_libraries(llama_cpp: Any) -> list[Path]:
