@@ -22,6 +22,8 @@ import json
 import sys
 from pathlib import Path
 
+from specchat.bench.report import attention_width
+
 SHIPPED_SETS = ("repetitive", "open", "unusual", "long")  # specchat/bench/prompt_sets.py
 ALL_SETS = "all"
 PLAIN_PEER = "peer:none"
@@ -118,7 +120,9 @@ def machine(results: dict) -> str:
     if env.get("target_format"):
         backend += f" {env['target_format']}"
     if env.get("llama_cpp_kernel"):
-        backend += f" (small-batch kernels: {env['llama_cpp_kernel']})"
+        backend += f" (small-batch kernels: {env['llama_cpp_kernel']}{attention_width(env)})"
+    if env.get("llama_cpp_python"):
+        backend += f" · llama-cpp-python {env['llama_cpp_python']}"
     where = env.get("device_name") or env.get("device") or "?"
     if env.get("cpu_threads"):
         where += f", {env['cpu_threads']} threads"
