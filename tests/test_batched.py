@@ -1,4 +1,5 @@
-"""Several replies decoded together (engine/batched.py) on the real embedded GGUF (Q4_1).
+"""Several replies decoded together (engine/batched.py) on the real embedded GGUF, in F16
+(tests/needs.py: Q4_1 rounds a batch far more than one-token steps do).
 
 * Greedy: each batched reply — more requests than slots, n-gram drafts of different
   lengths in one decode — equals its one-sequence plain reply, or parts from it first at
@@ -37,7 +38,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def backend() -> LlamaCppBackend:
-    return embedded_llama_backend(max_ctx=2048)
+    return embedded_llama_backend(max_ctx=2048, gguf_type="F16")
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ PROMPTS = ["Explain tides in one sentence.", "Name three colours.", "Write a hai
 
 @pytest.fixture(scope="module")
 def backend() -> LlamaCppBackend:
-    return embedded_llama_backend(max_ctx=1024)
+    return embedded_llama_backend(max_ctx=1024, gguf_type="F16")
 
 
 def test_generation_hands_out_what_teacher_forcing_would(backend):
