@@ -266,18 +266,11 @@ def batched_kernel(llama_cpp: Any) -> str:
     "specchat" where the loaded llama.cpp carries specchat's patches (patches/llama.cpp,
     built by `make setup`: verifying one draft costs ~1.1× a plain step on a 2-core CPU
     instead of ~1.5×), "upstream" otherwise or where SPECCHAT_GGML_UPSTREAM turns them off."""
-    import ctypes
     import os
 
     if "SPECCHAT_GGML_UPSTREAM" in os.environ:  # the patched library tests presence, not value
         return "upstream (SPECCHAT_GGML_UPSTREAM)"
-    for library in _ggml_cpu_libraries(llama_cpp):
-        try:
-            if hasattr(ctypes.CDLL(str(library)), "specchat_sgemm_stream_rows"):
-                return "specchat"
-        except OSError:
-            continue
-    return "upstream"
+    return "specchat" if _ggml_cpu_symbol(llama_cpp, "specchat_sgemm_stream_rows") else "upstream"
 
 
 def small_batch_attention_width(llama_cpp: Any) -> int:
@@ -285,19 +278,26 @@ def small_batch_attention_width(llama_cpp: Any) -> int:
     llama.cpp (16 where it was compiled for AVX-512, 8 for AVX2), 0 where the build has
     none (another CPU, an unpatched build) or SPECCHAT_GGML_UPSTREAM turns it off. The
     build says so itself (patches/llama.cpp/0002 exports it): never guessed from the CPU."""
-    import ctypes
     import os
 
     if "SPECCHAT_GGML_UPSTREAM" in os.environ:
         return 0
+    width = _ggml_cpu_symbol(llama_cpp, "specchat_flash_attn_small_batch_width")
+    return int(width()) if width else 0
+
+
+def _ggml_cpu_symbol(llama_cpp: Any, name: str) -> Any:
+    """An exported function of the loaded ggml CPU backend (ctypes), or None."""
+    import ctypes
+
     for library in _ggml_cpu_libraries(llama_cpp):
         try:
-            width = getattr(ctypes.CDLL(str(library)), "specchat_flash_attn_small_batch_width", None)
+            symbol = getattr(ctypes.CDLL(str(library)), name, None)
         except OSError:
             continue
-        if width is not None:
-            return int(width())
-    return 0
+        if symbol is not None:
+            return symbol
+    return None
 
 
 def _ggml_cpu_libraries(llama_cpp: Any) -> list[Path]:
