@@ -110,14 +110,14 @@ def test_a_target_without_features_is_one_line(good_head):
 
 
 def test_a_tree_on_a_chain_only_backend_is_one_line(good_head):
-    """siblings > 1 drafts a tree; a backend that verifies chains only (llama.cpp here)
+    """siblings > 1 drafts a tree; a backend that verifies chains only (a server's)
     says so at load, naming the key."""
     from specchat.config.model import SpeculationSpec
 
     class ChainsOnly(NoFeatures):
         provides_features = True
         supports_trees = False
-        name = "llama.cpp"
+        name = "llama-server"
 
     with pytest.raises(ModelLoadError) as error:
         load_head(SpeculationSpec(method="hybrid", head=str(good_head), siblings=3), ChainsOnly(), None)

@@ -59,7 +59,11 @@ def load_head(spec, target, base: Path | None):
     if spec.siblings > 1 and not target.supports_trees:
         raise ModelLoadError(f"siblings = {spec.siblings} drafts a tree, and the {target.name} backend verifies "
                              "chains only", key="speculation.siblings",
-                             hint="set siblings = 1, or use a transformers target")
+                             hint="set siblings = 1, or use a transformers or llama.cpp target")
+    if spec.siblings > (target.max_tree_leaves or spec.siblings):
+        raise ModelLoadError(f"siblings = {spec.siblings}: the {target.name} backend verifies trees of at most "
+                             f"{target.max_tree_leaves} leaves", key="speculation.siblings",
+                             hint=f"set siblings to at most {target.max_tree_leaves}")
     folder = resolve_head(spec.head, spec.head_revision, base)
     head = load_eagle3(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
                        target_layers=target.num_layers, embed=target.token_embeddings())

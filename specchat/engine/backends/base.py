@@ -54,6 +54,7 @@ class Backend:
         speculation, saying so once (``SpeculativeEngine.notice``).
       supports_trees: whether ``forward_tree`` / ``keep_path`` verify a tree of drafts in
         one pass (engine/tree.py); proposers then may draft trees, else chains only.
+      max_tree_leaves: the most leaves (branches) such a tree may have; None: no limit.
       provides_final_hidden: whether, after ``request_final_hidden``, each ``forward`` /
         ``extend`` also hands out the final hidden states of the positions it returned
         logits for — after the final norm, the vectors the lm_head reads (Medusa heads
@@ -77,6 +78,7 @@ class Backend:
     last_features: torch.Tensor | None = None
     features_start: int = 0
     supports_trees: bool = False
+    max_tree_leaves: int | None = None
     provides_final_hidden: bool = False
     final_hidden_note: str = "this backend cannot hand out its final hidden states"
     last_final_hidden: torch.Tensor | None = None

@@ -18,6 +18,7 @@ import torch
 
 from specchat.engine.backends.base import Backend, common_prefix_length
 from specchat.engine.backends.llamacpp_features import FINAL_HIDDEN_ARCHITECTURES, LAYER_INPUT_ARCHITECTURES, bind
+from specchat.engine.backends.llamacpp_tree import TREE_LEAVES, TreeLayout
 
 
 def default_threads() -> int:
@@ -40,6 +41,9 @@ def offload_devices(n_gpu_layers: int, num_layers: int) -> frozenset[str]:
     return frozenset({"cpu", "gpu"})
 
 
+PLACEHOLDER_CTX = 256  # the context Llama opens first (llama.cpp's smallest), replaced at once
+
+
 class LlamaCppBackend(Backend):
     """A GGUF model. ``n_ctx`` 0 = the model's trained context (capped at ``max_ctx``);
     ``n_gpu_layers`` layers are offloaded where llama.cpp was built with a GPU backend.
@@ -59,11 +63,22 @@ class LlamaCppBackend(Backend):
             quiet_logs(llama_cpp)
         threads = n_threads or default_threads()  # llama.cpp's own threads, not torch's
         trained = trained_context(llama_cpp, model_path) or max_ctx
+        # llama-cpp-python's Llama opens its context with one sequence; a tree's branches
+        # are sequences of one unified KV cache (llamacpp_tree.py), so the context is
+        # opened again from the parameters Llama chose, with room for them. Llama's own
+        # context is the smallest llama.cpp makes, closed at once.
         self.llm = llama_cpp.Llama(
-            model_path=str(model_path), n_ctx=n_ctx or min(trained, max_ctx), n_batch=n_batch, n_ubatch=n_batch,
+            model_path=str(model_path), n_ctx=PLACEHOLDER_CTX, n_batch=n_batch, n_ubatch=n_batch,
             n_threads=threads, n_threads_batch=threads, n_gpu_layers=n_gpu_layers, logits_all=False,
             flash_attn=flash_attn, verbose=verbose,
         )
+        params = self.llm.context_params
+        params.n_ctx = n_ctx or min(trained, max_ctx)
+        params.n_batch = params.n_ubatch = n_batch
+        params.n_seq_max, params.kv_unified = TREE_LEAVES, True
+        placeholder, self.llm._ctx = self.llm._ctx, _internals.LlamaContext(model=self.llm._model, params=params,
+                                                                            verbose=verbose)
+        placeholder.close()
         self.model_path = str(model_path)
         self.n_threads = threads
         self.n_gpu_layers = n_gpu_layers
@@ -73,7 +88,7 @@ class LlamaCppBackend(Backend):
         # llama.cpp clamps its batch to the n_ctx asked for (and pads the context past
         # it): a batch larger than its own aborts the process, so chunk by what it kept
         self._n_batch = min(n_batch, int(llama_cpp.llama_n_batch(self._ctx)), int(llama_cpp.llama_n_ubatch(self._ctx)))
-        self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=verbose)
+        self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=TREE_LEAVES, verbose=verbose)
         self.device = torch.device("cpu")  # logits land on the host
         self.max_length = int(self.llm.n_ctx())
         self.vocab_size = int(self.llm.n_vocab())
@@ -81,6 +96,8 @@ class LlamaCppBackend(Backend):
         self.eos_token_ids = frozenset(i for i in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, i))
         self.precision = "gguf:" + model_file_type(self.llm)
         self._ids: list[int] = []
+        self._tree: TreeLayout | None = None  # after forward_tree, until keep_path
+        self.supports_trees, self.max_tree_leaves = True, TREE_LEAVES
         self.num_layers = int(llama_cpp.llama_model_n_layer(self.llm._model.model))
         self.computes_on = offload_devices(n_gpu_layers, self.num_layers)
         self.uses_torch_threads = False
@@ -107,6 +124,7 @@ class LlamaCppBackend(Backend):
     def reset(self) -> None:
         self._llama_cpp.llama_memory_clear(self._memory, True)
         self._ids = []
+        self._tree = None
 
     def request_features(self, layer_ids: tuple[int, ...]) -> None:
         if not self.provides_features:
@@ -141,14 +159,13 @@ class LlamaCppBackend(Backend):
     def _run(self, keep: int, new: list[int], num_logits: int) -> torch.Tensor:
         """Rolls the cache back to ``keep`` ids, then decodes ``new`` after them in
         batches of at most n_batch, with logits for the last ``num_logits`` tokens."""
+        self._advance(keep, new, num_logits)
+        return self._logits(num_logits)
+
+    def _advance(self, keep: int, new: list[int], num_logits: int) -> None:
         llama_cpp = self._llama_cpp
         try:
-            if len(self._ids) > keep:
-                if not llama_cpp.llama_memory_seq_rm(self._memory, 0, keep, -1):
-                    raise RuntimeError("llama.cpp could not roll its KV cache back")
-                del self._ids[keep:]
-            if len(self._ids) + len(new) > self.max_length:
-                raise RuntimeError(f"{len(self._ids) + len(new)} tokens exceed the context of {self.max_length}")
+            self._roll_back(keep, len(new))
             # the final batch is the last n_batch tokens, so it holds every position that
             # needs logits (num_logits ≤ k+1 ≤ n_batch); the prompt before it runs without
             bounds = list(range(0, max(len(new) - self._n_batch, 0), self._n_batch)) + [max(len(new) - self._n_batch, 0)]
@@ -157,16 +174,83 @@ class LlamaCppBackend(Backend):
                 self._decode(chunk, len(self._ids), outputs, hidden)
                 self._ids += chunk
                 if self._feature_layers and chunk:
-                    features.append(np.concatenate([self._layer_inputs.read(self._ctx, layer, len(chunk), self.hidden_size)
-                                                    for layer in self._feature_layers], axis=1))
+                    features.append(self._read_features(len(chunk)))
             if features:
                 self.last_features, self.features_start = torch.from_numpy(np.concatenate(features)), first
         except BaseException:
             self.reset()  # a half-updated cache must never be trusted again
             raise
-        pointer = llama_cpp.llama_get_logits(self._ctx)
-        rows = np.ctypeslib.as_array(pointer, shape=(num_logits, self.vocab_size))
-        return torch.from_numpy(rows.copy())  # [num_logits, V]; the buffer is reused by the next decode
+
+    def _roll_back(self, keep: int, adding: int) -> None:
+        """Drops a tree left unwalked, then the cached ids from ``keep`` on."""
+        llama_cpp = self._llama_cpp
+        if self._tree is not None:
+            self._tree.keep(llama_cpp, self._memory, [])
+            self._tree = None
+        if len(self._ids) > keep:
+            if not llama_cpp.llama_memory_seq_rm(self._memory, 0, keep, -1):
+                raise RuntimeError("llama.cpp could not roll its KV cache back")
+            del self._ids[keep:]
+        if len(self._ids) + adding > self.max_length:
+            raise RuntimeError(f"{len(self._ids) + adding} tokens exceed the context of {self.max_length}")
+
+    def _read_features(self, n_rows: int) -> np.ndarray:
+        return np.concatenate([self._layer_inputs.read(self._ctx, layer, n_rows, self.hidden_size)
+                               for layer in self._feature_layers], axis=1)
+
+    def _logits(self, n: int) -> torch.Tensor:
+        pointer = self._llama_cpp.llama_get_logits(self._ctx)
+        rows = np.ctypeslib.as_array(pointer, shape=(n, self.vocab_size))
+        return torch.from_numpy(rows.copy())  # [n, V]; the buffer is reused by the next decode
+
+    def forward_tree(self, ids: list[int], tokens: list[int], parents: list[int] | tuple[int, ...]) -> torch.Tensor:
+        """One decode over ids' new tokens and a tree of drafts, each branch a sequence of
+        the unified cache (llamacpp_tree.py) → logits [N+1, V] (row 0 at ids' last token,
+        row i+1 after node i). The cache holds every node until ``keep_path``."""
+        if len(tokens) + 1 > self._n_batch:
+            raise ValueError(f"a tree of {len(tokens)} drafts: one llama.cpp decode takes {self._n_batch - 1}")
+        keep = min(common_prefix_length(self._ids, ids), len(ids) - 1)
+        host = ids[keep:]
+        before = None
+        if len(host) + len(tokens) > self._n_batch:  # a long new part runs first, as a chain
+            self._advance(keep, host[:-1], 0)
+            before = self.last_features if self._feature_layers else None
+            keep, host = len(self._ids), host[-1:]
+        base = keep + len(host)
+        tree = TreeLayout.of(base, tokens, parents)
+        llama_cpp = self._llama_cpp
+        try:
+            self._roll_back(keep, len(host) + max(tree.positions) - base + 1)
+            tree.branch_out(llama_cpp, self._memory)
+            self._tree = tree
+            self._decode_rows(tree.rows(host, keep))
+            if self._feature_layers:
+                rows = torch.from_numpy(self._read_features(len(host) + len(tokens)))
+                if before is not None:
+                    self.last_features = torch.cat([before, rows])
+                else:
+                    self.last_features, self.features_start = rows, keep
+            self.last_final_hidden = None  # trees hand out none: Medusa drafts chains
+            self._ids += host
+        except BaseException:
+            self.reset()
+            raise
+        return self._logits(len(tokens) + 1)
+
+    def keep_path(self, path: list[int]) -> None:
+        """After ``forward_tree``: the nodes on ``path`` (root down) stay in the cache as
+        the context's next tokens, the others go; features likewise."""
+        tree, self._tree = self._tree, None
+        try:
+            tree.keep(self._llama_cpp, self._memory, path)
+        except BaseException:
+            self.reset()
+            raise
+        if self._feature_layers and self.last_features is not None:
+            offset = tree.base - self.features_start
+            rows = torch.cat([torch.arange(offset), torch.tensor(path, dtype=torch.long) + offset])
+            self.last_features = self.last_features.index_select(0, rows)
+        self._ids += [tree.tokens[i] for i in path]
 
     def _pieces(self, new: list[int], bounds: list[int], num_logits: int):
         """(tokens, num_logits, whether to hand out final hidden states) per decode. With
@@ -184,29 +268,35 @@ class LlamaCppBackend(Backend):
     def _decode(self, tokens: list[int], n_past: int, num_logits: int, hidden: bool = False) -> None:
         """One llama_decode; ``hidden``: also the final hidden states of all ``tokens``
         (they are all logit rows then) into ``last_final_hidden``."""
-        batch = self._batch.batch
         n = len(tokens)
-        batch.n_tokens = n
-        for i, token in enumerate(tokens):
-            batch.token[i] = token
-            batch.pos[i] = n_past + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = i >= n - num_logits
+        rows = [(token, n_past + i, (0,), i >= n - num_logits) for i, token in enumerate(tokens)]
         llama_cpp = self._llama_cpp
         if hidden:
             llama_cpp.llama_set_embeddings(self._ctx, True)
         try:
-            code = llama_cpp.llama_decode(self._ctx, batch)
-            if code == 0 and hidden:
+            self._decode_rows(rows)
+            if hidden:
                 pointer = llama_cpp.llama_get_embeddings(self._ctx)
                 if not pointer:
                     raise RuntimeError("llama.cpp handed out no final hidden states")
-                rows = np.ctypeslib.as_array(pointer, shape=(n, self.hidden_size))
-                self.last_final_hidden, self.final_hidden_start = torch.from_numpy(rows.copy()), n_past
+                out = np.ctypeslib.as_array(pointer, shape=(n, self.hidden_size))
+                self.last_final_hidden, self.final_hidden_start = torch.from_numpy(out.copy()), n_past
         finally:
             if hidden:
                 llama_cpp.llama_set_embeddings(self._ctx, False)
+
+    def _decode_rows(self, rows: list[tuple[int, int, tuple[int, ...], bool]]) -> None:
+        """One llama_decode of rows (token, position, sequences, wants logits)."""
+        batch = self._batch.batch
+        batch.n_tokens = len(rows)
+        for i, (token, position, seqs, wants) in enumerate(rows):
+            batch.token[i] = token
+            batch.pos[i] = position
+            batch.n_seq_id[i] = len(seqs)
+            for j, seq in enumerate(seqs):
+                batch.seq_id[i][j] = seq
+            batch.logits[i] = wants
+        code = self._llama_cpp.llama_decode(self._ctx, batch)
         if code != 0:
             raise RuntimeError(f"llama_decode failed (code {code})")
 

@@ -1,0 +1,95 @@
+"""A tree of drafts in one llama.cpp decode: each branch a sequence of one unified KV cache.
+
+llama.cpp takes no attention mask from its caller, but a token of a batch may belong to
+several sequences, and with a unified KV cache a token attends to the cells of the first
+sequence it names, up to its own position (``llama_kv_cache::set_input_kq_mask``). So a
+tree of N drafts (engine/tree.py: ``parents[i]`` before i, -1 the root) runs in one
+decode as llama.cpp's own tree-speculation example runs it:
+
+* branch b is the path from the root to leaf b (leaves numbered in node order, so a
+  chain drafted first is branch 0, the sequence the backend keeps its context in);
+* before the decode, sequences 1..L-1 get the context's cells (``llama_memory_seq_cp``,
+  bookkeeping only in a unified cache);
+* the context's new tokens belong to every branch, node i to the branches through it, at
+  the position of its depth. Node i's first branch runs through its ancestors and
+  nowhere else at positions up to node i's, so node i sees the context and its
+  ancestors only: the logits after node i are the target's given that path;
+* after the walk, the kept path's cells become sequence 0's and every other branch is
+  removed (:meth:`TreeLayout.keep`), so the cache holds exactly what a chain decode of
+  the path would have left.
+
+``tests/test_llamacpp_tree.py`` compares every node's logits with a chain decode of its
+path, and the cache after ``keep_path`` with a fresh run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specchat.engine.tree import depths
+
+# leaves a tree may have: the sequences of the backend's context (llama.cpp allows 256)
+TREE_LEAVES = 8
+
+
+def branches(parents: list[int] | tuple[int, ...]) -> tuple[list[tuple[int, ...]], int]:
+    """(per node, the branches through it, ascending; the number of leaves)."""
+    has_child = [False] * len(parents)
+    for parent in parents:
+        if parent >= 0:
+            has_child[parent] = True
+    through: list[list[int]] = [[] for _ in parents]
+    leaves = [i for i, child in enumerate(has_child) if not child]
+    for b, leaf in enumerate(leaves):
+        node = leaf
+        while node >= 0:
+            through[node].append(b)
+            node = parents[node]
+    return [tuple(sorted(s)) for s in through], len(leaves)
+
+
+@dataclass
+class TreeLayout:
+    """One tree's rows: ``base`` is the position of the first depth (the context's length),
+    ``seqs[i]`` node i's branches, ``positions[i]`` its position."""
+
+    base: int
+    tokens: list[int]
+    seqs: list[tuple[int, ...]]
+    positions: list[int]
+    leaves: int
+
+    @classmethod
+    def of(cls, base: int, tokens: list[int], parents: list[int] | tuple[int, ...]) -> TreeLayout:
+        seqs, leaves = branches(parents)
+        if leaves > TREE_LEAVES:
+            raise ValueError(f"a tree of {leaves} leaves: llama.cpp verifies at most {TREE_LEAVES} here")
+        return cls(base, list(tokens), seqs, [base - 1 + d for d in depths(parents)], leaves)
+
+    def rows(self, host: list[int], start: int) -> list[tuple[int, int, tuple[int, ...], bool]]:
+        """(token, position, sequences, wants logits) for the context's new tokens (``host``
+        from position ``start``; logits at the last) and then the nodes (logits each)."""
+        every = tuple(range(self.leaves))
+        out = [(t, start + i, every, i == len(host) - 1) for i, t in enumerate(host)]
+        return out + [(t, p, s, True) for t, p, s in zip(self.tokens, self.positions, self.seqs)]
+
+    def branch_out(self, llama_cpp, memory) -> None:
+        """Before the decode: sequences 1..L-1 share sequence 0's cells (they hold none)."""
+        for b in range(1, self.leaves):
+            llama_cpp.llama_memory_seq_cp(memory, 0, b, -1, -1)
+
+    def keep(self, llama_cpp, memory, path: list[int]) -> None:
+        """After the walk: the cells of ``path`` (root down) stay, as sequence 0's; every
+        other node's cells, and every branch but 0, go."""
+        b = self.seqs[path[-1]][0] if path else 0
+        end = self.base + len(path)  # one past the kept path's last position
+        ok = True
+        for s in range(self.leaves):
+            if s != b:  # sequence 0 keeps the context; the others go whole
+                ok &= bool(llama_cpp.llama_memory_seq_rm(memory, s, self.base if s == 0 else -1, -1))
+        ok &= bool(llama_cpp.llama_memory_seq_rm(memory, b, end, -1))  # the kept branch below the path
+        if b != 0:
+            llama_cpp.llama_memory_seq_cp(memory, b, 0, self.base, end)
+            ok &= bool(llama_cpp.llama_memory_seq_rm(memory, b, -1, -1))
+        if not ok:
+            raise RuntimeError("llama.cpp could not drop a tree's other branches")
