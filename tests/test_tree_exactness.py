@@ -17,6 +17,7 @@ from specchat.engine.eagle import EagleProposer
 from specchat.engine.proposers import NgramProposer, Proposal
 from specchat.engine.tree import chain_parents, walk
 import power
+from mutations import mutant, patched
 from test_exactness import ALPHA, LENGTH, PROMPT, chi_square_pvalue
 from tiny_heads import random_eagle3_head
 from vocab16 import exact_joint
@@ -24,10 +25,10 @@ from vocab16 import exact_joint
 SAMPLES = 2500
 
 
-def tree_engine(target, siblings=3, gamma=2, proposer_class=EagleProposer, scale=1.5):
+def tree_engine(target, siblings=3, gamma=2, proposer_class=EagleProposer, scale=1.5, tree="first"):
     backend = TransformersBackend(target)
     head = random_eagle3_head(target, draft_vocab=12, scale=scale)
-    proposer = proposer_class(head, backend, gamma, siblings=siblings)
+    proposer = proposer_class(head, backend, gamma, siblings=siblings, tree=tree)
     return SpeculativeEngine(backend, proposer, controller=power.EveryStep(gamma), eos_token_ids=[])
 
 
@@ -101,3 +102,90 @@ def test_point_mass_siblings_are_one_categorical_draw():
 
 def test_a_chain_is_a_tree_with_one_child_each():
     assert chain_parents(3) == (-1, 0, 1)
+
+
+# --- EAGLE-2-style dynamic trees (engine/eagle_tree.py) -------------------------------------
+
+@pytest.mark.parametrize("setting", ["t1", "t0.9-topk6-topp0.9"])
+def test_dynamic_tree_joint_distribution_is_the_targets(target, setting):
+    """Three levels of three nodes each, placed by the head's estimates: the number of
+    children a node gets depends on what was drawn before, never on the child itself."""
+    params = power.SETTINGS[setting]
+    engine = tree_engine(target, siblings=3, gamma=3, tree="dynamic")
+    counts = tree_counts(engine, params)
+    m = engine.metrics
+    assert m.num_draft_tokens > 6 * SAMPLES and 0 < m.num_accepted_tokens
+    pvalue = chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params), SAMPLES)
+    assert pvalue > ALPHA, f"dynamic tree/{setting}: chi-square p = {pvalue:.2e}"
+
+
+def test_dynamic_tree_greedy_equals_plain(target):
+    params = SamplingParams(temperature=0.0)
+    plain = SpeculativeEngine(TransformersBackend(target), None, eos_token_ids=[])
+    want = [t.id for s in plain.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
+    engine = tree_engine(target, siblings=3, gamma=3, tree="dynamic")
+    steps = list(engine.generate(PROMPT, params, max_new_tokens=24))
+    assert [t.id for s in steps for t in s.tokens] == want
+    assert max(s.stats.num_draft_tokens for s in steps) == 9  # three depths of three nodes
+
+
+def test_a_dynamic_tree_places_nodes_where_the_head_is_confident(target):
+    """Greedy, a head whose law is peaked: the likeliest first draft gets more of the
+    second depth's nodes than its rivals, and every node's parent comes before it."""
+    from specchat.engine.eagle_tree import dynamic_tree
+
+    backend = TransformersBackend(target)
+    proposer = EagleProposer(random_eagle3_head(target, draft_vocab=12, scale=3.0), backend, 3, siblings=3,
+                             tree="dynamic")
+    engine = SpeculativeEngine(backend, proposer, controller=power.EveryStep(3), eos_token_ids=[])
+    list(engine.generate(PROMPT, SamplingParams(temperature=0.0), max_new_tokens=4))
+    last = len(PROMPT) + 3
+    proposer._cache.truncate(last + 1)
+    nodes, forwards = dynamic_tree(proposer.drafter, proposer._cache, proposer._cache.tail, last, 3, 3,
+                                   SamplingParams(temperature=0.0), None, proposer._draft_ids)
+    assert forwards == 3 and [v.depth for v in nodes] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert all(v.parent < i for i, v in enumerate(nodes))
+    firsts = [v.est for v in nodes[:3]]
+    assert firsts == sorted(firsts, reverse=True)  # greedy: the head's best ids in order
+    under = [sum(1 for v in nodes[3:6] if v.parent == i) for i in range(3)]
+    assert under[0] >= max(under[1:]), (firsts, under)
+
+
+def test_keeping_only_well_scored_draws_breaks_exactness(target):
+    """Planted bug: a drawn child is kept only when the head gave it at least 0.2 — its
+    inclusion then depends on its own value, so the law it was drawn from is no longer
+    the law it is verified against. The chi-square sees it."""
+    from specchat.engine import eagle_tree
+
+    choosy = mutant(eagle_tree.dynamic_tree, [(
+        "            child = _draw(parent, params, generator)\n",
+        "            child = _draw(parent, params, generator)\n"
+        "            if float(parent.q[0, child.token]) < 0.2:\n"
+        "                continue\n")])
+    params = SamplingParams(temperature=1.0)
+    with patched(eagle_tree, "dynamic_tree", choosy):
+        engine = tree_engine(target, siblings=3, gamma=2, scale=3.0, tree="dynamic")
+        counts = tree_counts(engine, params)
+    assert chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params), SAMPLES) < ALPHA
+
+
+def test_a_dynamic_tree_keeps_within_the_backends_leaves(target):
+    """llama.cpp verifies a tree with one sequence per leaf (at most 8): past the cap a
+    new node may only extend a leaf."""
+    from specchat.engine.eagle_tree import dynamic_tree
+    from specchat.engine.tree import walk  # noqa: F401 (the shape is what tree.py walks)
+
+    backend = TransformersBackend(target)
+    proposer = EagleProposer(random_eagle3_head(target, draft_vocab=12, scale=1.0), backend, 4, siblings=4,
+                             tree="dynamic")
+    engine = SpeculativeEngine(backend, proposer, controller=power.EveryStep(1), eos_token_ids=[])
+    list(engine.generate(PROMPT, SamplingParams(temperature=1.0, seed=3), max_new_tokens=3))
+    last = len(backend.ids) - 1
+    proposer._cache.truncate(last + 1)
+    for seed in range(20):
+        nodes, _ = dynamic_tree(proposer.drafter, proposer._cache, proposer._cache.tail, last, 4, 4,
+                                SamplingParams(temperature=1.0), torch.Generator().manual_seed(seed),
+                                proposer._draft_ids, max_leaves=3)
+        proposer._cache.truncate(last + 1)
+        parents = {v.parent for v in nodes}
+        assert max(v.depth for v in nodes) == 4 and sum(1 for i in range(len(nodes)) if i not in parents) <= 3

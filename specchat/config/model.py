@@ -78,9 +78,12 @@ class SpeculationSpec:
     # to the profile), a Hub id "org/name", or "embedded:<name>" for a head specchat ships
     head: str | None = None
     head_revision: str | None = None
-    # eagle3 / hybrid: > 1 drafts a tree — the head's first draft and siblings − 1 rivals
-    # drawn without replacement beside it, verified in one pass (transformers targets)
+    # eagle3 / hybrid: > 1 drafts a tree, verified in one pass (transformers and llama.cpp
+    # targets). tree = "first": the head's chain and siblings − 1 rivals of its first draft,
+    # drawn without replacement; "dynamic": EAGLE-2-style, each depth gets ``siblings``
+    # nodes, placed where the head is most confident
     siblings: int = 1
+    tree: str = "first"
 
 
 @dataclass(frozen=True)

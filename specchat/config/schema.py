@@ -123,6 +123,7 @@ SPECULATION_KEYS = {
     "head": Key(*_STR),
     "head_revision": Key(*_STR),
     "siblings": Key(*_INT, check=_between(1, 8)),
+    "tree": Key(*_STR, choices=("first", "dynamic")),
 }
 SAMPLING_KEYS = {
     "temperature": Key(*_NUM, check=_finite_at_least(0)),

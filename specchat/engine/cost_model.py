@@ -180,7 +180,10 @@ class CostModel:
             return None
         if k == 0:
             return 1.0, 1.0
-        f = self.forecast(self.survival(key, k, prior), source)[k]
+        survival = self.survival(key, k, prior)
+        if len(survival) < k:  # more drafts than positions tracked (a wide tree): no forecast
+            return None
+        f = self.forecast(survival, source)[k]
         return None if f is None else (f[0], f[1] / w0)
 
     def observe(self, stats: StepStats, key: Hashable, source: str, prior: float | None = None) -> None:

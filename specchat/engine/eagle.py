@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from specchat.engine.backends import Backend, common_prefix_length
+from specchat.engine.eagle_tree import dynamic_tree
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, sample, warp
 from specchat.heads.drafter import Drafter
@@ -42,7 +43,8 @@ class EagleProposer(Proposer):
     kind = "eagle3"
 
     def __init__(self, head: Eagle3Head, target: Backend, num_speculative_tokens: int | str = 3,
-                 max_speculative_tokens: int | None = None, siblings: int = 1, int8: bool | None = None) -> None:
+                 max_speculative_tokens: int | None = None, siblings: int = 1, int8: bool | None = None,
+                 tree: str = "first") -> None:
         super().__init__(num_speculative_tokens, max_speculative_tokens)
         if not target.provides_features:
             raise ValueError(target.features_note)
@@ -51,6 +53,13 @@ class EagleProposer(Proposer):
         # > 1: a tree — the first draft's rivals, drawn without replacement from the same law,
         # hang beside the chain (engine/tree.py verifies them in the same pass)
         self.siblings = siblings
+        if siblings > (target.max_tree_leaves or siblings):
+            raise ValueError(f"the {target.name} backend verifies trees of at most {target.max_tree_leaves} leaves")
+        # "first": the chain and rivals of its first draft; "dynamic": every depth gets
+        # ``siblings`` nodes where the head is most confident (eagle_tree.py)
+        if tree not in ("first", "dynamic"):
+            raise ValueError(f"tree = {tree!r}: 'first' or 'dynamic'")
+        self.tree_shape = tree
         self.device = target.device
         self.head = head.to(self.device).eval()  # beside the target's features (a GPU's, or the host)
         # int8: drafts from int8 weights (heads/int8.py), a quarter of the bytes per draft;
@@ -109,6 +118,8 @@ class EagleProposer(Proposer):
         if k <= 0 or prenorm is None or self._cache.end != last + 1:
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device), None,
                             source=self.kind)  # no features yet
+        if self.siblings > 1 and self.tree_shape == "dynamic":
+            return self._dynamic(last, prenorm, k, params, generator, 0 if warm else len(positions))
         drafts, qs, rivals = [], [], []
         for i in range(k):
             logits = self.drafter.logits(prenorm)
@@ -132,6 +143,20 @@ class EagleProposer(Proposer):
         # pairs queued while another proposer drafted are catch-up, not the cost of drafting
         return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k, source=self.kind,
                         catch_up_tokens=0 if warm else len(positions))
+
+    def _dynamic(self, last: int, prenorm: torch.Tensor, k: int, params: SamplingParams,
+                 generator: torch.Generator | None, catch_up: int) -> Proposal:
+        """An EAGLE-2-style tree, ``k`` deep and ``siblings`` nodes a depth (eagle_tree.py)."""
+        nodes, forwards = dynamic_tree(self.drafter, self._cache, prenorm, last, k, self.siblings, params, generator,
+                                       self._draft_ids, self.target.max_tree_leaves)
+        self._cache.truncate(last + 1)  # drafts are re-made from the target's features once kept
+        self._drafted, self._tree = len(nodes), bool(nodes)
+        if not nodes:
+            return Proposal(torch.empty(0, dtype=torch.long, device=self.device), None, source=self.kind)
+        tokens = torch.cat([self._draft_ids[v.token] for v in nodes])
+        q = torch.cat([self._on_target_vocab(v.law) for v in nodes])
+        return Proposal(tokens, q, forwards=forwards, source=self.kind, catch_up_tokens=catch_up,
+                        parents=tuple(v.parent for v in nodes))
 
     def _on_target_vocab(self, q_draft: torch.Tensor) -> torch.Tensor:
         """[1, V_draft] → [1, V] on the target's vocabulary (zero where the head has no id)."""

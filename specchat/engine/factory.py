@@ -39,9 +39,9 @@ def build_proposer(speculation: SpeculationSpec, loaded: Any = None, gamma: int 
             return MedusaProposer(loaded.head, loaded.target, gamma, ceiling)
         siblings = speculation.siblings
         if method == "eagle3":
-            return EagleProposer(loaded.head, loaded.target, gamma, ceiling, siblings=siblings)
+            return EagleProposer(loaded.head, loaded.target, gamma, ceiling, siblings=siblings, tree=speculation.tree)
         ngram = NgramProposer("auto", speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
-        head = EagleProposer(loaded.head, loaded.target, "auto", HEAD_CEILING, siblings=siblings)
+        head = EagleProposer(loaded.head, loaded.target, "auto", HEAD_CEILING, siblings=siblings, tree=speculation.tree)
         return HybridProposer(ngram, head, ceiling)
     return None
 

@@ -129,9 +129,12 @@ class Drafter:
         half = x.shape[-1] // 2
         return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
-    def step(self, cache: DrafterCache, tokens: torch.Tensor, g: torch.Tensor, positions: list[int]) -> torch.Tensor:
+    def step(self, cache: DrafterCache, tokens: torch.Tensor, g: torch.Tensor, positions: list[int],
+             sees: torch.Tensor | None = None) -> torch.Tensor:
         """eagle3.step: pairs (tokens [T], g [T, H]) at ``positions`` after what ``cache``
-        holds → pre-norm outputs [T, H], appended to the cache."""
+        holds → pre-norm outputs [T, H], appended to the cache. ``sees`` [T, n + T] (bool):
+        which cached and new rows each new row attends to (a draft tree's mask); default
+        everything cached and the new rows up to itself."""
         c, eps = self.config, self.config.rms_norm_eps
         t, d = len(positions), c.head_dim
         e = self.embed[tokens.reshape(-1)].to(self.dtype)
@@ -149,7 +152,10 @@ class Drafter:
         cache.v[:, n: n + t] = v.view(t, c.num_key_value_heads, d).transpose(0, 1)
         cache.positions += positions
         total = n + t
-        mask = None if t == 1 else torch.ones(t, total, dtype=torch.bool, device=x.device).tril(total - t)
+        if sees is not None:
+            mask = sees
+        else:
+            mask = None if t == 1 else torch.ones(t, total, dtype=torch.bool, device=x.device).tril(total - t)
         attended = nn.functional.scaled_dot_product_attention(
             q, cache.k[:, :total], cache.v[:, :total], attn_mask=mask, scale=self.scale,
             enable_gqa=c.num_attention_heads != c.num_key_value_heads)
