@@ -249,3 +249,48 @@ def test_greedy_with_a_dynamic_head_tree_equals_plain(backend):
     assert accepted > 0
     wide = [d for d in divergences if d["gap"] > d["tolerance"]]
     assert not wide, f"divergences beyond a near-tie: {wide} (all: {divergences})"
+
+
+def test_final_hidden_states_follow_the_kept_path(context):
+    """Medusa heads read the final hidden state at the last kept position: after a tree,
+    the backend hands out the last context token's and the kept path's, as a chain decode
+    of the path would (the same batch bound on the logits they give)."""
+    backend = embedded_llama_backend(max_ctx=2048, gguf_type="F16")
+    backend.request_final_hidden()
+    tokens, parents = a_tree(backend, context)
+    backend.reset()
+    backend.forward(context)
+    rows = backend.forward_tree(context, tokens, parents)
+    assert backend.last_final_hidden.shape == (len(tokens) + 1, backend.hidden_size)
+    backend.keep_path([3, 5])
+    got, start = backend.last_final_hidden, backend.final_hidden_start
+    assert start == len(context) - 1 and got.shape[0] == 3
+    backend.reset()
+    backend.forward(context[:-1])
+    want = backend.forward(context + [tokens[3], tokens[5]], num_logits=3)  # the last token and the path
+    assert backend.final_hidden_start == start
+    embed = backend.token_embeddings()  # SmolLM2 ties its output projection to these
+    gap = float((got @ embed.T - want).abs().max())
+    assert gap < GGUF_NOISE_BOUND[backend.precision], gap
+    assert float((rows[[0, 4, 6]] - want).abs().max()) < GGUF_NOISE_BOUND[backend.precision]
+
+
+def test_greedy_with_a_medusa_tree_equals_plain(backend):
+    from test_llamacpp import CODE_PROMPT, greedy_divergences
+    from tiny_heads import random_medusa_head
+
+    from specchat.engine.medusa import MedusaProposer
+
+    backend.request_final_hidden()
+    try:
+        config = {"hidden_size": backend.hidden_size, "vocab_size": backend.vocab_size}
+        head = random_medusa_head(config, num_heads=3, draft_vocab=4096, dtype=torch.float32)
+        tokenizer = GgufTokenizer(backend.llm)
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": CODE_PROMPT}])
+        proposer = MedusaProposer(head, backend, 3, siblings=3, tree="dynamic")
+        divergences, _ = greedy_divergences(backend, ids, proposer, 48)
+        wide = [d for d in divergences if d["gap"] > d["tolerance"]]
+        assert not wide, f"divergences beyond a near-tie: {wide} (all: {divergences})"
+        assert proposer.head is head
+    finally:
+        backend._final_hidden = False

@@ -36,13 +36,13 @@ def pvalue(target, engine, params, samples=SAMPLES) -> float:
     return power.tree_chi_square(counts, power.model_next_laws(target, PROMPT, params))
 
 
-def medusa_engine(target, gamma=2, draft_vocab=None, proposer_class=MedusaProposer, controller=None):
+def medusa_engine(target, gamma=2, draft_vocab=None, proposer_class=MedusaProposer, controller=None, **tree):
     backend = TransformersBackend(target)
     # each head the target's lm_head plus noise as large as its weights: drafts are often kept
     # (samples run fast), and the heads' laws differ enough that a q from the wrong head shows
     # (with a tenth of that noise the heads agreed so well that the off-by-one bug passed)
     head = random_medusa_head(target, num_heads=3, draft_vocab=draft_vocab, like_target=1.0)
-    proposer = proposer_class(head, backend, gamma)
+    proposer = proposer_class(head, backend, gamma, **tree)
     return SpeculativeEngine(backend, proposer, controller=controller or power.EveryStep(gamma), eos_token_ids=[])
 
 
@@ -139,3 +139,41 @@ def test_the_medusa_check_has_power(target, bug, setting):
     params = power.SETTINGS[setting]
     engine = medusa_engine(target, 3, proposer_class=bug)
     assert pvalue(target, engine, params, SAMPLES // 3) < ALPHA
+
+
+# --- candidate trees (draft_tree.py): head d's law for every child at depth d + 1 ----------
+
+@pytest.mark.parametrize("setting, gamma, shape", [("t1", 2, "dynamic"), ("t0.9-topk6-topp0.9", 3, "first")])
+def test_medusa_tree_joint_distribution_is_the_targets(target, setting, gamma, shape):
+    params = power.SETTINGS[setting]
+    engine = medusa_engine(target, gamma, 12, siblings=3, tree=shape)
+    p = pvalue(target, engine, params)
+    metrics = engine.metrics
+    assert metrics.num_draft_tokens > 3 * SAMPLES and 0 < metrics.num_accepted_tokens
+    assert p > ALPHA, f"medusa tree {shape} γ={gamma}/{setting}: chi-square p = {p:.2e}"
+
+
+def test_medusa_tree_greedy_equals_plain(target):
+    params = SamplingParams(temperature=0.0)
+    plain = SpeculativeEngine(TransformersBackend(target), None, eos_token_ids=[])
+    want = [t.id for s in plain.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
+    engine = medusa_engine(target, 3, draft_vocab=12, siblings=3, tree="dynamic")
+    steps = list(engine.generate(PROMPT, params, max_new_tokens=24))
+    assert [t.id for s in steps for t in s.tokens] == want
+    assert max(s.stats.num_draft_tokens for s in steps) == 9  # three depths of three nodes
+
+
+def test_the_medusa_tree_check_has_power(target):
+    """Planted bug: every node reported with its depth's whole law, as if its earlier
+    siblings had not been removed from it (drawn with replacement)."""
+    from mutations import mutant, patched
+
+    stale = mutant(MedusaProposer._candidate_tree, [(
+        "torch.cat([v.law for v in nodes])", "torch.cat([laws[v.depth - 1: v.depth] for v in nodes])")])
+    params = power.SETTINGS["t1"]
+    backend = TransformersBackend(target)
+    head = random_medusa_head(target, num_heads=3, draft_vocab=12)  # sharp random heads: often rejected
+    proposer = MedusaProposer(head, backend, 2, siblings=4, tree="dynamic")
+    engine = SpeculativeEngine(backend, proposer, controller=power.EveryStep(2), eos_token_ids=[])
+    with patched(MedusaProposer, "_candidate_tree", stale):
+        assert pvalue(target, engine, params, samples=SAMPLES // 3) < ALPHA

@@ -176,8 +176,15 @@ def test_more_tokens_than_heads_is_one_line(good_head, backend):
     assert error.key == "speculation.num_speculative_tokens" and "3 heads" in str(error)
 
 
-def test_a_tree_is_one_line(good_head, backend):
-    assert load_error(good_head, backend, siblings=3).key == "speculation.siblings"
+def test_a_tree_on_a_chain_only_backend_is_one_line(good_head, tiny_target):
+    class ChainsOnly(TransformersBackend):
+        supports_trees = False
+        name = "llama-server"
+
+    backend = ChainsOnly(tiny_target)
+    backend.supports_trees = False
+    error = load_error(good_head, backend, siblings=3)
+    assert error.key == "speculation.siblings" and "chains only" in str(error)
 
 
 class NoFinalHidden(Backend):

@@ -104,7 +104,7 @@ def test_a_chain_is_a_tree_with_one_child_each():
     assert chain_parents(3) == (-1, 0, 1)
 
 
-# --- EAGLE-2-style dynamic trees (engine/eagle_tree.py) -------------------------------------
+# --- EAGLE-2-style dynamic trees (engine/draft_tree.py, eagle_tree.py) -------------------------------------
 
 @pytest.mark.parametrize("setting", ["t1", "t0.9-topk6-topp0.9"])
 def test_dynamic_tree_joint_distribution_is_the_targets(target, setting):
@@ -155,15 +155,15 @@ def test_keeping_only_well_scored_draws_breaks_exactness(target):
     """Planted bug: a drawn child is kept only when the head gave it at least 0.2 — its
     inclusion then depends on its own value, so the law it was drawn from is no longer
     the law it is verified against. The chi-square sees it."""
-    from specchat.engine import eagle_tree
+    from specchat.engine import draft_tree
 
-    choosy = mutant(eagle_tree.dynamic_tree, [(
+    choosy = mutant(draft_tree.grow, [(
         "            child = _draw(parent, params, generator)\n",
         "            child = _draw(parent, params, generator)\n"
         "            if float(parent.q[0, child.token]) < 0.2:\n"
         "                continue\n")])
     params = SamplingParams(temperature=1.0)
-    with patched(eagle_tree, "dynamic_tree", choosy):
+    with patched(draft_tree, "grow", choosy):
         engine = tree_engine(target, siblings=3, gamma=2, scale=3.0, tree="dynamic")
         counts = tree_counts(engine, params)
     assert chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params), SAMPLES) < ALPHA

@@ -36,7 +36,8 @@ def build_proposer(speculation: SpeculationSpec, loaded: Any = None, gamma: int 
         if loaded is None or loaded.head is None:
             raise ValueError(f"speculation.method = '{method}' needs a loaded head")
         if method == "medusa":
-            return MedusaProposer(loaded.head, loaded.target, gamma, ceiling)
+            return MedusaProposer(loaded.head, loaded.target, gamma, ceiling, siblings=speculation.siblings,
+                                  tree=speculation.tree)
         siblings = speculation.siblings
         if method == "eagle3":
             return EagleProposer(loaded.head, loaded.target, gamma, ceiling, siblings=siblings, tree=speculation.tree)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from specchat.engine.backends import Backend, common_prefix_length
+from specchat.engine.draft_tree import grow
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, sample, warp
 from specchat.heads.medusa import MedusaHead
@@ -32,10 +33,18 @@ class MedusaProposer(Proposer):
     kind = "medusa"
 
     def __init__(self, head: MedusaHead, target: Backend, num_speculative_tokens: int | str = 3,
-                 max_speculative_tokens: int | None = None) -> None:
+                 max_speculative_tokens: int | None = None, siblings: int = 1, tree: str = "first") -> None:
         super().__init__(num_speculative_tokens, max_speculative_tokens)
         if not target.provides_final_hidden:
             raise ValueError(target.final_hidden_note)
+        if siblings > 1 and not target.supports_trees:
+            raise ValueError(f"the {target.name} backend verifies chains only: siblings = {siblings} needs a tree")
+        if tree not in ("first", "dynamic"):
+            raise ValueError(f"tree = {tree!r}: 'first' or 'dynamic'")
+        # > 1: a candidate tree (draft_tree.py) — "first": siblings nodes at depth 1, one a
+        # depth below; "dynamic": siblings nodes at every depth, where the heads are surest
+        self.siblings, self.tree_shape = siblings, tree
+        self._tree = False
         # head i drafts position i + 1 of the chain: no head, no draft
         self.max_speculative_tokens = min(self.max_speculative_tokens, head.num_heads)
         self.device = target.device
@@ -55,7 +64,8 @@ class MedusaProposer(Proposer):
         rows = self.target.last_final_hidden  # [num_logits, H]: the verify call's positions
         if rows is None:
             return
-        kept = rows.shape[0] - (self._drafted - num_accepted)  # the rejected drafts' rows go
+        # the rejected drafts' rows go (after a tree the backend kept only the walked path's)
+        kept = rows.shape[0] - (0 if self._tree else self._drafted - num_accepted)
         if kept > 0:
             self._hidden = rows[kept - 1:kept]
             self._position = self.target.final_hidden_start + kept - 1
@@ -70,12 +80,30 @@ class MedusaProposer(Proposer):
         if k <= 0 or self._hidden is None or self._position != last or not self._current(ids):
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device), None, source=self.kind)
         logits = self.head(self._hidden[0], k)  # [k, V_draft]: head j − 1 → draft j
+        self._tree = self.siblings > 1
+        if self._tree:
+            return self._candidate_tree(logits, k, params, generator)
         q_draft = warp(logits, params)  # [k, V_draft]
         picks = sample(q_draft, generator)  # [k] row indices
         q = torch.zeros(k, self.vocab_size or self.head.config.vocab_size, dtype=q_draft.dtype, device=self.device)
         q[:, self.head.token_map] = q_draft  # [k, V] on the target's vocabulary
         self._drafted = k
         return Proposal(self.head.token_map[picks], q, forwards=k, source=self.kind)
+
+    def _candidate_tree(self, logits: torch.Tensor, k: int, params: SamplingParams,
+                        generator: torch.Generator | None) -> Proposal:
+        """A tree k deep: head d's law for every child at depth d + 1 (the heads never see
+        the drafts), each node's children drawn without replacement from it."""
+        laws = logits.softmax(-1) if params.greedy else warp(logits, params)  # [k, V_draft]
+        widths = [self.siblings] * k if self.tree_shape == "dynamic" else [self.siblings] + [1] * (k - 1)
+        nodes = grow(laws[0:1], widths, params, generator,
+                     lambda level, _: [laws[v.depth: v.depth + 1] for v in level], self.target.max_tree_leaves)
+        self._drafted = len(nodes)
+        tokens = self.head.token_map[torch.cat([v.token for v in nodes])]
+        q = torch.zeros(len(nodes), self.vocab_size or self.head.config.vocab_size, dtype=laws.dtype,
+                        device=self.device)
+        q[:, self.head.token_map] = torch.cat([v.law for v in nodes])
+        return Proposal(tokens, q, forwards=k, source=self.kind, parents=tuple(v.parent for v in nodes))
 
     def _current(self, ids: list[int]) -> bool:
         """Whether h_P was computed over this context: the target's cache still holds

@@ -56,6 +56,16 @@ def load_head(spec, target, base: Path | None):
     if not target.provides_features:
         raise ModelLoadError(f"method '{spec.method}' needs the target's hidden states, and {target.features_note}",
                              key="speculation.method", hint='use method = "ngram" or "draft_model" with this target')
+    check_tree(spec, target)
+    folder = resolve_head(spec.head, spec.head_revision, base)
+    head = load_eagle3(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
+                       target_layers=target.num_layers, embed=target.token_embeddings())
+    head.folder = folder  # where it was read from (bench converts it for llama-server's peer row)
+    return head
+
+
+def check_tree(spec, target) -> None:
+    """siblings > 1 drafts a tree: one line where the target cannot verify it."""
     if spec.siblings > 1 and not target.supports_trees:
         raise ModelLoadError(f"siblings = {spec.siblings} drafts a tree, and the {target.name} backend verifies "
                              "chains only", key="speculation.siblings",
@@ -64,11 +74,6 @@ def load_head(spec, target, base: Path | None):
         raise ModelLoadError(f"siblings = {spec.siblings}: the {target.name} backend verifies trees of at most "
                              f"{target.max_tree_leaves} leaves", key="speculation.siblings",
                              hint=f"set siblings to at most {target.max_tree_leaves}")
-    folder = resolve_head(spec.head, spec.head_revision, base)
-    head = load_eagle3(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
-                       target_layers=target.num_layers, embed=target.token_embeddings())
-    head.folder = folder  # where it was read from (bench converts it for llama-server's peer row)
-    return head
 
 
 def load_medusa_head(spec, target, base: Path | None):
@@ -79,9 +84,7 @@ def load_medusa_head(spec, target, base: Path | None):
         raise ModelLoadError(f"method 'medusa' needs the target's final hidden states, and {target.final_hidden_note}",
                              key="speculation.method", hint='use method = "ngram" or "draft_model" with this target, '
                              'or backend = "transformers"')
-    if spec.siblings > 1:
-        raise ModelLoadError(f"siblings = {spec.siblings} drafts a tree of EAGLE-3 rivals; Medusa heads draft chains "
-                             "here", key="speculation.siblings", hint='set siblings = 1, or method = "eagle3"')
+    check_tree(spec, target)
     folder = resolve_head(spec.head, spec.head_revision, base)
     head = load_medusa(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size)
     gamma = spec.num_speculative_tokens

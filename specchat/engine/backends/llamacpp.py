@@ -212,7 +212,9 @@ class LlamaCppBackend(Backend):
         keep = min(common_prefix_length(self._ids, ids), len(ids) - 1)
         host = ids[keep:]
         before = None
-        if len(host) + len(tokens) > self._n_batch:  # a long new part runs first, as a chain
+        # a long new part runs first, as a chain; so does all but the last token where final
+        # hidden states are wanted (llama.cpp then outputs every row of the decode)
+        if len(host) + len(tokens) > self._n_batch or (self._final_hidden and len(host) > 1):
             self._advance(keep, host[:-1], 0)
             before = self.last_features if self._feature_layers else None
             keep, host = len(self._ids), host[-1:]
@@ -223,14 +225,13 @@ class LlamaCppBackend(Backend):
             self._roll_back(keep, len(host) + max(tree.positions) - base + 1)
             tree.branch_out(llama_cpp, self._memory)
             self._tree = tree
-            self._decode_rows(tree.rows(host, keep))
+            self._decode_tree(tree.rows(host, keep), keep)
             if self._feature_layers:
                 rows = torch.from_numpy(self._read_features(len(host) + len(tokens)))
                 if before is not None:
                     self.last_features = torch.cat([before, rows])
                 else:
                     self.last_features, self.features_start = rows, keep
-            self.last_final_hidden = None  # trees hand out none: Medusa drafts chains
             self._ids += host
         except BaseException:
             self.reset()
@@ -246,6 +247,8 @@ class LlamaCppBackend(Backend):
         except BaseException:
             self.reset()
             raise
+        if self.last_final_hidden is not None:
+            self.last_final_hidden = self.last_final_hidden[[0] + [i + 1 for i in path]]
         if self._feature_layers and self.last_features is not None:
             offset = tree.base - self.features_start
             rows = torch.cat([torch.arange(offset), torch.tensor(path, dtype=torch.long) + offset])
@@ -284,6 +287,25 @@ class LlamaCppBackend(Backend):
         finally:
             if hidden:
                 llama_cpp.llama_set_embeddings(self._ctx, False)
+
+    def _decode_tree(self, rows: list[tuple[int, int, tuple[int, ...], bool]], root: int) -> None:
+        """A tree's decode; with final hidden states on, every row's (the last context
+        token's, at ``root``, then the nodes') into ``last_final_hidden``."""
+        if not self._final_hidden:
+            self.last_final_hidden = None
+            self._decode_rows(rows)
+            return
+        llama_cpp = self._llama_cpp
+        llama_cpp.llama_set_embeddings(self._ctx, True)
+        try:
+            self._decode_rows(rows)
+            pointer = llama_cpp.llama_get_embeddings(self._ctx)
+            if not pointer:
+                raise RuntimeError("llama.cpp handed out no final hidden states")
+            out = np.ctypeslib.as_array(pointer, shape=(len(rows), self.hidden_size))
+            self.last_final_hidden, self.final_hidden_start = torch.from_numpy(out.copy()), root
+        finally:
+            llama_cpp.llama_set_embeddings(self._ctx, False)
 
     def _decode_rows(self, rows: list[tuple[int, int, tuple[int, ...], bool]]) -> None:
         """One llama_decode of rows (token, position, sequences, wants logits)."""

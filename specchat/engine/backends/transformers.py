@@ -220,11 +220,14 @@ class TransformersBackend(Backend):
             out = self.model(input_ids=new[None], use_cache=True, logits_to_keep=n + 1,
                              position_ids=torch.tensor([positions], device=self.device),
                              attention_mask=sees[None, None].to(self.device),
-                             output_hidden_states=bool(self._feature_layers), **{self._cache_keyword: self.cache})
+                             output_hidden_states=bool(self._feature_layers) or self._final_hidden,
+                             **{self._cache_keyword: self.cache})
             if self._feature_layers:
                 self.last_features = torch.cat([out.hidden_states[i][0] for i in self._feature_layers], -1).float()
                 self.features_start = keep
-            self.last_final_hidden = None  # trees hand out none: Medusa drafts chains
+            # the last token's and every node's, until keep_path keeps the walked path's
+            self.last_final_hidden = out.hidden_states[-1][0, -(n + 1):].float() if self._final_hidden else None
+            self.final_hidden_start = base - 1
             self._ids += host
             self._tree = (base, list(tokens))
             return out.logits[0, -(n + 1):]
@@ -245,6 +248,8 @@ class TransformersBackend(Backend):
             offset = base - self.features_start
             keep_rows = torch.cat([torch.arange(offset), torch.tensor(path, dtype=torch.long) + offset])
             self.last_features = self.last_features.index_select(0, keep_rows.to(self.last_features.device))
+        if self.last_final_hidden is not None:
+            self.last_final_hidden = self.last_final_hidden[[0] + [i + 1 for i in path]]
         self._ids += [tokens[i] for i in path]
         self._tree = None
 
