@@ -103,6 +103,9 @@ class StepStats:
         hybrid names the one it routed to), "" for a plain step.
     cpu_others: the share of all cores other processes used since the previous step
         (contention.py; None where it cannot be read, and for a server's steps).
+    verified_positions: draft positions the target judged along the kept path: a tree's
+        kept nodes, plus the position of its rejection when the walk ended on one (not at
+        a leaf); None for a chain, where it is min(k, n + 1).
     """
 
     num_speculative_tokens: int
@@ -127,6 +130,7 @@ class StepStats:
     recommended_gain: float | None = None
     batch_size: int = 1
     marginal_ms: float | None = None
+    verified_positions: int | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ HEAD_METHODS = ("eagle3", "medusa", "hybrid")
 BACKENDS = ("transformers", "llama.cpp", *REMOTE_BACKENDS)
 GGUF_TYPES = ("auto", "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K")
 MAX_SPECULATIVE_TOKENS = 16
+MAX_SIBLINGS = 8  # a tree's nodes a depth (speculation.siblings)
+MAX_TREE_NODES = MAX_SPECULATIVE_TOKENS * MAX_SIBLINGS  # drafts one step may verify
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from .model import (
     DTYPES,
     GGUF_TYPES,
     HEAD_METHODS,
+    MAX_SIBLINGS,
     MAX_SPECULATIVE_TOKENS,
     METHODS,
     REMOTE_BACKENDS,
@@ -122,7 +123,7 @@ SPECULATION_KEYS = {
     "prompt_lookup_max": Key(*_INT, check=_at_least(1)),
     "head": Key(*_STR),
     "head_revision": Key(*_STR),
-    "siblings": Key(*_INT, check=_between(1, 8)),
+    "siblings": Key(*_INT, check=_between(1, MAX_SIBLINGS)),
     "tree": Key(*_STR, choices=("first", "dynamic")),
 }
 SAMPLING_KEYS = {

@@ -199,7 +199,8 @@ class CostModel:
             return
         if stats.prefill_tokens == 0 and stats.draft_catch_up_tokens == 0:
             self.draft_ms.setdefault(source, RecentMedian(self.window)).add(stats.draft_ms / k)
-        self.verdicts(key, source, k, n, prior)
+        # a tree's k counts all its nodes; only the kept path's positions were judged
+        self.verdicts(key, source, k if stats.verified_positions is None else stats.verified_positions, n, prior)
 
     def verdicts(self, key: Hashable, source: str, k: int, n: int, prior: float | None = None) -> None:
         """Acceptance along the kept path of k drafts of which the first n were kept, under

@@ -33,6 +33,7 @@ class _Verified:
     alpha_sum: float
     nonfinite: str | None = None  # "target" / "draft": whose logits were NaN or infinite
     alpha_count: int | None = None  # verified positions behind alpha_sum (None: min(k, n + 1))
+    positions: int | None = None  # a tree's positions judged on the kept path (None: a chain's)
 
 
 class SpeculativeEngine:
@@ -167,6 +168,7 @@ class SpeculativeEngine:
                 alpha_count=min(k, n + 1) if result.alpha_count is None else result.alpha_count,
                 draft_forwards=proposal.forwards,
                 draft_catch_up_tokens=proposal.catch_up_tokens,
+                verified_positions=result.positions,
                 draft_ms=timer.ms(0, drafted),
                 verify_ms=timer.ms(drafted, drafted + 1),  # the target's forward
                 total_ms=timer.ms(0, timer.mark()),  # + sampling, verification and bookkeeping
@@ -245,7 +247,9 @@ class SpeculativeEngine:
             out.append(Token(id=verdict.next_token, kind="resampled", p=verdict.p_next, alternatives=alts[n],
                              rejected_id=rejected_id, rejected_p=rejected_p, rejected_q=rejected_q,
                              source=proposal.source))
-        return _Verified(out, n, 0.0, alpha_count=0)  # α is a chain's figure: no sample from a tree
+        # α is a chain's figure: no sample from a tree; a walk that ended at a leaf judged no
+        # position past its path, one that ended on a rejection judged one more
+        return _Verified(out, n, 0.0, alpha_count=0, positions=n + (0 if verdict.bonus else 1))
 
     def _read_device(self, logits: torch.Tensor, proposal: Proposal, drafts: torch.Tensor, params: SamplingParams,
                      generator: torch.Generator, seed: int, start: int) -> _Read:

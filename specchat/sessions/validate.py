@@ -16,7 +16,7 @@ import typing
 from functools import cache
 from typing import Any
 
-from specchat.config.model import MAX_SPECULATIVE_TOKENS
+from specchat.config.model import MAX_SPECULATIVE_TOKENS, MAX_TREE_NODES
 from specchat.sanitize import clean
 from specchat.events import EVENT_TYPES, StepStats, TurnFinished
 from specchat.telemetry import MetricsSnapshot
@@ -136,10 +136,15 @@ def _metrics(value: dict[str, Any], where: str) -> None:
 
 def _step_stats(value: dict[str, Any], where: str) -> None:
     # Telemetry sizes its histogram by these counts and indexes it by the accepted one.
-    _, drafted, accepted = counts = [value.get(k, 0) for k in ("num_speculative_tokens", "num_draft_tokens",
-                                                                "num_accepted_tokens")]
-    if not all(0 <= c <= MAX_SPECULATIVE_TOKENS for c in counts):
-        raise FieldError(f"field '{where}': draft counts must be between 0 and {MAX_SPECULATIVE_TOKENS}")
+    # A tree's drafts (num_draft_tokens) may outnumber γ: up to siblings nodes a depth.
+    gamma, drafted, accepted = [value.get(k, 0) for k in ("num_speculative_tokens", "num_draft_tokens",
+                                                          "num_accepted_tokens")]
+    positions = value.get("verified_positions")
+    if not all(0 <= c <= MAX_SPECULATIVE_TOKENS for c in (gamma, accepted)) or not 0 <= drafted <= MAX_TREE_NODES:
+        raise FieldError(f"field '{where}': draft counts must be between 0 and {MAX_SPECULATIVE_TOKENS} "
+                         f"({MAX_TREE_NODES} drafts for a tree)")
+    if positions is not None and not accepted <= positions <= accepted + 1:
+        raise FieldError(f"field '{_join(where, 'verified_positions')}' must be the accepted count or one more")
     if accepted > drafted:
         raise FieldError(f"field '{where}': {accepted} drafts accepted of {drafted} proposed")
     _recommended(value.get("recommended_gamma"), _join(where, "recommended_gamma"))
