@@ -43,25 +43,35 @@ def tree_counts(engine, params):
     return counts
 
 
+# "first": a chain of 2 and two rivals; "dynamic" (draft_tree.py): three levels of three
+# nodes each, placed by the head's estimates — the number of children a node gets depends
+# on what was drawn before, never on the child itself
+SHAPES = {"first": (2, 3), "dynamic": (3, 6)}  # shape: (γ, drafts a sample at least)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("setting", ["t1", "t0.9-topk6-topp0.9"])
-def test_tree_joint_distribution_is_the_targets(target, setting):
+def test_tree_joint_distribution_is_the_targets(target, setting, shape):
     params = power.SETTINGS[setting]
-    engine = tree_engine(target)
+    gamma, drafts = SHAPES[shape]
+    engine = tree_engine(target, gamma=gamma, tree=shape)
     counts = tree_counts(engine, params)
     m = engine.metrics
-    assert m.num_draft_tokens > 3 * SAMPLES and 0 < m.num_accepted_tokens
+    assert m.num_draft_tokens > drafts * SAMPLES and 0 < m.num_accepted_tokens
     pvalue = chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params), SAMPLES)
-    assert pvalue > ALPHA, f"tree/{setting}: chi-square p = {pvalue:.2e}"
+    assert pvalue > ALPHA, f"tree {shape}/{setting}: chi-square p = {pvalue:.2e}"
 
 
-def test_tree_greedy_equals_plain(target):
+# "first": a chain of 3 and two rivals; "dynamic": three depths of three nodes
+@pytest.mark.parametrize("shape, most_drafts", [("first", 5), ("dynamic", 9)])
+def test_tree_greedy_equals_plain(target, shape, most_drafts):
     params = SamplingParams(temperature=0.0)
     plain = SpeculativeEngine(TransformersBackend(target), None, eos_token_ids=[])
     want = [t.id for s in plain.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
-    engine = tree_engine(target, siblings=3, gamma=3)
+    engine = tree_engine(target, siblings=3, gamma=3, tree=shape)
     steps = list(engine.generate(PROMPT, params, max_new_tokens=24))
     assert [t.id for s in steps for t in s.tokens] == want
-    assert max(s.stats.num_draft_tokens for s in steps) == 5  # a chain of 3 and two rivals
+    assert max(s.stats.num_draft_tokens for s in steps) == most_drafts
 
 
 class StaleRivalLaw(EagleProposer):
@@ -104,30 +114,7 @@ def test_a_chain_is_a_tree_with_one_child_each():
     assert chain_parents(3) == (-1, 0, 1)
 
 
-# --- EAGLE-2-style dynamic trees (engine/draft_tree.py, eagle_tree.py) -------------------------------------
-
-@pytest.mark.parametrize("setting", ["t1", "t0.9-topk6-topp0.9"])
-def test_dynamic_tree_joint_distribution_is_the_targets(target, setting):
-    """Three levels of three nodes each, placed by the head's estimates: the number of
-    children a node gets depends on what was drawn before, never on the child itself."""
-    params = power.SETTINGS[setting]
-    engine = tree_engine(target, siblings=3, gamma=3, tree="dynamic")
-    counts = tree_counts(engine, params)
-    m = engine.metrics
-    assert m.num_draft_tokens > 6 * SAMPLES and 0 < m.num_accepted_tokens
-    pvalue = chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params), SAMPLES)
-    assert pvalue > ALPHA, f"dynamic tree/{setting}: chi-square p = {pvalue:.2e}"
-
-
-def test_dynamic_tree_greedy_equals_plain(target):
-    params = SamplingParams(temperature=0.0)
-    plain = SpeculativeEngine(TransformersBackend(target), None, eos_token_ids=[])
-    want = [t.id for s in plain.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
-    engine = tree_engine(target, siblings=3, gamma=3, tree="dynamic")
-    steps = list(engine.generate(PROMPT, params, max_new_tokens=24))
-    assert [t.id for s in steps for t in s.tokens] == want
-    assert max(s.stats.num_draft_tokens for s in steps) == 9  # three depths of three nodes
-
+# --- EAGLE-2-style dynamic trees (engine/draft_tree.py, eagle_tree.py) ---
 
 def test_a_dynamic_tree_places_nodes_where_the_head_is_confident(target):
     """Greedy, a head whose law is peaked: the likeliest first draft gets more of the

@@ -33,9 +33,7 @@ def dynamic_tree(drafter: Drafter, cache: DrafterCache, prenorm: torch.Tensor, l
         first = cache.n
         sees = torch.zeros(len(level), first + len(level), dtype=torch.bool)
         sees[:, :context_rows] = True
-        rows = {}
         for j, v in enumerate(level):
-            rows[v.index] = first + j
             sees[j, first + j] = True
             a = v.parent
             while a >= 0:
