@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specchat.engine.backends.llamacpp_batch import submission_order
 from specchat.training.teacher import Taught, top_law
 
 
@@ -81,11 +82,15 @@ class BatchedGenerator:
     def _decode(self, rows: list[tuple[int, int, int, bool]]) -> tuple[np.ndarray, np.ndarray | None]:
         """rows: (token, position, seq_id, wants logits) → (logits [n_wanted, V], the
         layers' inputs [n_rows, layers·H] or None without layers)."""
-        logits = self.context.decode(rows)
+        logits = self.context.decode(rows)  # in the caller's row order
         if not self.layers:
             return logits, None
-        return logits, np.concatenate([self.inputs.read(self.ctx, layer, len(rows), self.hidden)
-                                       for layer in self.layers], axis=1)
+        features = np.concatenate([self.inputs.read(self.ctx, layer, len(rows), self.hidden)
+                                   for layer in self.layers], axis=1)  # in llama.cpp's batch order
+        # back to the caller's order: once a finished slot takes a new prompt, the rows of a
+        # step no longer come in ascending seq_id, and features would be filed under another
+        # sequence's tokens and laws
+        return logits, features[np.argsort(submission_order(rows))]
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperatures: list[float],
                  seed: int = 0, progress: Callable[[int], None] | None = None) -> Iterator[tuple[int, Sample]]:

@@ -14,6 +14,13 @@ import numpy as np
 N_BATCH = 512  # rows one decode takes at most (llama.cpp may lower it to n_ctx: read back)
 
 
+def submission_order(rows: list[tuple[int, int, int, bool]]) -> list[int]:
+    """The order :meth:`LlamaCppBatch.decode` hands rows to llama.cpp in: grouped by
+    sequence, ascending seq_id, stable. What llama.cpp returns per batch row (a layer's
+    inputs) comes in this order, not the caller's."""
+    return sorted(range(len(rows)), key=lambda i: rows[i][2])
+
+
 class LlamaCppBatch:
     def __init__(self, backend, n_seq: int, n_ctx_per_seq: int) -> None:
         import llama_cpp
@@ -50,7 +57,7 @@ class LlamaCppBatch:
         # cache it splits a batch whose sequences come in another order into one micro-
         # batch per sequence (measured: 4 one-token sequences in descending order took 71
         # ms a decode, in ascending order 23); the logits come back in the caller's order
-        order = sorted(range(len(rows)), key=lambda i: rows[i][2])
+        order = submission_order(rows)
         b = self.batch
         b.n_tokens = len(rows)
         for i, r in enumerate(order):
