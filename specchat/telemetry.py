@@ -283,13 +283,15 @@ class Telemetry:
     def update(self, stats: StepStats, num_tokens: int) -> None:
         """Adds one step that emitted ``num_tokens`` tokens."""
         k, n = stats.num_draft_tokens, stats.num_accepted_tokens
+        # a chain's k drafts stand at k positions; a tree's nodes stand at its γ depths
+        depth = k if stats.verified_positions is None else max(n, min(k, stats.num_speculative_tokens or k))
         self.num_steps += 1
         self.num_tokens += num_tokens
         self.elapsed_ms += stats.total_ms
         if self.ttft_ms is None:
             self.ttft_ms = stats.prefill_ms + stats.total_ms
         self._recent.append((num_tokens, stats.total_ms))
-        self._gamma_history.append(k)
+        self._gamma_history.append(depth)
         self.steps_by_k[k] = self.steps_by_k.get(k, 0) + 1
         self.last_gamma, self.predicted_gain = stats.num_speculative_tokens, stats.predicted_gain
         timed = stats.prefill_tokens == 0  # a step that also ran the prompt is no timing sample
@@ -319,7 +321,7 @@ class Telemetry:
                 0.7 * self._plain_now + 0.3 * stats.verify_ms)
             self.plain_total.add(stats.total_ms)
             return
-        self._grow(k)
+        self._grow(depth)
         source = self._by_source.setdefault(stats.draft_source, [0, 0, 0, 0.0, 0])
         source[0] += 1
         source[1] += k
@@ -331,14 +333,14 @@ class Telemetry:
         self.num_draft_tokens += k
         self.num_accepted_tokens += n
         self.histogram[n] += 1
-        for i in range(k):
+        for i in range(depth):
             self.position_drafted[i] += 1
             if i < n:
                 self.position_accepted[i] += 1
         self.alpha.add(stats.alpha_sum, stats.alpha_count)
-        self.verified_positions += min(k, n + 1)
-        self.gamma_used.add(k)
-        self._acceptance_history.append(n / k)
+        self.verified_positions += min(k, n + 1) if stats.verified_positions is None else stats.verified_positions
+        self.gamma_used.add(depth)
+        self._acceptance_history.append(n / depth)
         if not timed:
             return
         if self._plain_now:

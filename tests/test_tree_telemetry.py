@@ -65,3 +65,27 @@ def test_a_tree_teaches_acceptance_from_its_kept_path_only(planted):
         assert judged[3] == 1  # the bug: a position no draft stood at, recorded as rejected
     else:
         assert judged[:4] == [1, 1, 1, 0] and not any(judged[3:])
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["healthy", "nodes-read-as-depths"])
+def test_a_tree_step_folds_into_the_panel_by_depth(planted):
+    """A γ = 3 tree of 24 nodes that kept 2: the panel's per-position acceptance, histogram
+    and γ history speak of 3 depths, as for a chain of 3. Planted bug: folding its node
+    count as positions, as for a chain, grows 24 positions and a 25-bin histogram."""
+    stats = StepStats(num_speculative_tokens=3, num_draft_tokens=24, num_accepted_tokens=2, verified_positions=3,
+                      total_ms=20.0, draft_ms=2.0, draft_source="eagle3")
+    telemetry = Telemetry()
+    as_chain = mutant(Telemetry.update, [(
+        "depth = k if stats.verified_positions is None else", "depth = k if True else")])
+    if planted:
+        with patched(Telemetry, "update", as_chain):
+            telemetry.update(stats, 3)
+    else:
+        telemetry.update(stats, 3)
+    snap = telemetry.snapshot()
+    if planted:
+        assert len(snap.per_position_acceptance) == 24 and len(snap.acceptance_histogram) == 25
+    else:
+        assert snap.per_position_acceptance == (1.0, 1.0, 0.0)
+        assert len(snap.acceptance_histogram) == 9 and snap.acceptance_histogram[2] == 1
+        assert snap.gamma_history == (3,) and snap.alpha_empirical == pytest.approx(2 / 3)
