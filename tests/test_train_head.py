@@ -37,6 +37,7 @@ def test_smoke_training_writes_a_head_that_drafts(tmp_path, tiny_model_dir):
     assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["num_hidden_layers"] == 1
     report = json.loads((out / "training.json").read_text())
     assert report["history"]["epochs_done"] == 1 and report["held_out_samples"] >= 1
+    assert set(report["stage_seconds"]) == {"distill", "teach"} and "min in all" in result.stderr  # the time it took
 
     loaded = load_models(load_profile(str(profile)))
     target = as_backend(loaded.target)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 
@@ -29,10 +30,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--heads", type=int, default=4, metavar="N", help="medusa: heads, one per draft (default 4)")
     parser.add_argument("--out", metavar="DIR", help="where the head goes (default: <cache>/heads/<profile>-eagle3)")
     parser.add_argument("--prompts", type=int, default=0, metavar="N", help="train on the first N corpus prompts (0: all)")
-    parser.add_argument("--replies", type=int, default=1, metavar="N",
-                        help="replies per prompt: one greedy, the rest sampled at 0.8 (default 1)")
+    parser.add_argument("--replies", type=int, default=2, metavar="N",
+                        help="replies per prompt: one greedy, the rest sampled at 0.8 (default 2)")
     parser.add_argument("--max-new-tokens", type=int, default=160, metavar="N", help="reply length (default 160)")
-    parser.add_argument("--epochs", type=int, default=3, metavar="N", help="passes over the data (default 3)")
+    parser.add_argument("--epochs", type=int, default=2, metavar="N", help="passes over the data (default 2)")
+    parser.add_argument("--batch-tokens", type=int, default=0, metavar="N",
+                        help="tokens a training step sees (default: 512 for eagle3, 2048 for medusa)")
     parser.add_argument("--ttt-steps", type=int, default=4, metavar="S", help="training-time-test depth (default 4)")
     parser.add_argument("--draft-vocab", type=int, default=4096, metavar="N", help="draft vocabulary size (default 4096)")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
@@ -48,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     for flag, value, low in (("--prompts", args.prompts, 0), ("--max-new-tokens", args.max_new_tokens, 1),
                              ("--replies", args.replies, 1),
                              ("--epochs", args.epochs, 1), ("--ttt-steps", args.ttt_steps, 1),
-                             ("--draft-vocab", args.draft_vocab, 16), ("--heads", args.heads, 1)):
+                             ("--draft-vocab", args.draft_vocab, 16), ("--heads", args.heads, 1),
+                             ("--batch-tokens", args.batch_tokens, 0)):
         if value < low:
             raise SpecchatError(f"{flag} {value} is out of range", key=flag, hint=f"use at least {low}")
     profile = load_profile(args.profile)
@@ -65,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
 
     plan = Plan(prompts=args.prompts, max_new_tokens=args.max_new_tokens, draft_vocab=args.draft_vocab,
                 replies=args.replies,
-                train=TrainConfig(epochs=args.epochs, steps=args.ttt_steps, lr=args.lr))
+                train=TrainConfig(epochs=args.epochs, steps=args.ttt_steps, lr=args.lr,
+                                  batch_tokens=args.batch_tokens or (512 if args.kind == "eagle3" else 2048)))
     if args.smoke:
         plan = Plan(prompts=6, held_out=2, max_new_tokens=12, draft_vocab=min(args.draft_vocab, 256), n_seq=3,
                     train=TrainConfig(epochs=1, steps=2, batch_tokens=256))
@@ -95,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
                     lambda line: print(f"[train-head] {clean_line(line)}", file=sys.stderr))
     layer_ids = layer_ids_for(backend.num_layers)
     say = stages.say
+    began = time.perf_counter()
     try:
         rows = stages.distill()
         say(f"distilled {len(rows)} replies ({sum(len(r['ids']) - r['reply_start'] for r in rows)} tokens)")
@@ -112,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         say(f"interrupted: what each stage finished is kept in {work}; run again with --resume to carry on")
         return 130
     size = (out / "model.safetensors").stat().st_size / 2**20
-    say(f"head written to {out} ({size:.1f} MiB, {history.seconds / 60:.1f} min of training)")
+    say(f"head written to {out} ({size:.1f} MiB; {(time.perf_counter() - began) / 60:.1f} min in all, "
+        f"{history.seconds / 60:.1f} of them training)")
     print(clean_line(str(out)))
     return 0
 

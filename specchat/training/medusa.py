@@ -172,6 +172,7 @@ def teach_stage(stages, rows: list[dict]) -> list[Taught]:
     limit = min(512, stages.backend.max_length)
     missing = [row for row in rows if not (folder / f"{row['index']}.safetensors").exists()]
     if missing:
+        started = time.perf_counter()
         progress = stages.bar(len(missing), "teach: final hidden states and soft labels (replies)")
         for row in missing:
             t = teach_final(stages.backend, row["ids"][:limit], row["reply_start"])
@@ -180,6 +181,7 @@ def teach_stage(stages, rows: list[dict]) -> list[Taught]:
             progress.update(1)
         progress.close()
         stages.backend.reset()
+        stages.seconds["teach"] = round(time.perf_counter() - started, 1)
     taught = []
     for row in rows:
         with safe_open(str(folder / f"{row['index']}.safetensors"), "pt") as f:
@@ -224,5 +226,6 @@ def train_and_export(stages, taught: list[Taught], rows: list[dict], draft_ids: 
             (out / "training.json").write_text(json.dumps({
                 "history": asdict(history), "plan": asdict(stages.plan), "kind": "medusa", "heads": num_heads,
                 "train_positions": int(train_set.h.shape[0]), "held_out_positions": int(held_out.h.shape[0]),
-                "train_seconds": round(time.perf_counter() - started, 1)}, indent=2) + "\n")
+                "train_seconds": round(time.perf_counter() - started, 1), "stage_seconds": stages.seconds},
+                indent=2) + "\n")
     return history

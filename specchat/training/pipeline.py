@@ -65,6 +65,7 @@ class Stages:
     def __init__(self, backend, tokenizer, work: Path, plan: Plan, bar: Callable, say: Callable[[str], None]) -> None:
         self.backend, self.tokenizer, self.work, self.plan, self.bar, self.say = backend, tokenizer, work, plan, bar, say
         work.mkdir(parents=True, exist_ok=True)
+        self.seconds: dict[str, float] = {}  # stage → seconds this run spent in it (training.json)
 
     # --- distill ----------------------------------------------------------------------
     def distill(self) -> list[dict]:
@@ -93,6 +94,7 @@ class Stages:
             # greedy and sampled replies: the first of each prompt's greedy, or (one reply a
             # prompt) every other prompt's
             temperatures = [0.0 if (k % replies if replies > 1 else k % 2) == 0 else 0.8 for k in todo]
+            started = time.perf_counter()
             progress = self.bar(len(todo) * self.plan.max_new_tokens, f"distill: {len(todo)} replies (tokens, at most)")
             (self.work / "taught").mkdir(exist_ok=True)
             with path.open("a") as out:
@@ -106,6 +108,7 @@ class Stages:
                     out.flush()
                     done[k] = row
             progress.close()
+            self.seconds["distill"] = round(time.perf_counter() - started, 1)
         _, held_out = split(list(range(len(prompts))), self.plan.held_out)
         for row in done.values():
             row["held_out"] = row["prompt"] in set(held_out)
@@ -177,12 +180,14 @@ class Stages:
         limit = min(512, self.backend.max_length)
         missing = [row for row in rows if not self._taught_path(row["index"]).exists()]
         if missing:
+            started = time.perf_counter()
             progress = self.bar(len(missing), "teach: features and soft labels (replies)")
             for row in missing:
                 self._keep_taught(row["index"], teach(self.backend, row["ids"][:limit], row["reply_start"], layer_ids))
                 progress.update(1)
             progress.close()
             self.backend.reset()
+            self.seconds["teach"] = round(time.perf_counter() - started, 1)
         taught = []
         for row in rows:
             with safe_open(str(self._taught_path(row["index"])), "pt") as f:
@@ -257,5 +262,6 @@ class Stages:
                 (out / "training.json").write_text(json.dumps({
                     "history": asdict(history), "plan": asdict(self.plan), "layer_ids": list(layer_ids),
                     "train_samples": len(train_set), "held_out_samples": len(held_out),
-                    "train_seconds": round(time.perf_counter() - started, 1)}, indent=2) + "\n")
+                    "train_seconds": round(time.perf_counter() - started, 1),
+                    "stage_seconds": self.seconds}, indent=2) + "\n")
         return history
