@@ -66,3 +66,10 @@ def test_paths_named_by_the_user_reach_the_terminal_cleaned(tmp_path, tiny_model
     assert result.returncode == 0, result.stderr[-2000:]
     assert "head written to" in result.stderr
     assert "\x1b" not in result.stdout and "\x1b" not in result.stderr.replace("\x1b[A", "")
+
+
+def test_a_flag_out_of_range_is_one_line_naming_it():
+    result = train_head("--batch-tokens", "-1")
+    assert result.returncode == 2
+    assert "--batch-tokens -1 is out of range" in result.stderr and "0 (the default)" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

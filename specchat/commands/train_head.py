@@ -30,8 +30,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--heads", type=int, default=4, metavar="N", help="medusa: heads, one per draft (default 4)")
     parser.add_argument("--out", metavar="DIR", help="where the head goes (default: <cache>/heads/<profile>-eagle3)")
     parser.add_argument("--prompts", type=int, default=0, metavar="N", help="train on the first N corpus prompts (0: all)")
-    parser.add_argument("--replies", type=int, default=2, metavar="N",
-                        help="replies per prompt: one greedy, the rest sampled at 0.8 (default 2)")
+    parser.add_argument("--replies", type=int, default=1, metavar="N",
+                        help="replies per prompt: one greedy, the rest sampled at 0.8; 1 (the default): every "
+                             "other prompt greedy")
     parser.add_argument("--max-new-tokens", type=int, default=160, metavar="N", help="reply length (default 160)")
     parser.add_argument("--epochs", type=int, default=2, metavar="N", help="passes over the data (default 2)")
     parser.add_argument("--batch-tokens", type=int, default=0, metavar="N",
@@ -54,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
                              ("--draft-vocab", args.draft_vocab, 16), ("--heads", args.heads, 1),
                              ("--batch-tokens", args.batch_tokens, 0)):
         if value < low:
-            raise SpecchatError(f"{flag} {value} is out of range", key=flag, hint=f"use at least {low}")
+            raise SpecchatError(f"{flag} {value} is out of range", key=flag,
+                                hint="use 0 (the default) or more" if low == 0 else f"use at least {low}")
     profile = load_profile(args.profile)
     if profile.target.backend in ("llama-server", "vllm"):
         raise SpecchatError(f"profile '{profile.name}' runs its target on a server", key="target.backend",

@@ -3,14 +3,17 @@
 Nothing can be downloaded on the machines this is built for, so the training data comes
 from the target itself answering these prompts (distill.py). They are made by crossing
 request shapes (explain, story, advice, list, compare, code, letter, poem, how-to, …)
-with subjects, so the replies span prose, lists, dialogue and code the way chat does.
-None of them is a prompt of ``specchat bench``'s sets: those stay held out, and the
+with subjects, so the replies span prose, lists, dialogue and code the way chat does;
+corpus_open.py adds open requests of other shapes (stories, trade-offs, why-questions,
+how things work, …) filled from their own slot lists. None of them is a prompt of ``specchat bench``'s sets: those stay held out, and the
 acceptance reported on them is acceptance on text the head never saw.
 """
 
 from __future__ import annotations
 
 import random
+
+from specchat.training.corpus_open import open_requests
 
 SUBJECTS = [
     "volcanoes", "the water cycle", "black holes", "honey bees", "the Roman Empire", "electric cars",
@@ -76,10 +79,11 @@ CODE = [
 
 
 def training_prompts(seed: int = 0) -> list[str]:
-    """Every prompt, in a fixed shuffled order (about 660)."""
+    """Every prompt, in a fixed order (1,076): the crossed shapes, standalone requests and
+    code shuffled, then corpus_open.py's requests (so its last 24 are the held-out ones)."""
     prompts = [shape.format(s=s) for s in SUBJECTS for shape in SHAPES] + STANDALONE + CODE
     random.Random(seed).shuffle(prompts)
-    return prompts
+    return prompts + open_requests()
 
 
 def split(prompts: list[str], held_out: int) -> tuple[list[str], list[str]]:
