@@ -22,6 +22,7 @@ import os
 import socket
 import ssl
 import threading
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -98,6 +99,12 @@ class Endpoint:
             if not key:
                 raise RemoteError(f"environment variable {self.api_key_env} (target.api_key_env) is not set",
                                   key="target.api_key_env", hint=f"export {self.api_key_env}=… with the server's key")
+            problem = header_problem(key)
+            if problem:  # httpx would raise UnicodeEncodeError (or h11 an illegal header) mid-request
+                raise RemoteError(f"environment variable {self.api_key_env} (target.api_key_env) holds characters "
+                                  f"an HTTP header cannot carry ({problem})", key="target.api_key_env",
+                                  hint=f"export {self.api_key_env} again with the key as issued (plain ASCII; a "
+                                       "pasted key may have gained a typographic dash or quote)")
             if key not in self._secrets:
                 self._secrets.append(key)
             headers["Authorization"] = f"Bearer {key}"
@@ -255,6 +262,18 @@ class Endpoint:
             return json.loads(text, parse_constant=_not_finite, parse_float=_finite)
         except ValueError:
             raise RemoteError(f"{where}: {what}: {self.shown(text[:4096], 80)!r}") from None
+
+
+def header_problem(key: str) -> str | None:
+    """Why ``key`` cannot be sent as ``Authorization: Bearer KEY`` (None when it can):
+    a header carries printable ASCII only, without a space at either end. Says where
+    the first bad character is and what it is — never any of the key's good ones."""
+    for i, char in enumerate(key):
+        if not " " <= char <= "~":
+            return f"character {i + 1} of {len(key)} is U+{ord(char):04X} {unicodedata.name(char, 'a control character')}"
+    if key != key.strip():
+        return "it begins or ends with a space"
+    return None
 
 
 def _loopback_direct(host: str) -> dict[str, None]:
