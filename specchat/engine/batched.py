@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specchat.engine import epilogue  # looked up at call time: tests plant bugs there
 from specchat.engine.backends.base import common_prefix_length
 from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
 from specchat.engine.batch_gamma import BatchGamma, BatchPlan
@@ -38,8 +39,7 @@ from specchat.engine.controller import Assessment, Controller, make_controller
 from specchat.engine.engine import emitted, read_host
 from specchat.engine.proposers import Proposer
 from specchat.engine.sampling import position_uniforms
-from specchat.errors import GenerationError
-from specchat.events import Step, StepStats
+from specchat.events import Step
 
 IDLE_WAIT_S = 0.1  # with nothing to decode, how long one wait for a request lasts (a closed queue ends it sooner)
 
@@ -131,14 +131,14 @@ class BatchedEngine:
                     active[seq] = _Slot(index, request, list(request.ids), seed, proposer, make_controller(proposer),
                                         cached=cached)
                 for index in self._withdrawn(source):  # cancelled while waiting: never admitted
-                    yield index, Step((), StepStats(0, 0, 0), "cancelled")
+                    yield index, epilogue.ended("cancelled")
                 ended = [(s, "cancelled") for s, slot in active.items() if self._take_cancel(slot.index)]
                 ended += [(s, "context" if len(slot.ids) >= room else "length") for s, slot in active.items()
                           if (len(slot.ids) >= room or slot.request.max_new_tokens <= 0) and (s, "cancelled") not in ended]
                 for seq, reason in ended:
                     slot = active.pop(seq)
                     self._release(seq, slot, free)
-                    yield slot.index, Step((), StepStats(0, 0, 0), reason)
+                    yield slot.index, epilogue.ended(reason)
                 if active:
                     yield from self._step(active, free, room)
         except GeneratorExit:  # abandoned between steps: its cells are ids[:cached], reusable
@@ -213,28 +213,19 @@ class BatchedEngine:
             r = slot.request
             read = read_host(rows_here, drafts, r.params, position_uniforms(slot.seed, len(slot.ids), k + 1))
             if read.nonfinite:
-                raise GenerationError(f"the llama.cpp model returned non-finite logits (NaN or ±inf) for "
-                                      f"request {slot.index}")
+                raise epilogue.nonfinite(read.nonfinite, f"for request {slot.index}")
             source = slot.proposer.kind if k else ""
             result = emitted(read, k, source)
             if slot.proposer:
                 slot.proposer.observe(result.num_accepted)
-            tokens, finish = result.tokens, None
-            for i, token in enumerate(tokens):
-                if token.id in r.stop_token_ids or token.id in self.eos:
-                    finish = "eos" if token.id in self.eos else "stop"
-                    tokens = tokens[: i + 1]
-                    break
             n = result.num_accepted
             if n < k:
                 self.context.drop(seq, len(slot.ids) + n)  # the rejected drafts' cells, this sequence's only
             slot.cached = len(slot.ids) + n
-            slot.ids.extend(t.id for t in tokens)
+            settled = epilogue.settle(slot.ids, result.tokens, slot.produced, stops=set(r.stop_token_ids),
+                                      eos=self.eos, max_new_tokens=r.max_new_tokens, max_length=room)
+            tokens, finish = settled.tokens, settled.finish
             slot.produced += len(tokens)
-            if finish is None and slot.produced >= r.max_new_tokens:
-                finish = "length"
-            elif finish is None and len(slot.ids) >= room:
-                finish = "context"
             out.append((seq, slot, tokens, finish, gamma, k, n, result.alpha_sum, source))
         end = time.perf_counter()  # one time for the whole step, before anything is handed out
         if batch_plan is not None:
@@ -249,14 +240,11 @@ class BatchedEngine:
                 gamma_r, gain_r = self._auto.recommendation()
                 assessed = Assessment(batch_plan.tokens[i], batch_plan.cost, gamma_r, gain_r)
                 gain, marginal = batch_plan.gain, batch_plan.marginal_ms
-            stats = StepStats(
-                num_speculative_tokens=gamma, num_draft_tokens=k, num_accepted_tokens=n,
-                alpha_sum=alpha_sum, alpha_count=min(k, n + 1),
+            stats = epilogue.stats(
+                gamma, k, n, alpha_sum, assessed,
                 draft_ms=1000 * (drafted - start), verify_ms=1000 * (decoded - drafted),
                 total_ms=1000 * (end - start), prefill_tokens=prompts,
-                predicted_gain=gain, draft_source=source, batch_size=len(plans), marginal_ms=marginal,
-                predicted_tokens=assessed.tokens, predicted_cost=assessed.cost,
-                recommended_gamma=assessed.recommended_gamma, recommended_gain=assessed.recommended_gain)
+                predicted_gain=gain, draft_source=source, batch_size=len(plans), marginal_ms=marginal)
             if not planned:
                 slot.controller.observe(stats, None)
             if finish:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specchat.engine import epilogue  # looked up at call time: tests plant bugs there
 from specchat.engine.backends import Backend, as_backend, common_prefix_length
 from specchat.engine.controller import Controller, make_controller
 from specchat.engine.host_sampling import verify_point_mass
@@ -16,8 +17,7 @@ from specchat.engine.sampling import SamplingParams, nonfinite_rows, position_un
 from specchat.engine.timing import Stopwatch, StepTimer
 from specchat.engine.tree import walk
 from specchat.contention import CpuShare
-from specchat.errors import GenerationError
-from specchat.events import Alternative, Step, StepStats, Token
+from specchat.events import Alternative, Step, Token
 from specchat.telemetry import MetricsSnapshot, Telemetry
 
 NUM_ALTERNATIVES = 5
@@ -115,7 +115,7 @@ class SpeculativeEngine:
         self.cpu_share.take(fresh=True)  # the first step's share starts here
         reused = min(common_prefix_length(self.target.ids, ids), len(ids) - 1)
         if len(ids) >= self.target.max_length or max_new_tokens <= 0:
-            yield Step((), StepStats(0, 0, 0), "context" if max_new_tokens > 0 else "length")
+            yield epilogue.ended("context" if max_new_tokens > 0 else "length")
             return
         # the target's prefill is folded into the first step's forward (one pass over the
         # prompt and the first drafts, as plain generate does); that step's times are then
@@ -126,7 +126,7 @@ class SpeculativeEngine:
         emitted = 0
         while True:
             if self._cancel.is_set():
-                yield Step((), StepStats(0, 0, 0), "cancelled")
+                yield epilogue.ended("cancelled")
                 return
             timer = StepTimer(self.device)  # the step's own time, not the consumer's
             room = self.target.max_length - len(ids)
@@ -138,34 +138,19 @@ class SpeculativeEngine:
             result = self._verify(ids, proposal, params, generator, seed, timer)
             if result.nonfinite:
                 self.reset()  # KV computed alongside NaNs is not reused
-                raise GenerationError(
-                    f"the {result.nonfinite} model returned non-finite logits (NaN or ±inf) at step "
-                    f"{self.turn_telemetry.num_steps + 1} of this reply, before its token {emitted + 1}",
-                    hint="float16 overflows easily: try dtype = \"bfloat16\" or \"float32\", or another "
-                         "quantisation; the reply so far is kept")
-            tokens, finish = result.tokens, None
-            for i, token in enumerate(tokens):
-                if token.id in stops or token.id in self.eos_token_ids:
-                    finish = "eos" if token.id in self.eos_token_ids else "stop"
-                    tokens = tokens[: i + 1]
-                    break
-            ids.extend(t.id for t in tokens)
-            emitted += len(tokens)
-            if finish is None and emitted >= max_new_tokens:
-                finish = "length"
-            elif finish is None and len(ids) >= self.target.max_length:
-                finish = "context"
+                raise epilogue.nonfinite(result.nonfinite, f"at step {self.turn_telemetry.num_steps + 1} of this "
+                                                           f"reply, before its token {emitted + 1}")
             k, n = len(proposal.tokens), result.num_accepted  # n: the verdict, before any stop cut
+            settled = epilogue.settle(ids, result.tokens, emitted, stops=stops, eos=self.eos_token_ids,
+                                      max_new_tokens=max_new_tokens, max_length=self.target.max_length)
+            tokens, finish = settled.tokens, settled.finish
+            emitted += len(tokens)
             if self.proposer:
                 self.proposer.observe(n)
             source = (proposal.source or self.proposer.kind) if k else ""
-            assessed = self.controller.assess(k, source)
-            step_stats = StepStats(
-                num_speculative_tokens=gamma,
-                num_draft_tokens=k,
-                num_accepted_tokens=n,
-                alpha_sum=result.alpha_sum,
-                alpha_count=min(k, n + 1) if result.alpha_count is None else result.alpha_count,
+            step_stats = epilogue.stats(
+                gamma, k, n, result.alpha_sum, self.controller.assess(k, source),
+                alpha_count=result.alpha_count,
                 draft_forwards=proposal.forwards,
                 draft_catch_up_tokens=proposal.catch_up_tokens,
                 verified_positions=result.positions,
@@ -175,10 +160,6 @@ class SpeculativeEngine:
                 predicted_gain=gain,
                 draft_source=source,
                 cpu_others=self.cpu_share.take(),
-                predicted_tokens=assessed.tokens,
-                predicted_cost=assessed.cost,
-                recommended_gamma=assessed.recommended_gamma,
-                recommended_gain=assessed.recommended_gain,
                 **prefill,
             )
             prefill = {}
