@@ -5,6 +5,11 @@ speculation and its figures (serve/).
 Binds 127.0.0.1 by default. Any other address needs an API key, read from the variable
 ``--api-key-env`` names (default SPECCHAT_API_KEY); without one it refuses to start (one
 line, exit 2). With a key set, every path but /health asks for it.
+
+Every value that reaches a socket or llama.cpp is checked before the model loads where
+it can be (the key, the host and port, --parallel against llama.cpp's sequence limit);
+what only llama.cpp can tell (a batched context too large to allocate) is worded the
+same way after. Each refusal is one line with the value and the fix, exit 2.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import socket
 import sys
 
 DEFAULT_KEY_ENV = "SPECCHAT_API_KEY"
@@ -53,7 +59,30 @@ def api_key(host: str, env: str) -> str | None:
         raise SpecchatError(f"--host {host} is not a loopback address and ${env} holds no API key",
                             key="--host", hint=f"set {env} (clients then send 'Authorization: Bearer KEY'), "
                                                "or serve on 127.0.0.1")
+    if key is not None:
+        from specchat.remote.http import header_problem
+
+        problem = header_problem(key)
+        if problem:  # no client could send it: every request would be refused
+            raise SpecchatError(f"${env} holds characters an HTTP header cannot carry ({problem})",
+                                key="--api-key-env", hint=f"set {env} to a key of plain ASCII")
     return key
+
+
+def check_address(host: str, port: int) -> None:
+    """--host and --port as a socket will take them (a name resolved), before anything loads."""
+    from specchat.errors import SpecchatError
+
+    if not 0 <= port <= 65535:
+        raise SpecchatError(f"--port {port} is not valid", key="--port", hint="use 0..65535")
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError, ValueError) as error:  # unknown name, a NUL, a label IDNA refuses
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        hint = ("write an IPv6 address without brackets (--host ::1)" if host.startswith("[")
+                else "use an IP address of this machine, localhost, or 0.0.0.0 (with a key)")
+        raise SpecchatError(f"--host {host!r} is not an address to listen on ({reason})", key="--host",
+                            hint=hint) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,17 +91,23 @@ def run(args: argparse.Namespace) -> int:
     from specchat.sanitize import clean_line
 
     key = api_key(args.host, args.api_key_env)  # refused before anything loads
-    if not 0 <= args.port <= 65535:
-        raise SpecchatError(f"--port {args.port} is not valid", key="--port", hint="use 0..65535")
+    check_address(args.host, args.port)
     profile = load_profile(args.profile)
     from specchat.commands.run import _progress_to_stderr
+    from specchat.engine.backends.llamacpp_batch import BatchContextError
     from specchat.loading import load_models
     from specchat.serve.http import make_server
+    from specchat.serve.parallel import check_parallel, known_n_ctx, too_many
     from specchat.serve.service import build_service, check_profile
 
     check_profile(profile, args.parallel)  # before anything loads
+    check_parallel(args.parallel, known_n_ctx(profile))
     loaded = load_models(profile, progress=_progress_to_stderr)
-    service = build_service(profile, loaded, args.parallel, key)
+    try:
+        service = build_service(profile, loaded, args.parallel, key)
+    except BatchContextError:  # its KV cache did not fit: only llama.cpp could tell
+        raise too_many(args.parallel, loaded.target.max_length, "llama.cpp could not open a batched context "
+                       "that large (its KV cache does not fit)") from None
     try:
         server = make_server(service, args.host, args.port)
     except OSError as error:

@@ -21,6 +21,11 @@ def submission_order(rows: list[tuple[int, int, int, bool]]) -> list[int]:
     return sorted(range(len(rows)), key=lambda i: rows[i][2])
 
 
+class BatchContextError(RuntimeError):
+    """llama.cpp would not open the context (too many sequences, or its KV cache does
+    not fit): the caller knows which setting asked for it and says so."""
+
+
 class LlamaCppBatch:
     def __init__(self, backend, n_seq: int, n_ctx_per_seq: int) -> None:
         import llama_cpp
@@ -36,7 +41,8 @@ class LlamaCppBatch:
                                   else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)  # as the backend runs
         self.ctx = llama_cpp.llama_init_from_model(backend.llm._model.model, params)
         if not self.ctx:
-            raise RuntimeError("llama.cpp could not open a batched context")
+            raise BatchContextError(f"llama.cpp could not open a batched context of {n_seq} sequences × "
+                                    f"{n_ctx_per_seq} tokens")
         # a batch past what the context took aborts the process: chunk by what it took
         self.n_batch = min(N_BATCH, llama_cpp.llama_n_batch(self.ctx), llama_cpp.llama_n_ubatch(self.ctx))
         self.memory = llama_cpp.llama_get_memory(self.ctx)

@@ -1,0 +1,70 @@
+"""``serve --parallel N``: how many chats one batched llama.cpp context can hold.
+
+llama.cpp opens a context of at most ``llama_max_parallel_sequences()`` sequences (256
+in the builds we ship); past that it refuses and the batched engine cannot start. That
+is known before the model loads, and so, for a local GGUF (the embedded one, a file) or
+a profile that sets ``target.n_ctx``, is the context the N chats share: a refusal names
+both, in one line, before anything heavy happens. A context llama.cpp still cannot open
+(its KV cache does not fit in memory) is only known once it tries: :func:`too_many`
+words that case too, suggesting the largest N whose batched context is no larger than
+the target's own, which llama.cpp has just opened.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specchat.errors import SpecchatError
+
+MIN_ROOM = 256  # tokens a chat holds at least (build_service's floor)
+MAX_CTX = 8192  # LlamaCppBackend's cap on a model's trained context when n_ctx is 0
+
+
+def max_sequences() -> int:
+    import llama_cpp
+
+    return int(llama_cpp.llama_max_parallel_sequences())
+
+
+def known_n_ctx(profile: Any) -> int | None:
+    """The target's context in tokens, if it can be known without loading (or
+    downloading) the model: the profile's n_ctx, else a local GGUF's trained one."""
+    spec = profile.target
+    if spec.n_ctx:
+        return int(spec.n_ctx)
+    from specchat.loading import embedded
+
+    path = embedded.find_gguf() if embedded.is_embedded(spec.source) else Path(spec.source).expanduser()
+    if path is None or not path.is_file():
+        return None
+    import llama_cpp
+
+    from specchat.engine.backends.llamacpp import quiet_logs, trained_context
+
+    quiet_logs(llama_cpp)  # reading the trained context logs the vocabulary to stderr
+    try:
+        trained = trained_context(llama_cpp, path)
+    except ValueError:  # not a model llama.cpp can read: loading will say so
+        return None
+    return min(trained or MAX_CTX, MAX_CTX)
+
+
+def check_parallel(parallel: int, n_ctx: int | None) -> None:
+    """One line, exit 2, for an N no batched context can hold (before the model loads;
+    N < 1 is check_profile's)."""
+    most = max_sequences()
+    if parallel > most:
+        raise too_many(parallel, n_ctx, f"llama.cpp batches at most {most} sequences in one context", most)
+
+
+def too_many(parallel: int, n_ctx: int | None, why: str, fits: int | None = None) -> SpecchatError:
+    """The error for ``--parallel N`` that llama.cpp cannot batch: why, each chat's share
+    of n_ctx, and the largest N that fits (``fits``; by default the largest whose
+    batched context is no larger than the target's own n_ctx)."""
+    share = (f"each chat would get {n_ctx // parallel} tokens (n_ctx {n_ctx} / {parallel})" if n_ctx
+             else f"each chat would get 1/{parallel} of the target's context")
+    if fits is None:
+        fits = max(1, (n_ctx or MIN_ROOM) // MIN_ROOM)
+    return SpecchatError(f"--parallel {parallel} is more chats than fit: {why}; {share}", key="--parallel",
+                         hint=f"use --parallel {fits} or fewer")
