@@ -7,8 +7,14 @@ line, never a traceback) except ``/metrics`` (Prometheus text) and streams (SSE:
 MAX_BODY are refused unread (413). A client that goes away mid-stream has its request
 cancelled (the others in the batch go on as if it had never been there); so does one
 that goes away while its request waits for a slot or a whole (non-streamed) reply, within
-a step or a quarter of a second. Log lines quote
-what clients sent, so they are cleaned before they reach the terminal.
+a step or a quarter of a second. A client that goes away leaves one log line, never a
+traceback; an error of the server's own leaves one line on stderr whatever ``quiet`` says.
+
+Nothing a client sends reaches a 5xx: a body that is not JSON, not UTF-8, shorter than
+its Content-Length or slower than BODY_TIMEOUT_S, text holding a lone surrogate, a
+malformed request line or an unknown method all get a 4xx with one JSON line (the
+stdlib's own refusals included: 501 for a method becomes 405, 505 for a version 400).
+Log lines quote what clients sent, so they are cleaned before they reach the terminal.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import hmac
 import json
 import socket
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -27,6 +34,7 @@ from specchat.serve.reply import Reply
 from specchat.serve.service import Service
 
 MAX_BODY = 1 << 20  # bytes: a request body larger than this is refused (413)
+BODY_TIMEOUT_S = 30.0  # a body that has not all arrived by then is refused (408), its thread freed
 GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)  # the client closed its connection
 
 
@@ -34,6 +42,17 @@ class Handler(BaseHTTPRequestHandler):
     service: Service  # set on the subclass make_server builds
     quiet = False
     server_version = "specchat"
+    command: str | None = None  # the stdlib sets it once a request line is read
+    _left = False  # the client went away (logged once)
+    _streaming = False  # a 200 and its headers went out: no other status can follow
+
+    def handle(self) -> None:
+        # the stdlib reads request lines outside any handler of ours: a client that
+        # resets its connection there would print socketserver's traceback
+        try:
+            super().handle()
+        except GONE:
+            self._went_away()
 
     def do_GET(self) -> None:
         self._answer(self._get)
@@ -50,9 +69,29 @@ class Handler(BaseHTTPRequestHandler):
         except BadRequest as error:
             self._json(error_body(str(error), error.status), error.status)
         except GONE:
-            pass
+            self._went_away()
         except Exception as exc:  # noqa: BLE001 — the client gets one line; the server goes on
+            _log(f"specchat serve: internal error on {self.command} {self.path}: {one_line(exc)}")
+            if self._streaming:  # a second status line inside the stream would corrupt it
+                self.close_connection = True
+                return
             self._json(error_body(f"internal error: {one_line(exc)}", 500), 500)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's own refusals (a malformed request line or headers, a method no
+        do_* answers) as one JSON line like every other error; an unknown method is the
+        client's (405, not 501), and so is an HTTP version other than 1.x (400, not 505)."""
+        status = {501: 405, 505: 400}.get(code, code)
+        text = message or self.responses.get(code, ("error",))[0]
+        if code == 501:
+            text = f"method {self.command[:40]} is not allowed: use GET or POST"
+        elif code == 505:
+            text += ": use HTTP/1.1"
+        self.request_version = "HTTP/1.0"  # a status line, even where the request line was too broken to say
+        self.log_error("code %d, message %s", status, text)
+        self.close_connection = True
+        headers = {"Connection": "close", **({"Allow": "GET, POST"} if status == 405 else {})}
+        self._json(error_body(clean_line(text)[:200], status), status, headers)
 
     def _authorised(self) -> bool:
         key = self.service.api_key
@@ -106,6 +145,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
+        self._streaming = True
         try:
             for step in handle.until(self._gone):  # one chunk a step, as vLLM streams (--stream-interval 1)
                 text, entries = reply.add(step)
@@ -134,8 +174,16 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:  # reset
             gone = True
         if gone:
-            self.close_connection = True
+            self._went_away()
         return gone
+
+    def _went_away(self) -> None:
+        """The client closed or reset its connection: nothing more is written to it, and
+        one line says so (its request, if one was running, is cancelled by the caller)."""
+        self.close_connection = True
+        if not self._left:
+            self._left = True
+            self.log_message("client went away%s", f" during {self.command} {self.path}" if self.command else "")
 
     def _stopped(self, handle, reply: Reply) -> bool:
         """A stop string ended the reply: its request is cancelled, its end counted as "stop"."""
@@ -150,30 +198,58 @@ class Handler(BaseHTTPRequestHandler):
     def _body(self) -> Any:
         if self.headers.get("Transfer-Encoding"):
             raise BadRequest("send the body with a Content-Length, not chunked", 411)
-        length = self.headers.get("Content-Length", "")
-        if not length.isdigit():
-            raise BadRequest("a Content-Length header is required", 411)
-        if int(length) > MAX_BODY:
+        length = self.headers.get("Content-Length", "").strip()
+        if not (length.isascii() and length.isdigit()):  # "²" is a digit to str.isdigit, not to int()
+            raise BadRequest("a Content-Length header (the body's size in bytes) is required", 411)
+        digits = length.lstrip("0") or "0"
+        if len(digits) > len(str(MAX_BODY)) or int(digits) > MAX_BODY:  # int() refuses thousands of digits
             self.close_connection = True  # the body is never read
-            raise BadRequest(f"the request body is {int(length)} bytes; at most {MAX_BODY} are accepted", 413)
+            raise BadRequest(f"the request body is {digits[:20]} bytes; at most {MAX_BODY} are accepted", 413)
+        size = int(digits)
+        self.connection.settimeout(BODY_TIMEOUT_S)
         try:
-            return json.loads(self.rfile.read(int(length)))
+            data = self.rfile.read(size)
+        except TimeoutError:
+            self.close_connection = True
+            raise BadRequest(f"the request body ({size} bytes by its Content-Length) did not arrive within "
+                             f"{BODY_TIMEOUT_S:g} s", 408) from None
+        finally:
+            self.connection.settimeout(None)
+        if len(data) < size:  # the client stopped sending: there is no rest of it to wait for
+            self.close_connection = True
+            raise BadRequest(f"the request body ended after {len(data)} of the {size} bytes its Content-Length says")
+        try:
+            return json.loads(data)
         except (UnicodeDecodeError, ValueError, RecursionError):
-            raise BadRequest("the request body is not valid JSON") from None
+            raise BadRequest("the request body is not valid JSON (UTF-8)") from None
 
-    def _json(self, obj: dict[str, Any], status: int = 200) -> None:
-        self._send(json.dumps(obj, ensure_ascii=False).encode(), "application/json", status)
+    def _json(self, obj: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> None:
+        self._send(json.dumps(obj, ensure_ascii=False).encode(), "application/json", status, headers)
 
-    def _send(self, data: bytes, content_type: str, status: int = 200) -> None:
+    def _send(self, data: bytes, content_type: str, status: int = 200, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":  # a HEAD answer has no body, whatever its length says
+            self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 — the stdlib's name
         if not self.quiet:
-            print(clean_line(f"{self.address_string()} {format % args}"), file=sys.stderr, flush=True)
+            _log(f"{self.address_string()} {format % args}")
+
+
+_log_lock = threading.Lock()
+
+
+def _log(line: str) -> None:
+    """One cleaned line on stderr, whole: handler threads printing at once would
+    otherwise interleave a line's text and its newline."""
+    with _log_lock:
+        sys.stderr.write(clean_line(line) + "\n")
+        sys.stderr.flush()
 
 
 def make_server(service: Service, host: str, port: int, quiet: bool = False) -> ThreadingHTTPServer:

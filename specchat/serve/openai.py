@@ -11,7 +11,9 @@ before the first of them to appear (it is not returned, finish_reason "stop"), a
 stream never sends text that might still turn out to begin one (token ids and log p
 entries list every token generated). ``n`` other than 1 is
 refused (400). Anything else OpenAI defines (``model``, ``user``, …) is accepted and
-ignored: one model is served.
+ignored: one model is served. Text anywhere in a body that UTF-8 cannot encode (a lone
+surrogate: JSON's ``"\ud800"``) is refused with one message, whichever field holds it,
+before any of it reaches the tokenizer.
 """
 
 from __future__ import annotations
@@ -65,6 +67,10 @@ def parse_job(kind: str, body: Any, defaults: SamplingParams, max_new_tokens: in
     """BadRequest (400) naming the field for anything malformed or out of range."""
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
+    bad = _unencodable(body)
+    if bad is not None:
+        raise BadRequest(f"{bad} holds a lone surrogate (as \"\\ud800\"), which is not text: "
+                         "send valid Unicode (UTF-8)")
     if body.get("n", 1) != 1:
         raise BadRequest("'n' must be 1: one reply per request")
     stop = _stop(body.get("stop"))
@@ -80,7 +86,8 @@ def parse_job(kind: str, body: Any, defaults: SamplingParams, max_new_tokens: in
                                      seed=body.get("seed", defaults.seed))
     except SamplingError as error:
         raise BadRequest(f"'{error.key.removeprefix('sampling.')}': {error.message} ({error.hint})") from None
-    options = body.get("stream_options") or {}
+    options = body.get("stream_options")
+    options = {} if options is None else options
     if not isinstance(options, dict):
         raise BadRequest("'stream_options' must be an object")
     for flag in ("stream", "logprobs", "return_token_ids"):
@@ -116,7 +123,36 @@ def _integer(x: Any) -> bool:
 
 def _field(body: dict, key: str, default: Any) -> Any:
     value = body.get(key)
+    if _integer(value) and abs(value) > 2**63:  # JSON's integers have no bound; a float's range does
+        raise BadRequest(f"'{key}' is out of range")
     return default if value is None else value
+
+
+def _unencodable(body: Any) -> str | None:
+    """Where a string UTF-8 cannot encode is (a key or a value; "'prompt'",
+    "'messages[0].content'"), None when every one can. Iterative: a body nests as deep
+    as json.loads allowed."""
+    pending: list[tuple[str, Any]] = [("", body)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not key.isascii() and not _encodes(key):
+                    return f"a key in '{where[:80] or 'the body'}'"
+                pending.append((f"{where}.{key}" if where else key, item))
+        elif isinstance(value, list):
+            pending += [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+        elif isinstance(value, str) and not value.isascii() and not _encodes(value):
+            return f"'{where[:80]}'"
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _messages(messages: Any) -> tuple[dict[str, str], ...]:
