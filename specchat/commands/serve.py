@@ -19,8 +19,11 @@ import ipaddress
 import os
 import socket
 import sys
+from pathlib import Path
+from typing import Any
 
 DEFAULT_KEY_ENV = "SPECCHAT_API_KEY"
+MAX_CTX = 8192  # LlamaCppBackend's cap on a model's trained context when n_ctx is 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -85,6 +88,29 @@ def check_address(host: str, port: int) -> None:
                             hint=hint) from None
 
 
+def known_n_ctx(profile: Any) -> int | None:
+    """The target's context in tokens, if it can be known without loading (or
+    downloading) the model: the profile's n_ctx, else a local GGUF's trained one."""
+    spec = profile.target
+    if spec.n_ctx:
+        return int(spec.n_ctx)
+    from specchat.loading import embedded
+
+    path = embedded.find_gguf() if embedded.is_embedded(spec.source) else Path(spec.source).expanduser()
+    if path is None or not path.is_file():
+        return None
+    import llama_cpp
+
+    from specchat.engine.backends.llamacpp import quiet_logs, trained_context
+
+    quiet_logs(llama_cpp)  # reading the trained context logs the vocabulary to stderr
+    try:
+        trained = trained_context(llama_cpp, path)
+    except ValueError:  # not a model llama.cpp can read: loading will say so
+        return None
+    return min(trained or MAX_CTX, MAX_CTX)
+
+
 def run(args: argparse.Namespace) -> int:
     from specchat.config import load_profile
     from specchat.errors import SpecchatError
@@ -97,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from specchat.engine.backends.llamacpp_batch import BatchContextError
     from specchat.loading import load_models
     from specchat.serve.http import make_server
-    from specchat.serve.parallel import check_parallel, known_n_ctx, too_many
+    from specchat.serve.parallel import check_parallel, too_many
     from specchat.serve.service import build_service, check_profile
 
     check_profile(profile, args.parallel)  # before anything loads

@@ -2,52 +2,25 @@
 
 llama.cpp opens a context of at most ``llama_max_parallel_sequences()`` sequences (256
 in the builds we ship); past that it refuses and the batched engine cannot start. That
-is known before the model loads, and so, for a local GGUF (the embedded one, a file) or
-a profile that sets ``target.n_ctx``, is the context the N chats share: a refusal names
-both, in one line, before anything heavy happens. A context llama.cpp still cannot open
-(its KV cache does not fit in memory) is only known once it tries: :func:`too_many`
-words that case too, suggesting the largest N whose batched context is no larger than
-the target's own, which llama.cpp has just opened.
+is known before the model loads, and so, for a local GGUF or a profile that sets
+``target.n_ctx``, is the context the N chats share (commands/serve.py reads it): a
+refusal names both, in one line, before anything heavy happens. A context llama.cpp
+still cannot open (its KV cache does not fit in memory) is only known once it tries:
+:func:`too_many` words that case too, suggesting the largest N whose batched context is
+no larger than the target's own, which llama.cpp has just opened.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from specchat.errors import SpecchatError
 
 MIN_ROOM = 256  # tokens a chat holds at least (build_service's floor)
-MAX_CTX = 8192  # LlamaCppBackend's cap on a model's trained context when n_ctx is 0
 
 
 def max_sequences() -> int:
     import llama_cpp
 
     return int(llama_cpp.llama_max_parallel_sequences())
-
-
-def known_n_ctx(profile: Any) -> int | None:
-    """The target's context in tokens, if it can be known without loading (or
-    downloading) the model: the profile's n_ctx, else a local GGUF's trained one."""
-    spec = profile.target
-    if spec.n_ctx:
-        return int(spec.n_ctx)
-    from specchat.loading import embedded
-
-    path = embedded.find_gguf() if embedded.is_embedded(spec.source) else Path(spec.source).expanduser()
-    if path is None or not path.is_file():
-        return None
-    import llama_cpp
-
-    from specchat.engine.backends.llamacpp import quiet_logs, trained_context
-
-    quiet_logs(llama_cpp)  # reading the trained context logs the vocabulary to stderr
-    try:
-        trained = trained_context(llama_cpp, path)
-    except ValueError:  # not a model llama.cpp can read: loading will say so
-        return None
-    return min(trained or MAX_CTX, MAX_CTX)
 
 
 def check_parallel(parallel: int, n_ctx: int | None) -> None:
