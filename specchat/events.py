@@ -99,8 +99,7 @@ class StepStats:
     batch_size: the sequences decoded together in this step (engine/batched.py), 1 alone.
     marginal_ms: what one more row (a draft) adds to a batched decode's time, as γ = auto's
         batch plan measured it (engine/batch_gamma.py; None elsewhere).
-    draft_source: the proposer kind that drafted ("ngram", "eagle3", "draft_model"; a
-        hybrid names the one it routed to), "" for a plain step.
+    draft_source: the method that drafted (specchat.methods; a hybrid names the one it routed to), "" if none.
     cpu_others: the share of all cores other processes used since the previous step
         (contention.py; None where it cannot be read, and for a server's steps).
     verified_positions: draft positions the target judged along the kept path: a tree's

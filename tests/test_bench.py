@@ -28,8 +28,8 @@ def test_outputs_exist_with_structure(bench_run):
     assert (out / "report.md").read_text().startswith("# specchat bench")
     assert (out / "speedup_vs_gamma.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     names = [c["name"] for c in results["configs"]]
-    assert names == ["none", "draft γ=auto", "draft γ=2", "ngram γ=auto", "ngram γ=2", "peer:none",
-                     "peer:draft γ=auto", "peer:draft γ=2", "peer:ngram γ=auto", "peer:ngram γ=2"]
+    assert names == ["none", "draft_model γ=auto", "draft_model γ=2", "ngram γ=auto", "ngram γ=2", "peer:none",
+                     "peer:draft_model γ=auto", "peer:draft_model γ=2", "peer:ngram γ=auto", "peer:ngram γ=2"]
     # every configuration is compared with the peer engine's plain generation
     assert set(results["aggregates"]["vs_peers"]["all"]["ngram γ=2"]) == {"peer:none"}
     assert results["aggregates"]["sets"]["all"]["none"]["overhead_ms"] > 0
@@ -90,7 +90,7 @@ def test_auto_is_compared_with_the_best_fixed_gamma(bench_run):
     out, results = bench_run
     rows = results["rows"]
     for set_name, methods in results["aggregates"]["auto_vs_best"].items():
-        assert set(methods) == {"draft", "ngram"}
+        assert set(methods) == {"draft_model", "ngram"}
         for method, compared in methods.items():
             assert compared["best_fixed"] == f"{method} γ=2"  # the only fixed γ of this run
             mine = [r for r in rows if set_name == "all" or r["set"] == set_name]
@@ -114,13 +114,13 @@ def test_exactness_shows_in_the_benchmark(bench_run):
     for configs in results["aggregates"]["sets"].values():
         for figures in configs.values():
             assert figures["same_tokens_as_none"] == figures["paired_requests"] == figures["requests"]
-    assert "Replies identical to `none`'s (same seed): draft γ=auto 10/10" in (out / "report.md").read_text()
+    assert "Replies identical to `none`'s (same seed): draft_model γ=auto 10/10" in (out / "report.md").read_text()
 
 
 def test_draft_memory_is_reported(bench_run):
     _, results = bench_run
     figures = results["aggregates"]["sets"]["all"]
-    assert figures["draft γ=2"]["draft_param_bytes"] > 0 and figures["draft γ=2"]["draft_kv_bytes_max"] > 0
+    assert figures["draft_model γ=2"]["draft_param_bytes"] > 0 and figures["draft_model γ=2"]["draft_kv_bytes_max"] > 0
     assert figures["ngram γ=2"]["draft_param_bytes"] == 0
 
 
@@ -147,7 +147,7 @@ def test_prompt_sets_ship_and_parse(tmp_path):
 def test_config_parsing_and_draftless_profiles():
     assert parse_gammas("auto,1,3,3") == ["auto", 1, 3]
     notes = []
-    configs = build_configs(["draft", "ngram"], [2], has_draft=False, peer=False, note=notes.append)
+    configs = build_configs(["draft_model", "ngram"], [2], has_draft=False, peer=False, note=notes.append)
     assert [c.name for c in configs] == ["none", "ngram γ=2"] and "no draft model" in notes[0]
 
 
@@ -169,6 +169,6 @@ def test_ngram_profile_skips_draft_and_runs(tiny_ngram_profile_path, tmp_path, c
                  "--max-new-tokens", "4", "--no-peer", "--no-warmup", "--out", str(tmp_path / "o")])
     assert code == 0
     captured = capsys.readouterr()
-    assert "skipping method 'draft'" in captured.err and "results:" in captured.err
+    assert "skipping method 'draft_model'" in captured.err and "results:" in captured.err
     results = json.loads((tmp_path / "o" / "results.json").read_text())
     assert [c["name"] for c in results["configs"]] == ["none", "ngram γ=3"]

@@ -29,6 +29,7 @@ from specchat.bench.prompt_sets import PromptSet
 from specchat.bench.runner import SEED_STRIDE, WARMUP_TOKENS, Progress, Request, build_requests, make_engine
 from specchat.contention import BUSY_SHARE, CpuShare
 from specchat.errors import SpecchatError
+from specchat.methods import METHODS
 
 MAX_SEQUENCES = 256  # llama.cpp's limit on sequences in one context (LLAMA_MAX_SEQ)
 
@@ -110,7 +111,7 @@ def level_configs(methods: list[str], gammas: list, server: bool, single: bool) 
     """Ours: plain and n-gram at each γ (the methods a batch verifies: point-mass drafts);
     the same through the one-sequence engine at N = 1 (``single``: the figures a batch of
     one must keep); llama-server's plain and n-gram rows when it is built and wanted."""
-    configs = [BenchConfig("none")] + [BenchConfig("ngram", g) for g in gammas if "ngram" in methods]
+    configs = [BenchConfig("none")] + [BenchConfig(m, g) for m in methods if m != "none" and METHODS[m].batched for g in gammas]
     if single:
         configs += [dataclasses.replace(c, runner="single") for c in configs]
     if server:
@@ -142,8 +143,7 @@ def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: l
                     warmup: bool = True) -> dict:
     """Every level, set, repeat and configuration → {"runs", "rows", "cpu_others", "busy_machine"}."""
     from specchat.engine.batched import BatchedEngine
-    from specchat.engine.factory import sampling_params
-    from specchat.engine.proposers import NgramProposer
+    from specchat.engine.factory import build_proposer, sampling_params
 
     report = progress or (lambda done, total, text: None)
     base = sampling_params(profile.sampling)
@@ -158,11 +158,9 @@ def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: l
 
         peer = ConcurrentServerPeer(loaded, profile, stops)
 
-    def factory(config: BenchConfig):
-        if config.method == "none":
-            return lambda: None
+    def factory(config: BenchConfig):  # a proposer per sequence
         ceiling = spec.max_speculative_tokens if config.gamma == "auto" else int(config.gamma)
-        return lambda: NgramProposer(config.gamma, spec.prompt_lookup_min, spec.prompt_lookup_max, ceiling)
+        return lambda: build_proposer(spec, loaded, config.gamma, ceiling, config.method)
 
     runs: list[dict] = []
     rows: list[dict] = []

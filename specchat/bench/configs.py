@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.errors import SpecchatError
+from specchat.methods import METHODS, SPELLINGS
 
-METHODS = ("draft", "ngram", "eagle3", "medusa", "hybrid", "none")
 MAX_GAMMA = 16
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """method: "none" (plain decoding through the same engine), "draft" or "ngram".
+    """method: a name in specchat.methods ("none": plain decoding through the same engine).
     gamma: drafts per step (an int) or "auto" (the engine's adaptive controller); 0 for none.
     runner: "specchat" (our engine) or "peer" (the engine a user would pick instead on
         the same model: transformers' generate, or llama-cpp-python for a GGUF target).
@@ -60,18 +60,16 @@ def parse_gammas(text: str) -> list[int | str]:
 
 
 def parse_methods(text: str) -> list[str]:
-    methods = []
-    for part in (p.strip() for p in text.split(",")):
-        if part not in METHODS:
-            raise SpecchatError(f"--methods value {part!r} is not valid", key="--methods",
-                                hint="use a comma-separated list of draft, ngram, eagle3, medusa, hybrid, none")
-        if part not in methods:
-            methods.append(part)
-    return methods
+    """``--methods``: names or aliases (``draft``) → the methods' names, once each."""
+    parts = [p.strip() for p in text.split(",")]
+    for part in (p for p in parts if p not in SPELLINGS):
+        raise SpecchatError(f"--methods value {part!r} is not valid", key="--methods",
+                            hint="use a comma-separated list of " + ", ".join(SPELLINGS))
+    return list(dict.fromkeys(SPELLINGS[p].name for p in parts))
 
 
 def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, peer: bool,
-                  note=print, peer_methods: tuple[str, ...] = ("none", "draft", "ngram"),
+                  note=print, peer_methods: tuple[str, ...] = ("none", "draft_model", "ngram"),
                   peer_models: tuple[str, ...] = (), has_head: bool = False,
                   server_peer: bool = False, medusa_heads: int = 0) -> list[BenchConfig]:
     """The plain baseline first (always present: every speedup is relative to it), then
@@ -83,17 +81,11 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
     for method in methods:
         if method == "none":
             continue
-        if method == "draft" and not has_draft:
-            note("bench: the profile has no draft model; skipping method 'draft' "
-                 "(use a profile with speculation.method = \"draft_model\")")
-            continue
-        if method in ("eagle3", "hybrid") and not has_head:
-            note(f"bench: the profile has no EAGLE-3 head; skipping method '{method}' "
-                 "(use a profile with speculation.method = \"eagle3\" or \"hybrid\")")
-            continue
-        if method == "medusa" and not medusa_heads:
-            note("bench: the profile has no Medusa heads; skipping method 'medusa' "
-                 "(use a profile with speculation.method = \"medusa\")")
+        needs = METHODS[method].needs
+        if not {"draft": has_draft, "eagle3": has_head, "medusa": medusa_heads}.get(needs, True):
+            rows = [m for m in METHODS.values() if m.needs == needs]  # the first is the one titled by it
+            note(f"bench: the profile has no {rows[0].title}; skipping method '{method}' (use a profile with "
+                 "speculation.method = " + " or ".join(f'"{m.name}"' for m in rows) + ")")
             continue
         if method == "medusa":  # a head drafts one token: γ past the heads would run fewer
             deep = [g for g in gammas if g != "auto" and g > medusa_heads]

@@ -1,6 +1,6 @@
 """The peer row: transformers' own assisted generation on the same models and prompts.
 
-``draft`` configurations call ``target.generate(..., assistant_model=draft)`` with the
+``draft_model`` configurations call ``target.generate(..., assistant_model=draft)`` with the
 assistant drafting a constant γ tokens per step (``num_assistant_tokens = γ``,
 ``num_assistant_tokens_schedule = "constant"``, confidence-based early stopping off),
 so its γ means what ours does. ``ngram`` configurations use
@@ -83,7 +83,7 @@ class PeerRunner:
                                   "pad_token_id": self.pad_id, "do_sample": not params.greedy}
         if not params.greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
-        if method == "draft":
+        if method == "draft_model":
             kwargs["assistant_model"] = self.draft
         elif method == "ngram":
             ceiling = self.speculation.max_speculative_tokens
@@ -97,7 +97,7 @@ class PeerRunner:
         device = self.target.device
         ids = torch.tensor([list(request.ids)], dtype=torch.long, device=device)
         kwargs = self.generate_kwargs(config.method, config.gamma, params, max_new_tokens)
-        settings = self._assistant_settings(config.gamma) if config.method == "draft" else contextlib.nullcontext()
+        settings = self._assistant_settings(config.gamma) if config.method == "draft_model" else contextlib.nullcontext()
         memory.reset_peak(device)
         torch.manual_seed(request.seed if params.seed is None else params.seed)
         with settings, torch.inference_mode():

@@ -33,8 +33,6 @@ from specchat.bench.peer_llama_server import (ServerProcess, Streamed, completio
                                               stream_completion)
 from specchat.remote.closed_loop import closed_loop
 
-METHODS = ("none", "ngram")
-
 
 class ConcurrentServerPeer:
     """llama-server with -np N slots, plain or with its own n-gram speculation."""
@@ -59,8 +57,8 @@ class ConcurrentServerPeer:
                 "-c", str(n * self.n_ctx), "--no-kv-unified", "-ngl", str(self.n_gpu_layers)]
 
     def _url(self, method: str, n: int) -> str:
-        if method not in METHODS or n < 1:
-            raise ValueError(f"method {method!r} with {n} slots: need one of {METHODS} and n ≥ 1")
+        if method not in ("none", "ngram") or n < 1:  # llama-server's counterparts of our batched methods
+            raise ValueError(f"method {method!r} with {n} slots: need 'none' or 'ngram' and n ≥ 1")
         if self._key != (method, n):
             self.close()
             self._server = start_server(self.server_args(method, n), f"-m {self.model_path} -np {n}"

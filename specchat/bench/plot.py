@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-COLOURS = {"draft": "tab:blue", "ngram": "tab:orange"}
+COLOURS = {"draft_model": "tab:blue", "ngram": "tab:orange"}
 
 
 def write_plot(path: Path, results: dict[str, Any]) -> bool:

@@ -63,8 +63,7 @@ def make_engine(config: BenchConfig, loaded: Any, speculation: Any) -> Any:
     from specchat.engine.factory import build_proposer
 
     ceiling = speculation.max_speculative_tokens if config.gamma == "auto" else config.gamma
-    method = {"draft": "draft_model", "none": "none"}.get(config.method, config.method)
-    proposer = None if method == "none" else build_proposer(speculation, loaded, config.gamma, ceiling, method)
+    proposer = build_proposer(speculation, loaded, config.gamma, ceiling, config.method)
     return SpeculativeEngine(loaded.target, proposer)
 
 
@@ -102,7 +101,7 @@ def peer_kind(loaded: Any) -> str:
     return "llama.cpp" if as_backend(loaded.target).name == "llama.cpp" else "transformers"
 
 
-PEER_METHODS = {"llama.cpp": ("none", "ngram"), "transformers": ("none", "draft", "ngram")}
+PEER_METHODS = {"llama.cpp": ("none", "ngram"), "transformers": ("none", "draft_model", "ngram")}
 
 
 def peer_methods(loaded: Any, profile: Any) -> tuple[tuple[str, ...], str | None]:
@@ -177,7 +176,7 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
                     others_ms += share * row["wall_ms"]
                     timed_ms += row["wall_ms"]
                 row["cpu_others"] = share
-                uses_draft = config.method == "draft"
+                uses_draft = config.method == "draft_model"
                 rows.append({
                     "set": request.set_name, "prompt_id": request.prompt_id, "repeat": request.repeat,
                     "seed": request.seed, "config": config.name, "runner": config.runner, "method": config.method,

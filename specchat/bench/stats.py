@@ -199,7 +199,7 @@ def auto_vs_best_fixed(set_rows: list[dict], figures: dict[str, dict]) -> dict[s
     """Per method with a γ=auto configuration and fixed ones: the fixed γ that was fastest
     on these requests (chosen in hindsight) and auto's paired ratio to it."""
     out: dict[str, dict] = {}
-    for method in ("draft", "ngram"):
+    for method in ("draft_model", "ngram"):
         mine = [r for r in set_rows if r["runner"] == "specchat" and r["method"] == method]
         auto = [r for r in mine if r["gamma"] == "auto"]
         fixed = {r["config"] for r in mine if isinstance(r["gamma"], int)}
@@ -244,7 +244,7 @@ def aggregate(rows: list[dict], set_names: list[str], config_names: list[str], c
         auto_vs_best[name] = auto_vs_best_fixed(set_rows, sets[name])
         vs_peers[name] = vs_plain_peers(set_rows)
         curves[name] = {}
-        for method in ("draft", "ngram"):
+        for method in ("draft_model", "ngram"):
             fixed = [r for r in set_rows if r["runner"] == "specchat" and r["method"] == method
                      and isinstance(r["gamma"], int)]
             top = max((r["gamma"] for r in fixed), default=0)

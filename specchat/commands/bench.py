@@ -12,6 +12,7 @@ import datetime as _dt
 import sys
 from pathlib import Path
 
+from specchat.methods import METHODS, SPELLINGS
 
 GAMMA_DEFAULT = "auto,1,2,3,5,8"  # one chat at a time; N at once runs auto unless --gamma says
 
@@ -29,8 +30,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--gamma", default=GAMMA_DEFAULT, metavar="LIST",
                         help="γ values, comma-separated integers and/or auto (default: auto,1,2,3,5,8)")
     parser.add_argument("--methods", metavar="LIST",
-                        help="proposers to compare (draft, ngram, eagle3, medusa, hybrid, none; default: those the profile can "
-                             "run; none always runs)")
+                        help=f"proposers to compare ({', '.join(SPELLINGS)}; default: those the profile can run; "
+                             "none always runs)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per prompt and configuration")
     parser.add_argument("--max-new-tokens", type=int, metavar="N",
                         help="tokens per reply (default: per set, e.g. 256; long: 1200)")
@@ -68,9 +69,8 @@ def run(args: argparse.Namespace) -> int:
             raise SpecchatError(f"--{name.replace('_', '-')} must be ≥ 1, got {value}", key=f"--{name}")
     profile = load_profile(args.profile)
     gammas = parse_gammas(args.gamma)
-    default_methods = ("draft,ngram,eagle3,hybrid,none" if profile.speculation.method in ("eagle3", "hybrid")
-                       else "ngram,medusa,none" if profile.speculation.method == "medusa" else "draft,ngram,none")
-    methods = parse_methods(args.methods or default_methods)
+    needs = ("", "draft", METHODS[profile.speculation.method].needs)  # a draft is skipped if the profile has none
+    methods = parse_methods(args.methods or ",".join(m.name for m in METHODS.values() if m.needs in needs))
     sets = load_prompt_sets(args.prompts)
     out_dir = args.out or Path("bench-results") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from specchat.loading import load_models
 
     console = Console(stderr=True)
-    # the loader loads a draft only for a draft_model profile; without one, 'draft' is skipped
+    # the loader loads a draft only for a draft_model profile; without one, draft_model is skipped
     loaded = load_models(profile, progress=lambda e: e.message and console.print(f"[dim][{e.stage}] {e.message}[/]"))
     from specchat.bench.runner import peer_kind, peer_methods
 
@@ -131,7 +131,7 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
                             f"backend; this profile's target runs on {loaded.target.name}, one sequence at a time",
                             key="--concurrency", hint="give --concurrency one number (requests then queue), or use a "
                                                       "GGUF profile such as the default")
-    skipped = [m for m in methods if m not in ("none", "ngram")]
+    skipped = [m for m in methods if not METHODS[m].batched]
     if skipped:
         console.print(f"[yellow]bench: batched decoding verifies point-mass drafts (n-gram lookup); "
                       f"skipping {', '.join(skipped)}[/]")

@@ -11,16 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specchat.remote.servers import REMOTE_BACKENDS
+from specchat.methods import REMOTE_BACKENDS
 
 EMBEDDED_SOURCE = "embedded:smollm2-135m-instruct"
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "8bit", "4bit-nf4", "4bit-fp4")
-METHODS = ("draft_model", "ngram", "eagle3", "medusa", "hybrid", "none")
-# a head on the target's hidden states: eagle3 alone or with n-gram lookup (hybrid), or
-# Medusa-1 heads on its final hidden state
-HEAD_METHODS = ("eagle3", "medusa", "hybrid")
 BACKENDS = ("transformers", "llama.cpp", *REMOTE_BACKENDS)
 GGUF_TYPES = ("auto", "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K")
 MAX_SPECULATIVE_TOKENS = 16
@@ -67,8 +63,8 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class SpeculationSpec:
-    """How tokens are proposed. ``num_speculative_tokens`` is γ, or ``"auto"`` to let the
-    engine's controller pick γ in 1..max_speculative_tokens each step."""
+    """How tokens are proposed (``method``: a row of specchat.methods). ``num_speculative_tokens``
+    is γ, or ``"auto"`` to let the engine's controller pick γ in 1..max_speculative_tokens."""
 
     method: str = "ngram"
     draft: ModelSpec | None = None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProfileError
-from ..remote.servers import REMOTE_BACKENDS
+from ..methods import REMOTE_BACKENDS
 from .model import Profile
 from .schema import build_profile, check_keys
 

@@ -14,15 +14,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ProfileError
+from ..methods import HEAD_KINDS, METHODS, REMOTE_BACKENDS
 from .model import (
     BACKENDS,
     DTYPES,
     GGUF_TYPES,
-    HEAD_METHODS,
     MAX_SIBLINGS,
     MAX_SPECULATIVE_TOKENS,
-    METHODS,
-    REMOTE_BACKENDS,
     QUANTIZATIONS,
     ChatSpec,
     ModelSpec,
@@ -115,7 +113,7 @@ MODEL_KEYS = {
     "api_key_env": Key(*_STR, check=_env_name),
 }
 SPECULATION_KEYS = {
-    "method": Key(*_STR, choices=METHODS),
+    "method": Key(*_STR, choices=tuple(METHODS)),
     "draft": "table",
     "num_speculative_tokens": Key((int, str), 'an integer or "auto"', check=_gamma),
     "max_speculative_tokens": Key(*_INT, check=_between(1, MAX_SPECULATIVE_TOKENS)),
@@ -238,9 +236,10 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
     spec_raw = dict(merged.get("speculation", {}))
     draft_raw = spec_raw.pop("draft", None)
     speculation = SpeculationSpec(**spec_raw)
-    if speculation.method == "draft_model":
+    method = METHODS[speculation.method]
+    if method.needs == "draft":
         if not draft_raw or "source" not in draft_raw:
-            raise err("method 'draft_model' needs a draft model", "speculation.draft.source",
+            raise err(f"method '{method.name}' needs a draft model", "speculation.draft.source",
                       'add [speculation.draft] source = "…", or set method = "ngram"')
         draft = _model(draft_raw, "speculation.draft", err)
     else:
@@ -253,20 +252,17 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         raise err(f"prompt_lookup_min ({speculation.prompt_lookup_min}) is larger than prompt_lookup_max "
                   f"({speculation.prompt_lookup_max})", "speculation.prompt_lookup_min",
                   "make prompt_lookup_min ≤ prompt_lookup_max")
-    if speculation.method == "medusa" and not speculation.head:
-        raise err("method 'medusa' needs a head", "speculation.head",
+    if method.needs in HEAD_KINDS and not speculation.head:
+        raise err(f"method '{method.name}' needs a head", "speculation.head",
                   'add head = "<folder>" holding a Medusa-1 head\'s config.json and safetensors weights '
-                  '(or a Hub id org/name)')
-    if speculation.method in HEAD_METHODS and not speculation.head:
-        raise err(f"method '{speculation.method}' needs a head", "speculation.head",
+                  '(or a Hub id org/name)' if method.needs == "medusa" else
                   'add head = "embedded:smollm2-135m-instruct-eagle3" (or a folder, or a Hub id such as '
                   '"AngelSlim/Qwen3-8B_eagle3"); `specchat train-head` trains one')
-    if speculation.method in HEAD_METHODS and target_raw.get("backend") in REMOTE_BACKENDS:
-        server_hint = ("vLLM --speculative-config '{\"method\": \"medusa\", …}'" if speculation.method == "medusa"
-                       else "llama-server -md head.gguf --spec-type draft-eagle3; vLLM --speculative-config "
-                       "'{\"method\": \"eagle3\", …}'")
-        raise err(f"method '{speculation.method}' runs the head here, beside a local target, not a '{target_raw['backend']}' server",
-                  "speculation.method", f"give the server the head itself ({server_hint})")
+    if method.needs in HEAD_KINDS and target_raw.get("backend") in REMOTE_BACKENDS:
+        llama_server = "llama-server -md head.gguf --spec-type draft-eagle3; " if method.needs == "eagle3" else ""
+        raise err(f"method '{method.name}' runs the head here, beside a local target, not a '{target_raw['backend']}' server",
+                  "speculation.method", f"give the server the head itself ({llama_server}vLLM --speculative-config "
+                  f"'{{\"method\": \"{method.needs}\", …}}')")  # vLLM names head kinds as we do
     gamma = speculation.num_speculative_tokens
     if isinstance(gamma, int) and gamma > speculation.max_speculative_tokens:
         raise err(f"num_speculative_tokens ({gamma}) exceeds max_speculative_tokens "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from specchat.config.model import HEAD_METHODS
 from specchat.engine.chat import ChatSession
 from specchat.engine.eagle import EagleProposer
 from specchat.engine.engine import SpeculativeEngine
@@ -12,6 +11,7 @@ from specchat.engine.hybrid import HEAD_CEILING, HybridProposer
 from specchat.engine.medusa import MedusaProposer
 from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from specchat.engine.sampling import SamplingParams
+from specchat.methods import HEAD_KINDS, METHODS
 
 if TYPE_CHECKING:
     from specchat.config.model import SpeculationSpec
@@ -23,27 +23,24 @@ def build_proposer(speculation: SpeculationSpec, loaded: Any = None, gamma: int 
     over ``loaded``'s models (a LoadedModels: ``draft`` and ``head`` always there, None when
     not loaded); ``gamma`` / ``method`` override the profile's (bench, verify),
     ``ceiling`` the γ = auto ceiling (default: the profile's)."""
-    method = method or speculation.method
+    method = METHODS[method or speculation.method]
     gamma = speculation.num_speculative_tokens if gamma is None else gamma
     ceiling = ceiling or speculation.max_speculative_tokens
-    if method == "draft_model":
-        if loaded is None or loaded.draft is None:
-            raise ValueError("speculation.method = 'draft_model' needs a loaded draft model")
-        return DraftModelProposer(loaded.draft, gamma, ceiling)
-    if method == "ngram":
+    model = None if loaded is None else loaded.draft if method.needs == "draft" else loaded.head
+    if method.needs and (model is None or method.needs in HEAD_KINDS and model.kind != method.needs):
+        raise ValueError(f"speculation.method = '{method.name}' needs a loaded {method.needs!r}")
+    tree = {"siblings": speculation.siblings, "tree": speculation.tree}
+    if method.name == "draft_model":
+        return DraftModelProposer(model, gamma, ceiling)
+    if method.name == "ngram":
         return NgramProposer(gamma, speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
-    if method in HEAD_METHODS:
-        if loaded is None or loaded.head is None:
-            raise ValueError(f"speculation.method = '{method}' needs a loaded head")
-        if method == "medusa":
-            return MedusaProposer(loaded.head, loaded.target, gamma, ceiling, siblings=speculation.siblings,
-                                  tree=speculation.tree)
-        siblings = speculation.siblings
-        if method == "eagle3":
-            return EagleProposer(loaded.head, loaded.target, gamma, ceiling, siblings=siblings, tree=speculation.tree)
+    if method.name == "medusa":
+        return MedusaProposer(model, loaded.target, gamma, ceiling, **tree)
+    if method.name == "eagle3":
+        return EagleProposer(model, loaded.target, gamma, ceiling, **tree)
+    if method.name == "hybrid":
         ngram = NgramProposer("auto", speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
-        head = EagleProposer(loaded.head, loaded.target, "auto", HEAD_CEILING, siblings=siblings, tree=speculation.tree)
-        return HybridProposer(ngram, head, ceiling)
+        return HybridProposer(ngram, EagleProposer(model, loaded.target, "auto", HEAD_CEILING, **tree), ceiling)
     return None
 
 

@@ -35,7 +35,7 @@ class Proposal:
     forwards: int = 0
     match_length: int = 0
     catch_up_tokens: int = 0
-    source: str = ""  # the proposer kind that drafted them ("ngram", "eagle3", "medusa", "draft_model")
+    source: str = ""  # the proposer kind that drafted them: a name in specchat.methods
     # a tree of drafts (engine/tree.py): node i's parent (-1: the last context token), and
     # q[i] the law node i was drawn from given its earlier siblings; None: a chain
     parents: tuple[int, ...] | None = None

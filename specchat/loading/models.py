@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..config.model import HEAD_METHODS, ModelSpec, Profile
+from ..config.model import ModelSpec, Profile
 from ..errors import ModelLoadError
 from ..events import LoadProgress
+from ..methods import HEAD_KINDS, METHODS
 from ..remote.servers import is_remote
 from . import embedded
 from .compat import check_draft_compatible
@@ -34,7 +35,7 @@ class LoadedModels:
     tokenizer: Any
     draft: Backend | None
     info: dict[str, Any] = field(default_factory=dict)
-    head: Any | None = None  # an EAGLE-3 or Medusa head (method in HEAD_METHODS), reading ``target``'s hidden states
+    head: Any | None = None  # an EAGLE-3 or Medusa head (a method that needs one), reading ``target``'s hidden states
     # the kinds of device doing the target's and the draft's arithmetic, as the backends
     # declare them: "cpu" in it means the models share this machine's cores with the UI
     computes_on: frozenset[str] = frozenset()
@@ -80,8 +81,8 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         tokenizer, target, target_info = _load_transformers_target(profile, base, report)
 
     draft, draft_info = None, None
-    draft_spec = profile.speculation.draft
-    if profile.speculation.method == "draft_model" and draft_spec is not None:
+    draft_spec, method = profile.speculation.draft, METHODS[profile.speculation.method]
+    if method.needs == "draft" and draft_spec is not None:
         report(LoadProgress("draft", 0, 0, f"loading draft {draft_spec.source}"))
         if draft_spec.backend == "llama.cpp":
             draft, draft_info = load_gguf_model(draft_spec, "speculation.draft", base, report)
@@ -101,7 +102,7 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
     target = as_backend(target)
     draft = None if draft is None else as_backend(draft)
     head = None
-    if profile.speculation.method in HEAD_METHODS:
+    if method.needs in HEAD_KINDS:
         from .heads import load_head
 
         report(LoadProgress("head", 0, 0, f"loading head {profile.speculation.head}"))

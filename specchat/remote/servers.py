@@ -1,11 +1,10 @@
-"""What specchat knows about servers without talking to one: which backends are
-servers, which figures a server's stream cannot support, and the panel fields and the
-one line a server's description gives. Pure Python: profiles, recordings and the
-remote chats all read it (the one definition of ``REMOTE_BACKENDS``)."""
+"""What specchat knows about servers without talking to one: which figures a server's
+stream cannot support, and the panel fields and the one line a server's description
+gives. Pure Python: recordings and the remote chats read it."""
 
 from __future__ import annotations
 
-REMOTE_BACKENDS = ("llama-server", "vllm")
+from specchat.methods import REMOTE_BACKENDS
 
 # What a server's stream cannot tell: the draft's cost (c), so neither the α-vs-c
 # prediction nor v(k). They stay None — "not derivable from the server" — rather than

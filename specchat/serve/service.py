@@ -11,14 +11,12 @@ from specchat.engine.batch_server import BatchedServer, Handle
 from specchat.engine.batched import BatchedEngine, Request
 from specchat.engine.chat import ChatSession
 from specchat.engine.engine import SpeculativeEngine
-from specchat.engine.factory import sampling_params
-from specchat.engine.proposers import NgramProposer
+from specchat.engine.factory import build_proposer, sampling_params
 from specchat.engine.sampling import SamplingParams
 from specchat.errors import SpecchatError
+from specchat.methods import METHODS
 from specchat.serve.metrics import ServeMetrics
 from specchat.serve.openai import BadRequest, Job
-
-METHODS = ("ngram", "none")  # what a batch verifies: point-mass drafts, or none
 
 
 @dataclass
@@ -65,9 +63,10 @@ def check_profile(profile: Any, parallel: int) -> None:
                             f"'{profile.target.backend}'", key="target.backend",
                             hint="use a profile with backend = \"llama.cpp\" (the default profile is one)")
     spec = profile.speculation
-    if spec.method not in METHODS:
-        raise SpecchatError(f"serve verifies n-gram drafts only, not speculation.method = '{spec.method}'",
-                            key="speculation.method", hint="use method = \"ngram\" or \"none\"")
+    if not METHODS[spec.method].batched:
+        raise SpecchatError(f"serve verifies point-mass drafts only, not speculation.method = '{spec.method}'",
+                            key="speculation.method",
+                            hint="use method = " + " or ".join(f'"{m.name}"' for m in METHODS.values() if m.batched))
     if parallel < 1:
         raise SpecchatError(f"--parallel {parallel} is not valid", key="--parallel", hint="use a whole number ≥ 1")
 
@@ -77,12 +76,9 @@ def build_service(profile: Any, loaded: Any, parallel: int, api_key: str | None 
     check_profile(profile, parallel)
     spec = profile.speculation
     room = max(256, loaded.target.max_length // parallel)
-    if spec.method == "ngram":
-        gamma, ceiling = spec.num_speculative_tokens, spec.max_speculative_tokens
-        num_spec_tokens = ceiling if gamma == "auto" else int(gamma)
-        factory = lambda: NgramProposer(gamma, spec.prompt_lookup_min, spec.prompt_lookup_max, ceiling)  # noqa: E731
-    else:
-        num_spec_tokens, factory = 0, (lambda: None)
+    gamma = spec.num_speculative_tokens
+    num_spec_tokens = 0 if spec.method == "none" else spec.max_speculative_tokens if gamma == "auto" else int(gamma)
+    factory = lambda: build_proposer(spec)  # noqa: E731  (one proposer per sequence)
     chat = ChatSession(SpeculativeEngine(loaded.target, None), loaded.tokenizer,
                        system_prompt=profile.chat.system_prompt, enable_thinking=profile.chat.enable_thinking)
     metrics = ServeMetrics(profile.name)

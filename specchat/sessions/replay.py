@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, StepEvent, TurnStarted, UserMessage
+from specchat.methods import METHODS
 from specchat.sessions.reader import Damage, Recording, RecordingError, read_recording
 from specchat.telemetry import ChatTelemetry, MetricsSnapshot
 
@@ -101,7 +102,7 @@ def recorded_settings(profile: dict[str, Any]) -> dict[str, Any]:
     absent or not a finite number ≥ 0)."""
     spec = profile.get("speculation") if isinstance(profile.get("speculation"), dict) else {}
     sampling = profile.get("sampling") if isinstance(profile.get("sampling"), dict) else {}
-    method = spec.get("method") if spec.get("method") in ("draft_model", "ngram", "none") else "none"
+    method = spec.get("method") if isinstance(spec.get("method"), str) and spec["method"] in METHODS else "none"
     top = spec.get("max_speculative_tokens")
     max_gamma = top if _whole(top) and 1 <= top <= MAX_SPECULATIVE_TOKENS else 8
     gamma = spec.get("num_speculative_tokens", 0)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specchat.events import StepEvent, TurnFinished, TurnStarted
+from specchat.methods import METHODS
 from specchat.telemetry import MetricsSnapshot
 
 HIDDEN = "·"  # shown instead of wall-clock figures in deterministic (snapshot) mode
@@ -232,9 +233,6 @@ def histogram_lines(histogram: tuple[int, ...], gamma: int = 0, width: int = 16)
     return [f"{i:>2} {bar(n / peak, width)} {n:>4}" for i, n in enumerate(shown)]
 
 
-SOURCE_NAMES = {"ngram": "n-gram", "eagle3": "head", "medusa": "medusa", "draft_model": "draft"}
-
-
 def source_lines(by_source: dict[str, dict[str, float | None]]) -> list[str]:
     """Drafts per proposer, when more than one drafted (a hybrid), narrow enough for the
     panel: ``"head      5/24 kept  2.4 ms/draft"``. Names a recording carries are shown
@@ -245,7 +243,8 @@ def source_lines(by_source: dict[str, dict[str, float | None]]) -> list[str]:
     for source, s in sorted(by_source.items()):
         cost = s.get("draft_ms_per_token")
         kept = f"{int(s.get('accepted') or 0)}/{int(s.get('drafted') or 0)}"
-        lines.append(f"{SOURCE_NAMES.get(source, 'other'):<7}{kept:>9}" + (f"  {cost:.1f} ms/draft" if cost is not None else ""))
+        name = METHODS[source].label if source in METHODS else "other"
+        lines.append(f"{name:<7}{kept:>9}" + (f"  {cost:.1f} ms/draft" if cost is not None else ""))
     return lines
 
 

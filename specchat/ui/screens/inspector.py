@@ -11,18 +11,15 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from specchat.events import Token
+from specchat.methods import METHODS
 from specchat.ui.figures import fmt
 from specchat.ui.widgets.reply import KIND_LABELS, provenance_content
 
 
-# which proposer drafted a token (Token.source); a hybrid routes each step to one of them
-SOURCE_LABELS = {"ngram": "n-gram lookup", "eagle3": "EAGLE-3 head", "medusa": "Medusa heads", "draft_model": "draft model"}
-
-
 def token_details(token: Token, index: int, total: int) -> str:
     """Plain-text facts about one token (p, q, min(1, p/q), rejected draft, alternatives)."""
-    # a recording is untrusted: only names we know are shown
-    drafter = f", drafted by {SOURCE_LABELS.get(token.source, 'another proposer')}" if token.source else ""
+    # a recording is untrusted: only names we know are shown (a hybrid's tokens name the proposer it routed to)
+    drafter = f", drafted by {METHODS[token.source].title if token.source in METHODS else 'another proposer'}" if token.source else ""
     lines = [
         f"token {index + 1} of {total}: {token.text!r} (id {token.id})",
         f"provenance: {KIND_LABELS.get(token.kind, token.kind)}{drafter}",

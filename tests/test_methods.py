@@ -1,0 +1,105 @@
+"""specchat/methods.py: the one table of methods, its invariants, and that config, the
+factory, bench, serve and the UI read it rather than lists of their own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from specchat.methods import HEAD_KINDS, METHODS, SPELLINGS
+
+TABLE = tuple(METHODS.values())
+
+
+def test_each_spelling_means_one_method_and_names_are_canonical():
+    spellings = [s for m in TABLE for s in (m.name, *m.aliases)]
+    assert len(spellings) == len(set(spellings)) == len(SPELLINGS)
+    assert all(SPELLINGS[m.name] is m for m in TABLE)
+    assert SPELLINGS["draft"] is METHODS["draft_model"]  # what users typed for bench before the table
+
+
+@pytest.mark.parametrize("method", TABLE, ids=lambda m: m.name)
+def test_a_row_is_consistent(method):
+    assert method.needs in ("", "draft", *HEAD_KINDS)
+    assert 0 < len(method.label) <= 7  # the panel's per-proposer column
+    assert method.title and method.title[0] != " "
+    # llama.cpp's batched engine verifies point-mass drafts, from no model of their own
+    assert not method.batched or (method.point_mass or method.name == "none") and not method.needs
+    assert not method.tree or method.needs in HEAD_KINDS  # trees come from a head's ranked candidates
+
+
+def test_every_head_kind_is_titled_by_a_method_of_its_own():
+    # bench's "the profile has no …" line titles a need by its first row
+    assert [next(m for m in TABLE if m.needs == kind).name for kind in HEAD_KINDS] == list(HEAD_KINDS)
+
+
+def test_each_proposer_declares_what_its_row_says():
+    from specchat.engine.eagle import EagleProposer
+    from specchat.engine.hybrid import HybridProposer
+    from specchat.engine.medusa import MedusaProposer
+    from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
+
+    proposers = (DraftModelProposer, NgramProposer, EagleProposer, MedusaProposer, HybridProposer, Proposer)
+    assert {p.kind: p.point_mass for p in proposers} == {m.name: m.point_mass for m in TABLE}
+
+
+def test_a_profile_accepts_every_row_and_misspelt_method_is_one_line_with_a_suggestion(tmp_path):
+    from specchat.config import load_profile
+    from specchat.config.schema import SPECULATION_KEYS
+    from specchat.errors import ProfileError
+
+    assert SPECULATION_KEYS["method"].choices == tuple(METHODS)
+    path = tmp_path / "typo.toml"
+    path.write_text('extends = "default"\n[speculation]\nmethod = "eagle"\n')
+    with pytest.raises(ProfileError) as error:
+        load_profile(str(path))
+    assert "\n" not in str(error.value) and "did you mean 'eagle3'?" in str(error.value)
+
+
+def test_config_no_longer_imports_remote():
+    code = "import sys, specchat.config.recorded, specchat.config.loader; print('specchat.remote' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120).stdout.strip() == "False"
+
+
+def test_bench_resolves_every_spelling_to_its_row():
+    from specchat.bench.configs import parse_methods
+    from specchat.errors import SpecchatError
+
+    assert parse_methods("draft,ngram,draft_model,none") == ["draft_model", "ngram", "none"]
+    assert parse_methods(",".join(SPELLINGS)) == list(METHODS)
+    with pytest.raises(SpecchatError) as error:
+        parse_methods("lookahead")
+    assert all(name in error.value.hint for name in SPELLINGS)
+
+
+@pytest.mark.parametrize("method", TABLE, ids=lambda m: m.name)
+def test_serve_takes_exactly_the_batched_rows(method):
+    from specchat.config import load_profile
+    from specchat.errors import SpecchatError
+    from specchat.serve.service import check_profile
+
+    profile = load_profile("default")
+    assert profile.target.backend == "llama.cpp"
+    profile = profile.replace(speculation={"method": method.name})
+    if method.batched:
+        check_profile(profile, 2)
+    else:
+        with pytest.raises(SpecchatError, match=f"not speculation.method = '{method.name}'"):
+            check_profile(profile, 2)
+
+
+@pytest.mark.parametrize("method", TABLE, ids=lambda m: m.name)
+def test_the_ui_shows_each_rows_labels(method):
+    from specchat.events import Token
+    from specchat.ui.figures import source_lines
+    from specchat.ui.screens.inspector import token_details
+
+    other = "ngram" if method.name != "ngram" else "eagle3"
+    counts = {"drafted": 4, "accepted": 2, "draft_ms_per_token": None}
+    lines = source_lines({method.name: counts, other: counts})
+    assert any(line.startswith(f"{method.label} ") for line in lines[1:])
+    token = Token(id=1, text="a", kind="accepted", p=0.5, q=0.5, source=method.name)
+    assert f"drafted by {method.title}" in token_details(token, 0, 1)
