@@ -1,6 +1,8 @@
 # Two commands do all set-up on a fresh machine (Python 3.11, no GPU, no Hub needed):
 #   make run    create .venv if missing, then open the TUI on the default profile
 #   make test   create .venv if missing, then run the whole test suite
+#   make test-fast   the inner loop: every test without a model, a subprocess, a server or
+#               training (tests/tiers.py tags them from what they use), about 90 s on 2 cores
 #
 # GPU users: install a CUDA torch instead of the pinned CPU wheel, e.g.
 #   make run TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu128"
@@ -20,13 +22,17 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON
 STAMP := $(VENV)/.specchat-setup
 PROFILE ?= default
 
-.PHONY: run test setup clean-venv llama-server
+.PHONY: run test test-fast setup clean-venv llama-server
 
 run: $(STAMP)
 	$(VENV)/bin/specchat --profile $(PROFILE)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 2 -q
+
+FAST_TIERS := not (model or llamacpp or subprocess or server or training)
+test-fast: $(STAMP)
+	SPECCHAT_TEST_TIER=fast $(VENV)/bin/python -m pytest -n 2 -q -m "$(FAST_TIERS)"
 
 setup: $(STAMP)
 

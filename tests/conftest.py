@@ -16,7 +16,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
+import tiers  # noqa: E402
+from tiers import _fast_tier_guard  # noqa: E402,F401 (autouse: the fast tier's guard)
 from tiny_models import build_tiny_model, build_tiny_tokenizer, write_tiny_profile  # noqa: E402
+
+
+def pytest_configure(config):
+    tiers.register(config)
+
+
+def pytest_collection_modifyitems(config, items):
+    tiers.apply(items)
 
 
 @pytest.fixture(autouse=True)
