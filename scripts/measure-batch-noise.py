@@ -15,7 +15,7 @@ import sys
 
 import llama_cpp
 
-from specchat.bench.verify import DEFAULT_PROMPT, DEFAULT_REPLY_START, batch_logit_noise
+from specchat.verify.single import DEFAULT_PROMPT, DEFAULT_REPLY_START, batch_logit_noise
 from specchat.engine.backends.llamacpp import LlamaCppBackend
 from specchat.loading.embedded import find_gguf
 from specchat.loading.gguf_tokenizer import GgufTokenizer

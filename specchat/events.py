@@ -91,14 +91,14 @@ class StepStats:
     predicted_gain: the controller's predicted tokens per unit of plain-step time for
         the γ it chose (None for a fixed γ).
     predicted_tokens / predicted_cost: the cost model's E(k) and T(k)/w(0) for the k
-        drafted, before the step ran (engine/cost_model.py); their sums over steps give the
+        drafted, before the step ran (engine/gamma/cost_model.py); their sums over steps give the
         predicted speed-up held against the measured one (None until measurable).
     recommended_gamma / recommended_gain: the cost model's recommended γ (an int, 0 for
         plain decoding, or "auto") and its predicted speed-up, as of this step: the panel's
         verdict and recommendation (None until measurable).
-    batch_size: the sequences decoded together in this step (engine/batched.py), 1 alone.
+    batch_size: the sequences decoded together in this step (engine/batch/batched.py), 1 alone.
     marginal_ms: what one more row (a draft) adds to a batched decode's time, as γ = auto's
-        batch plan measured it (engine/batch_gamma.py; None elsewhere).
+        batch plan measured it (engine/gamma/batch_plan.py; None elsewhere).
     draft_source: the method that drafted (specchat.methods; a hybrid names the one it routed to), "" if none.
     cpu_others: the share of all cores other processes used since the previous step
         (contention.py; None where it cannot be read, and for a server's steps).

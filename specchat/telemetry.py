@@ -23,7 +23,7 @@ figures. Definitions (vLLM's names where vLLM has one):
   c and v(k) pair every drafting step with the plain steps just before it (verification
   cost grows with the context, so session-wide means would compare unlike contexts);
   each is the median of its last 64 such ratios, robust to a cold call or a busy moment.
-The one cost model (engine/cost_model.py) predicts; this fold only adds its per-step
+The one cost model (engine/gamma/cost_model.py) predicts; this fold only adds its per-step
 answers up, so the panel, ``run`` and ``bench`` cannot disagree with what γ = auto does:
 
 * ``predicted_speedup``: Σ_steps E(k_i) / Σ_steps T(k_i)/w(0) over the timed steps, each
@@ -153,7 +153,7 @@ class MetricsSnapshot:
     measured_speedup_note: str = ""
     busy_machine: bool | None = None
     cpu_others: float | None = None
-    # several sequences decoded together (engine/batched.py): how many in the latest step,
+    # several sequences decoded together (engine/batch/batched.py): how many in the latest step,
     # and what one more row added to such a decode as γ = auto's batch plan measured it
     batch_size: int = 1
     marginal_ms: float | None = None

@@ -19,7 +19,7 @@ import torch
 
 import specchat.engine.backends.transformers as transformers_backend
 import specchat.engine.host_sampling as host_sampling
-import specchat.engine.proposers as proposers
+import specchat.engine.proposers.base as proposers
 import specchat.engine.sampling as sampling
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from scipy import stats
 
 from specchat.engine import SamplingParams
-from specchat.engine.controller import Controller
+from specchat.engine.gamma.controller import Controller
 
 SETTINGS = {
     "t1": SamplingParams(temperature=1.0),

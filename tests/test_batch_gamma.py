@@ -1,4 +1,4 @@
-"""γ = auto for a batch (engine/batch_gamma.py): drafts chosen by the marginal cost of
+"""γ = auto for a batch (engine/gamma/batch_plan.py): drafts chosen by the marginal cost of
 the batch's rows, measured, so the same acceptance that pays alone stops paying in a big
 batch, and plain decoding wins there.
 
@@ -10,8 +10,8 @@ step of k drafts (ignoring the batch's other rows) keeps drafting at N = 8.
 
 from __future__ import annotations
 
-from specchat.engine.batch_gamma import BatchGamma
-from specchat.engine.ngram import NgramMatch
+from specchat.engine.gamma.batch_plan import BatchGamma
+from specchat.engine.proposers.ngram_index import NgramMatch
 from specchat.engine.proposers import Candidate
 
 
@@ -189,7 +189,7 @@ def test_a_bad_stretch_does_not_stop_a_kind_of_plan_for_good():
     plans, and no probe refreshes it (a probe is one sequence's draft, a ragged pass). Once
     STALE_STEPS pass without one, the record is forgotten and the plans come back.
     Planted bug: records kept for good never draft again."""
-    from specchat.engine.batch_gamma import STALE_STEPS
+    from specchat.engine.gamma.batch_plan import STALE_STEPS
 
     gamma = taught(cpu_like, range(2, 30), single=True, draft_ms=0.0)
     drafted_at = []

@@ -1,4 +1,4 @@
-"""Several replies decoded together (engine/batched.py) on the real embedded GGUF, in F16
+"""Several replies decoded together (engine/batch/batched.py) on the real embedded GGUF, in F16
 (tests/needs.py: Q4_1 rounds a batch far more than one-token steps do).
 
 * Greedy: each batched reply — more requests than slots, n-gram drafts of different
@@ -17,12 +17,12 @@ import pytest
 import torch
 
 from needs import embedded_llama_backend, needs_llama_cpp
-from specchat.bench.near_tie import near_tie_tolerance
-from specchat.bench.verify_stats import goodness_of_fit
+from specchat.verify.near_tie import near_tie_tolerance
+from specchat.verify.stats import goodness_of_fit
 from specchat.engine import NgramProposer, SamplingParams, SpeculativeEngine  # noqa: E402
 from specchat.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from specchat.engine.backends.llamacpp_batch import LlamaCppBatch  # noqa: E402
-from specchat.engine.batched import BatchedEngine, Request  # noqa: E402
+from specchat.engine.batch.batched import BatchedEngine, Request  # noqa: E402
 from specchat.engine.sampling import warp  # noqa: E402
 from specchat.loading.gguf_tokenizer import GgufTokenizer  # noqa: E402
 

@@ -1,5 +1,5 @@
 """Batched verification is exact when the sequences of one decode draft different numbers
-of tokens (engine/batched.py), at T > 0 with top-k and top-p, on the real embedded GGUF.
+of tokens (engine/batch/batched.py), at T > 0 with top-k and top-p, on the real embedded GGUF.
 
 Four requests share every decode, each on its own prompt and drafting its own fixed k =
 0, 1, 2, 3 (a test-only point-mass proposer that drafts the prompt's greedy
@@ -31,9 +31,9 @@ import torch
 import specchat.engine.engine as engine_module
 from mutations import mutant, patched
 from needs import embedded_llama_backend, needs_llama_cpp
-from specchat.bench.verify import _exact_first_two, _pair_codes
-from specchat.bench.verify_stats import goodness_of_fit
-from specchat.engine.batched import BatchedEngine, Request
+from specchat.verify.single import _exact_first_two, _pair_codes
+from specchat.verify.stats import goodness_of_fit
+from specchat.engine.batch.batched import BatchedEngine, Request
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, warp
 from specchat.loading.gguf_tokenizer import GgufTokenizer

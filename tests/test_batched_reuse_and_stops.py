@@ -1,4 +1,4 @@
-"""The batched engine (engine/batched.py) on the real embedded GGUF: what a finished
+"""The batched engine (engine/batch/batched.py) on the real embedded GGUF: what a finished
 reply leaves for the next request, and where a stop or EOS token ends a reply.
 
 Found by a mutation trial: no other test reads these, so each planted bug below passed
@@ -23,7 +23,7 @@ import pytest
 
 from needs import needs_llama_cpp
 from specchat.engine import NgramProposer, SpeculativeEngine
-from specchat.engine.batched import BatchedEngine, Request
+from specchat.engine.batch.batched import BatchedEngine, Request
 from test_batched_exact import Scripted
 from test_batched import GREEDY, backend, chats, near_tie_or_equal, run  # noqa: F401 (fixtures)
 

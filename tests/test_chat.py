@@ -5,7 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from test_exactness import SteadyClockAdaptive  # noqa: E402  (tests/ is on sys.path)
-from specchat.bench.near_tie import compute_precision, near_tie_tolerance
+from specchat.verify.near_tie import compute_precision, near_tie_tolerance
 from specchat.engine import DraftModelProposer, NgramProposer, SamplingParams, SpeculativeEngine
 from specchat.engine.chat import ChatSession, IncrementalDecoder
 from specchat.events import StepEvent, TurnFinished, TurnStarted, UserMessage

@@ -14,7 +14,7 @@ import pytest
 
 from specchat.engine import SamplingParams, SpeculativeEngine
 from specchat.engine.backends.transformers import TransformersBackend
-from specchat.engine.eagle import EagleProposer
+from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.proposers import Proposal
 import power
 from test_exactness import ALPHA, LENGTH, PROMPT, chi_square_pvalue

@@ -1,4 +1,4 @@
-"""An EAGLE-3 head's reported q is the law its drafts were drawn from (engine/eagle.py).
+"""An EAGLE-3 head's reported q is the law its drafts were drawn from (engine/proposers/eagle.py).
 
 Mutation trial: reporting q as the head's plain softmax (temperature 1, no top-k / top-p)
 while the drafts are drawn from the warped law passed test_eagle_exactness.py and

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specchat.engine import DraftModelProposer, NgramProposer, SamplingParams, SpeculativeEngine
-from specchat.engine.controller import AdaptiveGamma, FixedGamma
+from specchat.engine.gamma.controller import AdaptiveGamma, FixedGamma
 from vocab16 import tiny_lm
 
 GREEDY = SamplingParams(temperature=0)

@@ -61,7 +61,7 @@ def setup(tmp_path_factory):
 def in_process(loaded, head, ids):
     from power import EveryStep
     from specchat.engine import SamplingParams, SpeculativeEngine
-    from specchat.engine.eagle import EagleProposer
+    from specchat.engine.proposers.eagle import EagleProposer
 
     backend = loaded.target
     backend.reset()

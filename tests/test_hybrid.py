@@ -1,4 +1,4 @@
-"""Hybrid drafting (n-gram lookup + an EAGLE-3 head, engine/hybrid.py): exact whichever
+"""Hybrid drafting (n-gram lookup + an EAGLE-3 head, engine/proposers/hybrid.py): exact whichever
 source drafts, the head's context kept whole while n-gram drafts, and the controller's
 choice of source and γ made from measured acceptance and cost.
 
@@ -12,9 +12,9 @@ import torch
 
 from specchat.engine import SamplingParams, SpeculativeEngine
 from specchat.engine.backends.transformers import TransformersBackend
-from specchat.engine.controller import AdaptiveGamma, Controller
-from specchat.engine.eagle import EagleProposer
-from specchat.engine.hybrid import HybridProposer
+from specchat.engine.gamma.controller import AdaptiveGamma, Controller
+from specchat.engine.proposers.eagle import EagleProposer
+from specchat.engine.proposers.hybrid import HybridProposer
 from specchat.engine.proposers import Candidate, NgramProposer, Proposer
 from specchat.events import StepStats
 import power
@@ -164,7 +164,7 @@ def test_the_heads_catch_up_stays_bounded_through_a_long_plain_stretch():
     """While n-gram lookup drafts (or nothing does), the target's features queue for the
     head; a long stretch keeps only the most recent MAX_QUEUED, so the head's next turn
     costs a bounded catch-up, not the whole stretch."""
-    from specchat.engine.eagle import MAX_QUEUED
+    from specchat.engine.proposers.eagle import MAX_QUEUED
     from vocab16 import tiny_lm
 
     target = tiny_lm(0, max_positions=512)

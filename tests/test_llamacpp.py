@@ -104,8 +104,8 @@ def test_batched_logits_stray_within_the_formats_fixed_bound(backend, tokenizer)
     without flash attention. The bound is near_tie.GGUF_NOISE_BOUND's constant for the
     format, never this measurement: a fault would widen it (a cache that kept stale
     positions, or rows shifted in a batch, give differences of 10+)."""
-    from specchat.bench.near_tie import noise_bound
-    from specchat.bench.verify import batch_logit_noise
+    from specchat.verify.near_tie import noise_bound
+    from specchat.verify.single import batch_logit_noise
 
     measured = batch_logit_noise(backend, chat_ids(tokenizer, CODE_PROMPT))
     assert 0 <= measured.delta <= noise_bound(backend.precision, measured.magnitude), measured
@@ -117,7 +117,7 @@ def greedy_divergences(backend, ids: list[int], proposer, tokens: int) -> tuple[
     so later divergences are found too. Each comes with the top-two logit gap of a fresh
     prefill of plain's prefix and the format's near-tie bound. Also returns how many
     drafts were accepted."""
-    from specchat.bench.near_tie import near_tie_tolerance
+    from specchat.verify.near_tie import near_tie_tolerance
 
     greedy = SamplingParams(temperature=0.0)
     plain = [t.id for s in SpeculativeEngine(backend, None).generate(ids, greedy, tokens) for t in s.tokens]
@@ -169,7 +169,7 @@ def test_verify_passes_on_the_llama_cpp_backend(tmp_path):
     """``specchat verify``'s statistical checks (χ² and TV against the exact target
     distribution and against plain samples, false-alarm rate 10⁻³ each) on the GGUF
     through the real loader; fewer samples than the CLI's default, to stay fast."""
-    from specchat.bench.verify import verify
+    from specchat.verify.single import verify
     from specchat.config import load_profile
     from specchat.loading import load_models
 

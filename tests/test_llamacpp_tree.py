@@ -35,10 +35,10 @@ import torch
 
 import specchat.engine.backends.llamacpp_tree as llamacpp_tree
 from mutations import mutant, patched
-from specchat.bench.near_tie import GGUF_NOISE_BOUND
+from specchat.verify.near_tie import GGUF_NOISE_BOUND
 from needs import embedded_llama_backend, needs_llama_cpp
-from specchat.bench.verify import _exact_first_two, _pair_codes
-from specchat.bench.verify_stats import goodness_of_fit
+from specchat.verify.single import _exact_first_two, _pair_codes
+from specchat.verify.stats import goodness_of_fit
 from specchat.engine import SamplingParams, SpeculativeEngine
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import warp
@@ -217,7 +217,7 @@ def test_sampling_through_a_tree_is_exact(backend, context, planted):
 def test_greedy_with_head_trees_equals_plain(backend, shape):
     from test_llamacpp import CODE_PROMPT, greedy_divergences
 
-    from specchat.engine.eagle import EagleProposer
+    from specchat.engine.proposers.eagle import EagleProposer
     from specchat.heads.checkpoint import load_eagle3
     from specchat.loading.heads import resolve_head
 
@@ -261,7 +261,7 @@ def test_greedy_with_a_medusa_tree_equals_plain(backend):
     from test_llamacpp import CODE_PROMPT, greedy_divergences
     from tiny_heads import random_medusa_head
 
-    from specchat.engine.medusa import MedusaProposer
+    from specchat.engine.proposers.medusa import MedusaProposer
 
     backend.request_final_hidden()
     try:

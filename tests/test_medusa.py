@@ -22,7 +22,7 @@ import torch
 import power
 from specchat.engine import SamplingParams, SpeculativeEngine
 from specchat.engine.backends.transformers import TransformersBackend
-from specchat.engine.medusa import MedusaProposer
+from specchat.engine.proposers.medusa import MedusaProposer
 from specchat.engine.proposers import Proposal
 from test_exactness import ALPHA, PROMPT
 from tiny_heads import random_medusa_head

@@ -36,9 +36,9 @@ def test_every_head_kind_is_titled_by_a_method_of_its_own():
 
 
 def test_each_proposer_declares_what_its_row_says():
-    from specchat.engine.eagle import EagleProposer
-    from specchat.engine.hybrid import HybridProposer
-    from specchat.engine.medusa import MedusaProposer
+    from specchat.engine.proposers.eagle import EagleProposer
+    from specchat.engine.proposers.hybrid import HybridProposer
+    from specchat.engine.proposers.medusa import MedusaProposer
     from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 
     proposers = (DraftModelProposer, NgramProposer, EagleProposer, MedusaProposer, HybridProposer, Proposer)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specchat.bench import verify as verify_module
-from specchat.bench.near_tie import compute_precision, describe_gap, near_tie_tolerance, ulp
-from specchat.bench.verify import verify
+from specchat.verify import single as verify_module
+from specchat.verify.near_tie import compute_precision, describe_gap, near_tie_tolerance, ulp
+from specchat.verify.single import verify
 from specchat.config import load_profile
 from specchat.engine import SamplingParams
 from specchat.loading import load_models

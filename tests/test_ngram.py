@@ -4,7 +4,7 @@ the occurrence it drafts from."""
 import random
 from collections import Counter
 
-from specchat.engine.ngram import MATCH_CAP, MAX_OCCURRENCES, NgramIndex, NgramMatch
+from specchat.engine.proposers.ngram_index import MATCH_CAP, MAX_OCCURRENCES, NgramIndex, NgramMatch
 
 
 def scan(ids, k, min_n, max_n):

@@ -26,8 +26,8 @@ import re
 
 import pytest
 
-from specchat.engine.controller import AdaptiveGamma, FixedGamma
-from specchat.engine.ngram import NgramMatch
+from specchat.engine.gamma.controller import AdaptiveGamma, FixedGamma
+from specchat.engine.proposers.ngram_index import NgramMatch
 from specchat.engine.proposers import Candidate
 from specchat.events import Step, StepEvent, StepStats, Token, TurnFinished, TurnStarted, UserMessage
 from specchat.sessions.reader import read_recording

@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from specchat.bench.near_tie import compute_precision
+from specchat.verify.near_tie import compute_precision
 from specchat.cli import main
 from specchat.config import load_profile
 from specchat.engine import DraftModelProposer, SamplingParams, SpeculativeEngine
@@ -92,7 +92,7 @@ def test_a_model_bitsandbytes_cannot_pack_is_one_clear_line(tmp_path, tiny_model
 
 
 def test_greedy_speculative_equals_plain_up_to_reported_near_ties(nf4):
-    from specchat.bench.verify import verify
+    from specchat.verify.single import verify
 
     profile, loaded = nf4
     report = verify(loaded, profile, samples=50, params=SamplingParams(temperature=0), gamma=3)

@@ -26,7 +26,7 @@ import time
 import pytest
 
 from needs import needs_llama_cpp
-from specchat.engine.batch_server import Handle
+from specchat.engine.batch.server import Handle
 from specchat.remote.metrics import counter_delta, spec_counters
 from test_batched import near_tie_or_equal
 

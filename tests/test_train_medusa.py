@@ -12,7 +12,7 @@ from specchat.config import load_profile
 from specchat.engine import SamplingParams, SpeculativeEngine
 from specchat.engine.backends import as_backend
 from specchat.engine.chat import ChatSession
-from specchat.engine.medusa import MedusaProposer
+from specchat.engine.proposers.medusa import MedusaProposer
 from specchat.heads.medusa_checkpoint import load_medusa
 from specchat.loading import load_models
 from specchat.training.medusa import loss_and_hits, new_head, positions, teach_final

@@ -1,4 +1,4 @@
-"""Trees of drafts keep the target's exact joint distribution (engine/tree.py).
+"""Trees of drafts keep the target's exact joint distribution (engine/trees/walk.py).
 
 An EAGLE-3 head (random weights, tests/tiny_heads.py) drafts a chain and, beside its
 first draft, rivals drawn without replacement from the same law; the tiny float64
@@ -13,9 +13,9 @@ import torch
 
 from specchat.engine import SamplingParams, SpeculativeEngine
 from specchat.engine.backends.transformers import TransformersBackend
-from specchat.engine.eagle import EagleProposer
+from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.proposers import NgramProposer, Proposal
-from specchat.engine.tree import chain_parents, walk
+from specchat.engine.trees.walk import chain_parents, walk
 import power
 from mutations import mutant, patched
 from test_exactness import ALPHA, LENGTH, PROMPT, chi_square_pvalue
@@ -114,12 +114,12 @@ def test_a_chain_is_a_tree_with_one_child_each():
     assert chain_parents(3) == (-1, 0, 1)
 
 
-# --- EAGLE-2-style dynamic trees (engine/draft_tree.py, eagle_tree.py) ---
+# --- EAGLE-2-style dynamic trees (engine/trees/grow.py, eagle_tree.py) ---
 
 def test_a_dynamic_tree_places_nodes_where_the_head_is_confident(target):
     """Greedy, a head whose law is peaked: the likeliest first draft gets more of the
     second depth's nodes than its rivals, and every node's parent comes before it."""
-    from specchat.engine.eagle_tree import dynamic_tree
+    from specchat.engine.trees.eagle import dynamic_tree
 
     backend = TransformersBackend(target)
     proposer = EagleProposer(random_eagle3_head(target, draft_vocab=12, scale=3.0), backend, 3, siblings=3,
@@ -142,7 +142,7 @@ def test_keeping_only_well_scored_draws_breaks_exactness(target):
     """Planted bug: a drawn child is kept only when the head gave it at least 0.2 — its
     inclusion then depends on its own value, so the law it was drawn from is no longer
     the law it is verified against. The chi-square sees it."""
-    from specchat.engine import draft_tree
+    from specchat.engine.trees import grow as draft_tree
 
     choosy = mutant(draft_tree.grow, [(
         "            child = _draw(parent, params, generator)\n",
@@ -159,8 +159,8 @@ def test_keeping_only_well_scored_draws_breaks_exactness(target):
 def test_a_dynamic_tree_keeps_within_the_backends_leaves(target):
     """llama.cpp verifies a tree with one sequence per leaf (at most 8): past the cap a
     new node may only extend a leaf."""
-    from specchat.engine.eagle_tree import dynamic_tree
-    from specchat.engine.tree import walk  # noqa: F401 (the shape is what tree.py walks)
+    from specchat.engine.trees.eagle import dynamic_tree
+    from specchat.engine.trees.walk import walk  # noqa: F401 (the shape is what tree.py walks)
 
     backend = TransformersBackend(target)
     proposer = EagleProposer(random_eagle3_head(target, draft_vocab=12, scale=1.0), backend, 4, siblings=4,

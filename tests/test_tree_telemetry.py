@@ -19,8 +19,8 @@ import power
 from mutations import mutant, patched
 from specchat.engine import SamplingParams, SpeculativeEngine
 from specchat.engine.backends.transformers import TransformersBackend
-from specchat.engine.cost_model import CostModel
-from specchat.engine.eagle import EagleProposer
+from specchat.engine.gamma.cost_model import CostModel
+from specchat.engine.proposers.eagle import EagleProposer
 from specchat.events import StepEvent, StepStats, from_json, to_json
 from specchat.sessions.validate import check_record
 from specchat.telemetry import Telemetry

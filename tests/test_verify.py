@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from specchat.bench.verify import DEFAULT_PROMPT, DEFAULT_REPLY_START, verify
-from specchat.bench.verify_stats import goodness_of_fit, two_sample
+from specchat.verify.single import DEFAULT_PROMPT, DEFAULT_REPLY_START, verify
+from specchat.verify.stats import goodness_of_fit, two_sample
 from specchat.cli import main
 from specchat.config import load_profile
 from specchat.engine import DraftModelProposer, Proposal, SamplingParams
@@ -176,7 +176,7 @@ def test_the_gamma_auto_pass_draws_its_own_samples(tiny_ngram_profile_path, monk
     """With the fixed pass's seeds, n-gram drafts (coupled to the seed) made the γ = auto
     pass repeat its samples token for token: the same evidence counted twice. Each pass,
     and plain sampling, now draws from seeds no other uses."""
-    from specchat.bench import verify as verify_module
+    from specchat.verify import single as verify_module
 
     seeds: dict[int, set[int]] = {}
     real = verify_module._speculative_sample

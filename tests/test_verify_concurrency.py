@@ -1,5 +1,5 @@
 """``specchat verify --concurrency N``: verify's sampled checks and greedy diff through the
-batched engine (bench/verify_batched.py), on the embedded default profile (llama.cpp).
+batched engine (verify/batched.py), on the embedded default profile (llama.cpp).
 
 * It passes on the healthy engine at a small --samples, and its decodes really mix
   sequences verifying different numbers of drafts.

@@ -1,4 +1,4 @@
-"""``specchat verify --concurrency N`` (bench/verify_batched.py) must fail on real bugs
+"""``specchat verify --concurrency N`` (verify/batched.py) must fail on real bugs
 through each of its checks, not only through the first-token ones.
 
 Found by a mutation trial: tests/test_verify_concurrency.py passes verify's healthy run
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import specchat.bench.verify_batched as verify_batched
+import specchat.verify.batched as verify_batched
 from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
 from test_verify_concurrency import fixed_profile, llama_profile, verify_cli  # noqa: F401 (fixtures)
 

@@ -1,4 +1,4 @@
-"""``specchat verify``'s exact-law check (specchat/bench/verify_law.py): the law of the first
+"""``specchat verify``'s exact-law check (specchat/verify/law.py): the law of the first
 token the sampler's own code emits, read over its uniforms on the backend's p and q, against
 p. It passes on the engine as written, on transformers and llama.cpp, at the temperatures
 verify runs (greedy included), and it fails on errors no sample at verify's sizes can see:
@@ -17,7 +17,7 @@ import specchat.engine.host_sampling as host_sampling
 import specchat.engine.sampling as sampling
 from mutations import leaky_residual, mutant, patched
 from needs import LLAMA_CPP_NOT_BUILT
-from specchat.bench.verify_law import LAW_BOUND, MAX_IDS, healthy_tv, law_checks, read_law
+from specchat.verify.law import LAW_BOUND, MAX_IDS, healthy_tv, law_checks, read_law
 from specchat.engine.sampling import SamplingParams, warp
 from test_host_sampling import chat_like
 from test_verify import PARAMS, SAMPLES, YES_NO, peaked  # noqa: F401 (peaked: the tiny peaked pair fixture)
@@ -128,7 +128,7 @@ def test_verify_fails_on_a_residual_off_by_1e_4_and_only_its_exact_law_sees_it(p
 
 
 def verify_report(loaded, profile, **kwargs):
-    from specchat.bench.verify import verify
+    from specchat.verify.single import verify
 
     return verify(loaded, profile, **kwargs)
 
@@ -162,7 +162,7 @@ def llama_rows(tmp_path_factory):
     """The default profile's model (embedded SmolLM2 on llama.cpp, n-gram lookup): its logits
     at verify's first candidate prompt, taken through the backend seam as verify takes them."""
     pytest.importorskip("llama_cpp", reason=LLAMA_CPP_NOT_BUILT)
-    from specchat.bench.verify import DEFAULT_CANDIDATES
+    from specchat.verify.single import DEFAULT_CANDIDATES
     from specchat.config import load_profile
     from specchat.engine import SpeculativeEngine
     from specchat.engine.chat import ChatSession

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specchat.bench import verify_stats
-from specchat.bench.verify_stats import chi2_power, goodness_of_fit
+from specchat.verify import stats as verify_stats
+from specchat.verify.stats import chi2_power, goodness_of_fit
 
 P = [0.3, 0.2, 0.15, 0.1, 0.08, 0.06, 0.04, 0.03, 0.02, 0.02]
 N = 2000

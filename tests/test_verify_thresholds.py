@@ -19,10 +19,10 @@ import torch
 
 import specchat.engine.sampling as sampling
 from mutations import leaky_residual, patched
-from specchat.bench import verify_stats
-from specchat.bench.verify_law import LAW_BOUND, healthy_tv, law_checks
+from specchat.verify import stats as verify_stats
+from specchat.verify.law import LAW_BOUND, healthy_tv, law_checks
 from specchat.engine.sampling import SamplingParams
-from specchat.bench.verify_stats import goodness_of_fit, two_sample
+from specchat.verify.stats import goodness_of_fit, two_sample
 
 P = [0.3, 0.2, 0.15, 0.1, 0.08, 0.06, 0.04, 0.03, 0.02, 0.02]
 N = 2000

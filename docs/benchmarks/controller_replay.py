@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import specchat.engine.controller as controller_module  # noqa: E402
-from specchat.engine.controller import AdaptiveGamma  # noqa: E402
+import specchat.engine.gamma.controller as controller_module  # noqa: E402
+from specchat.engine.gamma.controller import AdaptiveGamma  # noqa: E402
 from specchat.engine.proposers import NgramProposer  # noqa: E402
 from specchat.events import StepStats  # noqa: E402
 

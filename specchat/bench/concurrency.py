@@ -5,8 +5,8 @@ requests through N closed-loop clients: a client sends its next request when its
 one finished, so N are in flight until the queue drains. A run has max(prompts, 2N)
 requests (the set's prompts in turn, each with its own seed), so every level keeps its
 slots busy for most of the run. In-process, the N sequences decode together in one
-llama.cpp context (engine/batched.py), plain (``none``) or drafting with n-gram lookup
-(γ = auto plans the batch's drafts by their marginal cost, engine/batch_gamma.py); the
+llama.cpp context (engine/batch/batched.py), plain (``none``) or drafting with n-gram lookup
+(γ = auto plans the batch's drafts by their marginal cost, engine/gamma/batch_plan.py); the
 peer rows are llama-server with ``-np N`` on the same GGUF, plain and with its own n-gram
 speculation (peer_server_concurrent.py). Configurations run in an order rotated per run,
 and every run starts from empty caches.
@@ -73,7 +73,7 @@ def run_requests(requests: list[Request], n: int, repeat: int) -> list[Request]:
 def run_batched(engine: Any, requests: list[Request], params_for: Callable[[Request], Any], stops: set[int]
                 ) -> tuple[list[dict], float]:
     """Every request through our batched engine → (rows in request order, run wall ms)."""
-    from specchat.engine.batched import Request as Job
+    from specchat.engine.batch.batched import Request as Job
 
     engine.reset()
     jobs = [Job(list(r.ids), params_for(r), r.max_new_tokens, tuple(stops)) for r in requests]
@@ -142,7 +142,7 @@ def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: l
                     repeat: int = 1, max_new_tokens: int | None = None, progress: Progress | None = None,
                     warmup: bool = True) -> dict:
     """Every level, set, repeat and configuration → {"runs", "rows", "cpu_others", "busy_machine"}."""
-    from specchat.engine.batched import BatchedEngine
+    from specchat.engine.batch.batched import BatchedEngine
     from specchat.engine.factory import build_proposer, sampling_params
 
     report = progress or (lambda done, total, text: None)

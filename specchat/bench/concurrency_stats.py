@@ -17,7 +17,7 @@
   engine's throughput over the one-sequence engine's (``… (one sequence)`` rows), same
   method, paired by run — a batch of one must not cost what one chat alone does not.
 * ``marginal_ms_p50``: the median of what one draft added to a step, as γ = auto's batch plan
-  measured (engine/batch_gamma.py); ``batch_size_mean``: sequences per decode.
+  measured (engine/gamma/batch_plan.py); ``batch_size_mean``: sequences per decode.
 
 ``by_concurrency["N"][config]`` pools every set; ``by_set[set]["N"][config]`` is per set.
 ``crossover[set][config]``: one sentence naming the N at which speculation stops paying

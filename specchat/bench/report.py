@@ -25,7 +25,7 @@ METHOD_NOTE = """\
   acceptance rate = accepted / drafted, histogram = drafting steps by number of drafts kept.
   α = mean Σ min(p, q) over verified positions; c = draft forward time / target token time;
   v(γ) = target time to verify γ drafts / target token time (measured on the engine's calibration
-  steps). Predictions come from one cost model (engine/cost_model.py): as run, Σ E(k) / Σ T(k)/w(0) over
+  steps). Predictions come from one cost model (engine/gamma/cost_model.py): as run, Σ E(k) / Σ T(k)/w(0) over
   each step's forecast; the γ it recommends at the end, with its predicted speed-up; and, for reference,
   the paper's E(γ)/(γc + 1), which ignores the cost of verification.
 - Peer rows (`peer:…`), the engine a user would pick instead on the same weights, same prompt ids,

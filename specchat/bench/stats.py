@@ -24,7 +24,7 @@
 * ``auto_vs_best``: per set and method, the fixed γ with the highest tokens/s on that
   set (chosen in hindsight) and the paired ratio of γ=auto's tokens/s to it, with the
   same bootstrap CI as ``speedup_ci``.
-* ``predicted_speedup``: the cost model's (engine/cost_model.py) forecasts summed over the
+* ``predicted_speedup``: the cost model's (engine/gamma/cost_model.py) forecasts summed over the
   steps as run, Σ E(k) / Σ T(k)/w(0); ``predicted_speedup_paper`` = E(γ)/(γc + 1), the
   paper's, which ignores the cost of verification. ``curves``: the same cost model fed
   every step of a method's runs, its predicted speed-up for each fixed γ.
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from specchat.engine.cost_model import CostModel
+from specchat.engine.gamma.cost_model import CostModel
 from specchat.events import StepStats
 from specchat.telemetry import MetricsSnapshot, Telemetry, predicted_speedup
 

@@ -1,5 +1,5 @@
 """``specchat serve``: one process, several chats — an OpenAI-compatible HTTP endpoint on
-loopback over the batched engine (engine/batched.py), so other clients get exact
+loopback over the batched engine (engine/batch/batched.py), so other clients get exact
 speculation and its figures (serve/).
 
 Binds 127.0.0.1 by default. Any other address needs an API key, read from the variable

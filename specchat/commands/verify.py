@@ -1,7 +1,7 @@
 """``specchat verify``: check on your own models and settings that speculative sampling
 draws from exactly the distribution plain sampling does. Exit 0 on PASS, 1 on FAIL,
 2 on a usage or profile error. ``--concurrency N`` (N > 1) checks the batched engine's
-samples and greedy replies instead, N sequences at once (bench/verify_batched.py)."""
+samples and greedy replies instead, N sequences at once (verify/batched.py)."""
 
 from __future__ import annotations
 
@@ -71,13 +71,13 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature is not None:
         profile = profile.replace(sampling={"temperature": args.temperature})
 
-    from specchat.bench.verify import DEFAULT_PROMPT, verify
+    from specchat.verify.single import DEFAULT_PROMPT, verify
     from specchat.loading import load_models
 
     loaded = load_models(profile, progress=_to_stderr)
     prompt = args.prompt or (DEFAULT_PROMPT if args.reply_start is not None else None)  # None: verify chooses
     if args.concurrency > 1:
-        from specchat.bench.verify_batched import verify_batched
+        from specchat.verify.batched import verify_batched
 
         report = verify_batched(loaded, profile, concurrency=args.concurrency, samples=args.samples,
                                 tokens=args.tokens, prompt=prompt, reply_start=args.reply_start or "",
@@ -125,7 +125,7 @@ def render(report) -> str:
     lines.append("rule: a check fails when χ² p < 0.001 or TV exceeds the 99.9th percentile of the TV an exact "
                  "sampler shows at this sample size")
     if any(check.name.startswith("exact law") for check in report.checks):
-        from specchat.bench.verify_law import LAW_BOUND
+        from specchat.verify.law import LAW_BOUND
 
         lines.append(f"exact law: the first token's law read off the sampler's own code over a grid of its uniforms, "
                      f"refined where the token changes (no sampling noise); it fails when its TV from p exceeds "

@@ -1,6 +1,6 @@
 """The headless speculative decoding engine. Knows nothing of Textual or Rich."""
 
-from specchat.engine.controller import AdaptiveGamma, Controller, FixedGamma
+from specchat.engine.gamma.controller import AdaptiveGamma, Controller, FixedGamma
 from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposal, Proposer
 from specchat.engine.sampling import SamplingParams

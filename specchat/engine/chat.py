@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from specchat.engine.controller import make_controller
+from specchat.engine.gamma.controller import make_controller
 from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.sampling import SamplingParams
 from specchat.events import Step, Token

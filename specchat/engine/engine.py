@@ -10,12 +10,12 @@ import torch
 
 from specchat.engine import epilogue  # looked up at call time: tests plant bugs there
 from specchat.engine.backends import Backend, as_backend, common_prefix_length
-from specchat.engine.controller import Controller, make_controller
+from specchat.engine.gamma.controller import Controller, make_controller
 from specchat.engine.host_sampling import verify_point_mass
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, nonfinite_rows, position_uniforms, rejection_sample, topk, warp
 from specchat.engine.timing import Stopwatch, StepTimer
-from specchat.engine.tree import walk
+from specchat.engine.trees.walk import walk
 from specchat.contention import CpuShare
 from specchat.events import Alternative, Step, Token
 from specchat.telemetry import MetricsSnapshot, Telemetry

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specchat.engine.controller import Assessment
+from specchat.engine.gamma.controller import Assessment
 from specchat.errors import GenerationError
 from specchat.events import Step, StepStats, Token
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from specchat.engine.chat import ChatSession
-from specchat.engine.eagle import EagleProposer
+from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.engine import SpeculativeEngine
-from specchat.engine.hybrid import HEAD_CEILING, HybridProposer
-from specchat.engine.medusa import MedusaProposer
+from specchat.engine.proposers.hybrid import HEAD_CEILING, HybridProposer
+from specchat.engine.proposers.medusa import MedusaProposer
 from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from specchat.engine.sampling import SamplingParams
 from specchat.methods import HEAD_KINDS, METHODS

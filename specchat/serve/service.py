@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specchat.engine.batch_server import BatchedServer, Handle
-from specchat.engine.batched import BatchedEngine, Request
+from specchat.engine.batch.server import BatchedServer, Handle
+from specchat.engine.batch.batched import BatchedEngine, Request
 from specchat.engine.chat import ChatSession
 from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.factory import build_proposer, sampling_params

@@ -53,7 +53,7 @@ class Backend:
         the ids from the start when asked to go back — and the engine decodes it without
         speculation, saying so once (``SpeculativeEngine.notice``).
       supports_trees: whether ``forward_tree`` / ``keep_path`` verify a tree of drafts in
-        one pass (engine/tree.py); proposers then may draft trees, else chains only.
+        one pass (engine/trees/walk.py); proposers then may draft trees, else chains only.
       max_tree_leaves: the most leaves (branches) such a tree may have; None: no limit.
       provides_final_hidden: whether, after ``request_final_hidden``, each ``forward`` /
         ``extend`` also hands out the final hidden states of the positions it returned

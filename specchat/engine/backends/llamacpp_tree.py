@@ -3,7 +3,7 @@
 llama.cpp takes no attention mask from its caller, but a token of a batch may belong to
 several sequences, and with a unified KV cache a token attends to the cells of the first
 sequence it names, up to its own position (``llama_kv_cache::set_input_kq_mask``). So a
-tree of N drafts (engine/tree.py: ``parents[i]`` before i, -1 the root) runs in one
+tree of N drafts (engine/trees/walk.py: ``parents[i]`` before i, -1 the root) runs in one
 decode as llama.cpp's own tree-speculation example runs it:
 
 * branch b is the path from the root to leaf b (leaves numbered in node order, so a
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specchat.engine.tree import depths
+from specchat.engine.trees.walk import depths
 
 # leaves a tree may have: the sequences of the backend's context (llama.cpp allows 256)
 TREE_LEAVES = 8

@@ -34,7 +34,7 @@ import torch
 from transformers import DynamicCache
 
 from specchat.engine.backends.base import Backend, common_prefix_length
-from specchat.engine.tree import depths
+from specchat.engine.trees.walk import depths
 
 
 def eos_ids_of(model: torch.nn.Module) -> frozenset[int]:
@@ -191,7 +191,7 @@ class TransformersBackend(Backend):
         return keep
 
     def forward_tree(self, ids: list[int], tokens: list[int], parents: list[int] | tuple[int, ...]) -> torch.Tensor:
-        """One pass over ids' last token and a tree of drafts (engine/tree.py): node i at
+        """One pass over ids' last token and a tree of drafts (engine/trees/walk.py): node i at
         the position of its depth, seeing the context and its own ancestors only (a 4D
         mask) → logits [N+1, V] (row 0 at the last token, row i+1 after node i). The cache
         then holds every node until ``keep_path`` keeps the verified ones."""

@@ -5,7 +5,7 @@ estimate of reaching them is high. Their top-k children are exact for greedy dec
 only; here every depth gets a number of new nodes (``widths``), placed one at a time on
 the node whose next child is worth most, and each child is *drawn* from its parent's law
 without replacement (greedy: the law's next-best id, a point mass), so recursive
-rejection sampling over siblings (engine/tree.py) verifies the tree exactly:
+rejection sampling over siblings (engine/trees/walk.py) verifies the tree exactly:
 
 * a node's i-th child is drawn from the node's law with the i − 1 earlier children
   removed and renormalised, and that law is reported with it;

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from specchat.engine.eagle import EagleProposer
-from specchat.engine.proposers import Candidate, NgramProposer, Proposal, Proposer
+from specchat.engine.proposers.eagle import EagleProposer
+from specchat.engine.proposers.base import Candidate, NgramProposer, Proposal, Proposer
 from specchat.engine.sampling import SamplingParams
 
 

@@ -55,8 +55,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specchat.engine.controller import AcceptanceKey, match_key, match_prior
-from specchat.engine.cost_model import CostModel, Ewma, RecentMedian, line
+from specchat.engine.gamma.controller import AcceptanceKey, match_key, match_prior
+from specchat.engine.gamma.cost_model import CostModel, Ewma, RecentMedian, line
 from specchat.engine.proposers import Candidate
 
 PROBE_BUDGET = 0.01  # probes add at most this share of the plain steps' time

@@ -54,12 +54,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from specchat.bench.near_tie import compute_precision, describe_gap, near_tie_tolerance, noise_bound
-from specchat.bench.verify_law import law_checks
-from specchat.bench.verify_stats import MIN_EXPECTED, Check, goodness_of_fit, two_sample
+from specchat.verify.near_tie import compute_precision, describe_gap, near_tie_tolerance, noise_bound
+from specchat.verify.law import law_checks
+from specchat.verify.stats import MIN_EXPECTED, Check, goodness_of_fit, two_sample
 from specchat.engine import SpeculativeEngine
 from specchat.engine.backends import Backend, as_backend
-from specchat.engine.controller import Controller
+from specchat.engine.gamma.controller import Controller
 from specchat.engine.engine import generator_on
 from specchat.engine.sampling import SamplingParams, warp
 

@@ -56,7 +56,7 @@ import torch
 
 import specchat.engine.host_sampling as host_sampling  # looked up at call time: tests plant bugs there
 import specchat.engine.sampling as sampling
-from specchat.bench.verify_stats import Check
+from specchat.verify.stats import Check
 
 LAW_BOUND = 2e-6  # TV between the sampler's exact law and p beyond which the check fails
 FIRST_CELLS = 128  # the first grid of uniforms, per draft

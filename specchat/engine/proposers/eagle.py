@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 
 from specchat.engine.backends import Backend, common_prefix_length
-from specchat.engine.eagle_tree import dynamic_tree
-from specchat.engine.proposers import Proposal, Proposer
+from specchat.engine.trees.eagle import dynamic_tree
+from specchat.engine.proposers.base import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, sample, warp
 from specchat.heads.drafter import Drafter
 from specchat.heads.eagle3 import Eagle3Head
@@ -51,7 +51,7 @@ class EagleProposer(Proposer):
         if siblings > 1 and not target.supports_trees:
             raise ValueError(f"the {target.name} backend verifies chains only: siblings = {siblings} needs a tree")
         # > 1: a tree — the first draft's rivals, drawn without replacement from the same law,
-        # hang beside the chain (engine/tree.py verifies them in the same pass)
+        # hang beside the chain (engine/trees/walk.py verifies them in the same pass)
         self.siblings = siblings
         if siblings > (target.max_tree_leaves or siblings):
             raise ValueError(f"the {target.name} backend verifies trees of at most {target.max_tree_leaves} leaves")

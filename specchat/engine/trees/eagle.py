@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from specchat.engine.draft_tree import TreeNode, grow
+from specchat.engine.trees.grow import TreeNode, grow
 from specchat.engine.sampling import SamplingParams, warp
 from specchat.heads.drafter import Drafter, DrafterCache
 

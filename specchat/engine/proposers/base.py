@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from specchat.engine.backends import Backend, as_backend, common_prefix_length
-from specchat.engine.ngram import MATCH_CAP, NgramIndex, NgramMatch
+from specchat.engine.proposers.ngram_index import MATCH_CAP, NgramIndex, NgramMatch
 from specchat.engine.sampling import SamplingParams, on_vocab, sample, warp
 
 
@@ -36,7 +36,7 @@ class Proposal:
     match_length: int = 0
     catch_up_tokens: int = 0
     source: str = ""  # the proposer kind that drafted them: a name in specchat.methods
-    # a tree of drafts (engine/tree.py): node i's parent (-1: the last context token), and
+    # a tree of drafts (engine/trees/walk.py): node i's parent (-1: the last context token), and
     # q[i] the law node i was drawn from given its earlier siblings; None: a chain
     parents: tuple[int, ...] | None = None
 
@@ -62,7 +62,7 @@ class Proposer:
     can_rollback = True
     sampling_device: torch.device | None = None
     # whether its drafts are point masses with no model state (n-gram lookup): what the
-    # batched engine verifies (engine/batched.py)
+    # batched engine verifies (engine/batch/batched.py)
     point_mass = False
     # the target's vocabulary size; the engine sets it (q is reported on it)
     vocab_size: int | None = None
@@ -165,7 +165,7 @@ class NgramProposer(Proposer):
     one whose preceding text agrees longest with the context (ngram.py). Drafts are point
     masses (q = 1 on the drafted token).
 
-    The match reported with a lookup (:class:`~specchat.engine.ngram.NgramMatch`) says how
+    The match reported with a lookup (:class:`~specchat.engine.proposers.ngram_index.NgramMatch`) says how
     far back the context agrees with the text before that occurrence, and whether the
     n-gram's other occurrences were followed by the same token: the first draft was kept
     ~20 % of the time after a lone 1-token agreement and 91–98 % after 16 or more, 33–74 %

@@ -33,9 +33,9 @@ import torch
 from specchat.engine import epilogue  # looked up at call time: tests plant bugs there
 from specchat.engine.backends.base import common_prefix_length
 from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
-from specchat.engine.batch_gamma import BatchGamma, BatchPlan
-from specchat.engine.batch_source import Request, RequestQueue
-from specchat.engine.controller import Assessment, Controller, make_controller
+from specchat.engine.gamma.batch_plan import BatchGamma, BatchPlan
+from specchat.engine.batch.requests import Request, RequestQueue
+from specchat.engine.gamma.controller import Assessment, Controller, make_controller
 from specchat.engine.engine import emitted, read_host
 from specchat.engine.proposers import Proposer
 from specchat.engine.sampling import position_uniforms

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specchat.engine.cost_model import CostModel
-from specchat.engine.ngram import NgramMatch
+from specchat.engine.gamma.cost_model import CostModel
+from specchat.engine.proposers.ngram_index import NgramMatch
 from specchat.engine.proposers import Candidate, Proposer
 from specchat.events import StepStats
 from specchat.telemetry import Telemetry

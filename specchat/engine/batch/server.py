@@ -15,8 +15,8 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 
-from specchat.engine.batch_source import RequestQueue
-from specchat.engine.batched import BatchedEngine, Request
+from specchat.engine.batch.requests import RequestQueue
+from specchat.engine.batch.batched import BatchedEngine, Request
 from specchat.errors import GenerationError, one_line
 from specchat.events import Step
 

@@ -1,5 +1,5 @@
 """``specchat verify --concurrency N``: verify's sampled checks through the batched engine
-(engine/batched.py), N sequences in one llama.cpp decode at every step.
+(engine/batch/batched.py), N sequences in one llama.cpp decode at every step.
 
 Samples: ``samples`` drafting requests (seed = their index, as verify's speculative
 samples) and one plain request after every three, all on the prompt verify chooses,
@@ -31,14 +31,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from specchat.bench.near_tie import compute_precision
-from specchat.bench.verify import (DEFAULT_CANDIDATES, DEFAULT_PROMPT, DEFAULT_REPLY_START, END, GREEDY_TOKENS,
+from specchat.verify.near_tie import compute_precision
+from specchat.verify.single import (DEFAULT_CANDIDATES, DEFAULT_PROMPT, DEFAULT_REPLY_START, END, GREEDY_TOKENS,
                                    MAX_DIVERGENCES, PLAIN_SEEDS, VerifyReport, _choose_prompt, _distribution,
                                    _divergence, _pair_codes, _sequence_codes, _speculative_sample, default_proposer)
-from specchat.bench.verify_stats import Check, goodness_of_fit, two_sample
+from specchat.verify.stats import Check, goodness_of_fit, two_sample
 from specchat.engine import SpeculativeEngine
 from specchat.engine.backends import as_backend
-from specchat.engine.batched import BatchedEngine, Request
+from specchat.engine.batch.batched import BatchedEngine, Request
 from specchat.engine.sampling import SamplingParams
 from specchat.errors import SpecchatError
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 
 from specchat.engine.backends import Backend, common_prefix_length
-from specchat.engine.draft_tree import grow
-from specchat.engine.proposers import Proposal, Proposer
+from specchat.engine.trees.grow import grow
+from specchat.engine.proposers.base import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, sample, warp
 from specchat.heads.medusa import MedusaHead
 

@@ -1,0 +1,1 @@
+"""Several sequences decoded together: the batched engine, its request queue and its server loop."""

@@ -1,0 +1,1 @@
+"""Draft trees: growing them (grow.py, eagle.py) and walking them by recursive rejection sampling (walk.py)."""
