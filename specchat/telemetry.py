@@ -10,7 +10,8 @@ figures. Definitions (vLLM's names where vLLM has one):
 * ``per_position_acceptance[i]``: of the drafting steps that proposed a token at
   position i (0-based), the fraction that kept it.
 * ``mean_acceptance_length`` = 1 + num_accepted_tokens / num_drafts: tokens emitted
-  per verification step, the bonus/resampled token included.
+  per verification step, the bonus/resampled token included; None while nothing was
+  drafted (:func:`mean_acceptance_length`, which serve and the history read too).
 * ``draft_acceptance_rate`` = num_accepted_tokens / num_draft_tokens.
 * ``alpha``: mean over verified draft positions of Σ_x min(p(x), q(x)) (for point-mass
   drafts, p of the drafted token) — the paper's α, measured. ``alpha_empirical``: the
@@ -102,6 +103,12 @@ def fit_verify_cost(measured: dict[int, float], k: int) -> float:
     return max(1.0, 1.0 + slope * k) if slope > 0 else 1.0
 
 
+def mean_acceptance_length(accepted: int, drafts: int) -> float | None:
+    """Tokens a drafting step emitted on average, 1 + accepted / drafts (vLLM's figure);
+    None with no drafting step: nothing was measured (not 0, nor plain decoding's 1)."""
+    return 1 + accepted / drafts if drafts else None
+
+
 @dataclass(frozen=True)
 class MetricsSnapshot:
     """The figures the panel, the recorder and bench show. See the module docstring."""
@@ -113,7 +120,7 @@ class MetricsSnapshot:
     num_accepted_tokens: int = 0
     acceptance_histogram: tuple[int, ...] = ()
     per_position_acceptance: tuple[float, ...] = ()
-    mean_acceptance_length: float = 0.0
+    mean_acceptance_length: float | None = None
     draft_acceptance_rate: float = 0.0
     alpha: float | None = None
     alpha_empirical: float | None = None
@@ -394,7 +401,7 @@ class Telemetry:
             num_accepted_tokens=self.num_accepted_tokens,
             acceptance_histogram=tuple(self.histogram),
             per_position_acceptance=per_pos,
-            mean_acceptance_length=(1 + self.num_accepted_tokens / self.num_drafts) if self.num_drafts else 0.0,
+            mean_acceptance_length=mean_acceptance_length(self.num_accepted_tokens, self.num_drafts),
             draft_acceptance_rate=(self.num_accepted_tokens / self.num_draft_tokens) if self.num_draft_tokens else 0.0,
             alpha=alpha,
             alpha_empirical=alpha_emp,

@@ -5,7 +5,7 @@ stats summary``, attached to the choice that carries the finish reason):
 
 * num_spec_steps: steps that verified at least one draft (vLLM's num_drafts);
 * num_draft_tokens / num_accepted_draft_tokens: drafts proposed / kept (bonus excluded);
-* mean_acceptance_length: 1 + accepted / spec steps (tokens a verifying step emitted);
+* mean_acceptance_length: 1 + accepted / spec steps (tokens a verifying step emitted; null with none);
 * draft_acceptance_rate: accepted / drafted (None before any draft);
 * acceptance_histogram: {accepted drafts j: steps that kept exactly j}, zero counts left out;
 * num_spec_tokens: the most drafts a step may propose (the profile's γ, or its ceiling
@@ -27,6 +27,7 @@ from typing import Any
 
 from specchat.engine.chat import IncrementalDecoder
 from specchat.events import Step
+from specchat.telemetry import mean_acceptance_length
 
 # our finish reasons → OpenAI's (vLLM says "abort" for a request it cancelled)
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "abort",
@@ -108,7 +109,7 @@ class Reply:
         if not self.num_spec_tokens:
             return None
         return {
-            "mean_acceptance_length": 1 + self.accepted / self.spec_steps if self.spec_steps else 1.0,
+            "mean_acceptance_length": mean_acceptance_length(self.accepted, self.spec_steps),
             "draft_acceptance_rate": self.accepted / self.drafted if self.drafted else None,
             "acceptance_histogram": {str(j): c for j, c in sorted(self.histogram.items())},
             "num_spec_steps": self.spec_steps,

@@ -72,7 +72,7 @@ def _summarize(path: Path) -> SessionSummary:
         first_prompt=clean_line(first),
         turns=turns,
         tokens=tokens,
-        mean_acceptance_length=metrics.mean_acceptance_length if metrics.num_drafts else None,
+        mean_acceptance_length=metrics.mean_acceptance_length,
         problem=str(recording.damage.reason) if recording.damage else None,
     )
 

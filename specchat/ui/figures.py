@@ -110,7 +110,7 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
         row("tokens", lambda m: m.num_tokens),
         row("steps", lambda m: m.num_steps),
         row("γ (mean)", lambda m: m.gamma if m.gamma else None, 1),
-        row("mean accept len", lambda m: m.mean_acceptance_length if m.num_drafts else None),
+        row("mean accept len", lambda m: m.mean_acceptance_length),
         row("draft accept rate", lambda m: m.draft_acceptance_rate if m.num_draft_tokens else None),
         row("α measured", lambda m: m.alpha),
         row("α empirical", lambda m: m.alpha_empirical),
