@@ -9,14 +9,13 @@ seeded equality of speculative and plain decoding, an exactness check through
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
+from cli import assert_one_line_error, run_cli  # noqa: F401 (test_llamacpp_settings imports them here)
 from needs import llama_cpp, needs_llama_cpp
 from specchat.engine import NgramProposer, SamplingParams, SpeculativeEngine  # noqa: E402
 from specchat.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
@@ -184,24 +183,6 @@ def test_verify_passes_on_the_llama_cpp_backend(tmp_path):
 
 
 # --- bad input: one line, exit 2 -------------------------------------------------------
-
-
-def run_cli(*args: str, env_extra: dict | None = None, code_prefix: str = "") -> subprocess.CompletedProcess:
-    import os
-
-    env = dict(os.environ, **(env_extra or {}))
-    code = code_prefix + "import sys; from specchat.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env)
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines()
-             if line.strip() and not line.startswith("[") and "Loading weights" not in line]
-    assert len(lines) == 1, result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
 
 
 def write_profile(directory: Path, body: str) -> Path:

@@ -5,11 +5,11 @@ Every case runs the real CLI in a subprocess: the user sees exactly this.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
+
+from cli import assert_one_line_error, run_cli
 
 # (file name, TOML text, fragments the one-line message must contain)
 CASES = [
@@ -58,39 +58,28 @@ CASES = [
 ]
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specchat", *args], capture_output=True, text=True,
-                          env=dict(os.environ), timeout=60)
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess, fragments: list[str], file_name: str) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    line = lines[0]
-    assert line.startswith("specchat: error: ") and file_name in line
-    for fragment in fragments:
-        assert fragment in line, f"{fragment!r} not in {line!r}"
+def assert_names_the_file(result: subprocess.CompletedProcess, fragments: list[str], file_name: str) -> None:
+    line = assert_one_line_error(result, file_name, *fragments)
+    assert line.startswith("specchat: error: ")
 
 
 @pytest.mark.parametrize("name,text,fragments", CASES, ids=[c[0] for c in CASES])
 def test_bad_profile_gives_one_line_and_exit_2(tmp_path, name, text, fragments):
     path = tmp_path / f"{name}.toml"
     path.write_text(text, encoding="utf-8")
-    assert_one_line_error(run_cli("profiles", "check", str(path)), fragments, f"{name}.toml")
+    assert_names_the_file(run_cli("profiles", "check", str(path)), fragments, f"{name}.toml")
 
 
 def test_extends_cycle(tmp_path):
     (tmp_path / "a.toml").write_text('extends = "b.toml"\n')
     (tmp_path / "b.toml").write_text('extends = "a.toml"\n')
-    assert_one_line_error(run_cli("profiles", "check", str(tmp_path / "a.toml")),
+    assert_names_the_file(run_cli("profiles", "check", str(tmp_path / "a.toml")),
                           ["'extends' forms a cycle (a → b → a)"], "a.toml")
 
 
 def test_missing_file_and_unknown_name_via_run_and_tui(tmp_path):
     missing = tmp_path / "nope.toml"
-    assert_one_line_error(run_cli("run", "--profile", str(missing), "--prompt", "hi"),
+    assert_names_the_file(run_cli("run", "--profile", str(missing), "--prompt", "hi"),
                           ["profile file not found"], "nope.toml")
     result = run_cli("--profile", "smollm2-drafts")
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -100,4 +89,4 @@ def test_missing_file_and_unknown_name_via_run_and_tui(tmp_path):
 def test_bad_profile_fails_run_before_any_model_loads(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text(CASES[0][1])
-    assert_one_line_error(run_cli("run", "--profile", str(path), "--prompt", "hi", "--json"), CASES[0][2], "bad.toml")
+    assert_names_the_file(run_cli("run", "--profile", str(path), "--prompt", "hi", "--json"), CASES[0][2], "bad.toml")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from cli import run_cli
 from specchat import paths
 from specchat.config import load_all_profiles, load_profile, profile_names
 from specchat.errors import ProfileError, SpecchatError
@@ -16,14 +16,8 @@ from specchat.errors import ProfileError, SpecchatError
 SHIPPED = ["default", "smollm2-transformers", "smollm2-nf4", "smollm2-draft", "qwen3-8b-gguf", "qwen3-8b-gguf-ngram", "qwen3-8b", "qwen3-8b-ngram", "qwen3-14b", "llama-3.1-8b", "gemma-2-9b"]
 
 
-def cli(*args: str, env_extra: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "specchat", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
-
-
 def test_every_shipped_profile_validates_through_the_cli():
-    result = cli("profiles", "check")
+    result = run_cli("profiles", "check")
     assert result.returncode == 0, result.stderr
     for name in SHIPPED:
         assert f"ok     {name} " in result.stdout
@@ -98,10 +92,10 @@ def test_replace_updates_one_section():
 
 
 def test_profiles_list_and_show():
-    listed = cli("profiles", "list")
+    listed = run_cli("profiles", "list")
     assert listed.returncode == 0
     assert all(name in listed.stdout for name in SHIPPED)
-    shown = cli("profiles", "show", "qwen3-14b", "--json")
+    shown = run_cli("profiles", "show", "qwen3-14b", "--json")
     assert shown.returncode == 0
     import json
 

@@ -48,6 +48,7 @@ MODULES = {
     "specchat.training": ("training", "model"),
     "specchat.bench.runner": ("model",),
     "transformers": ("model",),
+    "cli": ("subprocess",),  # tests/cli.py: specchat in a fresh process
     "llama_server_helpers": ("server", "subprocess"),
     "needs": ("llamacpp", "model"),  # embedded_llama_backend
     "power": ("power",),
