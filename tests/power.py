@@ -27,7 +27,7 @@ class EveryStep(Controller):
     def __init__(self, gamma: int) -> None:
         self.gamma = gamma
 
-    def choose(self, telemetry, ids):
+    def choose(self, ids):
         return self.gamma, None
 
 

@@ -14,7 +14,7 @@ def drive(controller, steps, accept_rate, draft_ms_per_token, verify_ms, plain_m
     telemetry = Telemetry(max_gamma=8)
     chosen = []
     for _ in range(steps):
-        k, _gain = controller.choose(telemetry, [1, 2, 3])
+        k, _gain = controller.choose([1, 2, 3])
         chosen.append(k)
         n = min(k, int(accept_rate * k + 0.5)) if accept_rate < 1 else k
         stats = StepStats(
@@ -54,15 +54,14 @@ def test_ngram_without_a_match_is_a_plain_step():
             return []  # an n-gram miss
 
     controller = AdaptiveGamma(5, Lookup())
-    assert controller.choose(Telemetry(), [1, 2, 3]) == (0, None)
+    assert controller.choose([1, 2, 3]) == (0, None)
 
 
 def test_fixed_gamma_calibrates_on_the_second_step_of_each_turn_only():
     controller = FixedGamma(4, calibrate_every=64)
-    t = Telemetry()
     for _ in range(2):
         controller.start_turn()
-        ks = [controller.choose(t, [1])[0] for _ in range(70)]
+        ks = [controller.choose([1])[0] for _ in range(70)]
         # step 1 also runs the prompt through the target, so it cannot time a plain step
         assert ks[1] == 0 and ks[65] == 0 and ks[0] == 4 and set(ks[2:64]) == {4}
 
@@ -81,7 +80,7 @@ def drive_phases(controller, phases, draft_ms_per_token=1.0, plain_ms=10.0, seed
     chosen, estimates, behind = [], [], 1
     for rate, steps in phases:
         for _ in range(steps):
-            k, _gain = controller.choose(telemetry, [1, 2, 3])
+            k, _gain = controller.choose([1, 2, 3])
             chosen.append(k)
             n = 0
             while n < k and rng.random() < rate:
@@ -177,7 +176,7 @@ def test_ngram_match_length_sets_the_starting_acceptance():
     for match, check in ((1, lambda k: k == 0), (16, lambda k: k >= 8), (40, lambda k: k >= 8)):
         controller = cpu_like_controller()
         controller.proposer = FixedLookup(match)
-        k, _gain = controller.choose(Telemetry(), [1, 2, 3])
+        k, _gain = controller.choose([1, 2, 3])
         assert check(k), f"match length {match}: chose γ = {k}"
 
 
@@ -194,7 +193,7 @@ def test_consensus_of_earlier_occurrences_sets_the_starting_acceptance():
                          ((16, 0, 2), lambda k: k == 0), ((16, 0, 0), lambda k: k >= 8)):
         controller = cpu_like_controller()
         controller.proposer = FixedLookup(*match)
-        k, _gain = controller.choose(Telemetry(), [1, 2, 3])
+        k, _gain = controller.choose([1, 2, 3])
         assert check(k), f"match {match}: chose γ = {k}"
 
 

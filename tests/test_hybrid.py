@@ -31,7 +31,7 @@ class Alternate(Controller):
     def __init__(self, proposer: Proposer, gamma: int) -> None:
         self.proposer, self.gamma, self.steps = proposer, gamma, 0
 
-    def choose(self, telemetry, ids):
+    def choose(self, ids):
         self.steps += 1
         self.proposer.select("ngram" if self.steps % 2 else "eagle3")
         return self.gamma, None
@@ -119,7 +119,7 @@ def run_steps(controller, offers, verdicts, draft_ms, step_ms=10.0, per_token_ms
     step_ms + k·per_token_ms. Returns the (source, k) chosen at each step."""
     chosen = []
     for _ in range(steps):
-        k, _ = controller.choose(None, [1, 2, 3])
+        k, _ = controller.choose([1, 2, 3])
         source = offers.selected[-1] if k else ""
         n = 0
         while n < k and verdicts[source] > n / max(k, 1) and n < round(verdicts[source] * k):
@@ -171,7 +171,7 @@ def test_the_heads_catch_up_stays_bounded_through_a_long_plain_stretch():
     backend, proposer = hybrid(target)
 
     class Plain(Controller):
-        def choose(self, telemetry, ids):
+        def choose(self, ids):
             return 0, None
 
     engine = SpeculativeEngine(backend, proposer, controller=Plain(), eos_token_ids=[])

@@ -56,7 +56,7 @@ def fake_step(controller, candidates_source, accept, rng, prefill=False) -> Step
     """One step as the engine runs it, on a fake clock: a plain step costs 10 ms, each
     draft 1.5 ms to make and 2.5 ms to verify (k drafts: 10 + 2.5 k + 1.5 k ms); each
     draft is kept with probability ``accept(source, match)`` given those before it were."""
-    gamma, gain = controller.choose(None, [])
+    gamma, gain = controller.choose([])
     offered = candidates_source()
     # auto selects a source (hybrid); a fixed γ drafts from the first on offer
     candidate = next((c for c in offered if c.source == controller.proposer.selected), offered[0] if offered else None)

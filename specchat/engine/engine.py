@@ -130,7 +130,7 @@ class SpeculativeEngine:
                 return
             timer = StepTimer(self.device)  # the step's own time, not the consumer's
             room = self.target.max_length - len(ids)
-            gamma, gain = self.controller.choose(self.telemetry, ids) if self.proposer else (0, None)
+            gamma, gain = self.controller.choose(ids) if self.proposer else (0, None)
             gamma = max(0, min(gamma, max_new_tokens - emitted - 1, room - 1))
             proposal = (self.proposer.propose(ids, gamma, params, draft_generator) if gamma > 0
                         else Proposal(torch.empty(0, dtype=torch.long), None))

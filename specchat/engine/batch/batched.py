@@ -180,7 +180,7 @@ class BatchedEngine:
         slots = list(active.values())
         caps = [max(0, min(s.request.max_new_tokens - s.produced - 1, room - len(s.ids) - 1)) for s in slots]
         auto = [_planned(s) for s in slots]
-        fixed = [0 if a or not s.proposer else min(s.controller.choose(None, s.ids)[0], cap)
+        fixed = [0 if a or not s.proposer else min(s.controller.choose(s.ids)[0], cap)
                  for s, cap, a in zip(slots, caps, auto)]
         if self._auto is None or not any(auto):
             return fixed, None

@@ -34,7 +34,6 @@ from specchat.engine.gamma.cost_model import CostModel
 from specchat.engine.proposers.ngram_index import NgramMatch
 from specchat.engine.proposers import Candidate, Proposer
 from specchat.events import StepStats
-from specchat.telemetry import Telemetry
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ class Controller:
     def start_turn(self) -> None:
         """A new ``generate`` call begins."""
 
-    def choose(self, telemetry: Telemetry, ids: list[int]) -> tuple[int, float | None]:
+    def choose(self, ids: list[int]) -> tuple[int, float | None]:
         """(γ for the next step, predicted gain over a plain step or None)."""
         raise NotImplementedError
 
@@ -115,7 +114,7 @@ class FixedGamma(Controller):
     def start_turn(self) -> None:
         self.steps = 0
 
-    def choose(self, telemetry: Telemetry, ids: list[int]) -> tuple[int, float | None]:
+    def choose(self, ids: list[int]) -> tuple[int, float | None]:
         self.steps += 1
         # step 1 also runs the prompt, so it cannot time a plain step: calibrate on step 2
         return (0 if self.steps % self.calibrate_every == 2 else self.gamma), None
@@ -207,7 +206,7 @@ class AdaptiveGamma(Controller):
         or its draft cost is unknown)."""
         return self.model.predicted_rates(key, limit, source, self._prior(key))
 
-    def choose(self, telemetry: Telemetry, ids: list[int]) -> tuple[int, float | None]:
+    def choose(self, ids: list[int]) -> tuple[int, float | None]:
         # n-gram: a miss means nothing to verify, and the match informs a_i; a hybrid
         # offers the head beside it, with its own acceptance and cost (hybrid.py)
         candidates = self.proposer.candidates(ids, self.max_gamma) if self.proposer else [Candidate("", self.max_gamma)]
