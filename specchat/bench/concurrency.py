@@ -128,13 +128,13 @@ def config_name(config: BenchConfig) -> str:
 
 
 def chat_requests(loaded: Any, profile: Any, sets: list[PromptSet], max_new_tokens: int | None) -> tuple[Any, list[Request]]:
-    """The profile's chat session and the sets' chat-templated requests (one repeat)."""
-    from specchat.engine.chat import ChatSession
+    """The profile's chat template and the sets' chat-templated requests (one repeat)."""
+    from specchat.engine.template import ChatTemplate
     from specchat.engine.factory import sampling_params
 
     base = sampling_params(profile.sampling)
-    chat = ChatSession(make_engine(BenchConfig("none"), loaded, profile.speculation), loaded.tokenizer,
-                       system_prompt=profile.chat.system_prompt, enable_thinking=profile.chat.enable_thinking)
+    chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
+                        enable_thinking=profile.chat.enable_thinking)
     return chat, build_requests(sets, chat, 1, base.seed if base.seed is not None else 0, max_new_tokens)
 
 

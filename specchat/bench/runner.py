@@ -43,15 +43,14 @@ class Request:
 
 def build_requests(sets: list[PromptSet], chat: Any, repeat: int, base_seed: int,
                    max_new_tokens: int | None) -> list[Request]:
-    """Chat-templated prompt ids for every (prompt, repeat); ``chat`` is a ChatSession
-    (its template, system prompt and thinking setting are the profile's)."""
+    """Chat-templated prompt ids for every (prompt, repeat); ``chat``: the profile's
+    ChatTemplate (its system prompt and thinking setting)."""
     requests = []
     number = 0
     for prompt_set in sets:
         limit = max_new_tokens or prompt_set.max_new_tokens
         for prompt in prompt_set.prompts:
-            messages = ([{"role": "system", "content": chat.system_prompt}] if chat.system_prompt else [])
-            ids = tuple(chat.prompt_ids(messages + [{"role": "user", "content": prompt.text}]))
+            ids = tuple(chat.prompt_ids(chat.with_system([{"role": "user", "content": prompt.text}])))
             for r in range(repeat):
                 requests.append(Request(prompt_set.name, prompt.id, r, base_seed + SEED_STRIDE * number + r, ids, limit))
             number += 1
@@ -135,13 +134,13 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
                   repeat: int = 1, max_new_tokens: int | None = None, progress: Progress | None = None,
                   warmup: bool = True) -> dict:
     """Every request under every configuration → ``{"requests": [...], "rows": [...]}``."""
-    from specchat.engine.chat import ChatSession
+    from specchat.engine.template import ChatTemplate
     from specchat.engine.factory import sampling_params
 
     report = progress or (lambda done, total, text: None)
     base = sampling_params(profile.sampling)
-    chat = ChatSession(make_engine(BenchConfig("none"), loaded, profile.speculation), loaded.tokenizer,
-                       system_prompt=profile.chat.system_prompt, enable_thinking=profile.chat.enable_thinking)
+    chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
+                        enable_thinking=profile.chat.enable_thinking)
     stops = set(chat.stop_token_ids)
     requests = build_requests(sets, chat, repeat, base.seed if base.seed is not None else 0, max_new_tokens)
     engines = {c: make_engine(c, loaded, profile.speculation) for c in configs if c.runner == "specchat"}

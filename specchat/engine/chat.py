@@ -13,13 +13,10 @@ from typing import Any
 from specchat.engine.gamma.controller import make_controller
 from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.sampling import SamplingParams
+from specchat.engine.template import ChatTemplate
 from specchat.events import Step, Token
 from specchat.telemetry import ChatTelemetry
 from specchat.turn import Conversation, TurnPlan
-
-# end-of-turn markers of common chat templates, stopped on when the vocabulary has them
-END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "</s>", "<|endoftext|>")
-
 
 class IncrementalDecoder:
     """Text for each new token id, holding back incomplete UTF-8 sequences (the offset
@@ -60,11 +57,8 @@ class ChatSession(Conversation):
         self.engine = engine
         self.tokenizer = tokenizer
         self.sampling = sampling
-        self.enable_thinking = enable_thinking
-        vocab = tokenizer.get_vocab()
-        self.stop_token_ids = set(stop_token_ids) | {vocab[t] for t in END_OF_TURN if t in vocab}
-        if tokenizer.eos_token_id is not None:
-            self.stop_token_ids.add(tokenizer.eos_token_id)
+        self.template = ChatTemplate(tokenizer, enable_thinking=enable_thinking, stop_token_ids=stop_token_ids)
+        self.stop_token_ids = self.template.stop_token_ids
         self._alt_text: dict[int, str] = {}
         self._notice = engine.notice  # said once, with the next turn
 
@@ -91,7 +85,11 @@ class ChatSession(Conversation):
         self.sampling = replace(self.sampling, temperature=float(temperature))
 
     def set_thinking(self, enabled: bool) -> None:
-        self.enable_thinking = enabled
+        self.template.enable_thinking = enabled
+
+    @property
+    def enable_thinking(self) -> bool | None:
+        return self.template.enable_thinking
 
     @property
     def num_speculative_tokens(self) -> int | str:
@@ -100,13 +98,7 @@ class ChatSession(Conversation):
 
     # --- the engine as a source of steps
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        kwargs = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
-        if self.tokenizer.chat_template:
-            out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs)
-            ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
-            return list(ids)
-        text = "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
-        return self.tokenizer(text)["input_ids"]
+        return self.template.prompt_ids(messages)
 
     def begin_turn(self, messages: list[dict[str, str]]) -> TurnPlan:
         ids = self.prompt_ids(messages)

@@ -9,10 +9,9 @@ from typing import Any
 
 from specchat.engine.batch.server import BatchedServer, Handle
 from specchat.engine.batch.batched import BatchedEngine, Request
-from specchat.engine.chat import ChatSession
-from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.factory import build_proposer, sampling_params
 from specchat.engine.sampling import SamplingParams
+from specchat.engine.template import ChatTemplate
 from specchat.errors import SpecchatError
 from specchat.methods import METHODS
 from specchat.serve.metrics import ServeMetrics
@@ -22,7 +21,7 @@ from specchat.serve.openai import BadRequest, Job
 @dataclass
 class Service:
     batch: BatchedServer
-    chat: ChatSession  # the chat template and end-of-turn tokens (its engine never runs)
+    chat: ChatTemplate  # the profile's chat template, system prompt and end-of-turn tokens
     model: str  # the name /v1/models lists and responses carry
     defaults: SamplingParams  # the profile's sampling, for fields a request leaves out
     max_new_tokens: int
@@ -34,9 +33,7 @@ class Service:
     def prompt_ids(self, job: Job) -> list[int]:
         if job.kind == "completion":
             return self.chat.tokenizer.encode(job.prompt)
-        messages = list(job.messages)
-        if self.chat.system_prompt and messages[0]["role"] != "system":  # the profile's, unless the client sent one
-            messages.insert(0, {"role": "system", "content": self.chat.system_prompt})
+        messages = self.chat.with_system(job.messages)  # the profile's, unless the client sent one
         try:
             return self.chat.prompt_ids(messages)
         except Exception as exc:  # a template that raises on these messages (roles out of order)
@@ -79,8 +76,8 @@ def build_service(profile: Any, loaded: Any, parallel: int, api_key: str | None 
     gamma = spec.num_speculative_tokens
     num_spec_tokens = 0 if spec.method == "none" else spec.max_speculative_tokens if gamma == "auto" else int(gamma)
     factory = lambda: build_proposer(spec)  # noqa: E731  (one proposer per sequence)
-    chat = ChatSession(SpeculativeEngine(loaded.target, None), loaded.tokenizer,
-                       system_prompt=profile.chat.system_prompt, enable_thinking=profile.chat.enable_thinking)
+    chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
+                        enable_thinking=profile.chat.enable_thinking)
     metrics = ServeMetrics(profile.name)
     engine = BatchedEngine(loaded.target, parallel, factory, chat.stop_token_ids, n_ctx_per_seq=room)
     return Service(BatchedServer(engine, metrics.add_step), chat, profile.name, sampling_params(profile.sampling),

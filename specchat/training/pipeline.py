@@ -86,11 +86,10 @@ class Stages:
                     done[row["index"]] = row  # a resumed run may train on fewer prompts
         todo = [k for k in range(len(prompts) * replies) if k not in done]
         if todo:
-            from specchat.engine.chat import ChatSession
-            from specchat.engine.engine import SpeculativeEngine
+            from specchat.engine.template import ChatTemplate
 
-            session = ChatSession(SpeculativeEngine(self.backend, None), self.tokenizer)  # its chat formatting
-            chats = [session.prompt_ids([{"role": "user", "content": prompts[k // replies]}]) for k in todo]
+            template = ChatTemplate(self.tokenizer)
+            chats = [template.prompt_ids([{"role": "user", "content": prompts[k // replies]}]) for k in todo]
             # greedy and sampled replies: the first of each prompt's greedy, or (one reply a
             # prompt) every other prompt's
             temperatures = [0.0 if (k % replies if replies > 1 else k % 2) == 0 else 0.8 for k in todo]

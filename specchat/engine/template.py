@@ -1,0 +1,42 @@
+"""A chat template: how messages become prompt ids for a tokenizer, and which ids end a
+turn. A chat (chat.py) holds one and runs the engine; serve, bench and train-head's
+distillation need only this."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# end-of-turn markers of common chat templates, stopped on when the vocabulary has them
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "</s>", "<|endoftext|>")
+
+
+class ChatTemplate:
+    """``system_prompt``: the profile's, put first by :meth:`with_system`;
+    ``enable_thinking``: passed to templates that take it (Qwen3), None for their default;
+    ``stop_token_ids``: ids that end a reply, besides the vocabulary's end-of-turn markers
+    and EOS."""
+
+    def __init__(self, tokenizer: Any, *, system_prompt: str | None = None, enable_thinking: bool | None = None,
+                 stop_token_ids: tuple[int, ...] = ()) -> None:
+        self.tokenizer = tokenizer
+        self.system_prompt = system_prompt
+        self.enable_thinking = enable_thinking
+        vocab = tokenizer.get_vocab()
+        self.stop_token_ids = set(stop_token_ids) | {vocab[t] for t in END_OF_TURN if t in vocab}
+        if tokenizer.eos_token_id is not None:
+            self.stop_token_ids.add(tokenizer.eos_token_id)
+
+    def with_system(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+        """``messages`` with the system prompt first, unless they start with one."""
+        if self.system_prompt and (not messages or messages[0]["role"] != "system"):
+            return [{"role": "system", "content": self.system_prompt}, *messages]
+        return list(messages)
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        kwargs = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
+        if self.tokenizer.chat_template:
+            out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs)
+            ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
+            return list(ids)
+        text = "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
+        return self.tokenizer(text)["input_ids"]
