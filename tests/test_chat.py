@@ -1,12 +1,13 @@
 """The chat layer and the engine on the real embedded SmolLM2-135M-Instruct."""
 
+from folded import FoldedEngine
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from test_exactness import SteadyClockAdaptive  # noqa: E402  (tests/ is on sys.path)
 from specchat.verify.near_tie import compute_precision, near_tie_tolerance
-from specchat.engine import DraftModelProposer, NgramProposer, SamplingParams, SpeculativeEngine
+from specchat.engine import DraftModelProposer, NgramProposer, SamplingParams
 from specchat.engine.chat import ChatSession, IncrementalDecoder
 from specchat.events import StepEvent, TurnFinished, TurnStarted, UserMessage
 
@@ -43,10 +44,10 @@ def test_smollm2_greedy_speculative_equals_plain(smol, kind):
     model, tokenizer = smol
     ids = chat_ids(tokenizer, CODE_PROMPT)
     stop = [tokenizer.eos_token_id]
-    plain = SpeculativeEngine(model, None)
+    plain = FoldedEngine(model, None)
     # the target itself as draft: α≈1 drives long accepted runs, so rollback is stressed
     proposer = NgramProposer(4, 1, 3) if kind == "ngram" else DraftModelProposer(model, 4)
-    spec = SpeculativeEngine(model, proposer)
+    spec = FoldedEngine(model, proposer)
     params = SamplingParams(temperature=0)
     want = [t.id for s in plain.generate(ids, params, 48, stop) for t in s.tokens]
     got = [t.id for s in spec.generate(ids, params, 48, stop) for t in s.tokens]
@@ -68,12 +69,12 @@ def test_smollm2_seeded_sampled_ngram_reply_equals_plain(smol, gamma):
     model, tokenizer = smol
     ids = chat_ids(tokenizer, CODE_PROMPT)
     stop = [tokenizer.eos_token_id]
-    plain = SpeculativeEngine(model, None)
+    plain = FoldedEngine(model, None)
     proposer = NgramProposer(gamma, 1, 3, max_speculative_tokens=5)
     # γ = auto on a fixed cost model (as the exactness tests do): on a loaded CPU the
     # wall-clock controller may rightly decide drafting does not pay, and prove nothing
     controller = SteadyClockAdaptive(5, proposer) if gamma == "auto" else None
-    spec = SpeculativeEngine(model, proposer, controller=controller)
+    spec = FoldedEngine(model, proposer, controller=controller)
     for seed in (0, 1):
         params = SamplingParams(temperature=0.6, top_p=0.9, seed=seed)
         want = [t.id for s in plain.generate(ids, params, 48, stop) for t in s.tokens]
@@ -84,7 +85,7 @@ def test_smollm2_seeded_sampled_ngram_reply_equals_plain(smol, gamma):
 
 def test_chat_session_events_text_and_history(smol):
     model, tokenizer = smol
-    session = ChatSession(SpeculativeEngine(model, NgramProposer(3, 1, 3)), tokenizer,
+    session = ChatSession(FoldedEngine(model, NgramProposer(3, 1, 3)), tokenizer,
                           sampling=SamplingParams(temperature=0), max_new_tokens=24)
     events = list(session.send("Repeat exactly: the quick brown fox jumps over the lazy dog."))
     assert isinstance(events[0], UserMessage) and isinstance(events[1], TurnStarted)

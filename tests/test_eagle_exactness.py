@@ -10,9 +10,10 @@ leaves target tokens the head can never draft, so rejections resample into them.
 offset and shows the same check fails.
 """
 
+from folded import FoldedEngine
 import pytest
 
-from specchat.engine import SamplingParams, SpeculativeEngine
+from specchat.engine import SamplingParams
 from specchat.engine.backends.transformers import TransformersBackend
 from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.proposers import Proposal
@@ -28,7 +29,7 @@ def eagle_engine(target, gamma=2, draft_vocab=12, proposer_class=EagleProposer, 
     backend = TransformersBackend(target)
     head = random_eagle3_head(target, draft_vocab=draft_vocab)
     proposer = proposer_class(head, backend, gamma, int8=int8)
-    return SpeculativeEngine(backend, proposer, controller=controller or power.EveryStep(gamma), eos_token_ids=[])
+    return FoldedEngine(backend, proposer, controller=controller or power.EveryStep(gamma), eos_token_ids=[])
 
 
 @pytest.mark.parametrize("setting, gamma, int8", [("t1", 2, False), ("t0.7-topk5", 3, False),
@@ -49,7 +50,7 @@ def test_eagle_joint_distribution_is_the_targets(target, setting, gamma, int8):
 
 def test_eagle_greedy_equals_plain(target):
     params = SamplingParams(temperature=0.0)
-    plain = SpeculativeEngine(TransformersBackend(target), None, eos_token_ids=[])
+    plain = FoldedEngine(TransformersBackend(target), None, eos_token_ids=[])
     want = [t.id for s in plain.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
     for int8 in (False, True):
         engine = eagle_engine(target, 3, int8=int8)

@@ -1,11 +1,12 @@
 """Engine behaviour: greedy equality, stops, budgets, seeds, cancellation, cache reuse."""
 
+from folded import FoldedEngine
 import threading
 
 import pytest
 import torch
 
-from specchat.engine import DraftModelProposer, NgramProposer, SamplingParams, SpeculativeEngine
+from specchat.engine import DraftModelProposer, NgramProposer, SamplingParams
 from specchat.engine.gamma.controller import AdaptiveGamma, FixedGamma
 from vocab16 import tiny_lm
 
@@ -30,8 +31,8 @@ def proposers(draft):
 
 @pytest.mark.parametrize("kind", ["draft-3", "draft-1", "draft-auto", "ngram", "ngram-auto"])
 def test_greedy_speculative_equals_greedy_plain(target, draft, kind):
-    plain = SpeculativeEngine(target, None, eos_token_ids=[])
-    engine = SpeculativeEngine(target, proposers(draft)[kind](), eos_token_ids=[])
+    plain = FoldedEngine(target, None, eos_token_ids=[])
+    engine = FoldedEngine(target, proposers(draft)[kind](), eos_token_ids=[])
     kinds = set()
     for prompt in PROMPTS:
         expected, _ = generate(plain, prompt)
@@ -44,7 +45,7 @@ def test_greedy_speculative_equals_greedy_plain(target, draft, kind):
 
 
 def test_plain_greedy_equals_transformers_generate(target):
-    engine = SpeculativeEngine(target, None, eos_token_ids=[])
+    engine = FoldedEngine(target, None, eos_token_ids=[])
     for prompt in PROMPTS:
         ours, _ = generate(engine, prompt, n=20)
         ref = target.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=20, min_new_tokens=20)
@@ -52,7 +53,7 @@ def test_plain_greedy_equals_transformers_generate(target):
 
 
 def test_provenance_and_step_shape(target, draft):
-    engine = SpeculativeEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
+    engine = FoldedEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
     _, steps = generate(engine, PROMPTS[0], SamplingParams(temperature=1.0, seed=3), n=60)
     for step in steps:
         kinds = [t.kind for t in step.tokens]
@@ -68,8 +69,8 @@ def test_provenance_and_step_shape(target, draft):
 
 
 def test_seed_reproducible_and_differs_between_seeds(target, draft):
-    a = SpeculativeEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
-    b = SpeculativeEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
+    a = FoldedEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
+    b = FoldedEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
     p7 = SamplingParams(temperature=1.0, seed=7)
     first, _ = generate(a, PROMPTS[0], p7)
     assert generate(b, PROMPTS[0], p7)[0] == first
@@ -82,8 +83,8 @@ def test_seeded_ngram_reply_is_the_seeded_plain_reply_for_every_gamma(target, te
     """Point-mass drafts are verified in the coupled form (each position's token drawn from a
     uniform fixed by seed and position), so speculation changes how fast a seeded sampled
     reply comes, not which reply: plain, every fixed γ and auto give the same tokens."""
-    plain = SpeculativeEngine(target, None, eos_token_ids=[])
-    engines = {name: SpeculativeEngine(target, make(), eos_token_ids=[]) for name, make in {
+    plain = FoldedEngine(target, None, eos_token_ids=[])
+    engines = {name: FoldedEngine(target, make(), eos_token_ids=[]) for name, make in {
         "γ=1": lambda: NgramProposer(1, 1, 3), "γ=4": lambda: NgramProposer(4, 1, 3),
         "auto": lambda: NgramProposer("auto", 1, 3, max_speculative_tokens=6)}.items()}
     accepted = 0
@@ -102,7 +103,7 @@ def test_draft_is_prefilled_only_when_the_controller_may_draft(target, draft):
     a plain stretch (it would only delay the first token); a later probe catches up."""
     params = SamplingParams(temperature=1.0, seed=1)
     proposer = DraftModelProposer(draft, "auto", 3)
-    engine = SpeculativeEngine(target, proposer, eos_token_ids=[])
+    engine = FoldedEngine(target, proposer, eos_token_ids=[])
     assert isinstance(engine.controller, AdaptiveGamma) and engine.controller.prefills_proposer()
     generate(engine, PROMPTS[0], params, n=3)
     assert len(proposer.lm.ids) >= len(PROMPTS[0]) - 1  # prefilled (and maybe drafted)
@@ -110,11 +111,11 @@ def test_draft_is_prefilled_only_when_the_controller_may_draft(target, draft):
     cold = DraftModelProposer(draft, "auto", 3)
     controller = AdaptiveGamma(3, cold)
     controller.plain_run = 5  # as after five steps where no draft length beat a plain step
-    engine = SpeculativeEngine(target, cold, controller=controller, eos_token_ids=[])
+    engine = FoldedEngine(target, cold, controller=controller, eos_token_ids=[])
     generate(engine, PROMPTS[0], params, n=3)
     assert cold.lm.ids == []  # the draft never ran
-    got, _ = generate(SpeculativeEngine(target, DraftModelProposer(draft, 2), eos_token_ids=[]), PROMPTS[0], GREEDY)
-    cold_engine = SpeculativeEngine(target, DraftModelProposer(draft, 2), controller=FixedGamma(2), eos_token_ids=[])
+    got, _ = generate(FoldedEngine(target, DraftModelProposer(draft, 2), eos_token_ids=[]), PROMPTS[0], GREEDY)
+    cold_engine = FoldedEngine(target, DraftModelProposer(draft, 2), controller=FixedGamma(2), eos_token_ids=[])
     cold_engine.proposer.prefill = lambda ids: None  # never prefilled: drafting catches up by itself
     assert generate(cold_engine, PROMPTS[0], GREEDY)[0] == got
 
@@ -123,11 +124,11 @@ def test_draft_is_prefilled_only_when_the_controller_may_draft(target, draft):
 def test_eos_stops_and_nothing_follows(draft, kind):
     # find a token the target emits greedily, then make it the EOS
     probe = tiny_lm(0, scale=12)
-    seq, _ = generate(SpeculativeEngine(probe, None, eos_token_ids=[]), PROMPTS[0], n=12)
+    seq, _ = generate(FoldedEngine(probe, None, eos_token_ids=[]), PROMPTS[0], n=12)
     eos = seq[5]
     target = tiny_lm(0, scale=12, eos=eos)
     proposer = {"plain": None, "draft": DraftModelProposer(draft, 4), "ngram": NgramProposer(4, 1, 3)}[kind]
-    engine = SpeculativeEngine(target, proposer)
+    engine = FoldedEngine(target, proposer)
     assert engine.eos_token_ids == {eos}
     got, steps = generate(engine, PROMPTS[0], n=12)
     assert got == seq[: seq.index(eos) + 1]
@@ -135,7 +136,7 @@ def test_eos_stops_and_nothing_follows(draft, kind):
 
 
 def test_stop_token_ids_and_budget(target, draft):
-    engine = SpeculativeEngine(target, DraftModelProposer(draft, 5), eos_token_ids=[])
+    engine = FoldedEngine(target, DraftModelProposer(draft, 5), eos_token_ids=[])
     full, _ = generate(engine, PROMPTS[0], n=30)
     # stops at several places, so some fall inside a step with drafts after them
     for stop in dict.fromkeys(full[1:16]):
@@ -150,7 +151,7 @@ def test_stop_token_ids_and_budget(target, draft):
 
 def test_context_limit(draft):
     target = tiny_lm(0, scale=12, max_positions=20)
-    engine = SpeculativeEngine(target, DraftModelProposer(draft, 4), eos_token_ids=[])
+    engine = FoldedEngine(target, DraftModelProposer(draft, 4), eos_token_ids=[])
     got, steps = generate(engine, PROMPTS[0], n=100)
     assert len(PROMPTS[0]) + len(got) == 20 and steps[-1].finish_reason == "context"
     _, steps = generate(engine, list(range(16)) + [1, 2, 3, 4], n=5)
@@ -158,7 +159,7 @@ def test_context_limit(draft):
 
 
 def test_cancel_from_another_thread_returns_promptly_and_engine_is_reusable(target, draft):
-    engine = SpeculativeEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
+    engine = FoldedEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
     got = []
     for step in engine.generate(PROMPTS[0], GREEDY, max_new_tokens=100):
         got += [t.id for t in step.tokens]
@@ -166,12 +167,12 @@ def test_cancel_from_another_thread_returns_promptly_and_engine_is_reusable(targ
             threading.Thread(target=engine.cancel).start()
             threading.Event().wait(0.05)
     assert step.finish_reason == "cancelled" and 5 <= len(got) < 100
-    fresh = SpeculativeEngine(target, None, eos_token_ids=[])
+    fresh = FoldedEngine(target, None, eos_token_ids=[])
     assert generate(engine, PROMPTS[1], n=20)[0] == generate(fresh, PROMPTS[1], n=20)[0]
 
 
 def test_multi_turn_reuses_the_shared_prefix(target, draft):
-    engine = SpeculativeEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
+    engine = FoldedEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
     reply, steps = generate(engine, PROMPTS[0], n=10)
     assert steps[0].stats.prefill_tokens == len(PROMPTS[0]) - 1
     second_prompt = PROMPTS[0] + reply + [4, 5, 6]
@@ -179,12 +180,12 @@ def test_multi_turn_reuses_the_shared_prefix(target, draft):
     first = steps[0].stats
     assert first.reused_tokens >= len(PROMPTS[0]) + len(reply) - 4  # at most the unverified tail re-runs
     assert first.prefill_tokens == len(second_prompt) - 1 - first.reused_tokens
-    fresh = SpeculativeEngine(target, None, eos_token_ids=[])
+    fresh = FoldedEngine(target, None, eos_token_ids=[])
     assert got == generate(fresh, second_prompt, n=10)[0]
 
 
 def test_metrics_add_up(target, draft):
-    engine = SpeculativeEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
+    engine = FoldedEngine(target, DraftModelProposer(draft, 3), eos_token_ids=[])
     _, steps = generate(engine, PROMPTS[0], SamplingParams(temperature=1.0, seed=1), n=80)
     m = engine.turn_metrics
     drafting = [s for s in steps if s.stats.num_draft_tokens]

@@ -9,13 +9,14 @@ fed a fixed cost model rather than wall-clock times for that reason). ``test_the
 shows the same check rejects a planted sampler bug.
 """
 
+from folded import FoldedEngine
 import dataclasses
 
 import pytest
 import torch
 from scipy import stats
 
-from specchat.engine import AdaptiveGamma, DraftModelProposer, NgramProposer, Proposal, SamplingParams, SpeculativeEngine
+from specchat.engine import AdaptiveGamma, DraftModelProposer, NgramProposer, Proposal, SamplingParams
 from specchat.engine.proposers import Proposer
 import power
 from vocab16 import exact_joint
@@ -115,7 +116,7 @@ def test_joint_distribution_is_the_targets(target, draft, kind, setting):
     params = SETTINGS[setting]
     proposer = make_proposer(kind, target, draft)
     controller = SteadyClockAdaptive(3, proposer) if kind == "draft-auto" else None
-    engine = SpeculativeEngine(target, proposer, controller=controller, eos_token_ids=[])
+    engine = FoldedEngine(target, proposer, controller=controller, eos_token_ids=[])
     joint = exact_joint(target, PROMPT, LENGTH, params)
     counts = sample_counts(engine, params)
     if controller is not None:  # the controller really varied γ, plain steps included
@@ -131,7 +132,7 @@ def test_joint_distribution_is_the_targets(target, draft, kind, setting):
 
 def test_the_check_has_power(target, draft):
     params = SamplingParams(temperature=0.6)
-    engine = SpeculativeEngine(target, WrongQ(draft, 2), eos_token_ids=[])
+    engine = FoldedEngine(target, WrongQ(draft, 2), eos_token_ids=[])
     counts = sample_counts(engine, params)
     assert chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params)) < ALPHA
 
@@ -152,7 +153,7 @@ def test_joint_distribution_is_the_targets_in_bfloat16(bf16_pair, kind):
     only: a top-k / top-p cut-off could move by a rounding step between the two."""
     target, draft = bf16_pair
     params = SETTINGS["t1"]
-    engine = SpeculativeEngine(target, make_proposer(kind, target, draft), eos_token_ids=[])
+    engine = FoldedEngine(target, make_proposer(kind, target, draft), eos_token_ids=[])
     counts = sample_counts(engine, params)
     assert 0 < engine.metrics.num_accepted_tokens < engine.metrics.num_draft_tokens
     pvalue = chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params))
@@ -162,5 +163,5 @@ def test_joint_distribution_is_the_targets_in_bfloat16(bf16_pair, kind):
 def test_the_bfloat16_check_has_power(bf16_pair):
     target, draft = bf16_pair
     params = SamplingParams(temperature=0.6)
-    engine = SpeculativeEngine(target, WrongQ(draft, 2), eos_token_ids=[])
+    engine = FoldedEngine(target, WrongQ(draft, 2), eos_token_ids=[])
     assert chi_square_pvalue(sample_counts(engine, params), exact_joint(target, PROMPT, LENGTH, params)) < ALPHA

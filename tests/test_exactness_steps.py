@@ -32,12 +32,14 @@ test_mutations.py plants the bugs these checks exist for and shows each is caugh
 
 from __future__ import annotations
 
+from folded import FoldedEngine
+
 import pytest
 import torch
 from scipy import stats
 
 from power import ALL_SETTINGS, GREEDY, SETTINGS, EveryStep, model_next_laws, sample_counts, tree_chi_square
-from specchat.engine import DraftModelProposer, NgramProposer, Proposal, SamplingParams, SpeculativeEngine
+from specchat.engine import DraftModelProposer, NgramProposer, Proposal, SamplingParams
 from specchat.engine.proposers import Proposer
 import specchat.engine.engine as engine_module
 import specchat.engine.host_sampling as host_sampling  # looked up at call time, as sampling below
@@ -224,7 +226,7 @@ def check_steps_joint(kind: str, setting: str, samples: int = SAMPLES) -> None:
     target = TableLM(target_table)
     proposer = (PointMassDrafts(TableLM(draft_table), 2) if kind == "point-mass"
                 else DraftModelProposer(TableLM(draft_table), 2))
-    engine = SpeculativeEngine(target, proposer, controller=EveryStep(2), eos_token_ids=[])
+    engine = FoldedEngine(target, proposer, controller=EveryStep(2), eos_token_ids=[])
     counts = sample_counts(engine, PROMPT, params, samples, LENGTH)
     metrics = engine.metrics
     # several drafting steps per sample, with acceptances, rejections and bonus tokens
@@ -254,7 +256,7 @@ REAL_SAMPLES = 800
 
 def check_steps_joint_real(target, draft, setting: str, samples: int = REAL_SAMPLES) -> None:
     params = ALL_SETTINGS[setting]
-    engine = SpeculativeEngine(target, DraftModelProposer(draft, 2), controller=EveryStep(2), eos_token_ids=[])
+    engine = FoldedEngine(target, DraftModelProposer(draft, 2), controller=EveryStep(2), eos_token_ids=[])
     counts = sample_counts(engine, REAL_PROMPT, params, samples, REAL_LENGTH)
     metrics = engine.metrics
     assert metrics.num_drafts > samples and 0 < metrics.num_accepted_tokens < metrics.num_draft_tokens
@@ -275,9 +277,9 @@ def _ids(engine, prompt, params, n=60):
 
 
 def check_greedy_equal(target, draft, kind: str) -> None:
-    plain = SpeculativeEngine(target, None, eos_token_ids=[])
+    plain = FoldedEngine(target, None, eos_token_ids=[])
     proposer = DraftModelProposer(draft, 3) if kind == "draft" else NgramProposer(3, 1, 3)
-    engine = SpeculativeEngine(target, proposer, eos_token_ids=[])
+    engine = FoldedEngine(target, proposer, eos_token_ids=[])
     for prompt in GREEDY_PROMPTS:
         assert _ids(engine, prompt, GREEDY) == _ids(plain, prompt, GREEDY), f"greedy {kind} diverged on {prompt}"
 
@@ -285,8 +287,8 @@ def check_greedy_equal(target, draft, kind: str) -> None:
 def check_coupled_equal(target, setting: str) -> None:
     """Seeded n-gram speculation emits the seeded plain reply (the coupled form), with
     drafts kept and rejected along the way."""
-    plain = SpeculativeEngine(target, None, eos_token_ids=[])
-    engine = SpeculativeEngine(target, NgramProposer(3, 1, 3), eos_token_ids=[])
+    plain = FoldedEngine(target, None, eos_token_ids=[])
+    engine = FoldedEngine(target, NgramProposer(3, 1, 3), eos_token_ids=[])
     for seed, prompt in enumerate(GREEDY_PROMPTS):
         params = SamplingParams(**{**ALL_SETTINGS[setting].__dict__, "seed": seed})
         assert _ids(engine, prompt, params) == _ids(plain, prompt, params), f"{setting}: n-gram diverged on {prompt}"
@@ -313,7 +315,7 @@ def check_host_equals_device(target, setting: str) -> None:
             for on_host in (True, False):
                 engine_module.HOST_SAMPLING = on_host
                 try:
-                    engine = SpeculativeEngine(target, proposer, eos_token_ids=[])
+                    engine = FoldedEngine(target, proposer, eos_token_ids=[])
                     replies.append(_ids(engine, prompt, params))
                 finally:
                     engine_module.HOST_SAMPLING = True

@@ -11,6 +11,8 @@ the two would make the counts part (they were equal, prompt by prompt, when meas
 
 from __future__ import annotations
 
+from folded import FoldedEngine
+
 import json
 import subprocess
 import sys
@@ -60,12 +62,12 @@ def setup(tmp_path_factory):
 
 def in_process(loaded, head, ids):
     from power import EveryStep
-    from specchat.engine import SamplingParams, SpeculativeEngine
+    from specchat.engine import SamplingParams
     from specchat.engine.proposers.eagle import EagleProposer
 
     backend = loaded.target
     backend.reset()
-    engine = SpeculativeEngine(backend, EagleProposer(head, backend, GAMMA), controller=EveryStep(GAMMA))
+    engine = FoldedEngine(backend, EagleProposer(head, backend, GAMMA), controller=EveryStep(GAMMA))
     out = [t.id for s in engine.generate(ids, SamplingParams(temperature=0.0), max_new_tokens=TOKENS) for t in s.tokens]
     m = engine.metrics
     return out, m.num_draft_tokens, m.num_accepted_tokens

@@ -16,11 +16,12 @@ check fails, as does one that reports the heads' plain softmax instead of the wa
 the drafts were sampled from (at T = 0.9 with top-k and top-p).
 """
 
+from folded import FoldedEngine
 import pytest
 import torch
 
 import power
-from specchat.engine import SamplingParams, SpeculativeEngine
+from specchat.engine import SamplingParams
 from specchat.engine.backends.transformers import TransformersBackend
 from specchat.engine.proposers.medusa import MedusaProposer
 from specchat.engine.proposers import Proposal
@@ -43,7 +44,7 @@ def medusa_engine(target, gamma=2, draft_vocab=None, proposer_class=MedusaPropos
     # (with a tenth of that noise the heads agreed so well that the off-by-one bug passed)
     head = random_medusa_head(target, num_heads=3, draft_vocab=draft_vocab, like_target=1.0)
     proposer = proposer_class(head, backend, gamma, **tree)
-    return SpeculativeEngine(backend, proposer, controller=controller or power.EveryStep(gamma), eos_token_ids=[])
+    return FoldedEngine(backend, proposer, controller=controller or power.EveryStep(gamma), eos_token_ids=[])
 
 
 def test_the_final_hidden_state_is_what_the_lm_head_reads(target):
@@ -99,7 +100,7 @@ def test_medusa_joint_distribution_is_the_targets(target, setting, gamma, draft_
 
 def test_medusa_greedy_equals_plain(target):
     params = SamplingParams(temperature=0.0)
-    plain = SpeculativeEngine(TransformersBackend(target), None, eos_token_ids=[])
+    plain = FoldedEngine(TransformersBackend(target), None, eos_token_ids=[])
     want = [t.id for s in plain.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
     engine = medusa_engine(target, 3, draft_vocab=12)
     got = [t.id for s in engine.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
@@ -155,7 +156,7 @@ def test_medusa_tree_joint_distribution_is_the_targets(target, setting, gamma, s
 
 def test_medusa_tree_greedy_equals_plain(target):
     params = SamplingParams(temperature=0.0)
-    plain = SpeculativeEngine(TransformersBackend(target), None, eos_token_ids=[])
+    plain = FoldedEngine(TransformersBackend(target), None, eos_token_ids=[])
     want = [t.id for s in plain.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
     engine = medusa_engine(target, 3, draft_vocab=12, siblings=3, tree="dynamic")
     steps = list(engine.generate(PROMPT, params, max_new_tokens=24))
@@ -174,6 +175,6 @@ def test_the_medusa_tree_check_has_power(target):
     backend = TransformersBackend(target)
     head = random_medusa_head(target, num_heads=3, draft_vocab=12)  # sharp random heads: often rejected
     proposer = MedusaProposer(head, backend, 2, siblings=4, tree="dynamic")
-    engine = SpeculativeEngine(backend, proposer, controller=power.EveryStep(2), eos_token_ids=[])
+    engine = FoldedEngine(backend, proposer, controller=power.EveryStep(2), eos_token_ids=[])
     with patched(MedusaProposer, "_candidate_tree", stale):
         assert pvalue(target, engine, params, samples=SAMPLES // 3) < ALPHA

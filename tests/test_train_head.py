@@ -6,6 +6,7 @@ SpecForge layout, drafts through the engine, and keeps greedy decoding's reply. 
 run with --resume reuses what the first left (no stage runs again).
 """
 
+from folded import FoldedEngine
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import sys
 import torch
 
 from specchat.config import load_profile
-from specchat.engine import SamplingParams, SpeculativeEngine
+from specchat.engine import SamplingParams
 from specchat.engine.backends import as_backend
 from specchat.engine.chat import ChatSession
 from specchat.engine.proposers.eagle import EagleProposer
@@ -43,11 +44,11 @@ def test_smoke_training_writes_a_head_that_drafts(tmp_path, tiny_model_dir):
     target = as_backend(loaded.target)
     head = load_eagle3(out, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
                        target_layers=target.num_layers, embed=target.token_embeddings())
-    prompt = ChatSession(SpeculativeEngine(target, None), loaded.tokenizer).prompt_ids([{"role": "user", "content": "Hi"}])
+    prompt = ChatSession(FoldedEngine(target, None), loaded.tokenizer).prompt_ids([{"role": "user", "content": "Hi"}])
     params = SamplingParams(temperature=0.0)
-    plain = [t.id for s in SpeculativeEngine(target, None).generate(prompt, params, max_new_tokens=16) for t in s.tokens]
+    plain = [t.id for s in FoldedEngine(target, None).generate(prompt, params, max_new_tokens=16) for t in s.tokens]
     target.reset()
-    engine = SpeculativeEngine(target, EagleProposer(head, target, 3))
+    engine = FoldedEngine(target, EagleProposer(head, target, 3))
     got = [t.id for s in engine.generate(prompt, params, max_new_tokens=16) for t in s.tokens]
     assert got == plain
     assert engine.metrics.num_draft_tokens > 0

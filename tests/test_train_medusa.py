@@ -4,12 +4,13 @@ soft labels, training, export), the exported heads load in vLLM's Medusa layout,
 through the engine and keep greedy decoding's reply; a --resume run redoes no stage.
 The loss itself is checked to fall on a few positions (training moves the heads)."""
 
+from folded import FoldedEngine
 import json
 
 import torch
 
 from specchat.config import load_profile
-from specchat.engine import SamplingParams, SpeculativeEngine
+from specchat.engine import SamplingParams
 from specchat.engine.backends import as_backend
 from specchat.engine.chat import ChatSession
 from specchat.engine.proposers.medusa import MedusaProposer
@@ -32,11 +33,11 @@ def test_smoke_training_writes_medusa_heads_that_draft(tmp_path, tiny_model_dir)
     loaded = load_models(load_profile(str(profile)))
     target = as_backend(loaded.target)
     head = load_medusa(out, target_hidden=target.hidden_size, target_vocab=target.vocab_size)
-    prompt = ChatSession(SpeculativeEngine(target, None), loaded.tokenizer).prompt_ids([{"role": "user", "content": "Hi"}])
+    prompt = ChatSession(FoldedEngine(target, None), loaded.tokenizer).prompt_ids([{"role": "user", "content": "Hi"}])
     params = SamplingParams(temperature=0.0)
-    plain = [t.id for s in SpeculativeEngine(target, None).generate(prompt, params, max_new_tokens=16) for t in s.tokens]
+    plain = [t.id for s in FoldedEngine(target, None).generate(prompt, params, max_new_tokens=16) for t in s.tokens]
     target.reset()
-    engine = SpeculativeEngine(target, MedusaProposer(head, target, 3))
+    engine = FoldedEngine(target, MedusaProposer(head, target, 3))
     assert [t.id for s in engine.generate(prompt, params, max_new_tokens=16) for t in s.tokens] == plain
     assert engine.metrics.num_draft_tokens > 0
 

@@ -8,10 +8,11 @@ the target alone (chi-square, ALPHA = 1e-3, as in test_exactness.py), at T = 1 a
 top-k / top-p. The planted bugs — rivals reported with the law before the earlier
 siblings were removed, and a residual that forgets a rejected sibling — each fail it."""
 
+from folded import FoldedEngine
 import pytest
 import torch
 
-from specchat.engine import SamplingParams, SpeculativeEngine
+from specchat.engine import SamplingParams
 from specchat.engine.backends.transformers import TransformersBackend
 from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.proposers import NgramProposer, Proposal
@@ -29,7 +30,7 @@ def tree_engine(target, siblings=3, gamma=2, proposer_class=EagleProposer, scale
     backend = TransformersBackend(target)
     head = random_eagle3_head(target, draft_vocab=12, scale=scale)
     proposer = proposer_class(head, backend, gamma, siblings=siblings, tree=tree)
-    return SpeculativeEngine(backend, proposer, controller=power.EveryStep(gamma), eos_token_ids=[])
+    return FoldedEngine(backend, proposer, controller=power.EveryStep(gamma), eos_token_ids=[])
 
 
 def tree_counts(engine, params):
@@ -66,7 +67,7 @@ def test_tree_joint_distribution_is_the_targets(target, setting, shape):
 @pytest.mark.parametrize("shape, most_drafts", [("first", 5), ("dynamic", 9)])
 def test_tree_greedy_equals_plain(target, shape, most_drafts):
     params = SamplingParams(temperature=0.0)
-    plain = SpeculativeEngine(TransformersBackend(target), None, eos_token_ids=[])
+    plain = FoldedEngine(TransformersBackend(target), None, eos_token_ids=[])
     want = [t.id for s in plain.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
     engine = tree_engine(target, siblings=3, gamma=3, tree=shape)
     steps = list(engine.generate(PROMPT, params, max_new_tokens=24))
@@ -124,7 +125,7 @@ def test_a_dynamic_tree_places_nodes_where_the_head_is_confident(target):
     backend = TransformersBackend(target)
     proposer = EagleProposer(random_eagle3_head(target, draft_vocab=12, scale=3.0), backend, 3, siblings=3,
                              tree="dynamic")
-    engine = SpeculativeEngine(backend, proposer, controller=power.EveryStep(3), eos_token_ids=[])
+    engine = FoldedEngine(backend, proposer, controller=power.EveryStep(3), eos_token_ids=[])
     list(engine.generate(PROMPT, SamplingParams(temperature=0.0), max_new_tokens=4))
     last = len(PROMPT) + 3
     proposer._cache.truncate(last + 1)
@@ -165,7 +166,7 @@ def test_a_dynamic_tree_keeps_within_the_backends_leaves(target):
     backend = TransformersBackend(target)
     proposer = EagleProposer(random_eagle3_head(target, draft_vocab=12, scale=1.0), backend, 4, siblings=4,
                              tree="dynamic")
-    engine = SpeculativeEngine(backend, proposer, controller=power.EveryStep(1), eos_token_ids=[])
+    engine = FoldedEngine(backend, proposer, controller=power.EveryStep(1), eos_token_ids=[])
     list(engine.generate(PROMPT, SamplingParams(temperature=1.0, seed=3), max_new_tokens=3))
     last = len(backend.ids) - 1
     proposer._cache.truncate(last + 1)

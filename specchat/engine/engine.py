@@ -18,7 +18,6 @@ from specchat.engine.timing import Stopwatch, StepTimer
 from specchat.engine.trees.walk import walk
 from specchat.contention import CpuShare
 from specchat.events import Alternative, Step, Token
-from specchat.telemetry import MetricsSnapshot, Telemetry
 
 NUM_ALTERNATIVES = 5
 # point-mass steps whose logits are in host memory are verified in numpy (host_sampling.py);
@@ -45,8 +44,8 @@ class SpeculativeEngine:
     ``proposer=None`` is plain decoding through the same code path (k = 0 every step); so
     is a proposer with a model whose cache cannot roll back rejected drafts (the target's
     or the draft's), and ``notice`` then says why, once, for the UI to show.
-    ``generate`` yields a :class:`~specchat.events.Step` per round; ``metrics`` and
-    ``turn_metrics`` summarise all steps so far and those of the last ``generate``.
+    ``generate`` yields a :class:`~specchat.events.Step` per round; it folds none of them
+    into telemetry: whoever consumes the steps does (the turn loop, serve, bench).
     """
 
     def __init__(self, target: Backend | torch.nn.Module, proposer: Proposer | None = None, *,
@@ -65,28 +64,17 @@ class SpeculativeEngine:
             proposer.place(self.device)
             proposer.vocab_size = self.target.vocab_size  # q is reported on the target's vocabulary
         self.eos_token_ids = set(eos_token_ids) if eos_token_ids is not None else set(self.target.eos_token_ids)
-        max_gamma = proposer.max_speculative_tokens if proposer else 1
-        self.telemetry = Telemetry(max_gamma=max_gamma)
-        self.turn_telemetry = Telemetry(max_gamma=max_gamma)
         self.controller = controller or make_controller(proposer)
         self._cancel = threading.Event()
         self.cpu_share = cpu_share or CpuShare()  # other processes' share of the cores, per step
         self._as_float64 = torch.empty(0, dtype=torch.float64, device=self.device)
-
-    @property
-    def metrics(self) -> MetricsSnapshot:
-        return self.telemetry.snapshot()
-
-    @property
-    def turn_metrics(self) -> MetricsSnapshot:
-        return self.turn_telemetry.snapshot()
 
     def cancel(self) -> None:
         """Thread-safe: the running ``generate`` stops before its next step."""
         self._cancel.set()
 
     def reset(self) -> None:
-        """Drops cached KV state (a new chat); telemetry is kept."""
+        """Drops cached KV state (a new chat)."""
         self.target.reset()
         if self.proposer:
             self.proposer.reset()
@@ -108,8 +96,6 @@ class SpeculativeEngine:
             generator.manual_seed(params.seed)
         seed = generator.initial_seed()  # also keys the per-position draws (sampling.position_uniforms)
         draft_generator = self._draft_generator(generator, seed)
-        self.turn_telemetry.reset()
-        self.telemetry.start_turn()
         self.controller.start_turn()
         watch = Stopwatch(self.device)
         self.cpu_share.take(fresh=True)  # the first step's share starts here
@@ -123,7 +109,7 @@ class SpeculativeEngine:
         if self.proposer and self.controller.prefills_proposer():
             self.proposer.prefill(ids)
         prefill = {"prefill_ms": watch.lap(), "prefill_tokens": len(ids) - 1 - reused, "reused_tokens": reused}
-        emitted = 0
+        emitted = steps = 0
         while True:
             if self._cancel.is_set():
                 yield epilogue.ended("cancelled")
@@ -138,8 +124,8 @@ class SpeculativeEngine:
             result = self._verify(ids, proposal, params, generator, seed, timer)
             if result.nonfinite:
                 self.reset()  # KV computed alongside NaNs is not reused
-                raise epilogue.nonfinite(result.nonfinite, f"at step {self.turn_telemetry.num_steps + 1} of this "
-                                                           f"reply, before its token {emitted + 1}")
+                raise epilogue.nonfinite(result.nonfinite, f"at step {steps + 1} of this reply, before its token "
+                                                           f"{emitted + 1}")
             k, n = len(proposal.tokens), result.num_accepted  # n: the verdict, before any stop cut
             settled = epilogue.settle(ids, result.tokens, emitted, stops=stops, eos=self.eos_token_ids,
                                       max_new_tokens=max_new_tokens, max_length=self.target.max_length)
@@ -163,8 +149,7 @@ class SpeculativeEngine:
                 **prefill,
             )
             prefill = {}
-            for telemetry in (self.telemetry, self.turn_telemetry):
-                telemetry.update(step_stats, len(tokens))
+            steps += 1
             self.controller.observe(step_stats, proposal)
             yield Step(tuple(tokens), step_stats, finish)
             if finish:
