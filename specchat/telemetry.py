@@ -46,12 +46,10 @@ verification:
   if verifying cost nothing.
 * ``arithmetic_increase`` = (1 − α)(γ·c + γ + 1) / (1 − α^(γ+1)).
 * ``tokens_per_s``: emitted tokens / wall time of the steps (the target's prefill runs
-  inside a turn's first step, so it is included; the first step gives no timing samples);
-  ``rolling_tokens_per_s`` the same over the last ``window`` steps.
-* ``decode_tokens_per_s``: the same over the steps that ran no prompt (prefill apart).
+  inside a turn's first step, so it is included; the first step gives no timing samples).
 * ``plain_tokens_per_s``: the plain-step rate, 1000 / mean ms of the last 64 plain steps
   that ran no prompt (one token each).
-* ``measured_speedup`` = decode_tokens_per_s / plain_tokens_per_s: like with like — both
+* ``measured_speedup`` = the tokens/s of the steps that ran no prompt / plain_tokens_per_s: like with like — both
   rates leave the prompt's prefill out (the first step of a turn folds it in), so plain
   decoding alone reports 1.0× after any prompt, and both are means of the same kind.
 * ``ttft_ms``: prefill plus first step of the latest turn.
@@ -140,12 +138,9 @@ class MetricsSnapshot:
     verdict: str | None = None
     arithmetic_increase: float | None = None
     tokens_per_s: float | None = None
-    rolling_tokens_per_s: float | None = None
-    decode_tokens_per_s: float | None = None
     plain_tokens_per_s: float | None = None
     measured_speedup: float | None = None
     ttft_ms: float | None = None
-    elapsed_ms: float = 0.0
     last_gamma: int | None = None
     predicted_gain: float | None = None
     gamma_history: tuple[int, ...] = ()
@@ -234,9 +229,8 @@ class Telemetry:
     ``history`` bounds the per-step sparkline series kept for the panel.
     """
 
-    def __init__(self, max_gamma: int = 8, window: int = 32, history: int = 200) -> None:
+    def __init__(self, max_gamma: int = 8, history: int = 200) -> None:
         self.max_gamma = max_gamma
-        self.window = window
         self._history = history
         self.reset()
 
@@ -260,12 +254,9 @@ class Telemetry:
         self.gamma_used = _Mean()
         self.steps_by_k: dict[int, int] = {}
         self.elapsed_ms = 0.0
-        self.decode_tokens = 0
-        self.decode_ms = 0.0
         self.ttft_ms: float | None = None
         self.last_gamma: int | None = None
         self.predicted_gain: float | None = None
-        self._recent: deque[tuple[int, float]] = deque(maxlen=self.window)
         self._gamma_history: deque[int] = deque(maxlen=self._history)
         self._acceptance_history: deque[float] = deque(maxlen=self._history)
         self._by_source: dict[str, list[float]] = {}  # source → [steps, drafted, accepted, ms, timed drafts]
@@ -297,14 +288,11 @@ class Telemetry:
         self.elapsed_ms += stats.total_ms
         if self.ttft_ms is None:
             self.ttft_ms = stats.prefill_ms + stats.total_ms
-        self._recent.append((num_tokens, stats.total_ms))
         self._gamma_history.append(depth)
         self.steps_by_k[k] = self.steps_by_k.get(k, 0) + 1
         self.last_gamma, self.predicted_gain = stats.num_speculative_tokens, stats.predicted_gain
         timed = stats.prefill_tokens == 0  # a step that also ran the prompt is no timing sample
         if timed:
-            self.decode_tokens += num_tokens
-            self.decode_ms += stats.total_ms
             self.decode.add(num_tokens, stats.total_ms)
         if stats.recommended_gamma is not None:
             self.recommended = (stats.recommended_gamma, stats.recommended_gain)
@@ -384,11 +372,8 @@ class Telemetry:
         best, gain = self.recommended
         verdict = None if best is None else "does not pay" if best == 0 else "pays"
         tps = self.num_tokens / (self.elapsed_ms / 1000) if self.elapsed_ms > 0 else None
-        recent_ms = sum(ms for _, ms in self._recent)
-        rolling = sum(t for t, _ in self._recent) / (recent_ms / 1000) if recent_ms > 0 else None
         plain_ms = self.plain_total.mean
         plain_tps = 1000.0 / plain_ms if plain_ms else None
-        decode_tps = 1000.0 * self.decode_tokens / self.decode_ms if self.decode_ms > 0 else None
         others = self._others_ms / self._share_ms if self._share_ms > 0 else None
         honest = measured_speedup(self.decode, list(self.plain_total.values), others)
         drafted = self.position_drafted
@@ -421,8 +406,6 @@ class Telemetry:
             verdict=verdict,
             arithmetic_increase=increase,
             tokens_per_s=tps,
-            rolling_tokens_per_s=rolling,
-            decode_tokens_per_s=decode_tps,
             plain_tokens_per_s=plain_tps,
             measured_speedup=honest.value,
             measured_speedup_interval=honest.interval,
@@ -431,7 +414,6 @@ class Telemetry:
             cpu_others=others,
             batch_size=self.batch_size, marginal_ms=self.marginal_ms,
             ttft_ms=self.ttft_ms,
-            elapsed_ms=self.elapsed_ms,
             last_gamma=self.last_gamma,
             predicted_gain=self.predicted_gain,
             gamma_history=tuple(self._gamma_history),

@@ -58,11 +58,12 @@ def test_cpu_share_is_what_other_processes_took():
 
 def run_turn(others):
     """A plain-decoding turn of the tiny model with other processes taking ``others`` cores."""
-    from specchat.engine import SamplingParams, SpeculativeEngine
+    from folded import FoldedEngine
+    from specchat.engine import SamplingParams
     from vocab16 import tiny_lm
 
     machine = FakeMachine(cpus=2, others=others)
-    engine = SpeculativeEngine(tiny_lm(0), None, eos_token_ids=[], cpu_share=CpuShare(read=machine.read, cpus=2))
+    engine = FoldedEngine(tiny_lm(0), None, eos_token_ids=[], cpu_share=CpuShare(read=machine.read, cpus=2))
     list(engine.generate([1, 2, 3], SamplingParams(temperature=0), max_new_tokens=30))
     return engine.turn_metrics
 
