@@ -60,20 +60,9 @@ INT8_ULPS = 32
 
 # llama.cpp: the largest |Δ logit| between a batched forward (verify's k+1 tokens, drafts
 # passed after a rollback, as verification runs them) and one-token steps that a healthy
-# build shows, per GGUF format, in logits. Measured on the embedded SmolLM2-135M, each
-# format converted from the wheel's Q4_1 by llama.cpp's quantiser, with
-# scripts/measure-batch-noise.py (3 prompts × batch widths 2, 4, 8, 11; 24 positions;
-# one thread):
-#   with llama.cpp's own attention (builds before 2026-12-02 on our 2-core AMD EPYC, AVX2):
-#     F32 0.021, F16 0.047, BF16 0.36, Q8_0 / Q4_1 / Q4_0 0.000 (a batch and one token ran
-#     the same kernels), but the K-quants take another matmul path from 4 or 8 tokens on:
-#     Q4_K_M 1.58, Q5_K_M 3.03, Q6_K 1.20;
-#   with set-up's small-batch attention, which accumulates a batch in F32 where the
-#     one-token path stays F16 (docs/engine-api.md, "Seeds"; tests/test_llamacpp.py):
-#     on AVX-512, BF16 0.33, Q4_1 1.40 on the code prompt, F32 ~0.01; on AVX2 (the same
-#     machine, wheel +specchat.7, 2026-12-02), F32 0.036, F16 0.052, BF16 0.33, Q8_0 1.21,
-#     Q4_1 2.10 (the summary prompt), Q4_0 1.26, Q6_K 1.44, Q5_K_M 2.13, Q4_K_M 1.60.
-# Each bound is the worst of these with room (≈1.3-1.5×) for prompts not measured.
+# build shows, per GGUF format, in logits: the worst measured on AVX2 and AVX-512 with
+# room (≈1.3-1.5×) for prompts not measured (docs/benchmarks/why-the-numbers.md, made by
+# scripts/measure-batch-noise.py).
 GGUF_NOISE_BOUND = {
     "gguf:F32": 0.05,
     "gguf:F16": 0.1,

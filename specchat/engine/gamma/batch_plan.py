@@ -15,8 +15,8 @@ measured time of a plain step of R0 rows (decode and reading; a line through the
 measured, elsewhere), e(m) what m drafts measured added to the plain step of the same
 rows, and d the drafting time per draft. e is measured, not assumed proportional to rows:
 llama.cpp without a unified KV cache verifies a batch whose sequences carry different
-numbers of tokens in one micro-batch per step of that ragged shape, so on two cores one
-draft beside 8 plain rows added ~19 ms to a 49 ms decode, three 33 ms, eight 65 ms. m = 0,
+numbers of tokens in one micro-batch per step of that ragged shape (what that cost on two
+cores: docs/benchmarks/why-the-numbers.md). m = 0,
 plain decoding for everyone, wins where no draft earns its time, and sooner the larger
 the batch: its rows already use the spare arithmetic that drafts live on (the argument of
 vLLM's dynamic speculation). At one sequence this is AdaptiveGamma's E(k)/T(k).
@@ -25,29 +25,24 @@ Acceptance a_i is estimated per acceptance key (the n-gram match's bucket and co
 with its prior) as AdaptiveGamma does, from every sequence's verdicts pooled: one model
 of the text, more evidence. While nothing is drafted, a probe offers the single likeliest
 draft every ``probe_every`` steps so the estimates can recover, or more rarely where a probe
-is dear: in a big ragged batch one draft costs a pass of its own (~15–19 ms beside 4–8 plain
-rows on two cores), and probing every 24 steps there cost 2–3 % of open chat's throughput at
-N = 4 (bench run 5: 26 probes kept 30 %). Probes are spaced so that what they add stays
+is dear: in a big ragged batch one draft costs a pass of its own. Probes are spaced so that what they add stays
 within PROBE_BUDGET of the plain steps' time (and never more than PROBE_MAX × probe_every
 apart: one stalled measurement must not stop them).
 
 A plan is taken only where its predicted gain clears GAIN_MARGIN. Its costs are medians of
 noisy steps and its acceptance an estimate, so a predicted 1.01–1.03 is a coin toss that
-costs the drafting and the extra pass when it loses: at N = 8 on repetitive text most
-plans were predicted at 1.01–1.07 and the whole came out at 0.96× plain (run 5).
-And the model is held to its word: for each kind of plan (every sequence drafting alike in
+costs the drafting and the extra pass when it loses. And the model is held to its word: for each kind of plan (every sequence drafting alike in
 one pass, or a ragged batch's pass of its own) the tokens and time of the steps it chose are
 compared with what it predicted, and where they fell short, its later predictions of that
 kind are scaled down by the shortfall (never up). Records are kept per batch size and
 forgotten after STALE_STEPS steps without such a plan, so one bad stretch cannot stop a kind
-of plan for good. At N = 8 on repetitive text, plans of 5–9
-drafts predicted 5–7 tokens where 2.7–3.4 came, in steps that took 2–3 plain ones. The
+of plan for good. The
 shortfall is counted against plain steps' own: times are predicted by medians, and a step's
-mean exceeds its median (by ~4 % here) whether it drafts or not, so plain decoding falls
+mean exceeds its median whether it drafts or not, so plain decoding falls
 short of its prediction too, and only what drafting loses beyond that counts against it.
 
 Exactness does not depend on the choice: it uses only the past and each sequence's own
-tokens.
+tokens. The measurements behind these choices: docs/benchmarks/why-the-numbers.md.
 """
 
 from __future__ import annotations

@@ -13,9 +13,8 @@ not even change a seeded reply, only its speed (the coupled form in sampling.py)
   measured step time T(k) (draft + verify + overhead).
   Each bucket starts from a prior that grows with the match length (:func:`match_prior`),
   so a long quote is drafted deep from its first step while a one-token match waits for
-  evidence; where verifying is dear (two CPU cores: 5 drafts cost ~1.5 plain steps with
-  specchat's llama.cpp kernels, 2–2.7 with upstream's) that is the difference between
-  drafting where it pays and paying to learn where.
+  evidence; where verifying is dear (a CPU: docs/benchmarks/why-the-numbers.md) that is
+  the difference between drafting where it pays and paying to learn where.
   When no k beats a plain step it decodes plainly and probes again from time to time.
 
 It must recover when acceptance comes back after a stretch where nothing was accepted:
