@@ -65,13 +65,13 @@ def loaded_after(statement: str, watched: tuple[str, ...]) -> list[str]:
 
 
 def test_engine_runs_without_a_terminal_ui():
-    assert loaded_after("import specchat.engine, specchat.engine.chat, specchat.engine.factory", ("textual", "rich")) == []
+    assert loaded_after("import specchat.engine, specchat.engine.session, specchat.engine.factory", ("textual", "rich")) == []
 
 
 @pytest.mark.parametrize("module", [
     "specchat.ui.app", "specchat.sessions.replay", "specchat.sessions.replay_backend", "specchat.sessions.recorder",
     "specchat.sessions.history", "specchat.events", "specchat.telemetry", "specchat.live",
-    "specchat.turn", "specchat.remote.chat",
+    "specchat.turn", "specchat.remote.session",
 ])
 def test_module_does_not_import_torch(module):
     assert loaded_after(f"import {module}", ("torch", "transformers")) == []

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from test_exactness import SteadyClockAdaptive  # noqa: E402  (tests/ is on sys.path)
 from specchat.verify.near_tie import compute_precision, near_tie_tolerance
 from specchat.engine import DraftModelProposer, NgramProposer, SamplingParams
-from specchat.engine.chat import ChatSession, IncrementalDecoder
+from specchat.engine.session import ChatSession, IncrementalDecoder
 from specchat.events import StepEvent, TurnFinished, TurnStarted, UserMessage
 
 CODE_PROMPT = (

@@ -183,7 +183,7 @@ def lfm2(vocab: int = VOCAB):
 def test_a_cache_that_cannot_roll_back_decodes_plainly_and_says_so_once(tiny_tokenizer_dir):
     from transformers import AutoTokenizer
 
-    from specchat.engine.chat import ChatSession
+    from specchat.engine.session import ChatSession
     from specchat.events import TurnStarted
 
     with warnings.catch_warnings():
@@ -251,7 +251,7 @@ def test_non_finite_draft_logits_are_one_clear_error(llama_pair):
 def test_a_chat_keeps_the_partial_reply_after_nan_logits(tiny_model_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specchat.engine.chat import ChatSession
+    from specchat.engine.session import ChatSession
     from specchat.events import ErrorEvent, TurnFinished
 
     target = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
@@ -289,7 +289,7 @@ def test_edges_are_accepted_and_every_entry_point_validates(llama_pair, tiny_tok
 
     from transformers import AutoTokenizer
 
-    from specchat.engine.chat import ChatSession
+    from specchat.engine.session import ChatSession
 
     SamplingParams(temperature=0, top_p=1.0, top_k=0, seed=0)
     SamplingParams(seed=2**64 - 1)

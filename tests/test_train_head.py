@@ -16,7 +16,7 @@ import torch
 from specchat.config import load_profile
 from specchat.engine import SamplingParams
 from specchat.engine.backends import as_backend
-from specchat.engine.chat import ChatSession
+from specchat.engine.session import ChatSession
 from specchat.engine.proposers.eagle import EagleProposer
 from specchat.heads.checkpoint import load_eagle3
 from specchat.loading import load_models

@@ -12,7 +12,7 @@ import torch
 from specchat.config import load_profile
 from specchat.engine import SamplingParams
 from specchat.engine.backends import as_backend
-from specchat.engine.chat import ChatSession
+from specchat.engine.session import ChatSession
 from specchat.engine.proposers.medusa import MedusaProposer
 from specchat.heads.medusa_checkpoint import load_medusa
 from specchat.loading import load_models

@@ -165,7 +165,7 @@ def llama_rows(tmp_path_factory):
     from specchat.verify.single import DEFAULT_CANDIDATES
     from specchat.config import load_profile
     from specchat.engine import SpeculativeEngine
-    from specchat.engine.chat import ChatSession
+    from specchat.engine.session import ChatSession
     from specchat.loading import load_models
 
     path = tmp_path_factory.mktemp("profiles") / "llama.toml"

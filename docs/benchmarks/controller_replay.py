@@ -42,7 +42,7 @@ def record_replies(profile_name: str, batches: list[tuple[list[str], int, int]])
     from specchat.bench.prompt_sets import load_prompt_sets
     from specchat.bench.runner import BenchConfig, build_requests, make_engine
     from specchat.config.loader import load_profile
-    from specchat.engine.chat import ChatSession
+    from specchat.engine.session import ChatSession
     from specchat.engine.factory import sampling_params
     from specchat.loading.models import load_models
 

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_dir: Path) -> int:
     """N chats at once, decoded together (bench/concurrency.py)."""
-    from specchat.bench.bench import benchmark_concurrency
+    from specchat.bench.benchmark import benchmark_concurrency
     from specchat.bench.concurrency import level_configs
     from specchat.bench.concurrency_report import comparison_lines, table_rows, write_outputs
     from specchat.bench.configs import parse_gammas
@@ -185,7 +185,7 @@ def _remote(profile, sets, args, out_dir: Path) -> int:
 def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path) -> int:
     from rich.console import Console
 
-    from specchat.bench.bench import benchmark, write_outputs
+    from specchat.bench.benchmark import benchmark, write_outputs
     from specchat.bench.report import concurrency_note
     from specchat.bench.table import render_tables
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from specchat.engine.chat import ChatSession
+from specchat.engine.session import ChatSession
 from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.proposers.hybrid import HEAD_CEILING, HybridProposer

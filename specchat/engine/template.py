@@ -1,5 +1,5 @@
 """A chat template: how messages become prompt ids for a tokenizer, and which ids end a
-turn. A chat (chat.py) holds one and runs the engine; serve, bench and train-head's
+turn. A chat (session.py) holds one and runs the engine; serve, bench and train-head's
 distillation need only this."""
 
 from __future__ import annotations

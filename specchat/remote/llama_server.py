@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from specchat.events import Step
-from specchat.remote.chat import RemoteChat
+from specchat.remote.session import RemoteChat
 from specchat.remote.http import Endpoint, RemoteError
 from specchat.remote.llama_server_steps import MalformedChunk, StepBuilder
 from specchat.remote.metrics import MAX_POSITIONS

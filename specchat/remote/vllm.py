@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from specchat.events import Step, StepStats, Token
-from specchat.remote.chat import RemoteChat
+from specchat.remote.session import RemoteChat
 from specchat.remote.http import Endpoint, RemoteError
 
 FINISH = {"stop": "eos", "length": "length", "abort": "cancelled"}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from specchat.engine.chat import IncrementalDecoder
+from specchat.engine.session import IncrementalDecoder
 from specchat.events import Step
 from specchat.telemetry import mean_acceptance_length
 

@@ -55,7 +55,7 @@ def verify_batched(loaded: Any, profile: Any, *, concurrency: int, samples: int 
                    prompt: str | None = None, reply_start: str = "", params: SamplingParams | None = None,
                    gamma: int | None = None, proposer_factory: Callable[[Any, Any, int | str], Any] | None = None,
                    progress: Callable[[int, int, str], None] | None = None) -> VerifyReport:
-    from specchat.engine.chat import ChatSession
+    from specchat.engine.session import ChatSession
     from specchat.engine.factory import sampling_params
 
     report = progress or (lambda done, total, text: None)

@@ -136,7 +136,7 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
            reply_start: str = "", params: SamplingParams | None = None, gamma: int | None = None,
            proposer_factory: Callable[[Any, Any, int], Any] | None = None,
            progress: Callable[[int, int, str], None] | None = None) -> VerifyReport:
-    from specchat.engine.chat import ChatSession
+    from specchat.engine.session import ChatSession
     from specchat.engine.factory import sampling_params
 
     report = progress or (lambda done, total, text: None)
