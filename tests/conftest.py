@@ -21,12 +21,16 @@ from tiers import _fast_tier_guard  # noqa: E402,F401 (autouse: the fast tier's 
 from tiny_models import build_tiny_model, build_tiny_tokenizer, write_tiny_profile  # noqa: E402
 
 
+def pytest_addoption(parser):
+    tiers.add_option(parser)
+
+
 def pytest_configure(config):
     tiers.register(config)
 
 
 def pytest_collection_modifyitems(config, items):
-    tiers.apply(items)
+    tiers.apply(config, items)
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,9 @@ name at a time, transitively). A name that resolves to an object of a module bel
 so does a fixture named in FIXTURES. A helper that starts a subprocess or loads a model
 therefore tags every test that calls it, wherever the test lives.
 
-``make test-fast`` deselects every tier in SLOW and sets SPECCHAT_TEST_TIER=fast; a test
-that then starts a subprocess or loads a model file anyway fails, naming the tier its
-helper should carry (the guard below): the fast tier stays what it says.
+``pytest --fast`` (``make test-fast``) deselects every test of a tier in SLOW; a test left
+that starts a subprocess or loads a model file anyway fails, naming the tier its helper
+should carry (the guard below): the fast tier stays what it says.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ TIERS = {
     "subprocess": "starts a Python or CLI subprocess",
     "server": "starts a server (llama-server, specchat serve)",
     "training": "runs a training or distillation pipeline",
-    "power": "a statistical power trial: many samples against a planted bug",
+    "power": "draws thousands of samples: a chi-square against an exact law, or a planted bug's trial",
 }
-SLOW = ("model", "llamacpp", "subprocess", "server", "training")  # what make test-fast leaves out
+SLOW = ("model", "llamacpp", "subprocess", "server", "training", "power")  # what make test-fast leaves out
 
 # module prefix of an object a test's code names → its tiers
 MODULES = {
@@ -156,16 +156,30 @@ def tiers_of(item: pytest.Item) -> set[str]:
     return found
 
 
+def add_option(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true",
+                     help=f"the inner loop: leave out every test of the tiers {', '.join(SLOW)}")
+
+
 def register(config: pytest.Config) -> None:
     for name, what in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {what} (applied by tests/tiers.py)")
 
 
-def apply(items: list[pytest.Item]) -> None:
+def apply(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks every test with its tiers; under --fast, deselects those of a SLOW tier."""
+    slow = []
     for item in items:
-        for tier in sorted(tiers_of(item)):
+        tiers = tiers_of(item)
+        for tier in sorted(tiers):
             if tier not in {m.name for m in item.iter_markers()}:
                 item.add_marker(tier)
+        if config.getoption("--fast") and tiers & set(SLOW):
+            slow.append(item)
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        gone = set(slow)
+        items[:] = [item for item in items if item not in gone]
 
 
 # --- the fast tier's guard ----------------------------------------------------------------
@@ -179,8 +193,8 @@ def _refuse(tier: str, what: str):
 
 
 @pytest.fixture(autouse=True)
-def _fast_tier_guard(monkeypatch):
-    if os.environ.get("SPECCHAT_TEST_TIER") != "fast":
+def _fast_tier_guard(request, monkeypatch):
+    if not request.config.getoption("--fast"):
         yield
         return
     import subprocess
