@@ -11,11 +11,12 @@ import sys
 MAIN = "import sys; from specchat.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
-def run_cli(*args: str, env_extra: dict | None = None, code_prefix: str = "", timeout: int = 300,
-            cwd=None) -> subprocess.CompletedProcess:
+def run_cli(*args: str, env_extra: dict | None = None, env: dict | None = None, code_prefix: str = "",
+            timeout: int = 300, cwd=None) -> subprocess.CompletedProcess:
     """``specchat *args``; ``code_prefix``: Python run first in the same process (to plant a
-    fault, e.g. block an import); ``env_extra``: variables added to this one's environment."""
-    env = {**os.environ, **(env_extra or {})}
+    fault, e.g. block an import); ``env``: the whole environment (default: this one's),
+    ``env_extra``: variables added to it."""
+    env = {**(os.environ if env is None else env), **(env_extra or {})}
     return subprocess.run([sys.executable, "-c", code_prefix + MAIN, *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=cwd)
 

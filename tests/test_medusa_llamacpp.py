@@ -13,8 +13,7 @@ first rows of an all-token output instead of the last — the first test fails.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from cli import run_cli
 from pathlib import Path
 
 import numpy as np
@@ -79,8 +78,8 @@ def test_a_medusa_profile_runs_on_llama_cpp(gguf, tmp_path):
     """Random heads over 256 ids of SmolLM2's vocabulary: drafts are rarely kept, but
     they are drafted, verified and the reply finishes."""
     profile = medusa_profile(tmp_path, gguf, 3, "temperature = 0.0\nseed = 0\nmax_new_tokens = 12\n")
-    result = subprocess.run([sys.executable, "-m", "specchat", "run", "--profile", str(profile), "--prompt", "hi",
-                             "--json"], capture_output=True, text=True, timeout=180)
+    result = run_cli("run", "--profile", str(profile), "--prompt", "hi",
+                             "--json", timeout=180)
     assert result.returncode == 0, result.stderr[-1500:]
     assert json.loads(result.stdout.splitlines()[-1])["num_draft_tokens"] > 0
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from cli import run_cli
 from specchat.verify.near_tie import compute_precision
 from specchat.cli import main
 from specchat.config import load_profile
@@ -132,9 +131,8 @@ def test_verify_passes_on_a_tiny_nf4_model(nf4_profile_path, capsys):
 
 
 def test_bitsandbytes_log_noise_stays_off_the_terminal(nf4_profile_path):
-    result = subprocess.run([sys.executable, "-m", "specchat", "run", "--profile", str(nf4_profile_path),
-                             "--prompt", "Hello there", "--no-record", "--max-new-tokens", "4"],
-                            capture_output=True, text=True, timeout=180, env=dict(os.environ))
+    result = run_cli("run", "--profile", str(nf4_profile_path),
+                             "--prompt", "Hello there", "--no-record", "--max-new-tokens", "4", timeout=180, env=dict(os.environ))
     assert result.returncode == 0, result.stderr
     # bitsandbytes logs a missing optional "kernels" package on bf16 CPUs, and 8-bit casts
     assert "kernels" not in result.stderr and "MatMul8bitLt" not in result.stderr, result.stderr
@@ -149,9 +147,8 @@ def test_quantization_on_cpu_in_float32_is_a_valid_profile(tmp_path):
 
 def test_the_shipped_nf4_profile_runs_on_the_embedded_model(embedded_model_dir):
     env = {**os.environ, "SPECCHAT_CACHE_DIR": str(embedded_model_dir.parent.parent)}
-    result = subprocess.run([sys.executable, "-m", "specchat", "run", "--profile", "smollm2-nf4", "--prompt",
-                             "Name three colours.", "--json", "--no-record", "--max-new-tokens", "8", "--seed", "1"],
-                            capture_output=True, text=True, timeout=300, env=env)
+    result = run_cli("run", "--profile", "smollm2-nf4", "--prompt",
+                             "Name three colours.", "--json", "--no-record", "--max-new-tokens", "8", "--seed", "1", timeout=300, env=env)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.splitlines()[-1])
     assert summary["models"]["target"]["quantization"] == "4bit-nf4"
