@@ -193,12 +193,12 @@ def test_what_the_batched_engine_refuses(backend, chats):
         engine.close()
 
 
-def test_the_batched_engine_is_llama_cpp_only():
+def test_a_backend_that_does_not_batch_is_one_line():
     from vocab16 import tiny_lm
 
     from specchat.engine.backends.transformers import TransformersBackend
 
-    with pytest.raises(ValueError, match="llama.cpp backend only"):
+    with pytest.raises(ValueError, match="needs a backend that batches: it decodes one sequence at a time"):
         BatchedEngine(TransformersBackend(tiny_lm(0)))
 
 

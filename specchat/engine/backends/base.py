@@ -60,6 +60,9 @@ class Backend:
         logits for — after the final norm, the vectors the lm_head reads (Medusa heads
         read them): ``last_final_hidden`` [num_logits, H] float32, its first row at
         position ``final_hidden_start``. ``final_hidden_note`` says why not where it cannot.
+      batches: whether ``open_batch`` gives a context that decodes several sequences in one
+        call (engine/batch/batched.py: ``decode_all(rows)``, ``drop(seq, keep)``,
+        ``close()``); ``batch_note`` says why not where it cannot.
     """
 
     name = "backend"
@@ -83,11 +86,18 @@ class Backend:
     final_hidden_note: str = "this backend cannot hand out its final hidden states"
     last_final_hidden: torch.Tensor | None = None
     final_hidden_start: int = 0
+    batches: bool = False
+    batch_note: str = "this backend decodes one sequence at a time"
 
     @property
     def ids(self) -> list[int]:
         """The ids whose KV the cache holds."""
         raise NotImplementedError
+
+    def open_batch(self, n_seq: int, n_ctx_per_seq: int):
+        """A context decoding ``n_seq`` sequences of up to ``n_ctx_per_seq`` tokens together
+        (only where ``batches``)."""
+        raise NotImplementedError(self.batch_note)
 
     def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
         """Logits [num_logits, V] for the last positions of ``ids + extra``, reusing the

@@ -18,6 +18,7 @@ import torch
 
 from specchat.engine.backends.base import Backend, common_prefix_length
 from specchat.engine.backends.llamacpp_features import FINAL_HIDDEN_ARCHITECTURES, LAYER_INPUT_ARCHITECTURES, bind
+from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
 from specchat.engine.backends.llamacpp_tree import TREE_LEAVES, TreeLayout
 
 
@@ -51,6 +52,7 @@ class LlamaCppBackend(Backend):
     turns it off unless asked): one-token steps on our 2-core CPU ran 5–15 % faster."""
 
     name = "llama.cpp"
+    batches = True  # several sequences in one llama_decode, each its own seq_id (llamacpp_batch.py)
 
     def __init__(self, model_path: str | Path, *, n_ctx: int = 0, n_threads: int | None = None,
                  n_gpu_layers: int = 0, n_batch: int = 512, max_ctx: int = 8192, flash_attn: bool = True,
@@ -120,6 +122,9 @@ class LlamaCppBackend(Backend):
     @property
     def ids(self) -> list[int]:
         return self._ids
+
+    def open_batch(self, n_seq: int, n_ctx_per_seq: int):
+        return LlamaCppBatch(self, n_seq, n_ctx_per_seq)
 
     def reset(self) -> None:
         self._llama_cpp.llama_memory_clear(self._memory, True)

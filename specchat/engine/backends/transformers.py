@@ -109,6 +109,7 @@ class TransformersBackend(Backend):
     """A transformers causal LM with a DynamicCache keyed by the ids it holds."""
 
     name = "transformers"
+    batch_note = "it decodes one sequence at a time (serve and bench --concurrency need a GGUF target on llama.cpp)"
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model

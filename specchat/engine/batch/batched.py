@@ -32,7 +32,6 @@ import torch
 
 from specchat.engine import epilogue  # looked up at call time: tests plant bugs there
 from specchat.engine.backends.base import common_prefix_length
-from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
 from specchat.engine.gamma.batch_plan import BatchGamma, BatchPlan
 from specchat.engine.batch.requests import Request, RequestQueue
 from specchat.engine.gamma.controller import Assessment, Controller, make_controller
@@ -63,10 +62,11 @@ class BatchedEngine:
 
     def __init__(self, target, n_seq: int = 4, proposer_factory: Callable[[], Proposer | None] | None = None,
                  eos_token_ids: Iterable[int] | None = None, n_ctx_per_seq: int | None = None) -> None:
-        if target.name != "llama.cpp":
-            raise ValueError("batched decoding runs on the llama.cpp backend only (one sequence elsewhere)")
+        if not target.batches:
+            raise ValueError(f"batched decoding needs a backend that batches: {target.batch_note} (the "
+                             f"{target.name} backend); the llama.cpp backend does")
         self.target, self.n_seq = target, n_seq
-        self.context = LlamaCppBatch(target, n_seq, n_ctx_per_seq or max(256, target.max_length // n_seq))
+        self.context = target.open_batch(n_seq, n_ctx_per_seq or max(256, target.max_length // n_seq))
         self.factory = proposer_factory or (lambda: None)
         self.eos = set(eos_token_ids) if eos_token_ids is not None else set(target.eos_token_ids)
         self._cancelled: set[int] = set()
