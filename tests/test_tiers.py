@@ -5,6 +5,7 @@ model tags every test that calls it."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import tiers
 
@@ -41,3 +42,33 @@ def test_pure_code_has_no_tier():
 
 def test_this_module_is_in_the_fast_tier(request):
     assert not {m.name for m in request.node.iter_markers()} & set(tiers.SLOW)
+
+
+CONFTEST = '''
+import importlib.util, sys
+sys.path.insert(0, {tests!r})
+spec = importlib.util.spec_from_file_location("specchat_tests_conftest", {tests!r} + "/conftest.py")
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+globals().update({{k: v for k, v in vars(module).items() if not k.startswith("__")}})
+'''
+HIDDEN = '''
+def test_hidden():
+    getattr(__import__("sub" + "process"), "run")(["true"])
+'''
+
+
+def test_the_fast_tier_fails_a_test_that_starts_a_subprocess_it_could_not_see(tmp_path):
+    """The planted drift: a subprocess started where the tiers' reading cannot see it. The
+    whole run passes it; under --fast the guard fails it, naming the tier to give."""
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parent)
+    (tmp_path / "conftest.py").write_text(CONFTEST.format(tests=tests))
+    (tmp_path / "test_hidden.py").write_text(HIDDEN)
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(tmp_path)]
+    whole = subprocess.run(run, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    fast = subprocess.run(run + ["--fast"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert whole.returncode == 0, whole.stdout[-2000:]
+    assert fast.returncode == 1 and "the fast tier ran a test that starts a subprocess" in fast.stdout, \
+        fast.stdout[-2000:]
