@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_KEY_ENV = "SPECCHAT_API_KEY"
-MAX_CTX = 8192  # LlamaCppBackend's cap on a model's trained context when n_ctx is 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -101,7 +100,7 @@ def known_n_ctx(profile: Any) -> int | None:
         return None
     import llama_cpp
 
-    from specchat.engine.backends.llamacpp import quiet_logs, trained_context
+    from specchat.engine.backends.llamacpp import MAX_CTX, quiet_logs, trained_context
 
     quiet_logs(llama_cpp)  # reading the trained context logs the vocabulary to stderr
     try:

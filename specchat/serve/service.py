@@ -15,6 +15,7 @@ from specchat.engine.template import ChatTemplate
 from specchat.errors import SpecchatError
 from specchat.methods import METHODS
 from specchat.serve.metrics import ServeMetrics
+from specchat.serve.parallel import MIN_ROOM
 from specchat.serve.openai import BadRequest, Job
 
 
@@ -72,7 +73,7 @@ def build_service(profile: Any, loaded: Any, parallel: int, api_key: str | None 
     """The profile's models → a running Service (its worker thread started)."""
     check_profile(profile, parallel)
     spec = profile.speculation
-    room = max(256, loaded.target.max_length // parallel)
+    room = max(MIN_ROOM, loaded.target.max_length // parallel)
     gamma = spec.num_speculative_tokens
     num_spec_tokens = 0 if spec.method == "none" else spec.max_speculative_tokens if gamma == "auto" else int(gamma)
     factory = lambda: build_proposer(spec)  # noqa: E731  (one proposer per sequence)

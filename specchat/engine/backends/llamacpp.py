@@ -43,6 +43,7 @@ def offload_devices(n_gpu_layers: int, num_layers: int) -> frozenset[str]:
 
 
 PLACEHOLDER_CTX = 256  # the context Llama opens first (llama.cpp's smallest), replaced at once
+MAX_CTX = 8192  # the cap on a model's trained context when n_ctx is 0 (serve reads it before loading)
 
 
 class LlamaCppBackend(Backend):
@@ -55,7 +56,7 @@ class LlamaCppBackend(Backend):
     batches = True  # several sequences in one llama_decode, each its own seq_id (llamacpp_batch.py)
 
     def __init__(self, model_path: str | Path, *, n_ctx: int = 0, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, n_batch: int = 512, max_ctx: int = 8192, flash_attn: bool = True,
+                 n_gpu_layers: int = 0, n_batch: int = 512, max_ctx: int = MAX_CTX, flash_attn: bool = True,
                  verbose: bool = False) -> None:
         import llama_cpp
         from llama_cpp import _internals
