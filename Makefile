@@ -2,7 +2,7 @@
 #   make run    create .venv if missing, then open the TUI on the default profile
 #   make test   create .venv if missing, then run the whole test suite
 #   make test-fast   the inner loop: every test without a model, a subprocess, a server,
-#               training or thousands of samples (tests/tiers.py tags them from what they use)
+#               training or thousands of samples (tests/support/tiers.py tags them from what they use)
 #
 # GPU users: install a CUDA torch instead of the pinned CPU wheel, e.g.
 #   make run TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu128"

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 # One math thread per process: pytest-xdist runs one worker per core, and torch's default
 # of a thread per core in every worker (and in every CLI subprocess a test starts)
@@ -16,9 +13,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-import tiers  # noqa: E402
-from tiers import _fast_tier_guard  # noqa: E402,F401 (autouse: the fast tier's guard)
-from tiny_models import build_tiny_model, build_tiny_tokenizer, write_tiny_profile  # noqa: E402
+from tests.support import tiers  # noqa: E402
+from tests.support.tiers import _fast_tier_guard  # noqa: E402,F401 (autouse: the fast tier's guard)
+from tests.support.tiny_models import build_tiny_model, build_tiny_tokenizer, write_tiny_profile  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -104,8 +101,8 @@ def embedded_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def target():
-    """A sharp random target whose distributions can be enumerated (tests/vocab16.py)."""
-    from vocab16 import tiny_lm
+    """A sharp random target whose distributions can be enumerated (tests/support/vocab16.py)."""
+    from tests.support.vocab16 import tiny_lm
 
     return tiny_lm(0, scale=12)
 
@@ -113,15 +110,15 @@ def target():
 @pytest.fixture(scope="session")
 def draft(target):
     """A draft that often agrees with ``target``: its weights plus noise."""
-    from vocab16 import perturbed
+    from tests.support.vocab16 import perturbed
 
     return perturbed(target, seed=1, noise=0.4)
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Says how many tests were skipped and why (tests/needs.py gives the skips of a part
+    """Says how many tests were skipped and why (tests/support/needs.py gives the skips of a part
     set-up did not build one reason each, e.g. "23 tests skipped: llama.cpp backend not
-    built"), then prints the mutation check's table (tests/test_mutations.py), which workers
+    built"), then prints the mutation check's table (tests/product/test_mutations.py), which workers
     hand back as a user property of each mutation's report."""
     skipped = skip_counts(terminalreporter.stats.get("skipped", []))
     terminalreporter.write_sep("=", "skipped tests")

@@ -58,9 +58,9 @@ def test_cpu_share_is_what_other_processes_took():
 
 def run_turn(others):
     """A plain-decoding turn of the tiny model with other processes taking ``others`` cores."""
-    from folded import FoldedEngine
+    from tests.support.folded import FoldedEngine
     from specchat.engine import SamplingParams
-    from vocab16 import tiny_lm
+    from tests.support.vocab16 import tiny_lm
 
     machine = FakeMachine(cpus=2, others=others)
     engine = FoldedEngine(tiny_lm(0), None, eos_token_ids=[], cpu_share=CpuShare(read=machine.read, cpus=2))

@@ -127,9 +127,9 @@ def test_a_drafting_step_that_caught_up_is_no_cost_sample():
 def test_plain_decoding_after_a_long_prompt_reports_no_speedup():
     """Plain decoding alone after a 1,500-token prompt: measured speed-up 1.0× (it was
     0.21× when the turn's rate, prefill included, was held against plain steps)."""
-    from folded import FoldedEngine
+    from tests.support.folded import FoldedEngine
     from specchat.engine import SamplingParams
-    from vocab16 import tiny_lm
+    from tests.support.vocab16 import tiny_lm
 
     model = tiny_lm(0, max_positions=2048)
     engine = FoldedEngine(model, None, eos_token_ids=[], cpu_share=quiet_machine())

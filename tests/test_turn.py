@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from specchat.events import ErrorEvent, Step, StepEvent, StepStats, Token, TurnFinished, TurnStarted, UserMessage
 from specchat.telemetry import ChatTelemetry, Telemetry
 from specchat.turn import Conversation, TurnPlan
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
 
 
 def step(n_tokens: int, drafted: int = 0, accepted: int = 0, finish: str | None = None) -> Step:

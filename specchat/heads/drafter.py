@@ -8,7 +8,7 @@ dispatch, not arithmetic.
 * the KV cache is preallocated and grown by doubling (no concatenation per draft);
 * attention is one grouped-query ``scaled_dot_product_attention`` call.
 
-``tests/test_head_drafter.py`` checks it against ``eagle3.step`` (float weights: equal
+``tests/heads/test_drafter.py`` checks it against ``eagle3.step`` (float weights: equal
 up to rounding) through appends, drafts and rollbacks. Exactness never rests on it:
 every draft carries the law this drafter computed, and the rejection sampler verifies
 against that law.

@@ -35,7 +35,7 @@ CDFs does that.
 
 Rule: the check fails when TV(law, p) > LAW_BOUND = 2e-6, ≥ 2.9× healthy_tv at any support read. The error
 above at a 10 % rejection rate (TV 1e-5) fails it; a bound ten times looser would pass
-it (tests/test_verify_thresholds.py). The line names the token with the largest error.
+it (tests/verify/test_thresholds.py). The line names the token with the largest error.
 
 The rows are the real ones when p and q together put mass on at most MAX_IDS ids (the
 default profile's top-p keeps 33 at verify's prompt on SmolLM2); the columns where both
@@ -43,7 +43,7 @@ are 0 are dropped (no law of the sampler's involves them) and the order of the r
 kept. A wider support (temperature alone) is cut to its MAX_IDS likeliest ids and
 renormalised (for the host sampler: the other logits dropped, as if −inf), and the line
 says so; the host's two-level draw for supports over 1,024 ids is then not reached. Not
-read here: the tree walk (tree.py), which tests/test_tree_exactness.py covers.
+read here: the tree walk (tree.py), which tests/engine/trees/test_tree_exactness.py covers.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ decode as llama.cpp's own tree-speculation example runs it:
   removed (:meth:`TreeLayout.keep`), so the cache holds exactly what a chain decode of
   the path would have left.
 
-``tests/test_llamacpp_tree.py`` compares every node's logits with a chain decode of its
+``tests/engine/backends/test_llamacpp_tree.py`` compares every node's logits with a chain decode of its
 path, and the cache after ``keep_path`` with a fresh run.
 """
 

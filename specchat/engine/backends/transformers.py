@@ -130,7 +130,7 @@ class TransformersBackend(Backend):
         self.hidden_size = int(getattr(model.config, "hidden_size", 0) or 0)
         self._feature_layers: tuple[int, ...] = ()
         # transformers' hidden_states[-1] is the final norm's output, what the lm_head reads
-        # (tests/test_medusa.py checks lm_head(it) == the logits)
+        # (tests/engine/proposers/test_medusa.py checks lm_head(it) == the logits)
         self.provides_final_hidden = True
         self._final_hidden = False
         self._tree: tuple[int, list[int]] | None = None  # (first node row, node ids) after forward_tree

@@ -12,7 +12,7 @@ rejection sampling over siblings (engine/trees/walk.py) verifies the tree exactl
 * whether a node gets another child is decided from what was drawn before — its value
   est(v) · (the mass of its law not drawn yet), est(v) the product of the drafter's
   probabilities along v's path — never from the child's own value. (Keeping a drawn child
-  only if it scored well changes the law it was drawn from: tests/test_tree_exactness.py
+  only if it scored well changes the law it was drawn from: tests/engine/trees/test_tree_exactness.py
   plants exactly that and fails.)
 
 A node's law comes from ``laws(level)``, called once per depth on that depth's new nodes:

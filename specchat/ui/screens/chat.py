@@ -79,7 +79,7 @@ class ChatScreen(Screen):
     def _on_timer_update(self) -> None:
         """Textual's paint tick: it draws between the model's steps (see step_gate.py).
         A private method of Textual's Screen (Textual has no public hook around a paint):
-        textual is pinned to its major, and tests/test_textual_hook.py fails by name if an
+        textual is pinned to its major, and tests/ui/test_textual_hook.py fails by name if an
         upgrade renames it or stops painting through it."""
         with self.app.gate.drawing():
             super()._on_timer_update()
