@@ -3,13 +3,17 @@
 One ``llama_decode`` then runs tokens of many sequences, each row tagged with its
 ``seq_id`` and position; with ``kv_unified`` off each sequence attends over its own cells
 only, and ``drop`` clears a sequence's cells from a position on (a rejected draft, a
-finished reply) without touching the others. Used by the batched engine (engine/
-batched.py) and by self-distillation (training/distill.py).
+finished reply) without touching the others. Used by the batched engine (engine/batch/
+batched.py), by a draft model per batched request (:class:`SequenceBackend`) and by
+self-distillation (training/distill.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+from specchat.engine.backends.base import Backend, common_prefix_length
 
 N_BATCH = 512  # rows one decode takes at most (llama.cpp may lower it to n_ctx: read back)
 
@@ -48,6 +52,19 @@ class LlamaCppBatch:
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.batch = llama_cpp.llama_batch_init(N_BATCH, 0, 1)
         self.n_seq, self.n_ctx_per_seq, self.vocab = n_seq, n_ctx_per_seq, backend.vocab_size
+        self.backend = backend
+        self.layers: tuple[int, ...] = ()  # layers whose inputs every decode hands out (an EAGLE-3 head's)
+        self.features: np.ndarray | None = None  # the last decode_all's [rows, layers·H], in row order
+
+    def request_features(self, layer_ids: tuple[int, ...]) -> None:
+        """From the next decode on, keep the inputs of these layers for every row."""
+        if not self.backend.provides_features:
+            raise NotImplementedError(self.backend.features_note)
+        if self.layers and tuple(layer_ids) != self.layers:
+            raise ValueError(f"this batch hands out layers {self.layers} already (one head's per batch)")
+        for layer in layer_ids:
+            self.backend._layer_inputs.enable(self.ctx, layer)
+        self.layers = tuple(layer_ids)
 
     def close(self) -> None:
         if self.ctx:
@@ -73,6 +90,11 @@ class LlamaCppBatch:
         code = self.llama_cpp.llama_decode(self.ctx, b)
         if code != 0:
             raise RuntimeError(f"llama_decode failed (code {code})")
+        if self.layers:  # llama.cpp hands them out in its batch order: back to the caller's
+            inputs = self.backend._layer_inputs
+            rows_read = np.concatenate([inputs.read(self.ctx, layer, len(rows), self.backend.hidden_size)
+                                        for layer in self.layers], axis=1)
+            self.features = rows_read[np.argsort(order, kind="stable")]
         wanted = [r for r in order if rows[r][3]]
         if not wanted:
             return np.empty((0, self.vocab), dtype=np.float32)
@@ -82,11 +104,83 @@ class LlamaCppBatch:
         return logits[back]  # a copy (fancy indexing): llama.cpp reuses its buffer at the next decode
 
     def decode_all(self, rows: list[tuple[int, int, int, bool]]) -> np.ndarray:
-        """As :meth:`decode`, for any number of rows (``n_batch`` at a time)."""
-        parts = [self.decode(rows[i:i + self.n_batch]) for i in range(0, len(rows), self.n_batch)]
+        """As :meth:`decode`, for any number of rows (``n_batch`` at a time); with layers
+        requested, ``features`` then holds every row's, in row order."""
+        parts, features = [], []
+        for i in range(0, len(rows), self.n_batch):
+            parts.append(self.decode(rows[i:i + self.n_batch]))
+            if self.layers:
+                features.append(self.features)
+        self.features = np.concatenate(features) if features else None
         return np.concatenate(parts) if parts else np.empty((0, self.vocab), dtype=np.float32)
+
+    def lane(self, seq: int) -> SequenceBackend:
+        """Sequence ``seq`` as a Backend of its own (what a proposer drafts with or reads)."""
+        return SequenceBackend(self, seq)
 
     def drop(self, seq: int, start: int = 0) -> None:
         """Clears sequence ``seq``'s cells from position ``start`` on (0: all of them)."""
         if not self.llama_cpp.llama_memory_seq_rm(self.memory, seq, start if start > 0 else -1, -1):
             raise RuntimeError("llama.cpp could not drop a sequence's cells")
+
+
+class SequenceBackend(Backend):
+    """Sequence ``seq`` of a :class:`LlamaCppBatch` as a Backend of its own: ``forward``
+    keeps the cells of the longest common prefix and decodes the rest in this sequence
+    alone. What a batched request's draft model drafts with: each request its own cells
+    in one context of the draft, instead of a context (or a reload) each. On the target's
+    batch it is what a head reads: the batched engine decodes the sequence's rows itself
+    and hands the layers' inputs it ran here (``last_features``, from ``features_start``)."""
+
+    name = "batched llama.cpp"  # chains only: a tree's branches need a unified cache (llamacpp_tree.py)
+    can_rollback = True
+    uses_torch_threads = False
+
+    def __init__(self, context: LlamaCppBatch, seq: int) -> None:
+        model = context.backend
+        self.context, self.seq = context, seq
+        self.device, self.vocab_size, self.eos_token_ids = model.device, model.vocab_size, model.eos_token_ids
+        self.precision, self.computes_on = model.precision, model.computes_on
+        self.max_length = context.n_ctx_per_seq
+        self.provides_features, self.features_note = model.provides_features, model.features_note
+        self.num_layers, self.hidden_size = model.num_layers, model.hidden_size
+        self.batch_note = "one sequence of a batch"
+        self.final_hidden_note = "the batched llama.cpp engine hands out no final hidden states (Medusa heads read them)"
+        self._ids: list[int] = []
+
+    def request_features(self, layer_ids: tuple[int, ...]) -> None:
+        self.context.request_features(layer_ids)
+
+    def token_embeddings(self) -> torch.Tensor:
+        return self.context.backend.token_embeddings()
+
+    @property
+    def ids(self) -> list[int]:
+        return self._ids
+
+    def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
+        keep = min(common_prefix_length(self._ids, ids), len(ids) - 1)
+        new = ids[keep:] + (extra.tolist() if extra is not None else [])
+        return self._run(keep, new, num_logits)
+
+    def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
+        return self._run(len(self._ids), tokens.tolist(), num_logits)
+
+    def _run(self, keep: int, new: list[int], num_logits: int) -> torch.Tensor:
+        if keep + len(new) > self.max_length:
+            raise RuntimeError(f"{keep + len(new)} tokens exceed this sequence's context of {self.max_length}")
+        if len(self._ids) > keep:
+            self.context.drop(self.seq, keep)
+            del self._ids[keep:]
+        rows = [(t, keep + i, self.seq, i >= len(new) - num_logits) for i, t in enumerate(new)]
+        try:
+            logits = self.context.decode_all(rows)
+        except BaseException:
+            self.reset()  # cells nobody can vouch for
+            raise
+        self._ids += new
+        return torch.from_numpy(logits)
+
+    def reset(self) -> None:
+        self.context.drop(self.seq)
+        self._ids = []
