@@ -17,16 +17,17 @@ class Method:
     needs: str = ""  # beside the target: "draft" (a draft model), a head of HEAD_KINDS, or ""
     point_mass: bool = False  # its drafts carry no q
     tree: bool = False  # it drafts a tree when speculation.siblings > 1
-    batched: bool = False  # llama.cpp's batched engine (serve, bench --concurrency) runs it
+    batched: bool = False  # llama.cpp's batched engine (serve, bench --concurrency) runs its chains
     aliases: tuple[str, ...] = ()  # other spellings bench's --methods accepts
 
 
 METHODS = {m.name: m for m in (
-    Method("draft_model", "draft", "draft model", needs="draft", aliases=("draft",)),
+    Method("draft_model", "draft", "draft model", needs="draft", batched=True, aliases=("draft",)),
     Method("ngram", "n-gram", "n-gram lookup", point_mass=True, batched=True),
-    Method("eagle3", "head", "EAGLE-3 head", needs="eagle3", tree=True),
+    Method("eagle3", "head", "EAGLE-3 head", needs="eagle3", tree=True, batched=True),
     Method("medusa", "medusa", "Medusa heads", needs="medusa", tree=True),
-    Method("hybrid", "hybrid", "n-gram lookup or EAGLE-3 head", needs="eagle3", tree=True),
+    Method("hybrid", "hybrid", "n-gram lookup or EAGLE-3 head", needs="eagle3", tree=True, batched=True),
     Method("none", "none", "no proposer", batched=True),
 )}
 SPELLINGS = {spelling: m for m in METHODS.values() for spelling in (m.name, *m.aliases)}
+

@@ -108,7 +108,7 @@ def run_single(engine: Any, requests: list[Request], params_for: Callable[[Reque
 
 
 def level_configs(methods: list[str], gammas: list, server: bool, single: bool) -> list[BenchConfig]:
-    """Ours: plain and n-gram at each γ (the methods a batch verifies: point-mass drafts);
+    """Ours: plain and each method a batch runs (methods.py) at each γ;
     the same through the one-sequence engine at N = 1 (``single``: the figures a batch of
     one must keep); llama-server's plain and n-gram rows when it is built and wanted."""
     configs = [BenchConfig("none")] + [BenchConfig(m, g) for m in methods if m != "none" and METHODS[m].batched for g in gammas]
@@ -143,7 +143,8 @@ def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: l
                     warmup: bool = True) -> dict:
     """Every level, set, repeat and configuration → {"runs", "rows", "cpu_others", "busy_machine"}."""
     from specchat.engine.batch.batched import BatchedEngine
-    from specchat.engine.factory import build_proposer, sampling_params
+    from specchat.engine.batch.lanes import LaneProposers
+    from specchat.engine.factory import sampling_params
 
     report = progress or (lambda done, total, text: None)
     base = sampling_params(profile.sampling)
@@ -158,9 +159,9 @@ def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: l
 
         peer = ConcurrentServerPeer(loaded, profile, stops)
 
-    def factory(config: BenchConfig):  # a proposer per sequence
+    def factory(config: BenchConfig) -> LaneProposers:  # a proposer per sequence
         ceiling = spec.max_speculative_tokens if config.gamma == "auto" else int(config.gamma)
-        return lambda: build_proposer(spec, loaded, config.gamma, ceiling, config.method)
+        return LaneProposers(spec, loaded, config.gamma, ceiling, config.method)
 
     runs: list[dict] = []
     rows: list[dict] = []

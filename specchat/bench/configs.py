@@ -68,6 +68,20 @@ def parse_methods(text: str) -> list[str]:
     return list(dict.fromkeys(SPELLINGS[p].name for p in parts))
 
 
+def loaded_methods(methods: list[str], has_draft: bool, has_head: bool, medusa_heads: int, note=print) -> list[str]:
+    """``methods`` without those whose model the profile did not load, each noted."""
+    kept = []
+    for method in methods:
+        needs = METHODS[method].needs
+        if not {"draft": has_draft, "eagle3": has_head, "medusa": medusa_heads}.get(needs, True):
+            rows = [m for m in METHODS.values() if m.needs == needs]  # the first is the one titled by it
+            note(f"bench: the profile has no {rows[0].title}; skipping method '{method}' (use a profile with "
+                 "speculation.method = " + " or ".join(f'"{m.name}"' for m in rows) + ")")
+            continue
+        kept.append(method)
+    return kept
+
+
 def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, peer: bool,
                   note=print, peer_methods: tuple[str, ...] = ("none", "draft_model", "ngram"),
                   peer_models: tuple[str, ...] = (), has_head: bool = False,
@@ -78,14 +92,8 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
     plain generation on each of ``peer_models``, and with ``server_peer`` llama-server's
     plain generation on the same GGUF."""
     configs = [BenchConfig("none")]
-    for method in methods:
+    for method in loaded_methods(methods, has_draft, has_head, medusa_heads, note):
         if method == "none":
-            continue
-        needs = METHODS[method].needs
-        if not {"draft": has_draft, "eagle3": has_head, "medusa": medusa_heads}.get(needs, True):
-            rows = [m for m in METHODS.values() if m.needs == needs]  # the first is the one titled by it
-            note(f"bench: the profile has no {rows[0].title}; skipping method '{method}' (use a profile with "
-                 "speculation.method = " + " or ".join(f'"{m.name}"' for m in rows) + ")")
             continue
         if method == "medusa":  # a head drafts one token: γ past the heads would run fewer
             deep = [g for g in gammas if g != "auto" and g > medusa_heads]

@@ -8,6 +8,7 @@ speedup_vs_gamma.png; prints a table per prompt set.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import sys
 from pathlib import Path
@@ -120,9 +121,10 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     from specchat.bench.benchmark import benchmark_concurrency
     from specchat.bench.concurrency import level_configs
     from specchat.bench.concurrency_report import comparison_lines, table_rows, write_outputs
-    from specchat.bench.configs import parse_gammas
+    from specchat.bench.configs import loaded_methods, parse_gammas
     from specchat.bench.peer_llama_server import plain_unavailable
     from specchat.bench.table import render_rows
+    from specchat.engine.batch.lanes import check_batchable
     from specchat.errors import SpecchatError
 
     levels = args.concurrency if isinstance(args.concurrency, list) else [args.concurrency]
@@ -131,10 +133,16 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
                             f"backend; this profile's target runs on {loaded.target.name}, one sequence at a time",
                             key="--concurrency", hint="give --concurrency one number (requests then queue), or use a "
                                                       "GGUF profile such as the default")
+    head = loaded.head.kind if loaded.head is not None else None
+    methods = loaded_methods(methods, loaded.draft is not None, head == "eagle3", int(head == "medusa"),
+                             note=lambda text: console.print(f"[yellow]{text}[/]"))
     skipped = [m for m in methods if not METHODS[m].batched]
     if skipped:
-        console.print(f"[yellow]bench: batched decoding verifies point-mass drafts (n-gram lookup); "
-                      f"skipping {', '.join(skipped)}[/]")
+        console.print(f"[yellow]bench: a batched decode cannot run {', '.join(skipped)} (methods.py); skipping[/]")
+    for m in methods:
+        if m not in skipped:  # a tree: one line before anything runs
+            check_batchable(dataclasses.replace(profile.speculation, method=m),
+                            f"--concurrency {','.join(map(str, levels))}")
     no_server = "no peer" if args.no_peer else plain_unavailable(loaded)
     if no_server and not args.no_peer:
         console.print(f"[yellow]bench: {no_server}[/]")

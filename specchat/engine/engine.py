@@ -67,7 +67,6 @@ class SpeculativeEngine:
         self.controller = controller or make_controller(proposer)
         self._cancel = threading.Event()
         self.cpu_share = cpu_share or CpuShare()  # other processes' share of the cores, per step
-        self._as_float64 = torch.empty(0, dtype=torch.float64, device=self.device)
 
     def cancel(self) -> None:
         """Thread-safe: the running ``generate`` stops before its next step."""
@@ -173,18 +172,9 @@ class SpeculativeEngine:
         if proposal.parents is not None and proposal.tokens.numel():
             return self._verify_tree(ids, proposal, params, generator, timer)
         drafts = proposal.tokens.to(self.device)  # [k]
-        k = drafts.numel()
-        logits = self.target.forward(ids, extra=drafts, num_logits=k + 1)  # [k+1, V]
+        logits = self.target.forward(ids, extra=drafts, num_logits=drafts.numel() + 1)  # [k+1, V]
         timer.mark()
-        # point-mass drafts and plain steps draw each position's token from a uniform fixed
-        # by (seed, position): a seed then gives one reply whatever the γ (sampling.py)
-        if proposal.q is None and logits.device.type == "cpu" and HOST_SAMPLING:
-            read = read_host(logits, drafts.tolist(), params, position_uniforms(seed, len(ids), k + 1))
-        else:
-            read = self._read_device(logits, proposal, drafts, params, generator, seed, len(ids))
-        if read.nonfinite:
-            return _Verified([], 0, 0.0, read.nonfinite)
-        return emitted(read, k, proposal.source)
+        return verify_chain(logits, proposal, params, generator, seed, len(ids))
 
     def _verify_tree(self, ids: list[int], proposal: Proposal, params: SamplingParams,
                      generator: torch.Generator, timer: StepTimer) -> _Verified:
@@ -217,36 +207,6 @@ class SpeculativeEngine:
         # position past its path, one that ended on a rejection judged one more
         return _Verified(out, n, 0.0, alpha_count=0, positions=n + (0 if verdict.bonus else 1))
 
-    def _read_device(self, logits: torch.Tensor, proposal: Proposal, drafts: torch.Tensor, params: SamplingParams,
-                     generator: torch.Generator, seed: int, start: int) -> _Read:
-        """The exact rejection sampler in torch, where the logits are (any q, any device)."""
-        k = drafts.numel()
-        p = warp(logits, params)  # [k+1, V]
-        q = proposal.q.to(self.device) if proposal.q is not None else None  # [k, V] | None
-        uniforms = (torch.tensor(position_uniforms(seed, start, k + 1), dtype=torch.float64)
-                    if q is None else None)
-        verdict = rejection_sample(p, q, drafts, generator, greedy=params.greedy, uniforms=uniforms)
-        positions = torch.arange(k + 1, device=self.device)
-        p_next = p[positions, verdict.next_tokens]  # [k+1] p of each candidate next token
-        top_p, top_ids = topk(p, min(NUM_ALTERNATIVES, p.shape[-1]))  # [k+1, A]
-        # NaN/inf logits: flagged here and read with the rest (sample_at keeps ids in range)
-        no_q = torch.zeros((), dtype=torch.bool, device=self.device)
-        bad = torch.stack([nonfinite_rows(logits).any(), nonfinite_rows(q).any() if q is not None else no_q])
-        # the step's single host sync: everything read back in one float64 copy (ids are
-        # exact in float64 below 2^53; cat promotes every part to the empty float64 one's type)
-        parts = (verdict.accepted, verdict.next_tokens, verdict.alpha_terms, verdict.p_draft, verdict.q_draft,
-                 p_next, top_p.flatten(), top_ids.flatten(), drafts, bad)
-        flat = torch.cat((self._as_float64, *parts)).tolist()
-        accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl, bad = _split(flat, [t.numel() for t in parts])
-        if bad[0] or bad[1]:
-            return _Read.failed("target" if bad[0] else "draft")
-        width = top_p.shape[-1]
-        alternatives = [tuple(Alternative(id=int(a), p=b) for a, b in zip(ti[i:i + width], tp[i:i + width]) if b > 0)
-                        for i in range(0, len(tp), width)]
-        return _Read([bool(a) for a in accepted], [int(x) for x in nxt], p_nxt, p_draft, q_draft, alpha,
-                     alternatives, [int(x) for x in dl])
-
-
 @dataclass
 class _Read:
     """One verification read back to the host: per draft ``accepted``, ``p_draft``,
@@ -266,6 +226,53 @@ class _Read:
     @classmethod
     def failed(cls, whose: str) -> _Read:
         return cls([], [], [], [], [], [], [], [], nonfinite=whose)
+
+
+def verify_chain(logits: torch.Tensor, proposal: Proposal, params: SamplingParams, generator: torch.Generator,
+                 seed: int, start: int) -> _Verified:
+    """The target's logits [k+1, V] at a chain of k drafts after ``start`` ids → the tokens
+    it emits. One sequence's step and each sequence of a batched step verify here.
+    Point-mass drafts and plain steps draw each position's token from a uniform fixed by
+    (seed, position): a seed then gives one reply whatever the γ (sampling.py)."""
+    drafts = proposal.tokens.to(logits.device)  # [k]
+    k = drafts.numel()
+    if proposal.q is None and logits.device.type == "cpu" and HOST_SAMPLING:
+        read = read_host(logits, drafts.tolist(), params, position_uniforms(seed, start, k + 1))
+    else:
+        q = proposal.q.to(logits.device) if proposal.q is not None else None  # [k, V] | None
+        read = read_device(logits, q, drafts, params, generator, seed, start)
+    if read.nonfinite:
+        return _Verified([], 0, 0.0, read.nonfinite)
+    return emitted(read, k, proposal.source)
+
+
+def read_device(logits: torch.Tensor, q: torch.Tensor | None, drafts: torch.Tensor, params: SamplingParams,
+                generator: torch.Generator, seed: int, start: int) -> _Read:
+    """The exact rejection sampler in torch, where the logits are (any q, any device)."""
+    k = drafts.numel()
+    p = warp(logits, params)  # [k+1, V]
+    uniforms = (torch.tensor(position_uniforms(seed, start, k + 1), dtype=torch.float64)
+                if q is None else None)
+    verdict = rejection_sample(p, q, drafts, generator, greedy=params.greedy, uniforms=uniforms)
+    positions = torch.arange(k + 1, device=logits.device)
+    p_next = p[positions, verdict.next_tokens]  # [k+1] p of each candidate next token
+    top_p, top_ids = topk(p, min(NUM_ALTERNATIVES, p.shape[-1]))  # [k+1, A]
+    # NaN/inf logits: flagged here and read with the rest (sample_at keeps ids in range)
+    no_q = torch.zeros((), dtype=torch.bool, device=logits.device)
+    bad = torch.stack([nonfinite_rows(logits).any(), nonfinite_rows(q).any() if q is not None else no_q])
+    # the step's single host sync: everything read back in one float64 copy (ids are
+    # exact in float64 below 2^53; cat promotes every part to the empty float64 one's type)
+    parts = (verdict.accepted, verdict.next_tokens, verdict.alpha_terms, verdict.p_draft, verdict.q_draft,
+             p_next, top_p.flatten(), top_ids.flatten(), drafts, bad)
+    flat = torch.cat((torch.empty(0, dtype=torch.float64, device=logits.device), *parts)).tolist()
+    accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl, bad = _split(flat, [t.numel() for t in parts])
+    if bad[0] or bad[1]:
+        return _Read.failed("target" if bad[0] else "draft")
+    width = top_p.shape[-1]
+    alternatives = [tuple(Alternative(id=int(a), p=b) for a, b in zip(ti[i:i + width], tp[i:i + width]) if b > 0)
+                    for i in range(0, len(tp), width)]
+    return _Read([bool(a) for a in accepted], [int(x) for x in nxt], p_nxt, p_draft, q_draft, alpha,
+                 alternatives, [int(x) for x in dl])
 
 
 def emitted(read: _Read, k: int, source: str) -> _Verified:

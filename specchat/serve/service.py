@@ -9,11 +9,11 @@ from typing import Any
 
 from specchat.engine.batch.server import BatchedServer, Handle
 from specchat.engine.batch.batched import BatchedEngine, Request
-from specchat.engine.factory import build_proposer, sampling_params
+from specchat.engine.batch.lanes import LaneProposers, check_batchable
+from specchat.engine.factory import sampling_params
 from specchat.engine.sampling import SamplingParams
 from specchat.engine.template import ChatTemplate
 from specchat.errors import SpecchatError
-from specchat.methods import METHODS
 from specchat.serve.metrics import ServeMetrics
 from specchat.serve.parallel import MIN_ROOM
 from specchat.serve.openai import BadRequest, Job
@@ -60,11 +60,7 @@ def check_profile(profile: Any, parallel: int) -> None:
         raise SpecchatError(f"serve runs llama.cpp (GGUF) profiles only, not target.backend = "
                             f"'{profile.target.backend}'", key="target.backend",
                             hint="use a profile with backend = \"llama.cpp\" (the default profile is one)")
-    spec = profile.speculation
-    if not METHODS[spec.method].batched:
-        raise SpecchatError(f"serve verifies point-mass drafts only, not speculation.method = '{spec.method}'",
-                            key="speculation.method",
-                            hint="use method = " + " or ".join(f'"{m.name}"' for m in METHODS.values() if m.batched))
+    check_batchable(profile.speculation, "serve")
     if parallel < 1:
         raise SpecchatError(f"--parallel {parallel} is not valid", key="--parallel", hint="use a whole number ≥ 1")
 
@@ -76,7 +72,7 @@ def build_service(profile: Any, loaded: Any, parallel: int, api_key: str | None 
     room = max(MIN_ROOM, loaded.target.max_length // parallel)
     gamma = spec.num_speculative_tokens
     num_spec_tokens = 0 if spec.method == "none" else spec.max_speculative_tokens if gamma == "auto" else int(gamma)
-    factory = lambda: build_proposer(spec)  # noqa: E731  (one proposer per sequence)
+    factory = LaneProposers(spec, loaded)  # one proposer per sequence
     chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
                         enable_thinking=profile.chat.enable_thinking)
     metrics = ServeMetrics(profile.name)

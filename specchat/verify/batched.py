@@ -18,8 +18,8 @@ a fault could hand to the wrong sequence. Checks, by verify_stats' rule:
    the format's fixed bound (near_tie.py), and the batched reply resumes from plain's
    prefix after it, as verify's greedy diff does.
 
-The batched engine verifies point-mass drafts only (n-gram lookup): other methods are
-refused with one line.
+These checks are written for point-mass drafts (n-gram lookup, the default): other
+methods are refused with one line (the chi-square suites cover their batched exactness).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class KindQueue:
         self.loaded, self.profile, self.factory = loaded, profile, factory
         self.queue: deque[int | str | None] = deque()
 
-    def __call__(self) -> Any:
+    def __call__(self, lane: Any) -> Any:
         g = self.queue.popleft()
         return None if g is PLAIN else self.factory(self.loaded, self.profile, g)
 

@@ -20,6 +20,7 @@ from specchat.engine import NgramProposer, SamplingParams, SpeculativeEngine  # 
 from specchat.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from specchat.engine.backends.llamacpp_batch import LlamaCppBatch  # noqa: E402
 from specchat.engine.batch.batched import BatchedEngine, Request  # noqa: E402
+from specchat.engine.proposers import Proposal  # noqa: E402
 from specchat.engine.sampling import warp  # noqa: E402
 from specchat.loading.gguf_tokenizer import GgufTokenizer  # noqa: E402
 from specchat.verify.near_tie import near_tie_tolerance
@@ -83,7 +84,7 @@ def test_greedy_batched_replies_are_the_one_sequence_replies(backend, chats, gam
     only, so the replies are the same."""
     solo = [[t.id for s in SpeculativeEngine(backend, None).generate(ids, GREEDY, 40) for t in s.tokens]
             for ids in chats]
-    engine = BatchedEngine(backend, n_seq=3, proposer_factory=lambda: NgramProposer(gamma, 1, 3, 5))
+    engine = BatchedEngine(backend, n_seq=3, proposer_factory=lambda lane: NgramProposer(gamma, 1, 3, 5))
     seen = []
     try:
         got = run(engine, [Request(ids, GREEDY, 40) for ids in chats], seen=seen)  # four requests, three slots
@@ -99,7 +100,7 @@ def test_greedy_batched_replies_are_the_one_sequence_replies(backend, chats, gam
 
 
 def first_tokens(backend, ids_probe, ids_drafting, params, samples, context=None):
-    engine = BatchedEngine(backend, n_seq=2, proposer_factory=lambda: NgramProposer(3, 1, 3, 5))
+    engine = BatchedEngine(backend, n_seq=2, proposer_factory=lambda lane: NgramProposer(3, 1, 3, 5))
     if context is not None:
         engine.context.close()
         engine.context = context(backend, 2, engine.context.n_ctx_per_seq)
@@ -149,7 +150,7 @@ def test_cancelling_one_request_leaves_the_others_alone(backend, chats):
     """Three requests on two slots (the third takes the first slot that frees): cancelling
     the second ends it alone; the others' replies are those of a run without the cancel."""
     requests = [Request(ids, GREEDY, 24) for ids in chats[:3]]
-    engine = BatchedEngine(backend, n_seq=2, proposer_factory=lambda: NgramProposer(3, 1, 3, 5))
+    engine = BatchedEngine(backend, n_seq=2, proposer_factory=lambda lane: NgramProposer(3, 1, 3, 5))
     try:
         whole = run(engine, requests)
         cut = run(engine, requests, cancel_at={1: 2})
@@ -163,7 +164,7 @@ def test_cancelling_one_request_leaves_the_others_alone(backend, chats):
 def test_an_abandoned_generate_leaves_nothing_behind(backend, chats):
     """A consumer that stops reading mid-reply (a closed stream) must not leave cells that
     the next generate's sequences would collide with."""
-    engine = BatchedEngine(backend, n_seq=2, proposer_factory=lambda: NgramProposer(3, 1, 3, 5))
+    engine = BatchedEngine(backend, n_seq=2, proposer_factory=lambda lane: NgramProposer(3, 1, 3, 5))
     try:
         stream = engine.generate([Request(ids, GREEDY, 24) for ids in chats[:2]])
         for _ in range(5):
@@ -178,17 +179,20 @@ def test_an_abandoned_generate_leaves_nothing_behind(backend, chats):
         assert near_tie_or_equal(backend, chats[i], again[i][0], solo[i]) is None
 
 
-def test_what_the_batched_engine_refuses(backend, chats):
-    from specchat.engine.proposers import DraftModelProposer
+class Tree(NgramProposer):
+    """Drafts a tree (two first drafts side by side): what a batch cannot verify."""
 
-    engine = BatchedEngine(backend, n_seq=2)
+    def propose(self, ids, k, params, generator):
+        return Proposal(torch.tensor([ids[-1], ids[-2]]), None, source="ngram", parents=(-1, -1))
+
+
+def test_what_the_batched_engine_refuses(backend, chats):
+    engine = BatchedEngine(backend, n_seq=2, proposer_factory=lambda lane: Tree(2, 1, 3, 5))
     try:
         with pytest.raises(ValueError, match="empty"):
             list(engine.generate([Request([], GREEDY, 4)]))
-        drafting = BatchedEngine.__new__(BatchedEngine)  # a factory of proposers with model state
-        drafting.__dict__.update(engine.__dict__, factory=lambda: DraftModelProposer.__new__(DraftModelProposer))
-        with pytest.raises(ValueError, match="point-mass drafts only"):
-            list(drafting.generate([Request(chats[0], GREEDY, 4)]))
+        with pytest.raises(ValueError, match="verifies chains of drafts, not ngram's tree"):
+            list(engine.generate([Request(chats[0], GREEDY, 4)]))
     finally:
         engine.close()
 
@@ -211,7 +215,7 @@ def test_a_seed_gives_the_one_sequence_reply(backend, chats):
     params = [SamplingParams(temperature=0.8, top_p=0.95, seed=100 + i) for i in range(4)]
     solo = [[t.id for s in SpeculativeEngine(backend, NgramProposer(3, 1, 3, 5)).generate(ids, p, 24)
              for t in s.tokens] for ids, p in zip(chats, params)]
-    engine = BatchedEngine(backend, n_seq=4, proposer_factory=lambda: NgramProposer(3, 1, 3, 5))
+    engine = BatchedEngine(backend, n_seq=4, proposer_factory=lambda lane: NgramProposer(3, 1, 3, 5))
     try:
         got = run(engine, [Request(ids, p, 24) for ids, p in zip(chats, params)])
     finally:
@@ -227,7 +231,7 @@ def test_a_fixed_gamma_request_keeps_its_gamma_beside_auto_ones(backend, chats):
     a run that barely drafted could not see rows handed to the wrong sequence.) Planted
     bug: the batch plan deciding every sequence's drafts fails this."""
     kinds = iter([4, "auto"] * 4)
-    engine = BatchedEngine(backend, n_seq=4, proposer_factory=lambda: NgramProposer(next(kinds), 1, 3, 5))
+    engine = BatchedEngine(backend, n_seq=4, proposer_factory=lambda lane: NgramProposer(next(kinds), 1, 3, 5))
     requests = [Request(chats[i % 4], GREEDY, 16) for i in range(4)]
     seen: dict[int, list] = {}
     try:

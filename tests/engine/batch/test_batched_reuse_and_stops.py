@@ -39,7 +39,7 @@ def test_a_continued_reply_reuses_only_the_cells_that_were_run(backend, chats):
     another question): every continued reply equals its one-sequence reply (or parts from
     it at a near-tie). With the finished reply's last token counted as cached, its cell is
     missing and the continuations differ (planted: ``self._held[seq] = slot.ids``)."""
-    engine = BatchedEngine(backend, n_seq=4, proposer_factory=lambda: NgramProposer(3, 1, 3, 5))
+    engine = BatchedEngine(backend, n_seq=4, proposer_factory=lambda lane: NgramProposer(3, 1, 3, 5))
     try:
         first = run(engine, [Request(ids, GREEDY, 10) for ids in chats])
         more = chats[1][-6:]  # a few ids of another turn: the continuation's new text
@@ -62,7 +62,7 @@ def test_a_stop_or_eos_token_ends_the_reply_with_it(backend, chats, how):
     at = next(i for i in range(4, len(want)) if want[i] not in want[:i])
     token = want[at]
     kwargs = {"eos_token_ids": [token]} if how == "eos" else {}
-    engine = BatchedEngine(backend, n_seq=2, proposer_factory=lambda: NgramProposer(3, 1, 3, 5), **kwargs)
+    engine = BatchedEngine(backend, n_seq=2, proposer_factory=lambda lane: NgramProposer(3, 1, 3, 5), **kwargs)
     stops = (token,) if how == "stop" else ()
     try:
         got = run(engine, [Request(ids, GREEDY, 30, stop_token_ids=stops), Request(chats[3], GREEDY, 8)])
@@ -81,7 +81,7 @@ def test_a_reply_never_runs_past_its_token_budget(backend, chats):
     want = solo(backend, ids, 8)
     budgets = [1, 2, 3, 4, 5]
     queue = [Scripted(want, len(ids), 3) for _ in budgets]
-    engine = BatchedEngine(backend, n_seq=len(budgets), proposer_factory=queue.pop)
+    engine = BatchedEngine(backend, n_seq=len(budgets), proposer_factory=lambda lane: queue.pop())
     try:
         got = run(engine, [Request(ids, GREEDY, n) for n in budgets])
     finally:
