@@ -1,12 +1,26 @@
 """Whole speculative generations have exactly the target's joint distribution.
 
-For each sampling setting and proposer, thousands of seeded 3-token generations from a
-tiny float64 target (vocabulary 16) are compared with the exact joint distribution,
-enumerated from the target alone, by a chi-square test over the cells with an expected
-count of at least 5 (the rest pooled into one cell). The false-alarm rate of each test is
-ALPHA = 1e-3; every test is seeded, so a run is deterministic (the adaptive controller is
-fed a fixed cost model rather than wall-clock times for that reason). ``test_the_check_has_power``
-shows the same check rejects a planted sampler bug.
+For each sampling setting and proposer, thousands of seeded 3-token generations are
+compared with the exact joint distribution, enumerated from the target alone, by a
+chi-square test over the cells with an expected count of at least 5 (the rest pooled into
+one cell). The false-alarm rate of each test is ALPHA = 1e-3; every test is seeded, so a
+run is deterministic (the adaptive controller is fed a fixed cost model rather than
+wall-clock times for that reason). ``test_the_check_has_power`` shows the same check
+rejects a planted sampler bug, on either model.
+
+Two targets, each with a draft that often agrees with it (float64, vocabulary 16):
+
+* ``table``: tests/support/table_lm.py's table model behind the Backend seam, a forward a
+  table lookup. The whole grid (every proposer × setting) runs on it: what the grid
+  varies is the engine's logic (warping, acceptance, residuals, γ), which sees only logits,
+  and a lookup costs a small fraction of a forward through transformers' layers.
+* ``llama``: the tiny transformers Llama (tests/support/vocab16.py), through the
+  transformers backend with its real KV cache, rolled back after rejections. Each
+  proposer runs on it under one setting (the four settings shared out among them), so
+  every proposer and every setting meets the real backend path; bfloat16 runs on it alone.
+
+Same samples, same ALPHA, same test on both; the planted bug fails on each
+(``test_the_check_has_power``).
 """
 
 import dataclasses
@@ -19,6 +33,8 @@ from specchat.engine import AdaptiveGamma, DraftModelProposer, NgramProposer, Pr
 from specchat.engine.proposers import Proposer
 from tests.support import power
 from tests.support.folded import FoldedEngine
+from tests.support import table_lm
+from tests.support.table_lm import TableLM, noisy, random_table
 from tests.support.vocab16 import exact_joint
 
 ALPHA = 1e-3
@@ -47,7 +63,10 @@ class GreedyDraftPointMass(Proposer):
     def propose(self, ids, k, params, generator):
         seq = list(ids)
         for _ in range(k):
-            seq.append(int(self.model(input_ids=torch.tensor([seq])).logits[0, -1].argmax()))
+            if isinstance(self.model, TableLM):
+                seq.append(int(self.model.logits_after(seq).argmax()))
+            else:
+                seq.append(int(self.model(input_ids=torch.tensor([seq])).logits[0, -1].argmax()))
         return Proposal(torch.tensor(seq[len(ids):]), None)
 
 
@@ -104,20 +123,42 @@ def make_proposer(kind, target, draft):
     return GreedyDraftPointMass(draft, 2)
 
 
-# every proposer under every setting would double the suite's longest file; n-gram and the
+@pytest.fixture(scope="module")
+def table_pair():
+    """(target table, draft table): the draft the target's logits plus noise of 1.0, near enough
+    that its argmax (the point-mass drafts) is often the target's likeliest token."""
+    table = random_table(0)
+    return table, noisy(table, 1, 1.0)
+
+
+def models(name, target, draft, table_pair):
+    """(target, draft, exact joint of the target) for the named model."""
+    if name == "llama":
+        return target, draft, exact_joint
+    target_table, draft_table = table_pair
+    return TableLM(target_table), TableLM(draft_table), table_lm.exact_joint
+
+
+# every proposer under every setting on the table would double the grid; n-gram and the
 # adaptive controller run under the plainest and the most filtered setting
-CASES = [(kind, setting) for kind in ("draft", "point-mass") for setting in SETTINGS] + [
+TABLE_CASES = [(kind, setting) for kind in ("draft", "point-mass") for setting in SETTINGS] + [
     (kind, setting) for kind in ("ngram", "draft-auto") for setting in ("t1", "t0.9-topk6-topp0.9")
 ]
+# on the Llama: each proposer once, the four settings shared out among them
+LLAMA_CASES = [("draft", "t1.2-topp0.8"), ("point-mass", "t0.7-topk5"), ("ngram", "t1"),
+               ("draft-auto", "t0.9-topk6-topp0.9")]
+CASES = [("table", kind, setting) for kind, setting in TABLE_CASES] + [
+    ("llama", kind, setting) for kind, setting in LLAMA_CASES]
 
 
-@pytest.mark.parametrize("kind, setting", CASES)
-def test_joint_distribution_is_the_targets(target, draft, kind, setting):
+@pytest.mark.parametrize("model, kind, setting", CASES)
+def test_joint_distribution_is_the_targets(target, draft, table_pair, model, kind, setting):
+    target, draft, joint_of = models(model, target, draft, table_pair)
     params = SETTINGS[setting]
     proposer = make_proposer(kind, target, draft)
     controller = SteadyClockAdaptive(3, proposer) if kind == "draft-auto" else None
     engine = FoldedEngine(target, proposer, controller=controller, eos_token_ids=[])
-    joint = exact_joint(target, PROMPT, LENGTH, params)
+    joint = joint_of(target, PROMPT, LENGTH, params)
     counts = sample_counts(engine, params)
     if controller is not None:  # the controller really varied γ, plain steps included
         assert controller.used.get(0, 0) >= 50 and sum(n >= 50 for k, n in controller.used.items() if k) >= 2, \
@@ -127,14 +168,16 @@ def test_joint_distribution_is_the_targets(target, draft, kind, setting):
     if kind != "ngram":
         assert 0 < metrics.num_accepted_tokens < metrics.num_draft_tokens
     pvalue = chi_square_pvalue(counts, joint)
-    assert pvalue > ALPHA, f"{kind}/{setting}: chi-square p = {pvalue:.2e}"
+    assert pvalue > ALPHA, f"{model}: {kind}/{setting}: chi-square p = {pvalue:.2e}"
 
 
-def test_the_check_has_power(target, draft):
+@pytest.mark.parametrize("model", ["table", "llama"])
+def test_the_check_has_power(target, draft, table_pair, model):
+    target, draft, joint_of = models(model, target, draft, table_pair)
     params = SamplingParams(temperature=0.6)
     engine = FoldedEngine(target, WrongQ(draft, 2), eos_token_ids=[])
     counts = sample_counts(engine, params)
-    assert chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params)) < ALPHA
+    assert chi_square_pvalue(counts, joint_of(target, PROMPT, LENGTH, params)) < ALPHA
 
 
 @pytest.fixture(scope="module")

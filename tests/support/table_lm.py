@@ -78,3 +78,20 @@ def next_laws(lm: TableLM, prompt: list[int], params: SamplingParams):
         return warp(logits, params).tolist()
 
     return laws
+
+
+def exact_joint(lm: TableLM, prompt: list[int], length: int, params: SamplingParams) -> dict[tuple, float]:
+    """P(x_1..x_length | prompt) under plain sampling with ``params``, for every sequence
+    (vocab16.exact_joint's enumeration, on the table)."""
+    probs = {(): 1.0}
+    for _ in range(length):
+        prefixes = list(probs)
+        p = warp(torch.stack([lm.logits_after(prompt + list(pre)) for pre in prefixes]), params)
+        nxt = {}
+        for row, pre in enumerate(prefixes):
+            for tok, pt in enumerate(p[row].tolist()):
+                if pt > 0:
+                    nxt[pre + (tok,)] = probs[pre] * pt
+        probs = nxt
+    return probs
+
