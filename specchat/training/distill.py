@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specchat.engine.backends.llamacpp_batch import submission_order
 from specchat.training.teacher import Taught, top_law
 
 
@@ -64,33 +63,24 @@ class BatchedGenerator:
     def __init__(self, backend, n_seq: int = 8, n_ctx_per_seq: int = 768, layer_ids: tuple[int, ...] = (),
                  top: int = 32) -> None:
         from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
-        from specchat.engine.backends.llamacpp_features import bind
 
         self.context = LlamaCppBatch(backend, n_seq, n_ctx_per_seq)
         self.llama_cpp, self.ctx = self.context.llama_cpp, self.context.ctx
         self.n_seq, self.n_ctx_per_seq = n_seq, n_ctx_per_seq
         self.vocab = backend.vocab_size
         self.eos = backend.eos_token_ids
-        self.layers, self.top, self.hidden = tuple(layer_ids), top, backend.hidden_size
-        self.inputs = bind(self.llama_cpp) if self.layers else None
-        for layer in self.layers:  # the backend declared provides_features before it gets here
-            self.inputs.enable(self.ctx, layer)
+        self.layers, self.top = tuple(layer_ids), top
+        if self.layers:  # the backend declared provides_features before it gets here
+            self.context.request_features(self.layers)
 
     def close(self) -> None:
         self.context.close()
 
     def _decode(self, rows: list[tuple[int, int, int, bool]]) -> tuple[np.ndarray, np.ndarray | None]:
         """rows: (token, position, seq_id, wants logits) → (logits [n_wanted, V], the
-        layers' inputs [n_rows, layers·H] or None without layers)."""
-        logits = self.context.decode(rows)  # in the caller's row order
-        if not self.layers:
-            return logits, None
-        features = np.concatenate([self.inputs.read(self.ctx, layer, len(rows), self.hidden)
-                                   for layer in self.layers], axis=1)  # in llama.cpp's batch order
-        # back to the caller's order: once a finished slot takes a new prompt, the rows of a
-        # step no longer come in ascending seq_id, and features would be filed under another
-        # sequence's tokens and laws
-        return logits, features[np.argsort(submission_order(rows))]
+        layers' inputs [n_rows, layers·H] or None without layers), both in row order."""
+        logits = self.context.decode(rows)
+        return logits, self.context.features if self.layers else None
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperatures: list[float],
                  seed: int = 0, progress: Callable[[int], None] | None = None) -> Iterator[tuple[int, Sample]]:

@@ -8,16 +8,19 @@ fails here, where the training would only quietly get worse.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
 
 from specchat.engine.backends.llamacpp import LlamaCppBackend
+from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
 from specchat.loading.gguf_tokenizer import GgufTokenizer
 from specchat.training.distill import BatchedGenerator
 from specchat.training.pipeline import layer_ids_for
 from specchat.training.teacher import teach
-from tests.support.mutations import mutant
+from tests.support.mutations import mutant, patched
 from tests.support.needs import embedded_llama_backend, needs_llama_cpp
 
 pytestmark = needs_llama_cpp
@@ -67,11 +70,11 @@ def test_each_rows_features_are_its_own_whatever_the_slot_order(backend, planted
     a, b = tokenizer.encode("tides", add_special_tokens=False)[0], tokenizer.encode("colour", add_special_tokens=False)[0]
     layers = layer_ids_for(backend.num_layers)
     generator = BatchedGenerator(backend, n_seq=3, n_ctx_per_seq=64, layer_ids=layers)
-    if planted:
-        generator._decode = mutant(BatchedGenerator._decode, [(
-            "features[np.argsort(submission_order(rows))]", "features")]).__get__(generator)
+    plant = (patched(LlamaCppBatch, "decode", mutant(LlamaCppBatch.decode, [(
+        'rows_read[np.argsort(order, kind="stable")]', "rows_read")])) if planted else contextlib.nullcontext())
     try:
-        _, both = generator._decode([(a, 0, 2, True), (b, 0, 0, True)])
+        with plant:
+            _, both = generator._decode([(a, 0, 2, True), (b, 0, 0, True)])
         _, alone_a = generator._decode([(a, 0, 1, True)])
         generator.context.drop(1)
         _, alone_b = generator._decode([(b, 0, 1, True)])
