@@ -95,3 +95,119 @@ def exact_joint(lm: TableLM, prompt: list[int], length: int, params: SamplingPar
         probs = nxt
     return probs
 
+
+class FeatureTableLM(TableLM):
+    """A TableLM that also hands out hidden states as the transformers backend does: the
+    inputs of requested layers (EAGLE-3 heads read them), the final hidden states (Medusa
+    heads), and trees verified in one call (``forward_tree`` / ``keep_path``). A position's
+    states, like its logits, are fixed random rows chosen by its id and the one before it,
+    so they are a function of the context, as a causal model's are. ``config`` and
+    ``get_input_embeddings`` are the two pieces of a transformers model that
+    tests/support/tiny_heads.py reads to shape a head."""
+
+    supports_trees = True
+    provides_features = True
+    provides_final_hidden = True
+
+    def __init__(self, table: torch.Tensor, hidden: int = 16, num_layers: int = 2, seed: int = 7) -> None:
+        super().__init__(table)
+        gen = torch.Generator().manual_seed(seed)
+        rows = table.shape[0]
+        self.num_layers, self.hidden_size = num_layers, hidden
+        self.embeddings = torch.randn(self.vocab_size, hidden, generator=gen, dtype=torch.float64)
+        # states[l][a, b]: hidden_states[l] at a position holding b after a (l = num_layers: the final norm's output)
+        self.states = torch.randn(num_layers + 1, rows, rows, hidden, generator=gen, dtype=torch.float64)
+        self._feature_layers: tuple[int, ...] = ()
+        self._final_hidden = False
+        self._tree: tuple[int, list[int]] | None = None
+        self.config = _Config({"vocab_size": self.vocab_size, "hidden_size": hidden, "intermediate_size": 2 * hidden,
+                               "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 128,
+                               "num_hidden_layers": num_layers})
+
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        return torch.nn.Embedding.from_pretrained(self.embeddings)
+
+    def token_embeddings(self) -> torch.Tensor:
+        return self.embeddings.float()
+
+    def request_features(self, layer_ids: tuple[int, ...]) -> None:
+        self._feature_layers = tuple(layer_ids)
+
+    def request_final_hidden(self) -> None:
+        self._final_hidden = True
+
+    def _state(self, layer: int, context: list[int]) -> torch.Tensor:
+        a = context[-2] if len(context) > 1 else context[-1]
+        return self.states[layer, a, context[-1]]
+
+    def _hand_out(self, contexts: list[list[int]], start: int, num_logits: int) -> None:
+        """States of the positions run in a call (``contexts``: each one's ids up to it,
+        the first at position ``start``)."""
+        if self._feature_layers:
+            self.last_features = torch.stack([torch.cat([self._state(layer, c) for layer in self._feature_layers])
+                                              for c in contexts]).float()
+            self.features_start = start
+        if self._final_hidden:
+            self.last_final_hidden = torch.stack([self._state(self.num_layers, c)
+                                                  for c in contexts[-num_logits:]]).float()
+            self.final_hidden_start = start + len(contexts) - num_logits
+
+    def forward(self, ids, extra=None, num_logits=1):
+        from specchat.engine.backends.base import common_prefix_length
+
+        keep = min(common_prefix_length(self._ids, list(ids)), len(ids) - 1)  # what a cache would reuse
+        seq = list(ids) + (extra.tolist() if extra is not None else [])
+        self._ids = seq
+        self._hand_out([seq[:i + 1] for i in range(keep, len(seq))], keep, num_logits)
+        return self._logits(seq, num_logits)
+
+    def extend(self, tokens, num_logits=1):
+        start = len(self._ids)
+        self._ids = self._ids + tokens.tolist()
+        self._hand_out([self._ids[:i + 1] for i in range(start, len(self._ids))], start, num_logits)
+        return self._logits(self._ids, num_logits)
+
+    def forward_tree(self, ids, tokens, parents):
+        """Logits [N+1, V]: after ids, then after each node given the context and its ancestors."""
+        from specchat.engine.backends.base import common_prefix_length
+
+        ids = list(ids)
+        keep = min(common_prefix_length(self._ids, ids), len(ids) - 1)
+        paths: list[list[int]] = []
+        for i, parent in enumerate(parents):
+            paths.append((paths[parent] if parent >= 0 else []) + [tokens[i]])
+        contexts = [ids[:i + 1] for i in range(keep, len(ids))] + [ids + path for path in paths]
+        self._hand_out(contexts, keep, len(tokens) + 1)
+        if self._final_hidden:
+            self.final_hidden_start = len(ids) - 1
+        self._ids = ids
+        self._tree = (len(ids), list(tokens))
+        return torch.stack([self.logits_after(c) for c in [ids] + [ids + path for path in paths]])
+
+    def keep_path(self, path):
+        base, tokens = self._tree
+        if self._feature_layers and self.last_features is not None:
+            offset = base - self.features_start
+            rows = list(range(offset)) + [offset + i for i in path]
+            self.last_features = self.last_features[rows]
+        if self._final_hidden and self.last_final_hidden is not None:
+            self.last_final_hidden = self.last_final_hidden[[0] + [i + 1 for i in path]]
+        self._ids = self._ids + [tokens[i] for i in path]
+        self._tree = None
+
+    def reset(self):
+        super().reset()
+        self._tree = None
+
+
+class _Config(dict):
+    """A model config as tiny_heads reads one: ``to_dict()`` and attributes."""
+
+    def to_dict(self) -> dict:
+        return dict(self)
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None

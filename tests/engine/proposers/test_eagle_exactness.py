@@ -8,6 +8,14 @@ test_exactness.py). Sampling settings include top-k / top-p; the reduced vocabul
 leaves target tokens the head can never draft, so rejections resample into them.
 ``test_the_eagle_check_has_power`` plants a head whose reported q forgets the d2t
 offset and shows the same check fails.
+
+Each case runs on one of two targets (float64, vocabulary 16): the tiny transformers
+Llama through the transformers backend (its real feature seam and KV cache), or, where a
+case varies only the sampling setting, γ or the head's weights, the table model with
+hidden states (tests/support/table_lm.py's FeatureTableLM: logits and the states the head
+reads are rows chosen by the last two ids), whose forwards are lookups, so the sample
+costs the head's drafting and the engine's bookkeeping alone. The Llama keeps the most
+filtered case (and int8) and the power check; same samples and ALPHA on both.
 """
 
 import pytest
@@ -17,7 +25,7 @@ from specchat.engine.backends.transformers import TransformersBackend
 from specchat.engine.proposers import Proposal
 from specchat.engine.proposers.eagle import EagleProposer
 from tests.engine.test_exactness import ALPHA, LENGTH, PROMPT, chi_square_pvalue
-from tests.support import power
+from tests.support import power, table_lm
 from tests.support.folded import FoldedEngine
 from tests.support.tiny_heads import random_eagle3_head
 from tests.support.vocab16 import exact_joint
@@ -26,18 +34,24 @@ SAMPLES = 2500
 
 
 def eagle_engine(target, gamma=2, draft_vocab=12, proposer_class=EagleProposer, controller=None, int8=False):
-    backend = TransformersBackend(target)
+    """``target``: a transformers model, or a FeatureTableLM (its own backend)."""
+    backend = target if isinstance(target, table_lm.FeatureTableLM) else TransformersBackend(target)
     head = random_eagle3_head(target, draft_vocab=draft_vocab)
     proposer = proposer_class(head, backend, gamma, int8=int8)
     return FoldedEngine(backend, proposer, controller=controller or power.EveryStep(gamma), eos_token_ids=[])
 
 
-@pytest.mark.parametrize("setting, gamma, int8", [("t1", 2, False), ("t0.7-topk5", 3, False),
-                                                 ("t0.9-topk6-topp0.9", 2, False), ("t0.9-topk6-topp0.9", 3, True)])
-def test_eagle_joint_distribution_is_the_targets(target, setting, gamma, int8):
+@pytest.mark.parametrize("model, setting, gamma, int8", [
+    ("table", "t1", 2, False), ("table", "t0.7-topk5", 3, False), ("table", "t0.9-topk6-topp0.9", 2, False),
+    ("llama", "t0.9-topk6-topp0.9", 3, True)])
+def test_eagle_joint_distribution_is_the_targets(target, model, setting, gamma, int8):
     """int8: the head drafts from int8 weights (as on a CPU by default); q is the
     quantised head's own law, so verification stays exact."""
     params = power.SETTINGS[setting]
+    if model == "table":
+        target, exact_joint = table_lm.FeatureTableLM(table_lm.random_table(0)), table_lm.exact_joint
+    else:
+        from tests.support.vocab16 import exact_joint
     engine = eagle_engine(target, gamma, int8=int8)
     assert engine.proposer.int8 == int8
     counts = power.sample_counts(engine, PROMPT, params, SAMPLES, LENGTH)
@@ -45,7 +59,7 @@ def test_eagle_joint_distribution_is_the_targets(target, setting, gamma, int8):
     assert metrics.num_draft_tokens > SAMPLES, "the head rarely drafted: the test would prove little"
     assert 0 < metrics.num_accepted_tokens < metrics.num_draft_tokens
     pvalue = chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params), SAMPLES)
-    assert pvalue > ALPHA, f"eagle γ={gamma}/{setting}: chi-square p = {pvalue:.2e}"
+    assert pvalue > ALPHA, f"{model}: eagle γ={gamma}/{setting}: chi-square p = {pvalue:.2e}"
 
 
 def test_eagle_greedy_equals_plain(target):
