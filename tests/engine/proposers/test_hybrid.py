@@ -5,7 +5,9 @@ choice of source and γ made from measured acceptance and cost.
 The exactness check is test_eagle_exactness.py's (chi-square against the joint enumerated
 from the tiny float64 target, ALPHA = 1e-3), with a controller that alternates the two
 sources step by step so every sample mixes them and the head catches up after n-gram
-steps."""
+steps. At T = 1 it runs on the table model with hidden states (tests/support/table_lm.py's
+FeatureTableLM, whose forwards are lookups), with top-k / top-p on the tiny Llama through
+the transformers backend's real feature seam; same samples and ALPHA on both."""
 
 import pytest
 import torch
@@ -18,7 +20,7 @@ from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.proposers.hybrid import HybridProposer
 from specchat.events import StepStats
 from tests.engine.test_exactness import ALPHA, LENGTH, PROMPT, chi_square_pvalue
-from tests.support import power
+from tests.support import power, table_lm
 from tests.support.tiny_heads import random_eagle3_head
 from tests.support.vocab16 import exact_joint
 
@@ -38,14 +40,18 @@ class Alternate(Controller):
 
 
 def hybrid(target, head_gamma=3):
-    backend = TransformersBackend(target)
+    """``target``: a transformers model, or a FeatureTableLM (its own backend)."""
+    backend = target if isinstance(target, table_lm.FeatureTableLM) else TransformersBackend(target)
     head = EagleProposer(random_eagle3_head(target, draft_vocab=12), backend, "auto", head_gamma)
     return backend, HybridProposer(NgramProposer("auto", 1, 3, max_speculative_tokens=4), head, 4)
 
 
-@pytest.mark.parametrize("setting", ["t1", "t0.9-topk6-topp0.9"])
-def test_hybrid_joint_distribution_is_the_targets(target, setting):
+@pytest.mark.parametrize("model, setting", [("table", "t1"), ("llama", "t0.9-topk6-topp0.9")])
+def test_hybrid_joint_distribution_is_the_targets(target, model, setting):
     params = power.SETTINGS[setting]
+    joint_of = exact_joint
+    if model == "table":
+        target, joint_of = table_lm.FeatureTableLM(table_lm.random_table(0)), table_lm.exact_joint
     backend, proposer = hybrid(target)
     engine = SpeculativeEngine(backend, proposer, controller=Alternate(proposer, 2), eos_token_ids=[])
     sources: dict[str, int] = {}
@@ -59,8 +65,8 @@ def test_hybrid_joint_distribution_is_the_targets(target, setting):
                 sources[step.stats.draft_source] = sources.get(step.stats.draft_source, 0) + 1
         counts[tuple(seq)] = counts.get(tuple(seq), 0) + 1
     assert min(sources.get("ngram", 0), sources.get("eagle3", 0)) > SAMPLES // 4, sources
-    pvalue = chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params), SAMPLES)
-    assert pvalue > ALPHA, f"hybrid/{setting}: chi-square p = {pvalue:.2e}"
+    pvalue = chi_square_pvalue(counts, joint_of(target, PROMPT, LENGTH, params), SAMPLES)
+    assert pvalue > ALPHA, f"{model}: hybrid/{setting}: chi-square p = {pvalue:.2e}"
 
 
 def test_hybrid_greedy_equals_plain_and_names_each_drafts_source(target):

@@ -14,6 +14,13 @@ ALPHA = 1e-3 per test, at T = 1 and at T = 0.9 with top-k and top-p.
 head (draft j reported with head j's law instead of head j − 1's) and shows the same
 check fails, as does one that reports the heads' plain softmax instead of the warped law
 the drafts were sampled from (at T = 0.9 with top-k and top-p).
+
+Each joint case runs on one of two targets (float64, vocabulary 16): the tiny transformers
+Llama (its real final hidden states and KV cache; heads started from its lm_head, so
+drafts are often kept), or the table model with hidden states (tests/support/table_lm.py's
+FeatureTableLM: logits and final states are rows chosen by the last two ids; random
+heads), whose forwards are lookups. A chain and a tree run on each; the planted bugs on
+the Llama. Same samples and ALPHA on both.
 """
 
 import pytest
@@ -24,7 +31,7 @@ from specchat.engine.backends.transformers import TransformersBackend
 from specchat.engine.proposers import Proposal
 from specchat.engine.proposers.medusa import MedusaProposer
 from tests.engine.test_exactness import ALPHA, PROMPT
-from tests.support import power
+from tests.support import power, table_lm
 from tests.support.folded import FoldedEngine
 from tests.support.tiny_heads import random_medusa_head
 
@@ -34,15 +41,22 @@ LENGTH = 5  # a plain first step, then drafting steps of full chains
 
 def pvalue(target, engine, params, samples=SAMPLES) -> float:
     counts = power.sample_counts(engine, PROMPT, params, samples, LENGTH)
+    if isinstance(target, table_lm.FeatureTableLM):
+        return power.tree_chi_square(counts, table_lm.next_laws(target, PROMPT, params))
     return power.tree_chi_square(counts, power.model_next_laws(target, PROMPT, params))
 
 
 def medusa_engine(target, gamma=2, draft_vocab=None, proposer_class=MedusaProposer, controller=None, **tree):
-    backend = TransformersBackend(target)
+    """``target``: a transformers model, or a FeatureTableLM (its own backend; random heads,
+    as it has no lm_head to start them from)."""
+    if isinstance(target, table_lm.FeatureTableLM):
+        backend, like_target = target, 0.0
+    else:
+        backend, like_target = TransformersBackend(target), 1.0
     # each head the target's lm_head plus noise as large as its weights: drafts are often kept
     # (samples run fast), and the heads' laws differ enough that a q from the wrong head shows
     # (with a tenth of that noise the heads agreed so well that the off-by-one bug passed)
-    head = random_medusa_head(target, num_heads=3, draft_vocab=draft_vocab, like_target=1.0)
+    head = random_medusa_head(target, num_heads=3, draft_vocab=draft_vocab, like_target=like_target)
     proposer = proposer_class(head, backend, gamma, **tree)
     return FoldedEngine(backend, proposer, controller=controller or power.EveryStep(gamma), eos_token_ids=[])
 
@@ -87,15 +101,21 @@ def test_draft_j_comes_from_head_j_minus_1(target):
     assert len(proposer.propose(ids + [3], 3, params, None).tokens) == 0  # h is for another position
 
 
-@pytest.mark.parametrize("setting, gamma, draft_vocab", [("t1", 2, None), ("t0.9-topk6-topp0.9", 3, 12)])
-def test_medusa_joint_distribution_is_the_targets(target, setting, gamma, draft_vocab):
+def model_target(model, target):
+    return table_lm.FeatureTableLM(table_lm.random_table(0)) if model == "table" else target
+
+
+@pytest.mark.parametrize("model, setting, gamma, draft_vocab", [("table", "t1", 2, None),
+                                                                ("llama", "t0.9-topk6-topp0.9", 3, 12)])
+def test_medusa_joint_distribution_is_the_targets(target, model, setting, gamma, draft_vocab):
     params = power.SETTINGS[setting]
+    target = model_target(model, target)
     engine = medusa_engine(target, gamma, draft_vocab)
     p = pvalue(target, engine, params)
     metrics = engine.metrics
     assert metrics.num_draft_tokens > 2 * SAMPLES, "the heads rarely drafted: the test would prove little"
     assert 0 < metrics.num_accepted_tokens < metrics.num_draft_tokens
-    assert p > ALPHA, f"medusa γ={gamma}/{setting}: chi-square p = {p:.2e}"
+    assert p > ALPHA, f"{model}: medusa γ={gamma}/{setting}: chi-square p = {p:.2e}"
 
 
 def test_medusa_greedy_equals_plain(target):
@@ -144,14 +164,16 @@ def test_the_medusa_check_has_power(target, bug, setting):
 
 # --- candidate trees (draft_tree.py): head d's law for every child at depth d + 1 ----------
 
-@pytest.mark.parametrize("setting, gamma, shape", [("t1", 2, "dynamic"), ("t0.9-topk6-topp0.9", 3, "first")])
-def test_medusa_tree_joint_distribution_is_the_targets(target, setting, gamma, shape):
+@pytest.mark.parametrize("model, setting, gamma, shape", [("llama", "t1", 2, "dynamic"),
+                                                           ("table", "t0.9-topk6-topp0.9", 3, "first")])
+def test_medusa_tree_joint_distribution_is_the_targets(target, model, setting, gamma, shape):
     params = power.SETTINGS[setting]
+    target = model_target(model, target)
     engine = medusa_engine(target, gamma, 12, siblings=3, tree=shape)
     p = pvalue(target, engine, params)
     metrics = engine.metrics
     assert metrics.num_draft_tokens > 3 * SAMPLES and 0 < metrics.num_accepted_tokens
-    assert p > ALPHA, f"medusa tree {shape} γ={gamma}/{setting}: chi-square p = {p:.2e}"
+    assert p > ALPHA, f"{model}: medusa tree {shape} γ={gamma}/{setting}: chi-square p = {p:.2e}"
 
 
 def test_medusa_tree_greedy_equals_plain(target):
