@@ -19,11 +19,17 @@ class Method:
     tree: bool = False  # it drafts a tree when speculation.siblings > 1
     batched: bool = False  # llama.cpp's batched engine (serve, bench --concurrency) runs its chains
     aliases: tuple[str, ...] = ()  # other spellings bench's --methods accepts
+    # a model-free proposer's class ("module:Class", built like prompt lookup: γ, the n-gram
+    # bounds, the γ = auto ceiling): the factory needs no line of its own for it
+    builds: str = ""
 
 
 METHODS = {m.name: m for m in (
     Method("draft_model", "draft", "draft model", needs="draft", batched=True, aliases=("draft",)),
-    Method("ngram", "n-gram", "n-gram lookup", point_mass=True, batched=True),
+    Method("ngram", "n-gram", "n-gram lookup", point_mass=True, batched=True,
+           builds="specchat.engine.proposers.base:NgramProposer"),
+    Method("suffix", "suffix", "suffix decoding", point_mass=True, batched=True,
+           builds="specchat.engine.proposers.suffix:SuffixProposer"),
     Method("eagle3", "head", "EAGLE-3 head", needs="eagle3", tree=True, batched=True),
     Method("medusa", "medusa", "Medusa heads", needs="medusa", tree=True),
     Method("hybrid", "hybrid", "n-gram lookup or EAGLE-3 head", needs="eagle3", tree=True, batched=True),

@@ -3,6 +3,7 @@ factory, bench, serve and the UI read it rather than lists of their own."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -42,7 +43,10 @@ def test_each_proposer_declares_what_its_row_says():
     from specchat.engine.proposers.medusa import MedusaProposer
     from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 
-    proposers = (DraftModelProposer, NgramProposer, EagleProposer, MedusaProposer, HybridProposer, Proposer)
+    built = tuple(getattr(importlib.import_module(m.builds.split(":")[0]), m.builds.split(":")[1])
+                  for m in TABLE if m.builds)  # model-free: the row names the class the factory builds
+    proposers = (DraftModelProposer, EagleProposer, MedusaProposer, HybridProposer, Proposer) + built
+    assert NgramProposer in built and all(m.point_mass and not m.needs for m in TABLE if m.builds)
     assert {p.kind: p.point_mass for p in proposers} == {m.name: m.point_mass for m in TABLE}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from specchat.engine.session import ChatSession
@@ -32,8 +33,10 @@ def build_proposer(speculation: SpeculationSpec, loaded: Any = None, gamma: int 
     tree = {"siblings": speculation.siblings, "tree": speculation.tree}
     if method.name == "draft_model":
         return DraftModelProposer(model, gamma, ceiling)
-    if method.name == "ngram":
-        return NgramProposer(gamma, speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
+    if method.builds:  # model-free: the table names its class
+        module, name = method.builds.split(":")
+        return getattr(importlib.import_module(module), name)(
+            gamma, speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
     if method.name == "medusa":
         return MedusaProposer(model, loaded.target, gamma, ceiling, **tree)
     if method.name == "eagle3":

@@ -201,9 +201,12 @@ class NgramProposer(Proposer):
         if self._memo is not None and self._memo[0] == key and self._memo[1] >= k:
             continuation, match = self._memo[2]
             return continuation[:k], match
-        found = self._index.lookup(ids, k, self.prompt_lookup_min, self.prompt_lookup_max)
+        found = self._find(ids, k)
         self._memo = (key, k, found)
         return found
+
+    def _find(self, ids: list[int], k: int) -> tuple[list[int], NgramMatch | None]:
+        return self._index.lookup(ids, k, self.prompt_lookup_min, self.prompt_lookup_max)
 
     def candidates(self, ids: list[int], limit: int) -> list[Candidate]:
         continuation, match = self.lookup(ids, limit)

@@ -80,6 +80,10 @@ class NgramIndex:
                 if n <= end + 1:
                     where.setdefault(tuple(ids[end - n + 1:end + 1]), []).append(end)
 
+    def positions(self, gram: list[int], n: int) -> list[int]:
+        """Where the n-gram ``gram`` ended in the context synced last (ascending; not a copy)."""
+        return self._where[n - 1].get(tuple(gram), [])
+
     def lookup(self, ids: list[int], k: int, min_n: int, max_n: int) -> tuple[list[int], NgramMatch | None]:
         """(up to k ids that followed the chosen occurrence, its match); ([], None) when no
         n-gram of min_n..max_n tokens occurred before."""
