@@ -100,6 +100,9 @@ class ChatSpec:
     system_prompt: str | None = None
     # None leaves the chat template's own default (Qwen3 thinks unless told not to).
     enable_thinking: bool | None = None
+    # a chat longer than the context: "rolling" leaves its earliest turns out of what the
+    # model sees (never the system prompt), "stop" ends the reply for want of room
+    overflow: str = "rolling"
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,8 @@ SAMPLING_KEYS = {
     "seed": Key(*_INT, check=_between(0, MAX_SEED)),
     "max_new_tokens": Key(*_INT, check=_at_least(1)),
 }
-CHAT_KEYS = {"system_prompt": Key(*_STR), "enable_thinking": Key(*_BOOL)}
+CHAT_KEYS = {"system_prompt": Key(*_STR), "enable_thinking": Key(*_BOOL),
+             "overflow": Key(*_STR, choices=("rolling", "stop"))}
 TOP_KEYS = {
     "description": Key(*_STR),
     "extends": Key(*_STR),

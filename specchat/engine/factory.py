@@ -62,4 +62,5 @@ def build_chat(profile: Any, loaded: Any) -> ChatSession:
         max_new_tokens=profile.sampling.max_new_tokens,
         system_prompt=profile.chat.system_prompt,
         enable_thinking=profile.chat.enable_thinking,
+        overflow=profile.chat.overflow,
     )

@@ -50,7 +50,8 @@ class ChatSession(Conversation):
 
     def __init__(self, engine: SpeculativeEngine, tokenizer: Any, *, sampling: SamplingParams = SamplingParams(),
                  max_new_tokens: int = 512, system_prompt: str | None = None,
-                 enable_thinking: bool | None = None, stop_token_ids: tuple[int, ...] = ()) -> None:
+                 enable_thinking: bool | None = None, stop_token_ids: tuple[int, ...] = (),
+                 overflow: str = "rolling") -> None:
         proposer = engine.proposer
         super().__init__(ChatTelemetry(max_gamma=proposer.max_speculative_tokens if proposer else 1),
                          system_prompt=system_prompt, max_new_tokens=max_new_tokens)
@@ -61,6 +62,10 @@ class ChatSession(Conversation):
         self.stop_token_ids = self.template.stop_token_ids
         self._alt_text: dict[int, str] = {}
         self._notice = engine.notice  # said once, with the next turn
+        # a chat that outgrows the context: "rolling" drops its earliest turns from what the
+        # model sees (never the system prompt; the history and recording keep them), "stop"
+        # lets the reply end for want of room ("context")
+        self.overflow = overflow
 
     # --- controls (safe to call between turns; γ and temperature also mid-turn for the next turn)
     def cancel(self) -> None:
@@ -103,7 +108,26 @@ class ChatSession(Conversation):
     def begin_turn(self, messages: list[dict[str, str]]) -> TurnPlan:
         ids = self.prompt_ids(messages)
         note, self._notice = self._notice or "", None
+        if self.overflow == "rolling":
+            ids, dropped = self._window(messages, ids)
+            if dropped:
+                note = " ".join(filter(None, (note, f"the model no longer sees the first {dropped} turn"
+                                              f"{'s' if dropped > 1 else ''} of this chat, to leave room for "
+                                              f"the reply (they stay in the transcript and the recording)")))
         return TurnPlan(len(ids), self._steps(ids), self.num_speculative_tokens, note)
+
+    def _window(self, messages: list[dict[str, str]], ids: list[int]) -> tuple[list[int], int]:
+        """(the prompt ids with as many of the latest turns as leave room for a reply,
+        how many earlier turns were left out). The system prompt and the new message always
+        stay; room for a reply is max_new_tokens, at most half the context."""
+        limit = self.engine.target.max_length - min(self.max_new_tokens, self.engine.target.max_length // 2)
+        system = 1 if messages and messages[0]["role"] == "system" else 0
+        turns = [i for i in range(system, len(messages) - 1) if messages[i]["role"] == "user"]
+        dropped = 0
+        while len(ids) > limit and dropped < len(turns):
+            dropped += 1
+            ids = self.prompt_ids(messages[:system] + messages[turns[dropped] if dropped < len(turns) else -1:])
+        return ids, dropped
 
     def _steps(self, ids: list[int]) -> Iterator[Step]:
         decoder = IncrementalDecoder(self.tokenizer)

@@ -1,0 +1,78 @@
+"""A chat that outgrows the context (engine/session.py, ``[chat] overflow``), on the tiny
+model (a 512-token context) with 100-token replies: twelve turns.
+
+* ``"rolling"`` (the default): every turn replies in full; the prompt the model sees
+  always starts with the system prompt and ends with the new message, and leaves room for
+  the reply; once turns are left out, TurnStarted's note says how many; the history (what
+  the transcript and the recording hold) keeps every turn. Planted bug: a window that
+  drops the system prompt with the earliest turn fails it.
+* ``"stop"``: today's behaviour, the reply ends for want of room ("context").
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from specchat.events import TurnFinished, TurnStarted
+from tests.support.mutations import mutant, patched
+
+SYSTEM = "You are a terse assistant."
+MESSAGE = "Tell me more about the history of the city and its rivers, bridges and old markets."
+TURNS, REPLY = 12, 100
+
+
+def twelve_turns(profile_path, overflow: str):
+    from specchat.config import load_profile
+    from specchat.engine.factory import build_chat
+    from specchat.loading import load_models
+
+    profile = load_profile(str(profile_path)).replace(
+        sampling={"max_new_tokens": REPLY, "temperature": 0.0}, chat={"system_prompt": SYSTEM, "overflow": overflow})
+    chat = build_chat(profile, load_models(profile))
+    seen, generate = [], chat.engine.generate
+
+    def spy(ids, *args, **kwargs):
+        seen.append(list(ids))
+        return generate(ids, *args, **kwargs)
+
+    chat.engine.generate = spy
+    events = [e for turn in range(TURNS) for e in chat.send(f"{turn}: {MESSAGE}")]
+    return chat, seen, events
+
+
+def test_rolling_keeps_the_system_prompt_and_the_latest_turns(tiny_ngram_profile_path):
+    chat, seen, events = twelve_turns(tiny_ngram_profile_path, "rolling")
+    finished = [e for e in events if isinstance(e, TurnFinished)]
+    notes = [e.note for e in events if isinstance(e, TurnStarted)]
+    system = list(chat.tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM}], tokenize=True))
+    room = chat.engine.target.max_length - REPLY
+    assert [f.finish_reason for f in finished] == ["length"] * TURNS
+    assert all(ids[:len(system)] == system and len(ids) <= room for ids in seen)
+    assert "no longer sees the first" in notes[-1] and not notes[0]
+    assert len(chat.history) == 2 * TURNS  # the transcript keeps everything
+
+
+def test_planted_a_window_that_drops_the_system_prompt_is_caught(tiny_ngram_profile_path):
+    from specchat.engine.session import ChatSession
+
+    bug = mutant(ChatSession._window, [("messages[:system] + ", "")])
+    with patched(ChatSession, "_window", bug), pytest.raises(AssertionError):
+        test_rolling_keeps_the_system_prompt_and_the_latest_turns(tiny_ngram_profile_path)
+
+
+def test_stop_ends_the_reply_for_want_of_room(tiny_ngram_profile_path):
+    chat, seen, events = twelve_turns(tiny_ngram_profile_path, "stop")
+    finished = [e.finish_reason for e in events if isinstance(e, TurnFinished)]
+    assert finished[0] == "length" and "context" in finished
+    assert not any("no longer sees" in e.note for e in events if isinstance(e, TurnStarted))
+
+
+def test_an_unknown_overflow_is_one_line(tmp_path):
+    from specchat.config import load_profile
+    from specchat.errors import ProfileError
+
+    path = tmp_path / "bad.toml"
+    path.write_text('extends = "default"\n[chat]\noverflow = "truncate"\n')
+    with pytest.raises(ProfileError) as error:
+        load_profile(str(path))
+    assert "\n" not in str(error.value) and "overflow" in str(error.value) and "rolling" in str(error.value)
