@@ -2,7 +2,9 @@
 
 A set is a TOML file (``description``, ``max_new_tokens``, ``[[prompts]] id/text``) or a
 JSON-lines file (one ``{"id": ..., "prompt": ...}`` or ``{"text": ...}`` per line). The
-shipped sets live in ``specchat/bench/prompts/`` and ship inside the wheel.
+shipped sets live in ``specchat/bench/prompts/`` and ship inside the wheel; so does
+Spec-Bench, which ``spec-bench[:N]`` turns into six category sets (``spec_bench.py`` has
+the rule that picks N questions per category).
 """
 
 from __future__ import annotations
@@ -25,8 +27,13 @@ DEFAULT_MAX_NEW_TOKENS = 256
 
 @dataclass(frozen=True)
 class Prompt:
+    """``turns``: every user turn of a multi-turn question (``text`` is the first), empty for
+    a one-turn prompt; ``category``: where a set mixes kinds (Spec-Bench's MT-bench), which."""
+
     id: str
     text: str
+    turns: tuple[str, ...] = ()
+    category: str = ""
 
 
 @dataclass(frozen=True)
@@ -39,12 +46,17 @@ class PromptSet:
 
 
 def load_prompt_sets(specs: list[str]) -> list[PromptSet]:
-    """Each spec is a shipped set name, ``all``, or a path to a .toml / .jsonl file."""
+    """Each spec is a shipped set name, ``all``, ``spec-bench[:N]`` (six sets), or a path
+    to a .toml / .jsonl file."""
+    from specchat.bench.spec_bench import is_spec_bench, spec_bench_sets
+
     sets: list[PromptSet] = []
     for spec in specs:
-        names = SHIPPED_SETS if spec == "all" else (spec,)
-        for name in names:
-            prompt_set = load_prompt_set(name)
+        if is_spec_bench(spec):
+            found = spec_bench_sets(spec)
+        else:
+            found = [load_prompt_set(name) for name in (SHIPPED_SETS if spec == "all" else (spec,))]
+        for prompt_set in found:
             if any(s.name == prompt_set.name for s in sets):
                 raise SpecchatError(f"prompt set '{prompt_set.name}' is given twice", key="--prompts")
             sets.append(prompt_set)
@@ -57,7 +69,8 @@ def load_prompt_set(spec: str) -> PromptSet:
         path = PROMPTS_DIR / f"{spec}.toml"
     elif not path.is_file():
         raise SpecchatError(f"--prompts {spec!r} is neither a shipped set nor a file", key="--prompts",
-                            hint=f"use one of {', '.join(SHIPPED_SETS)}, all, or a path to a .toml or .jsonl file")
+                            hint=f"use one of {', '.join(SHIPPED_SETS)}, all, spec-bench[:N], "
+                                 "or a path to a .toml or .jsonl file")
     if path.suffix == ".toml":
         return _from_toml(path)
     if path.suffix in (".jsonl", ".json"):

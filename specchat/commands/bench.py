@@ -27,7 +27,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--prompts", nargs="+", default=["all"], metavar="SET|FILE",
-                        help="prompt sets: repetitive, open, unusual, long, all (default), or .toml/.jsonl files")
+                        help="prompt sets: repetitive, open, unusual, long, all (default), .toml/.jsonl files, "
+                             "or spec-bench[:N]: Spec-Bench's 480 questions as six category sets (mt-bench, "
+                             "translation, summarization, qa, math_reasoning, rag); :N takes N per category "
+                             "(1-80), those at index i*80//N; mt-bench's N are shared over its 8 sub-categories "
+                             "in order (N//8 each, one more to the first N mod 8), spaced the same way in each")
     parser.add_argument("--gamma", default=GAMMA_DEFAULT, metavar="LIST",
                         help="γ values, comma-separated integers and/or auto (default: auto,1,2,3,5,8)")
     parser.add_argument("--methods", metavar="LIST",

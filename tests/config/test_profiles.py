@@ -117,3 +117,5 @@ def test_profiles_ship_inside_the_wheel(tmp_path):
     assert "specchat/profiles/qwen3-8b.toml" in names
     assert any(n.startswith("specchat/themes/") and n.endswith(".toml") for n in names)
     assert "specchat/demos/tour.txt" in names  # `specchat demo` without --script
+    for name in ("question.jsonl", "LICENSE", "SOURCE.md"):  # `bench --prompts spec-bench`, with its licence
+        assert f"specchat/bench/prompts/spec-bench/{name}" in names

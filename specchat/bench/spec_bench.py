@@ -1,0 +1,124 @@
+"""Spec-Bench (Xia et al. 2024, arXiv 2401.07851) as bench prompt sets: ``--prompts spec-bench[:N]``.
+
+Spec-Bench is the field's common yardstick for speculative decoding: 480 questions, shipped
+verbatim in ``specchat/bench/prompts/spec-bench/`` (Apache-2.0; ``SOURCE.md`` names the
+upstream commit and the file's sha256). Its six task categories become six sets, so bench
+reports each category and the mixed total like any other sets:
+``spec-bench/mt-bench`` (MT-bench's 80 two-turn questions, question_id 81-160, over 8
+sub-categories), ``spec-bench/translation``, ``spec-bench/summarization``, ``spec-bench/qa``,
+``spec-bench/math_reasoning`` and ``spec-bench/rag`` (80 one-turn questions each).
+
+``spec-bench:N`` takes N questions per category (1 ≤ N ≤ 80) by a fixed rule, so the same N
+always names the same questions and a small N still spans each category:
+
+* a category of ``size`` questions in question_id order gives those at index
+  ``i * size // N`` for i in range(N) (evenly spaced, the first always included);
+* MT-bench first shares N out over its 8 sub-categories in question_id order (writing,
+  roleplay, reasoning, math, coding, extraction, stem, humanities): N // 8 each and one
+  more to the first N % 8, then applies the same spacing within each sub-category; so
+  N ≥ 8 covers every sub-category and N = 10 takes two of writing and of roleplay.
+
+A prompt's id is its question_id; ``category`` keeps MT-bench's sub-category, and ``turns``
+every user turn of a two-turn question (``text`` is the first; bench runs that one).
+Spec-Bench generates up to 1024 tokens; these sets default to 256 (``--max-new-tokens``
+overrides).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from specchat.bench.prompt_sets import DEFAULT_MAX_NEW_TOKENS, PROMPTS_DIR, Prompt, PromptSet
+from specchat.errors import SpecchatError
+
+NAME = "spec-bench"
+QUESTIONS = PROMPTS_DIR / NAME / "question.jsonl"
+PER_CATEGORY = 80  # every category holds 80 questions: the largest N
+MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+CATEGORIES = {  # set suffix → (Spec-Bench categories, description)
+    "mt-bench": (MT_BENCH, "multi-turn conversation (MT-bench, 8 sub-categories; first turn)"),
+    "translation": (("translation",), "translation (German to English)"),
+    "summarization": (("summarization",), "summarization (news articles)"),
+    "qa": (("qa",), "question answering (short factual questions)"),
+    "math_reasoning": (("math_reasoning",), "math reasoning (word problems)"),
+    "rag": (("rag",), "retrieval-augmented generation (passages and a question)"),
+}
+
+
+def is_spec_bench(spec: str) -> bool:
+    return spec == NAME or spec.startswith(NAME + ":")
+
+
+def spec_bench_sets(spec: str) -> list[PromptSet]:
+    """The six category sets of ``spec-bench`` (all 480) or ``spec-bench:N`` (N per category)."""
+    per_category = parse_count(spec)
+    by_category = _questions_by_category(QUESTIONS)
+    sets = []
+    for suffix, (categories, description) in CATEGORIES.items():
+        groups = [by_category.get(c, []) for c in categories]
+        if per_category is not None:
+            groups = [spread(group, n) for group, n in zip(groups, share(per_category, len(groups)))]
+        chosen = sorted((q for group in groups for q in group), key=lambda q: q["question_id"])
+        total = sum(len(by_category.get(c, [])) for c in categories)
+        prompts = tuple(_prompt(q) for q in chosen)
+        sets.append(PromptSet(f"{NAME}/{suffix}", f"Spec-Bench {description}: {len(prompts)} of {total} questions",
+                              DEFAULT_MAX_NEW_TOKENS, prompts, spec))
+    return sets
+
+
+def parse_count(spec: str) -> int | None:
+    """None for ``spec-bench``; N for ``spec-bench:N``, refused in one line unless 1 ≤ N ≤ 80."""
+    if spec == NAME:
+        return None
+    value = spec[len(NAME) + 1:]
+    fix = f"use {NAME}:N with N from 1 to {PER_CATEGORY} questions per category, or {NAME} for all"
+    if not re.fullmatch(r"[+-]?[0-9]+", value):
+        raise SpecchatError(f"--prompts {spec!r}: N {value!r} is not a whole number", key="--prompts", hint=fix)
+    count = int(value)
+    if count < 1:
+        raise SpecchatError(f"--prompts {spec!r}: N must be at least 1, got {count}", key="--prompts", hint=fix)
+    if count > PER_CATEGORY:
+        raise SpecchatError(f"--prompts {spec!r}: a category holds {PER_CATEGORY} questions, so N is at most "
+                            f"{PER_CATEGORY}, got {count}", key="--prompts", hint=fix)
+    return count
+
+
+def share(count: int, parts: int) -> list[int]:
+    """``count`` shared over ``parts`` in order: count // parts each, one more to the first count % parts."""
+    return [count // parts + (1 if i < count % parts else 0) for i in range(parts)]
+
+
+def spread(items: list, count: int) -> list:
+    """``count`` of ``items``, evenly spaced by index: ``items[i * len(items) // count]``."""
+    count = min(count, len(items))
+    return [items[i * len(items) // count] for i in range(count)]
+
+
+def _questions_by_category(path: Path) -> dict[str, list[dict]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpecchatError(f"cannot read the Spec-Bench questions: {error}", file=str(path)) from None
+    by_category: dict[str, list[dict]] = {}
+    for number, line in enumerate(lines, 1):
+        try:
+            question = json.loads(line)
+            question_id, category, turns = question["question_id"], question["category"], question["turns"]
+        except (json.JSONDecodeError, TypeError, KeyError):
+            raise SpecchatError(f"line {number} is not a Spec-Bench question", file=str(path),
+                                hint="reinstall specchat") from None
+        if not isinstance(question_id, int) or not turns or not all(isinstance(t, str) and t for t in turns):
+            raise SpecchatError(f"line {number} is not a Spec-Bench question", file=str(path),
+                                hint="reinstall specchat")
+        by_category.setdefault(str(category), []).append(question)
+    for questions in by_category.values():
+        questions.sort(key=lambda q: q["question_id"])
+    return by_category
+
+
+def _prompt(question: dict) -> Prompt:
+    turns = tuple(question["turns"])
+    return Prompt(str(question["question_id"]), turns[0], turns=turns if len(turns) > 1 else (),
+                  category=question["category"])
