@@ -48,17 +48,16 @@ def test_eagle_joint_distribution_is_the_targets(target, model, setting, gamma, 
     """int8: the head drafts from int8 weights (as on a CPU by default); q is the
     quantised head's own law, so verification stays exact."""
     params = power.SETTINGS[setting]
+    joint_of = exact_joint
     if model == "table":
-        target, exact_joint = table_lm.FeatureTableLM(table_lm.random_table(0)), table_lm.exact_joint
-    else:
-        from tests.support.vocab16 import exact_joint
+        target, joint_of = table_lm.FeatureTableLM(table_lm.random_table(0)), table_lm.exact_joint
     engine = eagle_engine(target, gamma, int8=int8)
     assert engine.proposer.int8 == int8
     counts = power.sample_counts(engine, PROMPT, params, SAMPLES, LENGTH)
     metrics = engine.metrics
     assert metrics.num_draft_tokens > SAMPLES, "the head rarely drafted: the test would prove little"
     assert 0 < metrics.num_accepted_tokens < metrics.num_draft_tokens
-    pvalue = chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params), SAMPLES)
+    pvalue = chi_square_pvalue(counts, joint_of(target, PROMPT, LENGTH, params), SAMPLES)
     assert pvalue > ALPHA, f"{model}: eagle γ={gamma}/{setting}: chi-square p = {pvalue:.2e}"
 
 
