@@ -171,4 +171,5 @@ def test_ngram_profile_skips_draft_and_runs(tiny_ngram_profile_path, tmp_path, c
     captured = capsys.readouterr()
     assert "skipping method 'draft_model'" in captured.err and "results:" in captured.err
     results = json.loads((tmp_path / "o" / "results.json").read_text())
-    assert [c["name"] for c in results["configs"]] == ["none", "ngram γ=3"]
+    # every model-free method of the table runs by default
+    assert [c["name"] for c in results["configs"]] == ["none", "ngram γ=3", "suffix γ=3"]

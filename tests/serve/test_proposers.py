@@ -29,7 +29,7 @@ backend = "llama.cpp"
 '''
 
 
-@pytest.mark.parametrize("profile_name", ["smollm2-eagle3", "gguf-draft"])
+@pytest.mark.parametrize("profile_name", ["smollm2-eagle3", "smollm2-hybrid", "gguf-draft"])
 def test_two_chats_with_a_model_proposer_reply_as_plain_decoding_does(profile_name, tmp_path):
     from specchat.config import load_profile
     from specchat.engine import SamplingParams, SpeculativeEngine
