@@ -16,14 +16,21 @@ from specchat.bench.stats import aggregate
 def benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], *, repeat: int = 1,
               max_new_tokens: int | None = None, concurrency: int = 1, progress=None, warmup: bool = True) -> dict:
     """Runs everything and returns the results document written to results.json."""
-    from specchat.bench.runner import run_benchmark
+    from specchat.bench.runner import TURN_2, run_benchmark, second_turn_sets
 
     raw = run_benchmark(loaded, profile, sets, configs, repeat=repeat, max_new_tokens=max_new_tokens,
                         progress=progress, warmup=warmup)
     names = [c.name for c in configs]
+    described = describe(loaded, profile, sets, configs, repeat=repeat, max_new_tokens=max_new_tokens,
+                         concurrency=concurrency, warmup=warmup)
+    for s in sets:  # a multi-turn set's second turns: reported on their own (runner.py)
+        follow_ups = sum(len(p.turns) > 1 for p in s.prompts)
+        if follow_ups:
+            described["prompt_sets"][s.name + TURN_2] = {
+                "description": f"the second turn of {s.name}'s questions, after the model's own first reply",
+                "prompts": follow_ups, "source": s.source, "max_new_tokens": max_new_tokens or s.max_new_tokens}
     return {
-        **describe(loaded, profile, sets, configs, repeat=repeat, max_new_tokens=max_new_tokens,
-                   concurrency=concurrency, warmup=warmup),
+        **described,
         "requests": raw["requests"],
         "rows": raw["rows"],
         "peak_rss_bytes": raw["peak_rss_bytes"],
@@ -31,7 +38,7 @@ def benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Be
         # BUSY_SHARE the timings, and every ratio below, are not to be trusted
         "cpu_others": raw["cpu_others"],
         "busy_machine": raw["busy_machine"],
-        "aggregates": aggregate(raw["rows"], [s.name for s in sets], names, concurrency),
+        "aggregates": aggregate(raw["rows"], [s.name for s in sets] + second_turn_sets(sets), names, concurrency),
     }
 
 

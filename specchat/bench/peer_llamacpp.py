@@ -71,7 +71,8 @@ class LlamaCppPeerRunner:
         if lookup:
             gamma = config.gamma
             llm.draft_model.num_pred_tokens = self.speculation.max_speculative_tokens if gamma == "auto" else int(gamma)
-        llm.reset()
+        if request.fresh:  # a follow-up turn keeps its chat's KV (generate reuses the common prefix)
+            llm.reset()
         llm.set_seed(request.seed if params.seed is None else params.seed)
         out: list[int] = []
         emissions: list[list[float]] = []

@@ -3,7 +3,11 @@
 Order is request-major: for each prompt and repeat, every configuration runs once, in
 an order rotated by one per request, so slow drift of the machine (thermal throttling,
 other processes) lands on all configurations alike instead of on whichever ran last.
-Every run starts from an empty KV cache (``engine.reset()``): no reuse across configs.
+Every run starts from an empty KV cache (``engine.reset()``): no reuse across configs. A
+multi-turn question (Spec-Bench's MT-bench) runs its second turn right after its first,
+under the same configuration, as the next turn of the same chat: the model's own reply,
+then the follow-up, with the KV of that prefix kept; its rows form a set of their own
+(``<set>/turn-2``).
 All configurations of a request share one sampling seed.
 
 Timing: ``t0`` is taken just before ``generate`` is called; each yielded step is stamped
@@ -33,12 +37,37 @@ WARMUP_TOKENS = 8
 
 @dataclasses.dataclass(frozen=True)
 class Request:
+    """``follow_up``: the user's next message (a multi-turn question: MT-bench's second turn),
+    sent after the reply as a turn of the same chat; ``fresh`` False: this request follows
+    the one before it in the same chat, so the KV of their shared prefix is kept."""
+
     set_name: str
     prompt_id: str
     repeat: int
     seed: int
     ids: tuple[int, ...]
     max_new_tokens: int
+    messages: tuple[tuple[str, str], ...] = ()
+    follow_up: str = ""
+    fresh: bool = True
+
+
+TURN_2 = "/turn-2"  # a multi-turn set's second turns are reported as a set of their own
+
+
+def second_turn_sets(sets: list[PromptSet]) -> list[str]:
+    """The names under which the sets' second turns are reported."""
+    return [s.name + TURN_2 for s in sets if any(len(p.turns) > 1 for p in s.prompts)]
+
+
+def second_turn(request: Request, reply_ids: list[int], chat: Any) -> Request:
+    """The follow-up as the next turn of the same chat: the first question, the model's own
+    reply, the second question (Spec-Bench's MT-bench runs its two turns so)."""
+    reply = chat.tokenizer.decode(reply_ids, skip_special_tokens=True)
+    messages = (*request.messages, ("assistant", reply), ("user", request.follow_up))
+    ids = tuple(chat.prompt_ids(chat.with_system([{"role": r, "content": c} for r, c in messages])))
+    return dataclasses.replace(request, set_name=request.set_name + TURN_2, ids=ids, messages=messages,
+                               follow_up="", fresh=False)
 
 
 def build_requests(sets: list[PromptSet], chat: Any, repeat: int, base_seed: int,
@@ -51,8 +80,10 @@ def build_requests(sets: list[PromptSet], chat: Any, repeat: int, base_seed: int
         limit = max_new_tokens or prompt_set.max_new_tokens
         for prompt in prompt_set.prompts:
             ids = tuple(chat.prompt_ids(chat.with_system([{"role": "user", "content": prompt.text}])))
+            follow_up = prompt.turns[1] if len(prompt.turns) > 1 else ""
             for r in range(repeat):
-                requests.append(Request(prompt_set.name, prompt.id, r, base_seed + SEED_STRIDE * number + r, ids, limit))
+                requests.append(Request(prompt_set.name, prompt.id, r, base_seed + SEED_STRIDE * number + r, ids, limit,
+                                        (("user", prompt.text),), follow_up))
             number += 1
     return requests
 
@@ -68,7 +99,8 @@ def make_engine(config: BenchConfig, loaded: Any, speculation: Any) -> Any:
 
 def run_specchat(engine: Any, request: Request, params: Any, stops: set[int], max_new_tokens: int) -> dict:
     """One request through our engine → a raw row (see the module docstring)."""
-    engine.reset()
+    if request.fresh:
+        engine.reset()
     memory.reset_peak(engine.device)
     emissions: list[list[float]] = []
     steps: list[dict] = []
@@ -88,7 +120,8 @@ def run_specchat(engine: Any, request: Request, params: Any, stops: set[int], ma
         "steps": steps, "draft_kv_bytes": memory.draft_kv_bytes(engine),
         "peak_gpu_bytes": memory.peak_gpu_bytes(engine.device), "rss_bytes": memory.rss_bytes(), "output_ids": out,
     }
-    engine.reset()  # free this configuration's caches before the next one runs
+    if not request.follow_up:
+        engine.reset()  # free this configuration's caches before the next one runs
     return row
 
 
@@ -162,26 +195,29 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
             for i, config in enumerate(configs):
                 report(0, 0, f"warm-up {config.name}")
                 run_one(config, requests[0], WARMUP_TOKENS)
-        total = len(requests) * len(configs)
+        total = sum(1 + bool(q.follow_up) for q in requests) * len(configs)
         for r, request in enumerate(requests):
             shift = r % len(configs)
             for config in configs[shift:] + configs[:shift]:
-                report(len(rows), total, f"{request.set_name}/{request.prompt_id} #{request.repeat} · {config.name}")
-                cpu.take(fresh=True)
-                row = run_one(config, request, request.max_new_tokens)
-                share = cpu.take(fresh=True)
-                # a server peer's own process is not a neighbour: its rows are not judged
-                if share is not None and not (config.runner == "peer" and (config.method == "eagle3" or config.server)):
-                    others_ms += share * row["wall_ms"]
-                    timed_ms += row["wall_ms"]
-                row["cpu_others"] = share
-                uses_draft = config.method == "draft_model"
-                rows.append({
-                    "set": request.set_name, "prompt_id": request.prompt_id, "repeat": request.repeat,
-                    "seed": request.seed, "config": config.name, "runner": config.runner, "method": config.method,
-                    "gamma": config.gamma, "prompt_tokens": len(request.ids), "max_new_tokens": request.max_new_tokens,
-                    "order": len(rows), "draft_param_bytes": draft_bytes if uses_draft else 0, **row,
-                })
+                turn = request
+                while turn is not None:  # a multi-turn question: its turns in one chat, back to back
+                    report(len(rows), total, f"{turn.set_name}/{turn.prompt_id} #{turn.repeat} · {config.name}")
+                    cpu.take(fresh=True)
+                    row = run_one(config, turn, turn.max_new_tokens)
+                    share = cpu.take(fresh=True)
+                    # a server peer's own process is not a neighbour: its rows are not judged
+                    if share is not None and not (config.runner == "peer" and (config.method == "eagle3" or config.server)):
+                        others_ms += share * row["wall_ms"]
+                        timed_ms += row["wall_ms"]
+                    row["cpu_others"] = share
+                    uses_draft = config.method == "draft_model"
+                    rows.append({
+                        "set": turn.set_name, "prompt_id": turn.prompt_id, "repeat": turn.repeat,
+                        "seed": turn.seed, "config": config.name, "runner": config.runner, "method": config.method,
+                        "gamma": config.gamma, "prompt_tokens": len(turn.ids), "max_new_tokens": turn.max_new_tokens,
+                        "order": len(rows), "draft_param_bytes": draft_bytes if uses_draft else 0, **row,
+                    })
+                    turn = second_turn(turn, row["output_ids"], chat) if turn.follow_up else None
         report(total, total, "done")
     finally:
         if peer is not None:

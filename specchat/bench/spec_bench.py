@@ -38,7 +38,7 @@ QUESTIONS = PROMPTS_DIR / NAME / "question.jsonl"
 PER_CATEGORY = 80  # every category holds 80 questions: the largest N
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 CATEGORIES = {  # set suffix → (Spec-Bench categories, description)
-    "mt-bench": (MT_BENCH, "multi-turn conversation (MT-bench, 8 sub-categories; first turn)"),
+    "mt-bench": (MT_BENCH, "multi-turn conversation (MT-bench, 8 sub-categories; turn 2 reported as …/turn-2)"),
     "translation": (("translation",), "translation (German to English)"),
     "summarization": (("summarization",), "summarization (news articles)"),
     "qa": (("qa",), "question answering (short factual questions)"),

@@ -104,3 +104,28 @@ def test_the_cli_refuses_a_bad_n_before_loading_a_model(capsys, spec, fragment):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("specchat: error: ")
     assert spec in err and fragment in err and "from 1 to 80" in err
+
+
+def test_mt_bench_runs_its_second_turn_as_the_next_turn_of_the_same_chat(tiny_ngram_profile_path, tmp_path):
+    """On the tiny model, spec-bench:1's MT-bench question (81) runs both turns under each
+    configuration: the second turn's prompt is the first's with the model's own reply and
+    the follow-up after it, the KV of that prefix is kept (its first step reuses it), and its
+    rows are reported as a set of their own. Planted bug: a second turn that starts from an
+    empty cache (``fresh`` left True) fails the reuse check."""
+    import json
+
+    from specchat.cli import main
+
+    out = tmp_path / "o"
+    assert main(["bench", "--profile", str(tiny_ngram_profile_path), "--prompts", "spec-bench:1", "--methods",
+                 "ngram,none", "--gamma", "3", "--max-new-tokens", "6", "--no-peer", "--no-warmup",
+                 "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    rows = {(r["set"], r["config"]): r for r in results["rows"]}
+    assert "spec-bench/mt-bench/turn-2" in results["aggregates"]["sets"]
+    assert "spec-bench/mt-bench/turn-2" in results["prompt_sets"]
+    for config in ("none", "ngram γ=3"):
+        first, second = rows[("spec-bench/mt-bench", config)], rows[("spec-bench/mt-bench/turn-2", config)]
+        assert second["prompt_id"] == first["prompt_id"] == "81"
+        assert second["prompt_tokens"] > first["prompt_tokens"] + first["new_tokens"]
+        assert second["steps"][0]["reused_tokens"] >= first["prompt_tokens"] - 1
