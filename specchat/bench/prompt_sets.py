@@ -10,9 +10,9 @@ the rule that picks N questions per category).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
+from specchat.bench.prompt import DEFAULT_MAX_NEW_TOKENS, PROMPTS_DIR, Prompt, PromptSet
 from specchat.errors import SpecchatError
 
 try:
@@ -20,29 +20,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-PROMPTS_DIR = Path(__file__).parent / "prompts"
 SHIPPED_SETS = ("repetitive", "open", "unusual", "long")
-DEFAULT_MAX_NEW_TOKENS = 256
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """``turns``: every user turn of a multi-turn question (``text`` is the first), empty for
-    a one-turn prompt; ``category``: where a set mixes kinds (Spec-Bench's MT-bench), which."""
-
-    id: str
-    text: str
-    turns: tuple[str, ...] = ()
-    category: str = ""
-
-
-@dataclass(frozen=True)
-class PromptSet:
-    name: str
-    description: str
-    max_new_tokens: int
-    prompts: tuple[Prompt, ...]
-    source: str
 
 
 def load_prompt_sets(specs: list[str]) -> list[PromptSet]:

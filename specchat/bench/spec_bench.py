@@ -30,7 +30,7 @@ import json
 import re
 from pathlib import Path
 
-from specchat.bench.prompt_sets import DEFAULT_MAX_NEW_TOKENS, PROMPTS_DIR, Prompt, PromptSet
+from specchat.bench.prompt import DEFAULT_MAX_NEW_TOKENS, PROMPTS_DIR, Prompt, PromptSet
 from specchat.errors import SpecchatError
 
 NAME = "spec-bench"

@@ -21,6 +21,8 @@ COMMANDS = [
     "export",
     "train_head",
     "serve",
+    "doctor",
+    "plan",
 ]
 
 

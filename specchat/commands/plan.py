@@ -1,0 +1,105 @@
+"""``specchat plan [--profile P] [--alpha-from FILE] [--json]``: measure this machine's c and
+v(k) for a profile, then say what speculation can pay at each α and γ (specchat/plan.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "plan",
+        help="measure the draft's cost c and the target's verify cost v(k) here; print the expected speed-up",
+        description="Times the target's steps verifying 0..8 drafts at contexts of 256, 1,024 and 4,096 tokens "
+                    "and the proposer's time per draft, then prints the expected speed-up over acceptance rate α "
+                    "× draft length γ, each γ's break-even α and the best γ per α (the panel's formula, with these "
+                    "measured costs). No acceptance is measured: α is the task's, the costs are this machine's.",
+    )
+    parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
+    parser.add_argument("--alpha-from", metavar="FILE",
+                        help="a recording (path, name or 'last'): mark its measured α in the tables")
+    parser.add_argument("--repeats", type=int, default=7, metavar="N", help="timed forwards per point (default 7)")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from specchat.config import load_profile
+    from specchat.errors import SpecchatError
+
+    if not 1 <= args.repeats <= 100:
+        raise SpecchatError(f"--repeats {args.repeats} is out of range", key="--repeats", hint="use 1 to 100")
+    alpha = _alpha_from(args.alpha_from) if args.alpha_from else None
+    profile = load_profile(args.profile)
+    from specchat.remote import is_remote
+
+    if is_remote(profile):
+        raise SpecchatError(f"profile '{profile.name}' runs on a server: plan measures models run here",
+                            key="target.backend", hint="plan a llama.cpp or transformers profile")
+    from specchat.engine.factory import build_proposer
+    from specchat.engine.engine import SpeculativeEngine
+    from specchat.engine.template import ChatTemplate
+    from specchat.loading import load_models
+    from specchat.plan import Costs, measure_drafting, measure_target, report
+
+    loaded = load_models(profile)
+    print(f"plan: timing {profile.name}'s target ({loaded.target.name}) …", file=sys.stderr)
+    steps = measure_target(loaded.target, repeats=args.repeats)
+    if not steps:
+        raise SpecchatError(f"the target's context ({loaded.target.max_length} tokens) is shorter than 256 + 9",
+                            key="target.n_ctx", hint="plan a profile with a larger n_ctx")
+    proposer = build_proposer(profile.speculation, loaded)
+    chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
+                        enable_thinking=profile.chat.enable_thinking)
+    prompt = chat.prompt_ids(chat.with_system([{"role": "user", "content": DRAFT_PROMPT}]))
+    draft_ms = measure_drafting(SpeculativeEngine(loaded.target, proposer), prompt)
+    costs = Costs(steps, draft_ms, profile.speculation.method)
+    figures = report(costs)
+    figures.update(profile=profile.name, target=loaded.target.name, precision=loaded.target.precision,
+                   measured_alpha=alpha)
+    print(json.dumps(figures) if args.json else render(figures))
+    return 0
+
+
+# a request whose reply repeats part of it, so every proposer drafts while it is timed
+DRAFT_PROMPT = "Repeat this sentence three times: the quick brown fox jumps over the lazy dog."
+
+
+def _alpha_from(name: str) -> float:
+    from specchat.errors import SpecchatError
+    from specchat.events import TurnFinished
+    from specchat.sessions.locate import locate
+    from specchat.sessions.reader import read_recording
+
+    recording = read_recording(locate(name))
+    finished = [t.event for t in recording.events if isinstance(t.event, TurnFinished)]
+    session = finished[-1].metrics.get("session") if finished else None
+    alpha = session.get("alpha") if isinstance(session, dict) else None
+    if not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        raise SpecchatError("the recording has no measured α (no turn that drafted)", file=str(recording.path),
+                            hint="give a recording of a chat that speculated")
+    return float(alpha)
+
+
+def render(figures: dict) -> str:
+    lines = [f"plan: {figures['profile']} on {figures['target']} ({figures['precision']}), proposer "
+             f"{figures['source']}: {figures['draft_ms']:.2f} ms a draft"]
+    alpha = figures.get("measured_alpha")
+    for context, f in figures["contexts"].items():
+        lines.append("")
+        lines.append(f"context {context} tokens: plain step {f['step_ms'][0]:.1f} ms, c = {f['c']:.3f}, "
+                     "v(k) = " + " ".join(f"{v:.2f}" for v in f["v"][1:]) + "  (k = 1..8)")
+        lines.append("  α \\ γ " + "".join(f"{g:>7}" for g in range(1, len(f["v"]))) + "   best γ")
+        for a, row, best in zip(f["alphas"], f["speedup"], f["best_gamma"]):
+            lines.append(f"  {a:>5.2f} " + "".join(f"{x:>6.2f}×" for x in row) + f"   {best or 'none'}")
+        lines.append("  break-even α: " + " ".join(f"γ={g} {'–' if b is None else f'{b:.2f}'}"
+                                                  for g, b in enumerate(f["break_even_alpha"], 1)))
+        if alpha is not None:
+            from specchat.telemetry import predicted_speedup
+
+            row = [predicted_speedup(alpha, g, f["c"], f["v"][g]) for g in range(1, len(f["v"]))]
+            best = max(range(len(row)), key=row.__getitem__)
+            lines.append(f"  at the recording's α = {alpha:.2f}: best γ = {best + 1}, {row[best]:.2f}×")
+    return "\n".join(lines)

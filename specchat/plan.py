@@ -1,0 +1,116 @@
+"""``specchat plan``: what speculation can pay on this machine, before any chat.
+
+c and v(k) belong to the hardware and the model pair, α to the task (the seeds'
+arithmetic). So the target's verify cost is measured here for k = 0..8 drafts at a few
+context lengths (a plain step is k = 0; attention makes all of them grow with the
+context), and the proposer's cost per draft from a short greedy generation; the expected
+speed-up over α × γ then follows from the same formula the panel's prediction uses
+(telemetry.predicted_speedup: E(γ) / (γ·c + v(γ)), with E(γ) = (1 − α^(γ+1)) / (1 − α)),
+with each γ's break-even α and, per α, the best γ. Measured α from a recording can be
+given (``--alpha-from``).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from specchat.telemetry import predicted_speedup
+
+CONTEXTS = (256, 1024, 4096)
+MAX_K = 8
+ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+REPEATS = 7  # timed forwards per (context, k); their median is kept
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Measured: ``step_ms[L][k]`` the target's time to verify k drafts after L tokens
+    (k = 0: a plain step); ``draft_ms`` the proposer's time per draft (0 for none)."""
+
+    step_ms: dict[int, list[float]]
+    draft_ms: float
+    source: str
+
+    def c(self, context: int) -> float:
+        return self.draft_ms / self.step_ms[context][0]
+
+    def v(self, context: int, k: int) -> float:
+        return self.step_ms[context][k] / self.step_ms[context][0]
+
+
+def measure_target(target: Any, contexts: tuple[int, ...] = CONTEXTS, max_k: int = MAX_K,
+                   repeats: int = REPEATS, seed: int = 0) -> dict[int, list[float]]:
+    """{L: [ms of a step verifying k = 0..max_k drafts after L tokens]} for each L that
+    fits the target's context. Random ids: a step's time does not depend on the text."""
+    rng = random.Random(seed)
+    out = {}
+    for context in contexts:
+        if context + max_k + 1 > target.max_length:
+            continue
+        import torch
+
+        ids = [rng.randrange(target.vocab_size) for _ in range(context)]
+        target.reset()
+        target.forward(ids)  # the prompt, once: every timed call re-runs only its last token and the drafts
+        times = []
+        for k in range(max_k + 1):
+            drafts = torch.tensor([rng.randrange(target.vocab_size) for _ in range(k)], dtype=torch.long)
+            samples = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                target.forward(ids, extra=drafts, num_logits=k + 1)
+                samples.append(1000 * (time.perf_counter() - start))
+            times.append(statistics.median(samples))
+        out[context] = times
+    target.reset()
+    return out
+
+
+def measure_drafting(engine: Any, prompt_ids: list[int], tokens: int = 48) -> float:
+    """The proposer's median time per draft over a short greedy generation (steps that
+    caught up on missed context or ran the prompt left out); 0 without a proposer."""
+    from specchat.engine.sampling import SamplingParams
+
+    if engine.proposer is None:
+        return 0.0
+    per_draft = [s.stats.draft_ms / s.stats.num_draft_tokens
+                 for s in engine.generate(prompt_ids, SamplingParams(temperature=0.0), tokens)
+                 if s.stats.num_draft_tokens and not s.stats.prefill_tokens and not s.stats.draft_catch_up_tokens]
+    engine.reset()
+    return statistics.median(per_draft) if per_draft else 0.0
+
+
+def speedups(costs: Costs, context: int, alphas: tuple[float, ...] = ALPHAS, max_k: int = MAX_K) -> list[list[float]]:
+    """[α][γ − 1]: the expected speed-up over plain decoding."""
+    c = costs.c(context)
+    return [[predicted_speedup(a, g, c, costs.v(context, g)) for g in range(1, max_k + 1)] for a in alphas]
+
+
+def break_even(costs: Costs, context: int, gamma: int) -> float | None:
+    """The α above which γ drafts a step pay (None: not even at α → 1)."""
+    c, v = costs.c(context), costs.v(context, gamma)
+    if predicted_speedup(0.999999, gamma, c, v) <= 1.0:
+        return None
+    lo, hi = 0.0, 0.999999
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if predicted_speedup(mid, gamma, c, v) <= 1.0 else (lo, mid)
+    return hi
+
+
+def report(costs: Costs, alphas: tuple[float, ...] = ALPHAS) -> dict:
+    """Everything measured and predicted, as JSON-able figures."""
+    out: dict[str, Any] = {"source": costs.source, "draft_ms": costs.draft_ms, "contexts": {}}
+    for context, steps in costs.step_ms.items():
+        table = speedups(costs, context, alphas)
+        out["contexts"][str(context)] = {
+            "step_ms": steps, "c": costs.c(context), "v": [costs.v(context, k) for k in range(len(steps))],
+            "alphas": list(alphas), "speedup": table,
+            "break_even_alpha": [break_even(costs, context, g) for g in range(1, len(steps))],
+            "best_gamma": [max(range(len(row)), key=row.__getitem__) + 1 if max(row) > 1.0 else 0 for row in table],
+        }
+    return out
