@@ -2,7 +2,11 @@
 through the real CLI, on a tiny transformers target: a head built for another target
 (hidden size, layer ids, vocabulary), a corrupt or truncated safetensors file, a pickle
 checkpoint, a Medusa checkpoint given as EAGLE-3, and a target that cannot hand out
-hidden states."""
+hidden states.
+
+The good head runs in a fresh process, as a user runs it; the failures call the same main
+in this process (tests/support/cli.py's in_process): what they check is main's one line
+and exit code, and a fresh interpreter importing torch and transformers cost ~5 s each."""
 
 import json
 
@@ -13,7 +17,7 @@ from specchat.engine.backends.base import Backend
 from specchat.errors import ModelLoadError
 from specchat.heads.checkpoint import save_eagle3
 from specchat.loading.heads import load_head
-from tests.support.cli import run_cli
+from tests.support.cli import in_process, run_cli
 from tests.support.tiny_heads import random_eagle3_head
 from tests.support.tiny_models import write_tiny_profile
 from transformers import AutoModelForCausalLM
@@ -38,10 +42,9 @@ def copy_head(good_head, tmp_path, edit_config=None):
     return folder
 
 
-def run_with_head(tmp_path, tiny_model_dir, head):
+def run_with_head(tmp_path, tiny_model_dir, head, cli=in_process):
     profile = write_tiny_profile(tmp_path / "eagle.toml", tiny_model_dir, method="eagle3", head=str(head))
-    return run_cli("run", "--profile", str(profile), "--prompt", "hi",
-                           "--max-new-tokens", "4", timeout=120)
+    return cli("run", "--profile", str(profile), "--prompt", "hi", "--max-new-tokens", "4")
 
 
 def one_line_error(result) -> str:
@@ -53,7 +56,7 @@ def one_line_error(result) -> str:
 
 
 def test_a_good_head_runs(tmp_path, tiny_model_dir, good_head):
-    result = run_with_head(tmp_path, tiny_model_dir, good_head)
+    result = run_with_head(tmp_path, tiny_model_dir, good_head, cli=lambda *args: run_cli(*args, timeout=120))
     assert result.returncode == 0, result.stderr[-1500:]
 
 
@@ -126,8 +129,7 @@ def test_a_tree_on_a_chain_only_backend_is_one_line(good_head):
 def test_a_tree_profile_runs_on_transformers(tmp_path, tiny_model_dir, good_head):
     profile = write_tiny_profile(tmp_path / "tree.toml", tiny_model_dir, method="eagle3", head=str(good_head))
     profile.write_text(profile.read_text().replace('method = "eagle3"', 'method = "eagle3"\nsiblings = 3'))
-    result = run_cli("run", "--profile", str(profile), "--prompt", "hi",
-                             "--max-new-tokens", "8", "--json", timeout=120)
+    result = in_process("run", "--profile", str(profile), "--prompt", "hi", "--max-new-tokens", "8", "--json")
     assert result.returncode == 0, result.stderr[-1500:]
     summary = json.loads(result.stdout.splitlines()[-1])
     assert summary["num_draft_tokens"] > 0

@@ -13,7 +13,7 @@ import torch
 from specchat.config import load_profile
 from specchat.errors import ModelLoadError, SpecchatError
 from specchat.loading import load_models
-from tests.support.cli import run_cli
+from tests.support.cli import in_process, run_cli
 from tests.support.tiny_models import build_tiny_model, build_tiny_tokenizer, write_tiny_profile
 
 
@@ -128,8 +128,9 @@ def test_cli_help_and_profiles_never_import_torch():
 
 
 def test_run_json_on_a_tiny_model_streams_every_token_with_provenance(tiny_profile_path):
-    result = run_cli("run", "--profile", str(tiny_profile_path),
-                             "--prompt", "Hello there", "--json", "--max-new-tokens", "12", timeout=180)
+    # main in this process: the point is what run prints, not the interpreter (~5 s of imports)
+    result = in_process("run", "--profile", str(tiny_profile_path),
+                        "--prompt", "Hello there", "--json", "--max-new-tokens", "12")
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     tokens, summary = records[:-1], records[-1]

@@ -40,6 +40,17 @@ def test_pure_code_has_no_tier():
     assert tiers._tiers_of_function(_pure, set()) == set()
 
 
+def test_the_cli_helpers_are_tagged_by_what_they_run():
+    """run_cli starts a process; in_process calls main here (a model, most commands load one)
+    and must not be tagged 'subprocess', or its tests would pay for a process they never start;
+    the one-line check alone runs nothing."""
+    from tests.support import cli
+
+    assert tiers._tiers_of_function(cli.run_cli, set()) == {"subprocess"}
+    assert tiers._tiers_of_function(cli.in_process, set()) == {"model"}
+    assert tiers._tiers_of_function(cli.assert_one_line_error, set()) == set()
+
+
 def test_this_module_is_in_the_fast_tier(request):
     assert not {m.name for m in request.node.iter_markers()} & set(tiers.SLOW)
 

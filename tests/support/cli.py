@@ -1,12 +1,19 @@
-"""The CLI run as a user runs it: ``specchat ARGS`` in a fresh Python process, and the
-check that a failure is one line on stderr with exit code 2. tests/support/tiers.py tags every
-test that calls these 'subprocess'."""
+"""The CLI run as a user runs it: ``specchat ARGS`` in a fresh Python process
+(``run_cli``), or the same ``main`` in this process (``in_process``), and the check that a
+failure is one line on stderr with exit code 2.
+
+tests/support/tiers.py reads what each helper's code names: ``run_cli`` starts a process
+('subprocess'), ``in_process`` calls specchat.cli.main ('model': most commands load the
+profile's models), the checks alone have no tier."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 
 MAIN = "import sys; from specchat.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -21,13 +28,53 @@ def run_cli(*args: str, env_extra: dict | None = None, env: dict | None = None, 
                           timeout=timeout, env=env, cwd=cwd)
 
 
-def error_lines(result: subprocess.CompletedProcess) -> list[str]:
+@dataclass
+class Ran:
+    """What ``in_process`` gives back: the fields of a CompletedProcess that tests read (not
+    that class itself: naming the subprocess module would give the test the tier
+    'subprocess')."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def in_process(*args: str, env_extra: dict | None = None, cwd=None) -> Ran:
+    """``specchat *args`` as ``run_cli`` runs it, but by calling ``main`` here: no fresh
+    interpreter importing torch and transformers again (seconds of CPU each). For a test
+    whose point is what main prints and returns, not the process: stdout and stderr are
+    Python's streams (a pipe to main: not a terminal), SystemExit is its exit code, and the
+    environment and working directory are put back as they were, whatever main changed."""
+    from specchat.cli import main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.update(env_extra or {})
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exit_:  # argparse's usage errors, --help, --version
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+                if isinstance(exit_.code, str):
+                    print(exit_.code, file=sys.stderr)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return Ran(["specchat", *args], code, out.getvalue(), err.getvalue())
+
+
+def error_lines(result: subprocess.CompletedProcess | Ran) -> list[str]:
     """stderr's lines, less blank ones and llama.cpp's and transformers' own chatter."""
     return [line for line in result.stderr.splitlines()
             if line.strip() and not line.startswith("[") and "Loading weights" not in line]
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
+def assert_one_line_error(result: subprocess.CompletedProcess | Ran, *words: str) -> str:
     """Exit code 2, no traceback, one line holding every word; returns the line."""
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr

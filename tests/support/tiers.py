@@ -48,7 +48,6 @@ MODULES = {
     "specchat.training": ("training", "model"),
     "specchat.bench.runner": ("model",),
     "transformers": ("model",),
-    "tests.support.cli": ("subprocess",),  # tests/support/cli.py: specchat in a fresh process
     "tests.support.llama_server_helpers": ("server", "subprocess"),
     "tests.support.needs": ("llamacpp", "model"),  # embedded_llama_backend
     "tests.support.power": ("power",),
