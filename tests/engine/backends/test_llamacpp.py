@@ -19,7 +19,7 @@ from specchat.engine import NgramProposer, SamplingParams, SpeculativeEngine  # 
 from specchat.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from specchat.loading.embedded import find_gguf  # noqa: E402
 from specchat.loading.gguf_tokenizer import GgufTokenizer  # noqa: E402
-from tests.support.cli import assert_one_line_error, run_cli
+from tests.support.cli import assert_one_line_error, in_process, run_cli
 from tests.support.needs import llama_cpp, needs_llama_cpp
 
 CODE_PROMPT = "Rewrite this with a docstring and type hints: def add(a, b): return a + b"
@@ -195,18 +195,20 @@ def test_a_file_that_is_not_gguf_is_one_line(tmp_path):
     fake = tmp_path / "model.gguf"
     fake.write_bytes(b"PK\x03\x04 not a gguf at all")
     path = write_profile(tmp_path, f'extends = "default"\n[target]\nbackend = "llama.cpp"\nsource = "{fake}"\n')
-    assert_one_line_error(run_cli("run", "--profile", str(path), "--prompt", "hi"), "not a GGUF file", "target.source")
+    assert_one_line_error(in_process("run", "--profile", str(path), "--prompt", "hi"), "not a GGUF file", "target.source")
 
 
 def test_gpu_layers_without_a_gpu_build_is_one_line(tmp_path):
     if llama_cpp.llama_supports_gpu_offload():
         pytest.skip("this llama-cpp-python has a GPU backend")
     path = write_profile(tmp_path, 'extends = "default"\n[target]\nbackend = "llama.cpp"\nn_gpu_layers = 99\n')
-    assert_one_line_error(run_cli("run", "--profile", str(path), "--prompt", "hi"),
+    assert_one_line_error(in_process("run", "--profile", str(path), "--prompt", "hi"),
                           "n_gpu_layers", "without GPU support")
 
 
 def test_missing_llama_cpp_python_is_one_line(tmp_path):
+    """In a fresh process: the import is blocked before anything imported llama_cpp (here
+    it is imported already); the other errors run main in this process (in_process)."""
     path = write_profile(tmp_path, 'extends = "default"\n[target]\nbackend = "llama.cpp"\n')
     block = ("import importlib.abc, sys\n"
              "class Block(importlib.abc.MetaPathFinder):\n"
@@ -230,7 +232,7 @@ def test_a_draft_of_another_vocabulary_is_one_line(tmp_path, tiny_model_dir):
         [speculation.draft]
         source = "{tiny_model_dir}"
         ''')
-    assert_one_line_error(run_cli("run", "--profile", str(path), "--prompt", "hi"),
+    assert_one_line_error(in_process("run", "--profile", str(path), "--prompt", "hi"),
                           "different vocabularies", "pick a draft")
 
 
