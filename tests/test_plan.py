@@ -41,7 +41,7 @@ def test_the_best_gamma_is_the_rows_largest_and_none_below_one():
 def test_plan_measures_the_tiny_model_and_prints_json(tiny_ngram_profile_path, capsys):
     from specchat.cli import main
 
-    assert main(["plan", "--profile", str(tiny_ngram_profile_path), "--repeats", "2", "--json"]) == 0
+    assert main(["plan", "--profile", str(tiny_ngram_profile_path), "--repeats", "1", "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert list(figures["contexts"]) == ["256"]  # 1,024 and 4,096 do not fit a 512-token context
     f = figures["contexts"]["256"]
