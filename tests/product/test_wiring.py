@@ -19,7 +19,7 @@ from specchat.sessions.reader import read_recording
 from specchat.sessions.resume import resume_from
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.history import HistoryScreen
-from tests.support.cli import run_cli
+from tests.support.cli import in_process, run_cli
 from tests.support.pilot import SIZE, wait_for
 
 
@@ -146,11 +146,12 @@ def test_screenshot_key_saves_an_svg_in_the_data_dir(tiny_profile_path):
 
 def test_run_records_unless_no_record(tiny_profile_path):
     args = ("run", "--profile", str(tiny_profile_path), "--prompt", "hello", "--max-new-tokens", "4")
-    quiet = run_cli(*args, "--no-record")
+    # main in this process: what run records, not the interpreter (two fresh ones cost ~10 s)
+    quiet = in_process(*args, "--no-record")
     assert quiet.returncode == 0, quiet.stderr
     assert not sessions_dir().exists() or not list(sessions_dir().iterdir())
 
-    recorded = run_cli(*args)
+    recorded = in_process(*args)
     assert recorded.returncode == 0, recorded.stderr
     (path,) = sessions_dir().iterdir()
     assert f"recorded to {path}" in recorded.stderr
