@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from tests.support.cli import run_cli
+from tests.support.cli import in_process
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
@@ -205,8 +205,8 @@ def test_a_target_without_final_hidden_states_is_one_line(good_head):
 
 def run_with_head(tmp_path, tiny_model_dir, head, *args):
     profile = write_tiny_profile(tmp_path / "medusa.toml", tiny_model_dir, method="medusa", head=str(head))
-    return run_cli("run", "--profile", str(profile), "--prompt", "hi",
-                           "--max-new-tokens", "8", *args, timeout=120)
+    # main in this process: its output is the point, not a fresh interpreter (~5 s of imports)
+    return in_process("run", "--profile", str(profile), "--prompt", "hi", "--max-new-tokens", "8", *args)
 
 
 def test_a_medusa_profile_runs(tmp_path, tiny_model_dir, good_head):

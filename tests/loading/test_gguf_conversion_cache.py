@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from specchat.loading.llamacpp import source_fingerprint
-from tests.support.cli import run_cli
+from tests.support.cli import in_process
 from tests.support.needs import LLAMA_CPP_NOT_BUILT
 
 
@@ -232,9 +232,8 @@ def test_run_with_an_unwritable_cache_prints_one_line_and_no_traceback(tmp_path)
 
     pytest.importorskip("llama_cpp", reason=LLAMA_CPP_NOT_BUILT)
     (tmp_path / "a-file").write_text("")
-    env = {**os.environ, "SPECCHAT_CACHE_DIR": str(tmp_path / "a-file" / "cache"),
-           "SPECCHAT_DATA_DIR": str(tmp_path / "data")}
-    done = run_cli("run", "--prompt", "hi", "--max-new-tokens", "2", env=env, timeout=300)
+    env = {"SPECCHAT_CACHE_DIR": str(tmp_path / "a-file" / "cache"), "SPECCHAT_DATA_DIR": str(tmp_path / "data")}
+    done = in_process("run", "--prompt", "hi", "--max-new-tokens", "2", env_extra=env)  # main here, no fresh imports
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if "error" in line]

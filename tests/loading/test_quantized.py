@@ -19,7 +19,7 @@ from specchat.engine import DraftModelProposer, SamplingParams, SpeculativeEngin
 from specchat.errors import ModelLoadError
 from specchat.loading import load_models
 from specchat.verify.near_tie import compute_precision
-from tests.support.cli import run_cli
+from tests.support.cli import in_process, run_cli
 from tests.support.tiny_models import build_tiny_model, write_tiny_profile
 
 
@@ -146,9 +146,9 @@ def test_quantization_on_cpu_in_float32_is_a_valid_profile(tmp_path):
 
 
 def test_the_shipped_nf4_profile_runs_on_the_embedded_model(embedded_model_dir):
-    env = {**os.environ, "SPECCHAT_CACHE_DIR": str(embedded_model_dir.parent.parent)}
-    result = run_cli("run", "--profile", "smollm2-nf4", "--prompt",
-                             "Name three colours.", "--json", "--no-record", "--max-new-tokens", "8", "--seed", "1", timeout=300, env=env)
+    env = {"SPECCHAT_CACHE_DIR": str(embedded_model_dir.parent.parent)}
+    result = in_process("run", "--profile", "smollm2-nf4", "--prompt", "Name three colours.", "--json", "--no-record",
+                        "--max-new-tokens", "8", "--seed", "1", env_extra=env)  # main here, no fresh imports
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.splitlines()[-1])
     assert summary["models"]["target"]["quantization"] == "4bit-nf4"

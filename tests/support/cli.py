@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import random
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -45,10 +46,13 @@ def in_process(*args: str, env_extra: dict | None = None, cwd=None) -> Ran:
     interpreter importing torch and transformers again (seconds of CPU each). For a test
     whose point is what main prints and returns, not the process: stdout and stderr are
     Python's streams (a pipe to main: not a terminal), SystemExit is its exit code, and the
-    environment and working directory are put back as they were, whatever main changed."""
+    environment, working directory, torch's thread count and the global random states
+    (training seeds torch's) are put back as they were, whatever main changed."""
     from specchat.cli import main
 
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_env, saved_cwd, saved_random = dict(os.environ), os.getcwd(), random.getstate()
+    torch = sys.modules.get("torch")  # imported already by the test (or main will import it)
+    saved_torch = (torch.get_num_threads(), torch.random.get_rng_state()) if torch else None
     out, err = io.StringIO(), io.StringIO()
     try:
         os.environ.update(env_extra or {})
@@ -65,6 +69,10 @@ def in_process(*args: str, env_extra: dict | None = None, cwd=None) -> Ran:
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
+        random.setstate(saved_random)
+        if saved_torch is not None:
+            torch.set_num_threads(saved_torch[0])
+            torch.random.set_rng_state(saved_torch[1])
     return Ran(["specchat", *args], code, out.getvalue(), err.getvalue())
 
 

@@ -22,7 +22,7 @@ import torch
 from specchat.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from specchat.heads.medusa_checkpoint import save_medusa  # noqa: E402
 from specchat.loading.embedded import find_gguf  # noqa: E402
-from tests.support.cli import run_cli
+from tests.support.cli import in_process
 from tests.support.needs import needs_llama_cpp
 from tests.support.tiny_heads import random_medusa_head
 
@@ -78,8 +78,7 @@ def test_a_medusa_profile_runs_on_llama_cpp(gguf, tmp_path):
     """Random heads over 256 ids of SmolLM2's vocabulary: drafts are rarely kept, but
     they are drafted, verified and the reply finishes."""
     profile = medusa_profile(tmp_path, gguf, 3, "temperature = 0.0\nseed = 0\nmax_new_tokens = 12\n")
-    result = run_cli("run", "--profile", str(profile), "--prompt", "hi",
-                             "--json", timeout=180)
+    result = in_process("run", "--profile", str(profile), "--prompt", "hi", "--json")  # main here, no fresh imports
     assert result.returncode == 0, result.stderr[-1500:]
     assert json.loads(result.stdout.splitlines()[-1])["num_draft_tokens"] > 0
 
