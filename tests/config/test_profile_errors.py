@@ -1,15 +1,15 @@
 """The bad-profile matrix: each mistake gives one line naming file, key and fix; exit 2.
 
-Every case runs the real CLI in a subprocess: the user sees exactly this.
+The matrix calls the CLI's main in this process (in_process: the same exit code and
+stderr, without a fresh interpreter per case); the cycle, the missing file and the TUI's
+unknown name run the real CLI in a subprocess, as the user runs it.
 """
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from tests.support.cli import assert_one_line_error, run_cli
+from tests.support.cli import assert_one_line_error, in_process, run_cli
 
 # (file name, TOML text, fragments the one-line message must contain)
 CASES = [
@@ -58,7 +58,7 @@ CASES = [
 ]
 
 
-def assert_names_the_file(result: subprocess.CompletedProcess, fragments: list[str], file_name: str) -> None:
+def assert_names_the_file(result, fragments: list[str], file_name: str) -> None:
     line = assert_one_line_error(result, file_name, *fragments)
     assert line.startswith("specchat: error: ")
 
@@ -67,7 +67,7 @@ def assert_names_the_file(result: subprocess.CompletedProcess, fragments: list[s
 def test_bad_profile_gives_one_line_and_exit_2(tmp_path, name, text, fragments):
     path = tmp_path / f"{name}.toml"
     path.write_text(text, encoding="utf-8")
-    assert_names_the_file(run_cli("profiles", "check", str(path)), fragments, f"{name}.toml")
+    assert_names_the_file(in_process("profiles", "check", str(path)), fragments, f"{name}.toml")
 
 
 def test_extends_cycle(tmp_path):
