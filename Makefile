@@ -22,7 +22,7 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON
 STAMP := $(VENV)/.specchat-setup
 PROFILE ?= default
 
-.PHONY: run test test-fast setup clean-venv llama-server
+.PHONY: run test test-fast test-gpu setup clean-venv llama-server
 
 run: $(STAMP)
 	$(VENV)/bin/specchat --profile $(PROFILE)
@@ -32,6 +32,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 2 -q --fast
+
+# the GPU paths (tests/gpu/): on a machine without a CUDA GPU each skips, saying why
+test-gpu: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -rs -m gpu tests/gpu
 
 setup: $(STAMP)
 

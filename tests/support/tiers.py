@@ -163,6 +163,8 @@ def add_option(parser: pytest.Parser) -> None:
 def register(config: pytest.Config) -> None:
     for name, what in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {what} (applied by tests/support/tiers.py)")
+    # marked by hand (tests/gpu/): without a CUDA GPU they skip, saying why
+    config.addinivalue_line("markers", "gpu: runs on a CUDA GPU (make test-gpu, scripts/gpu-check.sh)")
 
 
 def apply(config: pytest.Config, items: list[pytest.Item]) -> None:
