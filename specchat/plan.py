@@ -24,6 +24,7 @@ CONTEXTS = (256, 1024, 4096)
 MAX_K = 8
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 REPEATS = 7  # timed forwards per (context, k); their median is kept
+NOISY = 0.15  # a point whose quartiles lie further apart than this share of its median is noise
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Costs:
     step_ms: dict[int, list[float]]
     draft_ms: float
     source: str
+    spread: dict[int, float] | None = None  # per context: the widest (p75 − p25) / median of its points
 
     def c(self, context: int) -> float:
         return self.draft_ms / self.step_ms[context][0]
@@ -43,11 +45,12 @@ class Costs:
 
 
 def measure_target(target: Any, contexts: tuple[int, ...] = CONTEXTS, max_k: int = MAX_K,
-                   repeats: int = REPEATS, seed: int = 0) -> dict[int, list[float]]:
-    """{L: [ms of a step verifying k = 0..max_k drafts after L tokens]} for each L that
-    fits the target's context. Random ids: a step's time does not depend on the text."""
+                   repeats: int = REPEATS, seed: int = 0) -> tuple[dict[int, list[float]], dict[int, float]]:
+    """({L: [ms of a step verifying k = 0..max_k drafts after L tokens]} for each L that
+    fits the target's context, {L: the widest relative spread of those points}). Random
+    ids: a step's time does not depend on the text."""
     rng = random.Random(seed)
-    out = {}
+    out, spread = {}, {}
     for context in contexts:
         if context + max_k + 1 > target.max_length:
             continue
@@ -65,9 +68,12 @@ def measure_target(target: Any, contexts: tuple[int, ...] = CONTEXTS, max_k: int
                 target.forward(ids, extra=drafts, num_logits=k + 1)
                 samples.append(1000 * (time.perf_counter() - start))
             times.append(statistics.median(samples))
+            if len(samples) >= 4:
+                q = statistics.quantiles(samples, n=4)
+                spread[context] = max(spread.get(context, 0.0), (q[2] - q[0]) / times[-1])
         out[context] = times
     target.reset()
-    return out
+    return out, spread
 
 
 def measure_drafting(engine: Any, prompt_ids: list[int], tokens: int = 48) -> float:
@@ -112,5 +118,6 @@ def report(costs: Costs, alphas: tuple[float, ...] = ALPHAS) -> dict:
             "alphas": list(alphas), "speedup": table,
             "break_even_alpha": [break_even(costs, context, g) for g in range(1, len(steps))],
             "best_gamma": [max(range(len(row)), key=row.__getitem__) + 1 if max(row) > 1.0 else 0 for row in table],
+            "spread": (costs.spread or {}).get(context),
         }
     return out

@@ -46,7 +46,11 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = load_models(profile)
     print(f"plan: timing {profile.name}'s target ({loaded.target.name}) …", file=sys.stderr)
-    steps = measure_target(loaded.target, repeats=args.repeats)
+    from specchat.contention import BUSY_SHARE, CpuShare
+
+    others = CpuShare()
+    others.take(fresh=True)
+    steps, spread = measure_target(loaded.target, repeats=args.repeats)
     if not steps:
         raise SpecchatError(f"the target's context ({loaded.target.max_length} tokens) is shorter than 256 + 9",
                             key="target.n_ctx", hint="plan a profile with a larger n_ctx")
@@ -55,10 +59,11 @@ def run(args: argparse.Namespace) -> int:
                         enable_thinking=profile.chat.enable_thinking)
     prompt = chat.prompt_ids(chat.with_system([{"role": "user", "content": DRAFT_PROMPT}]))
     draft_ms = measure_drafting(SpeculativeEngine(loaded.target, proposer), prompt)
-    costs = Costs(steps, draft_ms, profile.speculation.method)
+    costs = Costs(steps, draft_ms, profile.speculation.method, spread)
+    share = others.take()
     figures = report(costs)
     figures.update(profile=profile.name, target=loaded.target.name, precision=loaded.target.precision,
-                   measured_alpha=alpha)
+                   measured_alpha=alpha, cpu_others=share, busy_machine=share is not None and share > BUSY_SHARE)
     print(json.dumps(figures) if args.json else render(figures))
     return 0
 
@@ -84,9 +89,14 @@ def _alpha_from(name: str) -> float:
 
 
 def render(figures: dict) -> str:
+    from specchat.plan import NOISY
+
     lines = [f"plan: {figures['profile']} on {figures['target']} ({figures['precision']}), proposer "
              f"{figures['source']}: {figures['draft_ms']:.2f} ms a draft"]
     alpha = figures.get("measured_alpha")
+    if figures.get("busy_machine"):
+        lines.append(f"busy machine: other processes used {figures['cpu_others']:.0%} of the CPU while timing — "
+                     "these costs are not to be trusted; rerun on a quiet machine")
     for context, f in figures["contexts"].items():
         lines.append("")
         lines.append(f"context {context} tokens: plain step {f['step_ms'][0]:.1f} ms, c = {f['c']:.3f}, "
@@ -94,6 +104,9 @@ def render(figures: dict) -> str:
         lines.append("  α \\ γ " + "".join(f"{g:>7}" for g in range(1, len(f["v"]))) + "   best γ")
         for a, row, best in zip(f["alphas"], f["speedup"], f["best_gamma"]):
             lines.append(f"  {a:>5.2f} " + "".join(f"{x:>6.2f}×" for x in row) + f"   {best or 'none'}")
+        if f.get("spread") is not None and f["spread"] > NOISY:
+            lines.append(f"  noisy: a point's timings spread over ±{f['spread'] / 2:.0%} of its median here — "
+                         "more --repeats, or a quieter machine, before trusting these ratios")
         lines.append("  break-even α: " + " ".join(f"γ={g} {'–' if b is None else f'{b:.2f}'}"
                                                   for g, b in enumerate(f["break_even_alpha"], 1)))
         if alpha is not None:
