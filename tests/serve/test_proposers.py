@@ -1,6 +1,7 @@
 """``specchat serve`` with a proposer that has a model of its own: an EAGLE-3 head
-(smollm2-eagle3, shipped) and a draft model (a llama.cpp draft of the embedded GGUF, in a
-batch context of its own: engine/batch/lanes.py). Two greedy chats at once, in-process on a
+(smollm2-eagle3, shipped), the hybrid of n-gram lookup and that head (smollm2-hybrid), and a
+draft model (a llama.cpp draft of the embedded GGUF, in a batch context of its own:
+engine/batch/lanes.py). Two greedy chats at once, in-process on a
 free loopback port: each reply is the one-sequence engine's plain greedy reply (up to a
 near-tie: a batch rounds a little differently), and drafts were verified."""
 
