@@ -140,14 +140,25 @@ def run(args: argparse.Namespace) -> int:
         raise SpecchatError(f"cannot listen on {args.host}:{args.port} ({error.strerror or error})",
                             key="--port") from None
     host, port = server.server_address[:2]
-    try:  # from here on, Ctrl-C stops the server cleanly
+    from specchat.commands.interrupt import signals_cancel
+
+    try:  # from here on, Ctrl-C, SIGTERM or SIGHUP stop the server cleanly (a second one at once)
         print(clean_line(f"specchat serve: {profile.name} on http://{host}:{port}/v1 — {args.parallel} chats at once, "
                          f"{service.room} tokens each{'; key required' if key else ''} (Ctrl-C stops)"),
               file=sys.stderr, flush=True)
-        server.serve_forever()
-    except KeyboardInterrupt:
+        with signals_cancel(_stop):  # also where a parent started us with SIGINT ignored (a background job)
+            server.serve_forever()
+    except (KeyboardInterrupt, _Stopped):
         print("specchat serve: stopped", file=sys.stderr)
     finally:
         server.server_close()
         service.close()
     return 0
+
+
+class _Stopped(Exception):
+    """A signal asked the server to stop (raised in the main thread, out of serve_forever)."""
+
+
+def _stop() -> None:
+    raise _Stopped

@@ -59,11 +59,16 @@ def served(tmp_path_factory):
         port = int(log.read_text(errors="replace").split("http://127.0.0.1:", 1)[1].split("/", 1)[0])
         yield SimpleNamespace(port=port, stderr=lambda: log.read_text(errors="replace"))
     finally:
-        proc.send_signal(signal.SIGINT)
+        # SIGTERM (a service manager's stop) ends it as Ctrl-C does, in a second or two — also
+        # started as here, from a process that may ignore SIGINT (an xdist worker, a shell's
+        # background job), which it did not before (teardown then waited 30 s for nothing)
+        proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(30)
+            code = proc.wait(15)
         except subprocess.TimeoutExpired:
             proc.kill()
+            raise AssertionError("specchat serve did not stop within 15 s of SIGTERM") from None
+        assert code == 0 and "specchat serve: stopped" in log.read_text(errors="replace")
 
 
 def raw(method: str, path: str, body: bytes | None = None, **headers: str) -> bytes:
