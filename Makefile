@@ -28,10 +28,10 @@ run: $(STAMP)
 	$(VENV)/bin/specchat --profile $(PROFILE)
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 -q
+	$(VENV)/bin/python -m pytest -n 2 --dist worksteal -q
 
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 -q --fast
+	$(VENV)/bin/python -m pytest -n 2 --dist worksteal -q --fast
 
 # the GPU paths (tests/gpu/): on a machine without a CUDA GPU each skips, saying why
 test-gpu: $(STAMP)
