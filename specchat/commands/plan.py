@@ -64,7 +64,12 @@ def run(args: argparse.Namespace) -> int:
     figures = report(costs)
     figures.update(profile=profile.name, target=loaded.target.name, precision=loaded.target.precision,
                    measured_alpha=alpha, cpu_others=share, busy_machine=share is not None and share > BUSY_SHARE)
-    print(json.dumps(figures) if args.json else render(figures))
+    if args.json:
+        print(json.dumps(figures))
+    else:  # the profile's name and the model's precision are a file's words: cleaned
+        from specchat.sanitize import clean
+
+        print(clean(render(figures)))
     return 0
 
 
