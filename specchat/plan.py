@@ -49,13 +49,13 @@ def measure_target(target: Any, contexts: tuple[int, ...] = CONTEXTS, max_k: int
     """({L: [ms of a step verifying k = 0..max_k drafts after L tokens]} for each L that
     fits the target's context, {L: the widest relative spread of those points}). Random
     ids: a step's time does not depend on the text."""
+    import torch
+
     rng = random.Random(seed)
     out, spread = {}, {}
     for context in contexts:
         if context + max_k + 1 > target.max_length:
             continue
-        import torch
-
         ids = [rng.randrange(target.vocab_size) for _ in range(context)]
         target.reset()
         target.forward(ids)  # the prompt, once: every timed call re-runs only its last token and the drafts
