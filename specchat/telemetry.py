@@ -89,18 +89,6 @@ def arithmetic_increase(alpha: float, gamma: int, cost_ratio: float) -> float:
     return (1.0 - alpha) * (gamma * cost_ratio + gamma + 1) / (1.0 - alpha ** (gamma + 1))
 
 
-def fit_verify_cost(measured: dict[int, float], k: int) -> float:
-    """v(k) from measured points: the mean where measured, else a line through (0, 1)
-    fitted by least squares to the measured points (1 when nothing is measured)."""
-    if k in measured:
-        return measured[k]
-    pts = [(kk, v) for kk, v in measured.items() if kk > 0]
-    if not pts:
-        return 1.0
-    slope = sum(kk * (v - 1.0) for kk, v in pts) / sum(kk * kk for kk, _ in pts)
-    return max(1.0, 1.0 + slope * k) if slope > 0 else 1.0
-
-
 def mean_acceptance_length(accepted: int, drafts: int) -> float | None:
     """Tokens a drafting step emitted on average, 1 + accepted / drafts (vLLM's figure);
     None with no drafting step: nothing was measured (not 0, nor plain decoding's 1)."""

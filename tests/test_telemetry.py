@@ -10,7 +10,6 @@ from specchat.telemetry import (
     Telemetry,
     arithmetic_increase,
     expected_tokens_per_round,
-    fit_verify_cost,
     predicted_speedup,
 )
 
@@ -24,10 +23,6 @@ def test_closed_forms():
     assert predicted_speedup(0.5, 3, 0.1, 1.6) == approx(1.875 / 1.9)  # E / (γc + v)
     assert arithmetic_increase(0.5, 3, 0.1) == approx(0.5 * 4.3 / 0.9375)
     assert arithmetic_increase(1.0, 3, 0.1) == approx(4.3 / 4)
-    # v(k): measured where measured, else a least-squares line through (0, 1)
-    assert fit_verify_cost({1: 1.2, 2: 1.5}, 2) == 1.5
-    assert fit_verify_cost({1: 1.2, 2: 1.5}, 3) == approx(1 + 3 * (1 * 0.2 + 2 * 0.5) / (1 + 4))
-    assert fit_verify_cost({}, 3) == 1.0 and fit_verify_cost({2: 0.9}, 3) == 1.0
 
 
 def scenario() -> Telemetry:
