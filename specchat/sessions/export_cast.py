@@ -8,14 +8,11 @@ so newlines are written as CR LF. Torch-free.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Iterator
 
 from specchat import sanitize
 from specchat.sessions.ansi import banner, render
-from specchat.sessions.private_files import write_export
-from specchat.sessions.reader import Recording, read_recording
+from specchat.sessions.reader import Recording
 from specchat.sessions.replay import IDLE_LIMIT_S, timed_events
 
 WIDTH, HEIGHT = 100, 30
@@ -44,9 +41,3 @@ def cast_lines(recording: Recording, width: int = WIDTH, height: int = HEIGHT) -
 def cast_text(recording: Recording) -> str:
     return "\n".join(cast_lines(recording)) + "\n"
 
-
-def export_cast(source: Recording | str | os.PathLike[str], out: str | os.PathLike[str], *,
-                force: bool = False) -> Path:
-    """Writes the .cast to ``out`` (0600; see :func:`~specchat.sessions.private_files.write_export`)."""
-    recording = source if isinstance(source, Recording) else read_recording(source)
-    return write_export(out, cast_text(recording), source=recording.path, force=force)

@@ -12,15 +12,12 @@ each reply verbatim in a fenced block longer than any backtick run in it.
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 from specchat import sanitize
 from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, TurnFinished, UserMessage
-from specchat.sessions.private_files import write_export
-from specchat.sessions.reader import Recording, read_recording
+from specchat.sessions.reader import Recording
 from specchat.sessions.replay import rebuild_metrics
 from specchat.telemetry import MetricsSnapshot
 
@@ -144,9 +141,3 @@ def to_markdown(recording: Recording) -> str:
         lines += [f"| {n} | {count} |" for n, count in enumerate(m.acceptance_histogram)]
     return "\n".join(lines).rstrip() + "\n"
 
-
-def export_markdown(source: Recording | str | os.PathLike[str], out: str | os.PathLike[str], *,
-                    force: bool = False) -> Path:
-    """Writes the Markdown to ``out`` (0600; see :func:`~specchat.sessions.private_files.write_export`)."""
-    recording = source if isinstance(source, Recording) else read_recording(source)
-    return write_export(out, to_markdown(recording), source=recording.path, force=force)

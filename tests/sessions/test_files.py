@@ -11,7 +11,7 @@ import math
 import pytest
 
 from specchat.events import ErrorEvent, ProfileSwitched, SessionHeader, UserMessage
-from specchat.sessions.export_cast import export_cast
+from specchat.sessions.export_cast import cast_text
 from specchat.sessions.export_markdown import to_markdown
 from specchat.sessions.history import list_sessions
 from specchat.sessions.reader import RecordingError, read_recording
@@ -194,9 +194,15 @@ def test_rebuilt_metrics_follow_telemetry_definitions(tmp_path):
     assert m.acceptance_histogram[:4] == (0, 1, 1, 1)
 
 
+def write_cast(recording, out):
+    """The .cast of a recording, written as `specchat export --format cast` writes it."""
+    out.write_text(cast_text(read_recording(recording)), encoding="utf-8")
+    return out
+
+
 def test_cast_export_is_valid_asciicast_v2_with_provenance_colours(tmp_path):
     path = record(tmp_path / "s.jsonl", sample_events())
-    header, events = validate_cast(export_cast(path, tmp_path / "s.cast"))
+    header, events = validate_cast(write_cast(path, tmp_path / "s.cast"))
     assert "tiny" in header["title"]
     out = "".join(e[2] for e in events)
     assert "\x1b[32mHel\x1b[0m" in out  # accepted: green
@@ -209,7 +215,7 @@ def test_cast_export_is_valid_asciicast_v2_with_provenance_colours(tmp_path):
 def test_cast_never_replays_escape_sequences_from_model_text(tmp_path):
     events = sample_events()
     events[0] = UserMessage(turn=1, text="evil \x1b]0;title\x07 \x1b[2J")
-    header, cast = validate_cast(export_cast(record(tmp_path / "s.jsonl", events), tmp_path / "s.cast"))
+    header, cast = validate_cast(write_cast(record(tmp_path / "s.jsonl", events), tmp_path / "s.cast"))
     user = next(e[2] for e in cast if "evil" in e[2])
     assert "\x1b]" not in user and "\x1b[2J" not in user
 
