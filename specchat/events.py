@@ -18,9 +18,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-TOKEN_KINDS = ("accepted", "resampled", "bonus", "target")
-FINISH_REASONS = ("eos", "stop", "length", "context", "cancelled", "error")
-
 
 def context_full_message(prompt_tokens: int) -> str:
     """Why a turn that finished with "context" produced no token at all (one line)."""
@@ -200,7 +197,7 @@ class StepEvent:
 @dataclass(frozen=True)
 class TurnFinished:
     turn: int
-    finish_reason: str
+    finish_reason: str  # "eos", "stop", "length", "context", "cancelled" or "error"
     text: str
     metrics: dict[str, Any] = field(default_factory=dict)
     t: float = 0.0

@@ -12,7 +12,7 @@ import os
 from typing import Any, Iterator
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS
-from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, StepEvent, TurnStarted, UserMessage
+from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, UserMessage
 from specchat.methods import METHODS
 from specchat.sessions.reader import Damage, Recording, RecordingError, read_recording
 from specchat.telemetry import ChatTelemetry, MetricsSnapshot
@@ -30,7 +30,6 @@ __all__ = [
     "timed_events",
 ]
 
-SPEEDS = ("1", "2", "max")
 # Gaps before a user's action (reading, thinking, typing) are clamped to this many
 # seconds, as asciinema's idle_time_limit does; model timings are never clamped, so a
 # replay shows the real decode speed.
