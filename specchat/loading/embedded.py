@@ -73,10 +73,6 @@ def converted_dir() -> Path:
     return paths.cache_dir() / "models" / f"{EMBEDDED_NAME}-q4_1-v{CONVERSION_VERSION}"
 
 
-def is_converted() -> bool:
-    return (converted_dir() / _COMPLETE).is_file()
-
-
 def ensure_embedded_model(progress: Progress = None) -> Path | str:
     """A loadable source for the embedded model: the converted cache directory, or the
     Hub id when the wheel is not installed (the caller's Hub errors then mention the wheel).

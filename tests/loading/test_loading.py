@@ -151,7 +151,7 @@ def test_embedded_model_converts_once_and_reloads(embedded_model_dir, monkeypatc
     config = json.loads((embedded_model_dir / "config.json").read_text())
     assert "quantization_config" not in config and config["num_hidden_layers"] == 30
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(embedded_model_dir.parent.parent))
-    assert embedded.is_converted()  # the fixture's copy is the one the loader finds
+    assert embedded.cache_problem(embedded.converted_dir()) is None  # the fixture's copy is the one the loader finds
     loaded = load_models(load_profile("smollm2-draft"))
     assert loaded.draft.model.config.num_hidden_layers == 8 and loaded.target.model.config.num_hidden_layers == 30
     ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
