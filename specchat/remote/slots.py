@@ -13,14 +13,10 @@ from specchat.remote.http import Endpoint, RemoteError
 SLOTS_HINT = "start llama-server with -np N, or lower --concurrency"
 
 
-def parallel_slots(url: str, api_key_env: str | None = None) -> int | None:
+def _slots(endpoint: Endpoint) -> int | None:
     """llama-server's ``total_slots`` from ``GET /props``; None when the server has no
     /props (HTTP 404: vLLM) or does not say. A server that cannot be reached, or that
     answers another error, raises RemoteError (one line)."""
-    return _slots(Endpoint(url, api_key_env))
-
-
-def _slots(endpoint: Endpoint) -> int | None:
     try:
         props = endpoint.get_json("/props")
     except RemoteError as exc:
