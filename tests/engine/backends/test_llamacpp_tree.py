@@ -16,7 +16,8 @@ on the real embedded SmolLM2 in F16.
   the path left in the cache, and every node in branch 0 (llama.cpp refuses the next
   decode, which is asserted).
 * Sampling through the tree is exact: the first two tokens at T = 0.8 with top-k and
-  top-p, over 200 seeds, against the joint enumerated from one-token steps (verify's χ²
+  top-p, over 200 seeds (the tree's decode carrying the context's last 4 tokens too),
+  against the joint enumerated from one-token steps (verify's χ²
   and TV rule, as test_batched_exact.py), with a point-mass tree whose chain and rivals
   are all often kept or rejected. Planted bug: logits asked for at every new context
   token but read as if at the last only fails it (40 seeds).
@@ -185,9 +186,17 @@ EVERY_HOST_ROW = lambda: patched(llamacpp_tree.TreeLayout, "rows", mutant(llamac
     "every, i == len(host) - 1)", "every, True)")]))
 
 
+# context tokens the tree's decode carries (its "host" rows, which the planted bug misreads)
+HOST = 4
+
+
 @pytest.mark.parametrize("planted", [None, "logits-at-every-context-row"])
 def test_sampling_through_a_tree_is_exact(backend, context, planted):
-    """Each seed starts from an empty cache, so the tree's decode carries the whole prompt."""
+    """Each seed starts from a cache holding all but the context's last HOST tokens (the
+    previous seed's tail rolled back by a one-token forward), so the tree's decode carries
+    HOST context rows before its nodes — what the planted bug misreads — without a whole
+    prefill per seed (a seed from an empty cache, carrying the whole prompt, cost ~3× more)."""
+    assert len(context) > HOST + 1
     tokens, parents = a_tree(backend, context)
     backend.reset()
     p_first = warp(backend.forward(context), PARAMS)[0]
@@ -196,9 +205,11 @@ def test_sampling_through_a_tree_is_exact(backend, context, planted):
     samples = 40 if planted else SAMPLES
     got = np.full((samples, 2), -1, dtype=np.int64)
     kept = [0] * len(tokens)
+    backend.reset()
     with EVERY_HOST_ROW() if planted else contextlib.nullcontext():
         for seed in range(samples):
-            backend.reset()
+            backend.forward(context[:-HOST])
+            assert backend.ids == context[:-HOST]  # the tree's decode starts HOST tokens back
             out = []
             for step in engine.generate(context, dataclasses.replace(PARAMS, seed=seed), max_new_tokens=2):
                 out += [t.id for t in step.tokens]
