@@ -21,7 +21,7 @@ from textual.screen import Screen
 from specchat.errors import one_line
 from specchat.events import ErrorEvent, Loaded, LoadProgress, StepEvent, UserMessage
 from specchat.sanitize import clean_data, clean_line, decode_input
-from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader, replay_loader
+from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader
 from specchat.ui.commands import profile_commands, system_commands
 from specchat.ui.controls import Controls
 from specchat.ui.figures import FigureFeed

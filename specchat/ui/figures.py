@@ -95,7 +95,6 @@ class Row:
     label: str
     turn: str
     session: str
-    timing: bool = False  # depends on wall-clock time (hidden in deterministic mode)
 
 
 def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool = False) -> list[Row]:
@@ -103,8 +102,8 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
 
     def row(label: str, getter, digits: int = 2, suffix: str = "", timing: bool = False) -> Row:
         if timing and hide_timing:
-            return Row(label, HIDDEN, HIDDEN, True)
-        return Row(label, fmt(getter(turn), digits, suffix), fmt(getter(session), digits, suffix), timing)
+            return Row(label, HIDDEN, HIDDEN)
+        return Row(label, fmt(getter(turn), digits, suffix), fmt(getter(session), digits, suffix))
 
     rows = [
         row("tokens", lambda m: m.num_tokens),
@@ -130,15 +129,15 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
     why = [withheld_because(m) for m in (turn, session)]
     at = [r.label for r in rows].index("measured speedup")
     rows[at] = Row(rows[at].label, *(cell + ("*" if note else "") for cell, note in
-                                     zip((rows[at].turn, rows[at].session), why)), True)
+                                     zip((rows[at].turn, rows[at].session), why)))
     # a shown one carries its uncertainty (the 95 % interval over the step times)
     shown = {name: f"{lo:.2f}–{hi:.2f}×" for name, m in (("turn", turn), ("session", session))
              if m.measured_speedup is not None and m.measured_speedup_interval
              for lo, hi in [m.measured_speedup_interval]}
     if len(shown) == 2 and shown["turn"] == shown["session"]:  # one turn so far: one line
         shown = {"both": shown["turn"]}
-    spread = [Row(f"  {'' if name == 'both' else name + ' '}95 %: {text}", "", "", True) for name, text in shown.items()]
-    return rows + spread + [Row(f"* {note}", "", "", True) for note in dict.fromkeys(n for n in why if n)]
+    spread = [Row(f"  {'' if name == 'both' else name + ' '}95 %: {text}", "", "") for name, text in shown.items()]
+    return rows + spread + [Row(f"* {note}", "", "") for note in dict.fromkeys(n for n in why if n)]
 
 
 def withheld_because(m: MetricsSnapshot) -> str:
