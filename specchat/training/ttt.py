@@ -93,14 +93,6 @@ def chain_lengths(correct: torch.Tensor) -> torch.Tensor:
     return torch.cumprod(correct.int(), 0).sum(0)
 
 
-def mean_acceptance_length(correct: torch.Tensor, valid: torch.Tensor, gamma: int) -> float:
-    """1 + E[min(chain, γ)] over labelled rows (``valid`` [B, T]): the tokens a step
-    emits on average at temperature 0 with γ drafts."""
-    chains = chain_lengths(correct[:gamma]).clamp_max(gamma)
-    n = int(valid.sum())
-    return 1.0 + float(chains[valid].sum()) / max(n, 1)
-
-
 def collate(samples: list, draft_index: torch.Tensor, max_len: int) -> Batch:
     """Taught samples (teacher.py) → a padded batch; ``draft_index`` [V] maps a target id
     to its draft-vocabulary index, −1 outside it."""

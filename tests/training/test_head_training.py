@@ -10,7 +10,7 @@ diagonal, would train a head for a drafting loop that never runs.
 import torch
 
 from specchat.heads.eagle3 import HeadCache, step
-from specchat.training.ttt import Batch, chain_lengths, mean_acceptance_length, ttt_forward
+from specchat.training.ttt import Batch, chain_lengths, ttt_forward
 from tests.support.tiny_heads import random_eagle3_head
 from tests.support.vocab16 import tiny_lm
 
@@ -43,6 +43,3 @@ def test_ttt_steps_equal_the_drafting_loop():
 def test_acceptance_length_counts_consecutive_correct_steps():
     correct = torch.tensor([[[1, 1, 0, 1]], [[1, 0, 1, 1]], [[0, 1, 1, 1]]], dtype=torch.bool)
     assert chain_lengths(correct).tolist() == [[2, 1, 0, 3]]
-    valid = torch.tensor([[True, True, True, False]])
-    assert mean_acceptance_length(correct, valid, gamma=3) == 1.0 + (2 + 1 + 0) / 3
-    assert mean_acceptance_length(correct, valid, gamma=1) == 1.0 + (1 + 1 + 0) / 3
