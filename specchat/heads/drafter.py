@@ -88,8 +88,7 @@ class Drafter:
 
     def __init__(self, head: Eagle3Head, int8: bool = False) -> None:
         c = self.config = head.config
-        self.int8 = int8
-        self.embed, self.d2t = head.embed, head.d2t
+        self.embed = head.embed
         self.dtype = head.norm.dtype
         self.fc = Int8Linear(head.fc) if int8 else head.fc
         self.qkv = _fused(head.q_proj, head.k_proj, head.v_proj, int8=int8)
@@ -103,9 +102,6 @@ class Drafter:
         self.inv_freq = head.inv_freq
         self.scale = 1.0 / math.sqrt(c.head_dim)
         self._cos = self._sin = torch.empty(0, c.head_dim, dtype=self.dtype, device=self.inv_freq.device)
-
-    def draft_ids(self) -> torch.Tensor:
-        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
 
     def new_cache(self, capacity: int = 256) -> DrafterCache:
         c = self.config
