@@ -65,9 +65,7 @@ class BatchedGenerator:
         from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
 
         self.context = LlamaCppBatch(backend, n_seq, n_ctx_per_seq)
-        self.llama_cpp, self.ctx = self.context.llama_cpp, self.context.ctx
         self.n_seq, self.n_ctx_per_seq = n_seq, n_ctx_per_seq
-        self.vocab = backend.vocab_size
         self.eos = backend.eos_token_ids
         self.layers, self.top = tuple(layer_ids), top
         if self.layers:  # the backend declared provides_features before it gets here

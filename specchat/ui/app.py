@@ -104,7 +104,6 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self.reopen = reopen
         self.requested_theme = theme
         self.themes_from = list(themes_from) if themes_from is not None else None
-        self.deterministic = deterministic
         self.pump = EventPump(self)
         self.gate = StepGate()  # the UI draws between the model's steps (see step_gate.py)
         self.loaded: LoadedBackend | None = None
