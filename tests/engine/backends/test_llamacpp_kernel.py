@@ -23,6 +23,7 @@ import pytest
 from specchat.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from specchat.loading.embedded import find_gguf  # noqa: E402
 from specchat.loading.llamacpp import batched_kernel, converted_gguf  # noqa: E402
+from tests.support import ROOT
 from tests.support.needs import llama_cpp, needs_llama_cpp
 
 IDS = [1, 504, 3458, 282, 260, 1345, 30, 1782, 314, 10863, 1085, 11]
@@ -62,37 +63,46 @@ def test_small_batches_give_the_logits_of_one_large_batch(bf16_gguf, splits):
     assert np.array_equal(whole, pieces), f"max difference {np.abs(whole - pieces).max()}"
 
 
-LOGITS_SCRIPT = """
-import json, sys
-import numpy as np
-from specchat.engine.backends.llamacpp import LlamaCppBackend
-backend = LlamaCppBackend(sys.argv[1], n_threads=2, max_ctx=1024)
-prompt = [int(x) for x in np.random.default_rng(0).integers(100, 40000, 300)]
-backend.forward(prompt)
-rows = backend.forward(prompt + [2000, 3000, 3007, 3014, 3021, 3028], num_logits=6).numpy()
-print(json.dumps(rows.tolist()))
-"""
+def verify_batch_logits(path) -> np.ndarray:
+    """[6, V] a 6-token verify batch's logits after 300 tokens of context."""
+    backend = LlamaCppBackend(str(path), n_threads=2, max_ctx=1024)
+    prompt = [int(x) for x in np.random.default_rng(0).integers(100, 40000, 300)]
+    backend.forward(prompt)
+    return backend.forward(prompt + [2000, 3000, 3007, 3014, 3021, 3028], num_logits=6).numpy()
 
 
-def batch_logits(path, upstream: bool) -> np.ndarray:
-    env = dict(os.environ)
-    env.pop("SPECCHAT_GGML_UPSTREAM", None)
+def ours_and_upstream(rows_of, path) -> tuple[np.ndarray, np.ndarray]:
+    """``rows_of(path)`` with our kernels and with llama.cpp's own (SPECCHAT_GGML_UPSTREAM=1).
+    The patched library reads the variable once per process, so llama.cpp's own run in a
+    fresh process; ours run in this one (which never sets the variable) — one interpreter
+    importing torch and llama.cpp fewer — unless this process has it set (then both run
+    in fresh processes, ours without it)."""
+    upstream = fresh_process(rows_of, path, upstream=True)
+    if "SPECCHAT_GGML_UPSTREAM" in os.environ:
+        return fresh_process(rows_of, path, upstream=False), upstream
+    return rows_of(path), upstream
+
+
+def fresh_process(rows_of, path, upstream: bool) -> np.ndarray:
+    env = {k: v for k, v in os.environ.items() if k != "SPECCHAT_GGML_UPSTREAM"}
     if upstream:
         env["SPECCHAT_GGML_UPSTREAM"] = "1"
-    out = subprocess.run([sys.executable, "-c", LOGITS_SCRIPT, str(path)], env=env, capture_output=True,
-                         text=True, timeout=300, check=True)
-    return np.array(json.loads(out.stdout))
+    script = (f"import json, sys\nfrom {__name__} import {rows_of.__name__}\n"
+              f"print(json.dumps({rows_of.__name__}(sys.argv[1]).tolist()))")
+    out = subprocess.run([sys.executable, "-c", script, str(path)], env=env, capture_output=True,
+                         text=True, timeout=300, check=True, cwd=ROOT)
+    return np.array(json.loads(out.stdout), dtype=np.float32)  # float32 → JSON → float32: exact
 
 
 def test_small_batch_attention_agrees_with_llama_cpps_own(bf16_gguf):
     """A 6-token verify batch after 300 tokens of context, with our kernels and with
-    llama.cpp's own (SPECCHAT_GGML_UPSTREAM=1, read once per process, hence two
-    processes): the logits differ by rounding only — 0.1–0.4 measured on this BF16 file,
+    llama.cpp's own (SPECCHAT_GGML_UPSTREAM=1, read once per process, hence a second
+    process): the logits differ by rounding only — 0.1–0.4 measured on this BF16 file,
     the size of the difference between a batch and one-token steps — and rank the same
     top token. The 306 positions span three of the kernel's ranges, so their merge is
     checked too. Planted bugs: dropping the online softmax's rescale of the sum gives
     13.0; merging the ranges without rescaling each to the common maximum gives 16.2."""
-    ours, theirs = batch_logits(bf16_gguf, upstream=False), batch_logits(bf16_gguf, upstream=True)
+    ours, theirs = ours_and_upstream(verify_batch_logits, bf16_gguf)
     assert np.abs(ours - theirs).max() < 1.0, np.abs(ours - theirs).max()
     assert (ours.argmax(axis=1) == theirs.argmax(axis=1)).all()
 
@@ -113,30 +123,18 @@ def test_a_tokens_logits_do_not_depend_on_how_far_its_batch_pads_the_cache(bf16_
     assert np.array_equal(two, six), f"max difference {np.abs(two - six).max()}"
 
 
-MATMUL_SCRIPT = """
-import json, sys
-import numpy as np
-from specchat.engine.backends.llamacpp import LlamaCppBackend
-# attention through llama.cpp's own matmul and softmax (no flash attention): the small-batch
-# attention kernel never runs, so only the matmul patch can make the two processes differ
-backend = LlamaCppBackend(sys.argv[1], n_threads=2, max_ctx=256, flash_attn=False)
-ids = [int(x) for x in np.random.default_rng(2).integers(100, 40000, 40 + 36 + 12)]
-rows, end = [], 40
-backend.forward(ids[:end])
-for size in [1, 2, 3, 4, 5, 6, 7, 8, 12]:  # every streamed width, and one tiled batch
-    end += size
-    rows.append(backend.forward(ids[:end], num_logits=size).numpy())
-print(json.dumps(np.concatenate(rows).tolist()))
-"""
-
-
-def matmul_logits(path, upstream: bool) -> np.ndarray:
-    env = {k: v for k, v in os.environ.items() if k != "SPECCHAT_GGML_UPSTREAM"}
-    if upstream:
-        env["SPECCHAT_GGML_UPSTREAM"] = "1"
-    out = subprocess.run([sys.executable, "-c", MATMUL_SCRIPT, str(path)], env=env, capture_output=True,
-                         text=True, timeout=300, check=True)
-    return np.array(json.loads(out.stdout), dtype=np.float32)
+def matmul_rows(path) -> np.ndarray:
+    """[48, V] logits of batches of every streamed width (1-8) and one tiled one (12)."""
+    # attention through llama.cpp's own matmul and softmax (no flash attention): the small-batch
+    # attention kernel never runs, so only the matmul patch can make the two runs differ
+    backend = LlamaCppBackend(str(path), n_threads=2, max_ctx=256, flash_attn=False)
+    ids = [int(x) for x in np.random.default_rng(2).integers(100, 40000, 40 + 36 + 12)]
+    rows, end = [], 40
+    backend.forward(ids[:end])
+    for size in [1, 2, 3, 4, 5, 6, 7, 8, 12]:  # every streamed width, and one tiled batch
+        end += size
+        rows.append(backend.forward(ids[:end], num_logits=size).numpy())
+    return np.concatenate(rows)
 
 
 @pytest.mark.parametrize("gguf_type", ["F16", "BF16"])
@@ -149,7 +147,7 @@ def test_the_matmul_patch_is_bit_identical_to_llama_cpps_own_at_every_batch_widt
     order) — this fails on both files (0.05 apart on F16, 0.30 on BF16; AVX2 build,
     2026-12-02)."""
     path = converted_gguf(llama_cpp, find_gguf(), gguf_type, "target")
-    ours, theirs = matmul_logits(path, upstream=False), matmul_logits(path, upstream=True)
+    ours, theirs = ours_and_upstream(matmul_rows, path)
     assert ours.shape == (48, theirs.shape[1])
     assert np.array_equal(ours, theirs), f"max difference {np.abs(ours - theirs).max()}"
 
@@ -173,7 +171,7 @@ def test_flash_attention_takes_the_small_batch_kernel_exactly_where_it_can():
     the kernel fails the first branch; a fallback that reordered anything fails the
     second (before the AVX2 kernel, 2026-12-02: 0.038 apart)."""
     path = converted_gguf(llama_cpp, find_gguf(), "F16", "target")
-    ours, theirs = batch_logits(path, upstream=False), batch_logits(path, upstream=True)
+    ours, theirs = ours_and_upstream(verify_batch_logits, path)
     if small_batch_attention_compiled():
         assert 0.0 < np.abs(ours - theirs).max() < 1.0, np.abs(ours - theirs).max()
     else:
