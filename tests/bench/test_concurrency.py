@@ -25,8 +25,13 @@ def results(tmp_path_factory):
     prompts = folder / "two.jsonl"  # one that quotes itself (n-gram drafts), one that does not
     prompts.write_text('{"prompt": "Repeat after me three times: the quick brown fox jumps over the lazy dog."}\n'
                        '{"prompt": "Name three colours."}\n')
+    # the default profile on one thread: n_threads = 0 (a thread per core) under a test run that
+    # keeps every core busy with a worker makes llama.cpp's threads (and llama-server's, which
+    # take the same count) wait on each other at every op; no figure asserted here depends on it
+    profile = folder / "one-thread.toml"
+    profile.write_text('extends = "default"\n[target]\nn_threads = 1\n')
     out = folder / "out"
-    code = main(["bench", "--concurrency", "1,2", "--prompts", str(prompts), "--max-new-tokens", "12",
+    code = main(["bench", "--profile", str(profile), "--concurrency", "1,2", "--prompts", str(prompts), "--max-new-tokens", "12",
                  "--methods", "ngram,none",  # the shape of the results, not every model-free method
                  "--no-warmup", "--out", str(out)] + ([] if server_dir() else ["--no-peer"]))
     assert code == 0
