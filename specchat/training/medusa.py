@@ -21,7 +21,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,7 +30,7 @@ import torch
 from specchat.heads.medusa import MedusaConfig, MedusaHead
 from specchat.heads.medusa_checkpoint import load_medusa, save_medusa
 from specchat.training.teacher import Taught, top_law
-from specchat.training.train import History, TrainConfig, descend, set_lr
+from specchat.training.train import History, TrainConfig, run_epochs
 
 DECAY = 0.8  # head i's loss weight is DECAY ** i (Medusa-1)
 
@@ -128,38 +128,15 @@ def new_head(num_heads: int, hidden: int, vocab: int, draft_ids: torch.Tensor, e
 
 def train(head: MedusaHead, train_set: Positions, held_out: Positions, cfg: TrainConfig, bar: Callable,
           history: History, on_epoch: Callable[[History], None]) -> History:
-    params = list(head.parameters())
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     n = train_set.h.shape[0]
-    per_epoch = max(1, math.ceil(n / cfg.batch_tokens))
-    total, done = per_epoch * cfg.epochs, per_epoch * history.epochs_done
-    rng = random.Random(cfg.seed + history.epochs_done)
-    progress = bar(total - done, "training")
-    started = time.perf_counter()
-    try:
-        for epoch in range(history.epochs_done, cfg.epochs):
-            head.train()
-            order = list(range(n))
-            rng.shuffle(order)
-            losses = []
-            for start in range(0, n, cfg.batch_tokens):
-                set_lr(optimizer, cfg, done, total)
-                loss, _ = loss_and_hits(head, train_set, torch.tensor(order[start:start + cfg.batch_tokens]))
-                losses.append(descend(optimizer, params, loss))
-                done += 1
-                progress.update(1)
-                progress.set_postfix_str(f"epoch {epoch + 1}/{cfg.epochs} loss {sum(losses[-20:]) / len(losses[-20:]):.3f}")
-            head.eval()
-            history.loss.append(sum(losses) / max(len(losses), 1))
-            history.held_out.append(evaluate(head, held_out))
-            history.epochs_done = epoch + 1
-            history.seconds += time.perf_counter() - started
-            started = time.perf_counter()
-            on_epoch(history)
-    finally:
-        progress.close()
-        head.eval()
-    return history
+
+    def shuffled(rng: random.Random) -> Iterator[torch.Tensor]:
+        order = list(range(n))
+        rng.shuffle(order)
+        return (torch.tensor(order[start:start + cfg.batch_tokens]) for start in range(0, n, cfg.batch_tokens))
+
+    return run_epochs(head, cfg, history, bar, max(1, math.ceil(n / cfg.batch_tokens)), shuffled,
+                      lambda rows: loss_and_hits(head, train_set, rows)[0], lambda: evaluate(head, held_out), on_epoch)
 
 
 def teach_stage(stages, rows: list[dict]) -> list[Taught]:

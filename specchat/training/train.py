@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -108,29 +108,37 @@ def train(head: Eagle3Head, train_set: list, held_out: list, draft_index: torch.
     update, set_postfix_str, close). Ctrl+C stops after the current batch; the caller
     saves what was reached (``history.epochs_done`` says how far)."""
     history = history or History()
-    rng = random.Random(cfg.seed + history.epochs_done)
     torch.manual_seed(cfg.seed + history.epochs_done)
+    return run_epochs(head, cfg, history, bar, len(batches(train_set, cfg.batch_tokens, cfg.max_len, None)),
+                      lambda rng: batches(train_set, cfg.batch_tokens, cfg.max_len, rng),
+                      lambda group: ttt_forward(head, collate(group, draft_index, cfg.max_len), cfg.steps)[0],
+                      lambda: evaluate(head, held_out, draft_index, cfg), on_epoch)
+
+
+def run_epochs(head: torch.nn.Module, cfg: TrainConfig, history: History, bar: Callable[[int, str], object],
+               per_epoch: int, epoch_batches: Callable[[random.Random], Iterable], loss_of: Callable,
+               evaluate_head: Callable[[], dict], on_epoch: Callable[[History], None] | None) -> History:
+    """The epoch loop every head trains with (EAGLE-3 here, Medusa in medusa.py): a
+    batch a clipped AdamW step, the held-out figures and ``on_epoch`` after each epoch."""
     params = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    per_epoch = len(batches(train_set, cfg.batch_tokens, cfg.max_len, None))
-    total = per_epoch * cfg.epochs
-    done = per_epoch * history.epochs_done
+    total, done = per_epoch * cfg.epochs, per_epoch * history.epochs_done
+    rng = random.Random(cfg.seed + history.epochs_done)
     started = time.perf_counter()
     progress = bar(total - done, "training")
     try:
         for epoch in range(history.epochs_done, cfg.epochs):
             head.train()
             losses = []
-            for group in batches(train_set, cfg.batch_tokens, cfg.max_len, rng):
+            for batch in epoch_batches(rng):
                 set_lr(optimizer, cfg, done, total)
-                loss, _ = ttt_forward(head, collate(group, draft_index, cfg.max_len), cfg.steps)
-                losses.append(descend(optimizer, params, loss))
+                losses.append(descend(optimizer, params, loss_of(batch)))
                 done += 1
                 progress.update(1)
                 progress.set_postfix_str(f"epoch {epoch + 1}/{cfg.epochs} loss {sum(losses[-20:]) / len(losses[-20:]):.3f}")
             head.eval()
             history.loss.append(sum(losses) / max(len(losses), 1))
-            history.held_out.append(evaluate(head, held_out, draft_index, cfg))
+            history.held_out.append(evaluate_head())
             history.epochs_done = epoch + 1
             history.seconds += time.perf_counter() - started
             started = time.perf_counter()
