@@ -141,30 +141,8 @@ def train(head: MedusaHead, train_set: Positions, held_out: Positions, cfg: Trai
 
 def teach_stage(stages, rows: list[dict]) -> list[Taught]:
     """Each row's final hidden states and soft labels, kept in ``taught-medusa/``."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    folder = stages.work / "taught-medusa"
-    folder.mkdir(exist_ok=True)
-    limit = min(512, stages.backend.max_length)
-    missing = [row for row in rows if not (folder / f"{row['index']}.safetensors").exists()]
-    if missing:
-        started = time.perf_counter()
-        progress = stages.bar(len(missing), "teach: final hidden states and soft labels (replies)")
-        for row in missing:
-            t = teach_final(stages.backend, row["ids"][:limit], row["reply_start"])
-            save_file({"ids": t.ids, "features": t.features, "top_ids": t.top_ids, "top_p": t.top_p},
-                      str(folder / f"{row['index']}.safetensors"), metadata={"reply_start": str(t.reply_start)})
-            progress.update(1)
-        progress.close()
-        stages.backend.reset()
-        stages.seconds["teach"] = round(time.perf_counter() - started, 1)
-    taught = []
-    for row in rows:
-        with safe_open(str(folder / f"{row['index']}.safetensors"), "pt") as f:
-            t = {name: f.get_tensor(name) for name in f.keys()}
-            taught.append(Taught(t["ids"], t["features"], t["top_ids"], t["top_p"], int(f.metadata()["reply_start"])))
-    return taught
+    return stages.taught(rows, "taught-medusa", "final hidden states and soft labels",
+                         lambda ids, reply_start: teach_final(stages.backend, ids, reply_start))
 
 
 def train_and_export(stages, taught: list[Taught], rows: list[dict], draft_ids: torch.Tensor, num_heads: int,

@@ -144,14 +144,14 @@ class Stages:
                 update(len(step.tokens))
             yield k, Sample(list(chat) + reply, len(chat))
 
-    def _taught_path(self, index: int) -> Path:
-        return self.work / "taught" / f"{index}.safetensors"
+    def _taught_path(self, index: int, folder: str = "taught") -> Path:
+        return self.work / folder / f"{index}.safetensors"
 
-    def _keep_taught(self, index: int, t: Taught) -> None:
+    def _keep_taught(self, index: int, t: Taught, folder: str = "taught") -> None:
         from safetensors.torch import save_file
 
         save_file({"ids": t.ids, "features": t.features, "top_ids": t.top_ids, "top_p": t.top_p},
-                  str(self._taught_path(index)), metadata={"reply_start": str(t.reply_start)})
+                  str(self._taught_path(index, folder)), metadata={"reply_start": str(t.reply_start)})
 
     # --- vocabulary ---------------------------------------------------------------------
     def vocabulary(self, rows: list[dict]) -> tuple[torch.Tensor, float]:
@@ -173,23 +173,29 @@ class Stages:
     # --- teach ----------------------------------------------------------------------------
     def teach(self, rows: list[dict], layer_ids: tuple[int, ...]) -> list[Taught]:
         """Each row's ``Taught``: the one distillation kept, else a teacher-forced pass."""
+        return self.taught(rows, "taught", "features and soft labels",
+                           lambda ids, reply_start: teach(self.backend, ids, reply_start, layer_ids))
+
+    def taught(self, rows: list[dict], folder: str, what: str, compute: Callable[[list[int], int], Taught]) -> list[Taught]:
+        """Each row's ``Taught`` kept in ``folder``, ``compute(ids, reply_start)`` making
+        the ones not kept yet (ids cut to 512 or the target's context)."""
         from safetensors import safe_open
 
-        (self.work / "taught").mkdir(exist_ok=True)
+        (self.work / folder).mkdir(exist_ok=True)
         limit = min(512, self.backend.max_length)
-        missing = [row for row in rows if not self._taught_path(row["index"]).exists()]
+        missing = [row for row in rows if not self._taught_path(row["index"], folder).exists()]
         if missing:
             started = time.perf_counter()
-            progress = self.bar(len(missing), "teach: features and soft labels (replies)")
+            progress = self.bar(len(missing), f"teach: {what} (replies)")
             for row in missing:
-                self._keep_taught(row["index"], teach(self.backend, row["ids"][:limit], row["reply_start"], layer_ids))
+                self._keep_taught(row["index"], compute(row["ids"][:limit], row["reply_start"]), folder)
                 progress.update(1)
             progress.close()
             self.backend.reset()
             self.seconds["teach"] = round(time.perf_counter() - started, 1)
         taught = []
         for row in rows:
-            with safe_open(str(self._taught_path(row["index"])), "pt") as f:
+            with safe_open(str(self._taught_path(row["index"], folder)), "pt") as f:
                 t = {name: f.get_tensor(name) for name in f.keys()}
                 taught.append(Taught(t["ids"][:limit], t["features"][:limit], t["top_ids"][:limit], t["top_p"][:limit],
                                      int(f.metadata()["reply_start"])))
