@@ -26,7 +26,7 @@ from typing import Any
 
 from specchat.bench.configs import BenchConfig
 from specchat.bench.prompt_sets import PromptSet
-from specchat.bench.runner import SEED_STRIDE, WARMUP_TOKENS, Progress, Request, build_requests, make_engine
+from specchat.bench.runner import SEED_STRIDE, WARMUP_TOKENS, Progress, Request, chat_requests, make_engine
 from specchat.contention import BUSY_SHARE, CpuShare
 from specchat.errors import SpecchatError
 from specchat.methods import METHODS
@@ -125,17 +125,6 @@ def config_name(config: BenchConfig) -> str:
     if config.runner == "single":
         return f"{dataclasses.replace(config, runner='specchat').name} (one sequence)"
     return config.name
-
-
-def chat_requests(loaded: Any, profile: Any, sets: list[PromptSet], max_new_tokens: int | None) -> tuple[Any, list[Request]]:
-    """The profile's chat template and the sets' chat-templated requests (one repeat)."""
-    from specchat.engine.template import ChatTemplate
-    from specchat.engine.factory import sampling_params
-
-    base = sampling_params(profile.sampling)
-    chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
-                        enable_thinking=profile.chat.enable_thinking)
-    return chat, build_requests(sets, chat, 1, base.seed if base.seed is not None else 0, max_new_tokens)
 
 
 def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], levels: list[int], *,

@@ -163,19 +163,28 @@ def make_peer(loaded: Any, profile: Any, stops: set[int], eagle3: bool = False, 
     return PeerRunner(loaded, profile.speculation, stops)
 
 
+def chat_requests(loaded: Any, profile: Any, sets: list[PromptSet], max_new_tokens: int | None,
+                  repeat: int = 1) -> tuple[Any, list[Request]]:
+    """The profile's chat template and the sets' chat-templated requests."""
+    from specchat.engine.template import ChatTemplate
+    from specchat.engine.factory import sampling_params
+
+    base = sampling_params(profile.sampling)
+    chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
+                        enable_thinking=profile.chat.enable_thinking)
+    return chat, build_requests(sets, chat, repeat, base.seed if base.seed is not None else 0, max_new_tokens)
+
+
 def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], *,
                   repeat: int = 1, max_new_tokens: int | None = None, progress: Progress | None = None,
                   warmup: bool = True) -> dict:
     """Every request under every configuration → ``{"requests": [...], "rows": [...]}``."""
-    from specchat.engine.template import ChatTemplate
     from specchat.engine.factory import sampling_params
 
     report = progress or (lambda done, total, text: None)
     base = sampling_params(profile.sampling)
-    chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
-                        enable_thinking=profile.chat.enable_thinking)
+    chat, requests = chat_requests(loaded, profile, sets, max_new_tokens, repeat)
     stops = set(chat.stop_token_ids)
-    requests = build_requests(sets, chat, repeat, base.seed if base.seed is not None else 0, max_new_tokens)
     engines = {c: make_engine(c, loaded, profile.speculation) for c in configs if c.runner == "specchat"}
     peer = (make_peer(loaded, profile, stops, eagle3=any(c.runner == "peer" and c.method == "eagle3" for c in configs),
                       server=any(c.server for c in configs))

@@ -150,7 +150,8 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     no_server = "no peer" if args.no_peer else plain_unavailable(loaded)
     if no_server and not args.no_peer:
         console.print(f"[yellow]bench: {no_server}[/]")
-    from specchat.bench.concurrency import chat_requests, check_context
+    from specchat.bench.concurrency import check_context
+    from specchat.bench.runner import chat_requests
 
     # more chats than the context holds: one line before any progress is drawn
     check_context(levels, chat_requests(loaded, profile, sets, args.max_new_tokens)[1], loaded.target.max_length)
