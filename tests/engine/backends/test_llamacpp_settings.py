@@ -10,7 +10,7 @@ import os
 import pytest
 
 from tests.engine.backends.test_llamacpp import write_profile
-from tests.support.cli import assert_one_line_error, run_cli
+from tests.support.cli import assert_one_line_error, in_process, run_cli
 from tests.support.needs import needs_llama_cpp
 
 pytestmark = needs_llama_cpp
@@ -50,8 +50,10 @@ def test_a_context_far_beyond_the_trained_one_is_refused_before_allocating(tmp_p
 
 def test_a_prompt_longer_than_the_batch_llama_cpp_kept_runs_and_one_past_the_context_is_one_line(tmp_path):
     """n_ctx 300: llama.cpp pads the context to 512 but clamps its batch to 300, so a
-    400-token prompt used to abort on GGML_ASSERT(n_tokens_all <= cparams.n_batch)."""
-    path = profile(tmp_path, n_ctx=300)
+    400-token prompt used to abort on GGML_ASSERT(n_tokens_all <= cparams.n_batch). One
+    thread: the batch clamp does not depend on it, and a thread per core waits on the
+    other workers' at every op of the 400-token prefill."""
+    path = profile(tmp_path, n_ctx=300, n_threads=1)
     result = run_cli("run", "--profile", path, "--json", "--prompt", "word " * 380)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout.splitlines()[-1])
@@ -63,7 +65,8 @@ def test_a_prompt_longer_than_the_batch_llama_cpp_kept_runs_and_one_past_the_con
 
 
 def test_more_threads_than_cpus_are_clamped_with_one_line(tmp_path):
-    result = run_cli("run", "--profile", profile(tmp_path, n_threads=1000), "--json", "--prompt", "hi")
+    """In this process (in_process): what main prints is the point, not the process."""
+    result = in_process("run", "--profile", profile(tmp_path, n_threads=1000), "--json", "--prompt", "hi")
     assert result.returncode == 0, result.stderr[-2000:]
     cpus = len(os.sched_getaffinity(0))
     assert f"target.n_threads = 1000 is more than the {cpus} CPUs" in result.stderr
