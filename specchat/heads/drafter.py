@@ -1,6 +1,6 @@
-"""An EAGLE-3 head made ready for drafting: the same arithmetic as ``eagle3.step`` in
-fewer, larger operations, because a draft on a CPU costs memory traffic and Python
-dispatch, not arithmetic.
+"""An EAGLE-3 head made ready for drafting: the arithmetic of its plain step (qkv,
+attention, finish) in fewer, larger operations, because a draft on a CPU costs memory
+traffic and Python dispatch, not arithmetic.
 
 * q/k/v and gate/up are each one matrix product (fused rows), optionally int8 rows
   with a bf16 scale each (heads/int8.py: a quarter of the bytes);
@@ -8,7 +8,7 @@ dispatch, not arithmetic.
 * the KV cache is preallocated and grown by doubling (no concatenation per draft);
 * attention is one grouped-query ``scaled_dot_product_attention`` call.
 
-``tests/heads/test_drafter.py`` checks it against ``eagle3.step`` (float weights: equal
+``tests/heads/test_drafter.py`` checks it against that plain step (float weights: equal
 up to rounding) through appends, drafts and rollbacks. Exactness never rests on it:
 every draft carries the law this drafter computed, and the rejection sampler verifies
 against that law.
@@ -127,7 +127,7 @@ class Drafter:
 
     def step(self, cache: DrafterCache, tokens: torch.Tensor, g: torch.Tensor, positions: list[int],
              sees: torch.Tensor | None = None) -> torch.Tensor:
-        """eagle3.step: pairs (tokens [T], g [T, H]) at ``positions`` after what ``cache``
+        """The plain step: pairs (tokens [T], g [T, H]) at ``positions`` after what ``cache``
         holds → pre-norm outputs [T, H], appended to the cache. ``sees`` [T, n + T] (bool):
         which cached and new rows each new row attends to (a draft tree's mask); default
         everything cached and the new rows up to itself."""

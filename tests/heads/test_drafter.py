@@ -1,7 +1,8 @@
 """The drafting form of an EAGLE-3 head (heads/drafter.py: fused products, a RoPE table,
-a preallocated cache, one grouped-query attention call) computes what ``eagle3.step``
-computes — through a catch-up of several rows, chained drafts, a rollback, positions
-the head never saw, and a cache that has to grow. With int8 weights it stays close.
+a preallocated cache, one grouped-query attention call) computes what the plain ``step``
+of tests/support/eagle3_reference.py computes — through a catch-up of several rows,
+chained drafts, a rollback, positions the head never saw, and a cache that has to grow.
+With int8 weights it stays close.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import pytest
 import torch
 
 from specchat.heads.drafter import Drafter
-from specchat.heads.eagle3 import Eagle3Config, Eagle3Head, HeadCache, step
+from specchat.heads.eagle3 import Eagle3Config, Eagle3Head
+from tests.support.eagle3_reference import HeadCache, step
 
 
 def gqa_head(dtype=torch.float64) -> Eagle3Head:

@@ -2,15 +2,15 @@
 
 A random head's step-j output at row i of the unrolled training graph must equal the
 pre-norm output of the j-th chained draft after the teacher-forced context 0..i, run
-through the inference path (``heads.eagle3.step`` with its KV cache): same positions, same
-attention, same inputs. A training graph that shifted RoPE, or attended to the wrong
+through the drafting step (``step`` of tests/support/eagle3_reference.py, with its KV
+cache): same positions, same attention, same inputs. A training graph that shifted RoPE, or attended to the wrong
 diagonal, would train a head for a drafting loop that never runs.
 """
 
 import torch
 
-from specchat.heads.eagle3 import HeadCache, step
 from specchat.training.ttt import Batch, chain_lengths, ttt_forward
+from tests.support.eagle3_reference import HeadCache, step
 from tests.support.tiny_heads import random_eagle3_head
 from tests.support.vocab16 import tiny_lm
 
