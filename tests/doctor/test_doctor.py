@@ -103,14 +103,23 @@ def test_weights_larger_than_free_memory_fail(capsys, monkeypatch):
     assert "fix: close other programs" in line
 
 
-def test_smoke_on_the_default_profile_matches_plain_greedy(capsys):
-    code, lines = doctor(capsys, "--smoke")
+@pytest.fixture(scope="module")
+def default_one_thread(tmp_path_factory) -> str:
+    """The default profile on one llama.cpp thread: its own (a thread per core) waits on the
+    other test workers' at every op; the smoke's verdict does not depend on it."""
+    path = tmp_path_factory.mktemp("profiles") / "default-one-thread.toml"
+    path.write_text('extends = "default"\n[target]\nn_threads = 1\n')
+    return str(path)
+
+
+def test_smoke_on_the_default_profile_matches_plain_greedy(capsys, default_one_thread):
+    code, lines = doctor(capsys, "--smoke", "--profile", default_one_thread)
     assert code == 0, "\n".join(lines)
     smoke = [line for line in lines if line.startswith("ok      smoke:")]
     assert len(smoke) == 1 and "speculative = plain greedy" in smoke[0] and "16 tokens" in smoke[0], lines
 
 
-def test_smoke_fails_a_speculative_reply_that_differs_beyond_a_near_tie(capsys, monkeypatch):
+def test_smoke_fails_a_speculative_reply_that_differs_beyond_a_near_tie(capsys, monkeypatch, default_one_thread):
     """The planted bug: the speculative run's 4th token replaced by another one."""
     from specchat.doctor import smoke
 
@@ -123,7 +132,7 @@ def test_smoke_fails_a_speculative_reply_that_differs_beyond_a_near_tie(capsys, 
         return tokens, seconds, kept
 
     monkeypatch.setattr(smoke, "_decode", corrupted)
-    code, lines = doctor(capsys, "--smoke")
+    code, lines = doctor(capsys, "--smoke", "--profile", default_one_thread)
     line = only_failure(lines)
     assert code == 1
     assert line.startswith("fail    smoke: speculative differs from plain greedy at token 3"), line
