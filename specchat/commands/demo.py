@@ -41,17 +41,12 @@ def demo_loader(steps, record: bool):
 
 
 def _headless(args: argparse.Namespace, steps) -> int:
-    from specchat.sessions.ansi import render, strip_sgr
+    from specchat.sessions.ansi import render, write_stdout
     from specchat.live import load_backend
     from specchat.sanitize import clean_line
     from specchat.sessions.demo import ScriptedBackend
 
     colour = sys.stdout.isatty()
-
-    def out(text: str) -> None:
-        text = text.replace("\r\n", "\n")
-        sys.stdout.write(text if colour else strip_sgr(text))
-        sys.stdout.flush()
 
     def progress(event) -> None:
         if event.message:  # quotes a server's words on connecting: inert on the terminal
@@ -66,7 +61,7 @@ def _headless(args: argparse.Namespace, steps) -> int:
     try:
         with signals_cancel(demo.cancel) as caught:  # the turn is recorded as cancelled
             for event in demo.events():
-                out(render(event))  # after a cancel, events() ends with the turn
+                write_stdout(render(event), colour)  # after a cancel, events() ends with the turn
     finally:
         loaded.close()
     return caught.exit_code if caught.signum else 0

@@ -53,21 +53,15 @@ def _list() -> int:
 def _headless(path, speed: str) -> int:
     """The replay's event stream as text: the same ReplayBackend the TUI is driven by."""
     from specchat.sanitize import clean_line
-    from specchat.sessions.ansi import banner, render, strip_sgr
+    from specchat.sessions.ansi import banner, render, write_stdout
     from specchat.sessions.replay_backend import ReplayBackend
 
     backend = ReplayBackend(path, speed=speed)
     colour = sys.stdout.isatty()
-
-    def out(text: str) -> None:
-        text = text.replace("\r\n", "\n")
-        sys.stdout.write(text if colour else strip_sgr(text))
-        sys.stdout.flush()
-
-    out(banner(backend.recording))
+    write_stdout(banner(backend.recording), colour)
     try:
         for event in backend.events():
-            out(render(event))
+            write_stdout(render(event), colour)
     except KeyboardInterrupt:
         backend.cancel()
         return 130

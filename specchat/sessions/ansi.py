@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Any
 
 from specchat import sanitize
@@ -83,6 +84,9 @@ def banner(recording: Recording) -> str:
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def strip_sgr(text: str) -> str:
-    """The text without colour codes (for a pipe or a file)."""
-    return _SGR.sub("", text)
+def write_stdout(text: str, colour: bool) -> None:
+    """Rendered events on stdout with LF line ends, without their colour codes unless
+    ``colour`` (for a pipe or a file)."""
+    text = text.replace("\r\n", "\n")
+    sys.stdout.write(text if colour else _SGR.sub("", text))
+    sys.stdout.flush()
