@@ -27,6 +27,7 @@ num_speculative_tokens = 3
 [speculation.draft]
 source = "embedded:smollm2-135m-instruct"
 backend = "llama.cpp"
+n_threads = 1
 '''
 
 
@@ -41,7 +42,8 @@ def test_two_chats_with_a_model_proposer_reply_as_plain_decoding_does(profile_na
     if profile_name == "gguf-draft":
         (tmp_path / "gguf-draft.toml").write_text(GGUF_DRAFT)
         profile_name = str(tmp_path / "gguf-draft.toml")
-    profile = load_profile(profile_name)
+    # one llama.cpp thread: a thread per core waits on the other test workers' at every op
+    profile = load_profile(profile_name).replace(target={"n_threads": 1})
     loaded = load_models(profile)
     service = build_service(profile, loaded, parallel=2)
     server = make_server(service, "127.0.0.1", 0, quiet=True)

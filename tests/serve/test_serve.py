@@ -50,8 +50,9 @@ def served():
     from specchat.serve.service import build_service
 
     # a fixed γ: whether drafts are verified must not hang on timings (γ = auto's plan
-    # weighs measured step times, and a busy machine may make it decode plainly)
-    profile = load_profile("default").replace(speculation={"num_speculative_tokens": 3})
+    # weighs measured step times, and a busy machine may make it decode plainly); one
+    # llama.cpp thread: a thread per core waits on the other test workers' at every op
+    profile = load_profile("default").replace(speculation={"num_speculative_tokens": 3}, target={"n_threads": 1})
     loaded = load_models(profile)
     service = build_service(profile, loaded, parallel=2)
     stops = service.chat.stop_token_ids
