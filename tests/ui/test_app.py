@@ -14,7 +14,7 @@ from specchat.sanitize import clean
 from specchat.telemetry import MetricsSnapshot
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.inspector import InspectorScreen
-from specchat.ui.widgets.reply import ReplyView
+from specchat.ui.widgets.reply import ReplyView, UserView
 from tests.support import ROOT
 from tests.support.pilot import SIZE, wait_for
 from tests.support.tiny_models import build_tiny_model, write_tiny_profile
@@ -198,7 +198,7 @@ def test_typing_while_loading_and_newlines(tiny_profile_path):
             await pilot.press("enter")
             await wait_for(pilot, lambda: not app.generating and app.chat.query(ReplyView), what="the reply")
             assert app.chat.input.text == ""
-            assert app.chat.last_user_text == "hi\nx"
+            assert app.chat.query(UserView).last().content.plain == "hi\nx"  # the message as sent
 
     asyncio.run(run())
 

@@ -55,7 +55,6 @@ class ChatScreen(Screen):
         self.figures = LiveFigures()
         self.current: ReplyView | None = None
         self._panel_dirty = False
-        self.last_user_text: str | None = None
         self._prompt_tokens = 0
         self._reply_lines_per_s: float | None = None  # the last reply's pace (its box's opening room)
 
@@ -195,7 +194,6 @@ class ChatScreen(Screen):
         transcript = self.transcript
         if isinstance(event, UserMessage):
             self._close_reply()  # one whose TurnFinished never came
-            self.last_user_text = event.text
             transcript.add_user(event.text)
             # the reply's box goes up with the message: one layout for both (each is a full
             # one, taken from the model's cores), and the turn is seen to have begun; it
