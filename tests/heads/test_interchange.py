@@ -39,14 +39,22 @@ def convert_script():
     return script
 
 
+def eagle3_profile():
+    """smollm2-eagle3 on one llama.cpp thread (llama-server peers take the same count): a
+    thread per core waits on the other test workers' at every op; no check here reads a
+    figure that depends on it."""
+    from specchat.config import load_profile
+
+    return load_profile("smollm2-eagle3").replace(target={"n_threads": 1})
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from specchat.config import load_profile
     from specchat.loading import load_models
     from specchat.loading.embedded import ensure_embedded_model
     from specchat.loading.heads import SHIPPED
 
-    loaded = load_models(load_profile("smollm2-eagle3"))
+    loaded = load_models(eagle3_profile())
     head = loaded.head
     folder = SHIPPED / "smollm2-135m-instruct-eagle3"
     gguf = tmp_path_factory.mktemp("head") / "head.gguf"
@@ -83,7 +91,7 @@ def test_a_head_saved_here_drafts_in_llama_server_as_it_does_in_process(setup, t
     loaded, head, gguf = setup
     target_file = loaded.target.model_path
     server = Server(BIN / "llama-server", ["-m", target_file, "-md", str(gguf), "--spec-type", "draft-eagle3",
-                                           "--spec-draft-n-max", str(GAMMA), "--spec-draft-p-min", "0", "-t", "2",
+                                           "--spec-draft-n-max", str(GAMMA), "--spec-draft-p-min", "0", "-t", "1",
                                            "-c", "2048", "-np", "1"], tmp_path / "server.log")
     try:
         ours, theirs = [0, 0], [0, 0]
@@ -110,11 +118,10 @@ def test_bench_has_llama_server_rows_plain_and_with_the_same_head(setup):
 
     from specchat.bench.configs import BenchConfig
     from specchat.bench.peer_llama_server import LlamaServerPeer, plain_unavailable, unavailable
-    from specchat.config import load_profile
     from specchat.engine import SamplingParams
 
     loaded, head, _ = setup
-    profile = load_profile("smollm2-eagle3")
+    profile = eagle3_profile()
     assert unavailable(loaded, profile) is None and plain_unavailable(loaded) is None
     peer = LlamaServerPeer(loaded, profile, stops=set(), head_folder=head.folder)
     try:
@@ -138,12 +145,11 @@ def test_a_llama_server_that_will_not_start_is_one_line(setup, tmp_path):
 
     from specchat.bench.configs import BenchConfig
     from specchat.bench.peer_llama_server import LlamaServerPeer
-    from specchat.config import load_profile
     from specchat.engine import SamplingParams
     from specchat.errors import SpecchatError
 
     loaded, head, _ = setup
-    peer = LlamaServerPeer(loaded, load_profile("smollm2-eagle3"), stops=set(), head_folder=head.folder)
+    peer = LlamaServerPeer(loaded, eagle3_profile(), stops=set(), head_folder=head.folder)
     bad = tmp_path / "bad\x1b]0;x\x07.gguf"
     bad.write_bytes(b"not a gguf")
     peer.model_path = str(bad)
