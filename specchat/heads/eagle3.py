@@ -163,6 +163,3 @@ class Eagle3Head(nn.Module):
         """[..., n_kv, T, d] → [..., n_q, T, d] (grouped-query attention)."""
         groups = self.config.num_attention_heads // self.config.num_key_value_heads
         return t if groups == 1 else t.repeat_interleave(groups, dim=-3)
-
-    def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.parameters())

@@ -82,6 +82,3 @@ class MedusaHead(nn.Module):
         """The first ``num_heads`` heads (all by default) → logits [num_heads, ..., V_draft]."""
         n = self.config.num_heads if num_heads is None else num_heads
         return torch.stack([self.head_logits(hidden, i) for i in range(n)])
-
-    def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.parameters())

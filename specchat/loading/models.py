@@ -107,7 +107,8 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
 
         report(LoadProgress("head", 0, 0, f"loading head {profile.speculation.head}"))
         head = load_head(profile.speculation, target, base)
-        target_info["head"] = {"source": profile.speculation.head, "parameters": head.parameter_count(),
+        target_info["head"] = {"source": profile.speculation.head,
+                               "parameters": sum(p.numel() for p in head.parameters()),
                                "draft_vocab": head.config.draft_vocab_size}
         if profile.speculation.method == "medusa":
             target_info["head"].update(kind="medusa", heads=head.num_heads, layers=head.config.num_layers)
