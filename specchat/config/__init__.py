@@ -1,23 +1,6 @@
 """Profiles: TOML files describing the models, the speculation and the sampling."""
 
-from .loader import (
-    DEFAULT_PROFILE,
-    find_profile,
-    load_all_profiles,
-    load_profile,
-    profile_files,
-    profile_names,
-)
-from .model import (
-    EMBEDDED_SOURCE,
-    ChatSpec,
-    ModelSpec,
-    Profile,
-    SamplingSpec,
-    SpeculationSpec,
-)
+from .loader import DEFAULT_PROFILE, load_all_profiles, load_profile, profile_files, profile_names
+from .model import Profile
 
-__all__ = [
-    "DEFAULT_PROFILE", "EMBEDDED_SOURCE", "ChatSpec", "ModelSpec", "Profile", "SamplingSpec",
-    "SpeculationSpec", "find_profile", "load_all_profiles", "load_profile", "profile_files", "profile_names",
-]
+__all__ = ["DEFAULT_PROFILE", "Profile", "load_all_profiles", "load_profile", "profile_files", "profile_names"]

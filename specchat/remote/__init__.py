@@ -10,8 +10,6 @@ export and ``specchat run`` work unchanged. HTTP goes through httpx (:mod:`.http
 from __future__ import annotations
 
 from specchat.remote.connect import open_chat
-from specchat.remote.servers import (NOT_DERIVABLE, REMOTE_BACKENDS, UNDERIVABLE, is_remote, is_server_session,
-                                     server_fields, support_line)
+from specchat.remote.servers import is_remote, is_server_session, server_fields, support_line
 
-__all__ = ["NOT_DERIVABLE", "REMOTE_BACKENDS", "UNDERIVABLE", "is_remote", "is_server_session", "open_chat",
-           "server_fields", "support_line"]
+__all__ = ["is_remote", "is_server_session", "open_chat", "server_fields", "support_line"]
