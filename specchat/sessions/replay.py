@@ -14,16 +14,12 @@ from typing import Any, Iterator
 from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, UserMessage
 from specchat.methods import METHODS
-from specchat.sessions.reader import Damage, Recording, RecordingError, read_recording
+from specchat.sessions.reader import Damage, Recording, read_recording
 from specchat.telemetry import ChatTelemetry, MetricsSnapshot
 
 __all__ = [
-    "Damage",
-    "Recording",
-    "RecordingError",
     "damage_event",
     "parse_speed",
-    "read_recording",
     "rebuild_metrics",
     "recorded_settings",
     "replay_events",
