@@ -35,11 +35,10 @@ class ReplyView(Vertical):
     """One assistant turn. ``text`` is the authoritative reply text once finished
     (the engine's TurnFinished.text); while streaming it is the tokens' text."""
 
-    def __init__(self, turn: int, markdown: bool = False, subtitle: str = "") -> None:
+    def __init__(self, turn: int, markdown: bool = False) -> None:
         super().__init__(classes="reply")
         self.turn = turn
         self.border_title = "assistant"
-        self.border_subtitle = subtitle
         self._markdown_mode = markdown
         self._final_text: str | None = None
         self.finish_reason: str | None = None

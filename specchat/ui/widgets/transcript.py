@@ -20,9 +20,9 @@ class Transcript(VerticalScroll):
         self.mount(view)
         return view
 
-    def add_reply(self, turn: int, subtitle: str = "", room: int = 0) -> ReplyView:
+    def add_reply(self, turn: int, room: int = 0) -> ReplyView:
         """``room``: blank lines the reply opens with until its text needs more."""
-        view = ReplyView(turn, markdown=self.markdown, subtitle=subtitle)
+        view = ReplyView(turn, markdown=self.markdown)
         view.provenance.make_room(room)
         self.mount(view)
         return view
