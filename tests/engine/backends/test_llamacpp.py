@@ -258,7 +258,13 @@ def test_bench_on_a_gguf_target_has_llama_cpp_python_peer_rows(tmp_path, gguf):
     path = write_profile(tmp_path, 'extends = "default"\n[target]\nbackend = "llama.cpp"\nn_threads = 1\n'
                                    'n_ctx = 1024\n[sampling]\ntemperature = 0\n')
     out = tmp_path / "out"
-    code = main(["bench", "--profile", str(path), "--prompts", "repetitive", "--gamma", "2", "--methods", "ngram,none",
+    # two short prompts, one that quotes itself (n-gram drafts): the rows' shape and the peers'
+    # first tokens are the point, not the shipped sets' long code prompts (each prefilled by
+    # every configuration)
+    prompts = tmp_path / "two.jsonl"
+    prompts.write_text('{"prompt": "Repeat after me three times: the quick brown fox jumps over the lazy dog."}\n'
+                       '{"prompt": "Name three colours."}\n')
+    code = main(["bench", "--profile", str(path), "--prompts", str(prompts), "--gamma", "2", "--methods", "ngram,none",
                  "--max-new-tokens", "6", "--no-warmup", "--peer-model", str(gguf), "--out", str(out)])
     assert code == 0
     results = json.loads((out / "results.json").read_text())
