@@ -108,7 +108,10 @@ def test_bench_has_a_medusa_row(gguf, tmp_path):
 
     profile = medusa_profile(tmp_path, gguf, 2, "temperature = 0.0\nseed = 0\n")
     out = tmp_path / "out"
-    code = main(["bench", "--profile", str(profile), "--prompts", "repetitive", "--gamma", "2", "--methods",
+    prompts = tmp_path / "two.jsonl"  # two short prompts: the rows are the point, not the shipped set's long ones
+    prompts.write_text('{"prompt": "Repeat after me three times: the quick brown fox jumps over the lazy dog."}\n'
+                       '{"prompt": "Name three colours."}\n')
+    code = main(["bench", "--profile", str(profile), "--prompts", str(prompts), "--gamma", "2", "--methods",
                  "medusa,none", "--max-new-tokens", "6", "--no-warmup", "--no-peer", "--out", str(out)])
     assert code == 0
     results = json.loads((out / "results.json").read_text())
