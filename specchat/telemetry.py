@@ -194,10 +194,6 @@ class _Recent:
         self.values.append(value / count)
 
     @property
-    def count(self) -> int:
-        return len(self.values)
-
-    @property
     def mean(self) -> float | None:
         return sum(self.values) / len(self.values) if self.values else None
 
