@@ -198,8 +198,12 @@ def _fast_tier_guard(request, monkeypatch):
     if not request.config.getoption("--fast"):
         yield
         return
+    import platform
     import subprocess
 
+    # the standard library asks `uname -p` once and caches it (platform.platform(), as a
+    # recording's header reads it): asked here, before the guard, it is no test's subprocess
+    platform.platform(), platform.platform(terse=True), platform.processor()
     monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("subprocess", "starts a subprocess"))
     try:
         import transformers
