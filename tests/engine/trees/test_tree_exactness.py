@@ -45,6 +45,35 @@ def tree_counts(engine, params):
     return counts
 
 
+# The planted-bug tests look at their samples as they come (a group-sequential χ²): at each
+# of LOOKS they stop, the bug caught, when p < LOOK_ALPHA, else at SAMPLES when p <
+# FINAL_ALPHA. An exact sampler (a plant that changed nothing) passes one with probability
+# at most len(LOOKS) · LOOK_ALPHA + FINAL_ALPHA = ALPHA (a union bound over the looks): the
+# single test at SAMPLES had ALPHA. The samples are the same seeds in the same order, so a
+# bug the single test caught with p below FINAL_ALPHA is caught here too (power lost: the
+# chance of p in [FINAL_ALPHA, ALPHA), a width of 3e-6). Both plants here are caught at the
+# 1,000th or 2,000th sample on this machine (p 5e-11 and 1e-9), not the 2,500th.
+LOOKS = (1000, 1500, 2000)
+LOOK_ALPHA = 1e-6
+FINAL_ALPHA = ALPHA - len(LOOKS) * LOOK_ALPHA
+
+
+def planted_bug_caught(engine, params, joint) -> tuple[bool, str]:
+    """(caught, where): ``tree_counts``'s seeds, stopping at the first look that rejects."""
+    counts = {}
+    for seed in range(SAMPLES):
+        p = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
+        seq = []
+        for step in engine.generate(PROMPT, p, max_new_tokens=LENGTH):
+            seq += [t.id for t in step.tokens]
+        counts[tuple(seq)] = counts.get(tuple(seq), 0) + 1
+        n = seed + 1
+        if n in LOOKS and (pvalue := chi_square_pvalue(counts, joint, n)) < LOOK_ALPHA:
+            return True, f"p = {pvalue:.3g} at {n} samples"
+    pvalue = chi_square_pvalue(counts, joint, SAMPLES)
+    return pvalue < FINAL_ALPHA, f"p = {pvalue:.3g} at {SAMPLES} samples"
+
+
 # "first": a chain of 2 and two rivals; "dynamic" (draft_tree.py): three levels of three
 # nodes each, placed by the head's estimates — the number of children a node gets depends
 # on what was drawn before, never on the child itself
@@ -101,8 +130,8 @@ class StaleRivalLaw(EagleProposer):
 def test_the_tree_check_has_power(target):
     params = SamplingParams(temperature=1.0)
     engine = tree_engine(target, siblings=4, proposer_class=StaleRivalLaw, scale=3.0)
-    counts = tree_counts(engine, params)
-    assert chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params), SAMPLES) < ALPHA
+    caught, where = planted_bug_caught(engine, params, exact_joint(target, PROMPT, LENGTH, params))
+    assert caught, where
 
 
 def test_point_mass_siblings_are_one_categorical_draw():
@@ -161,8 +190,8 @@ def test_keeping_only_well_scored_draws_breaks_exactness(target):
     params = SamplingParams(temperature=1.0)
     with patched(draft_tree, "grow", choosy):
         engine = tree_engine(target, siblings=3, gamma=2, scale=3.0, tree="dynamic")
-        counts = tree_counts(engine, params)
-    assert chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params), SAMPLES) < ALPHA
+        caught, where = planted_bug_caught(engine, params, exact_joint(target, PROMPT, LENGTH, params))
+    assert caught, where
 
 
 def test_a_dynamic_tree_keeps_within_the_backends_leaves(target):
