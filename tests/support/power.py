@@ -42,6 +42,28 @@ def sample_counts(engine, prompt, params, samples, length):
     return counts
 
 
+def planted_bug_caught(engine, prompt, params, samples, length, pvalue_of, alpha) -> tuple[bool, str]:
+    """A planted-bug test's χ², looking at ``sample_counts``'s samples (the same seeds, in
+    order) as they come: at 2/5, 3/5 and 4/5 of ``samples`` it stops, the bug caught, when
+    ``pvalue_of(counts, n)`` < alpha / 1000, else at ``samples`` when p < alpha − 3 · alpha
+    / 1000. An exact sampler (a plant that changed nothing) is "caught" with probability
+    at most alpha (a union bound over the four looks), as by the single test at
+    ``samples``; a bug that test caught with p below the final bound is caught here too
+    (power lost: the chance of p in a window of 3 · alpha / 1000). (caught, where)."""
+    looks = {samples * k // 5 for k in (2, 3, 4)}
+    look_alpha = alpha / 1000
+    counts: dict[tuple, int] = {}
+    for seed in range(samples):
+        p = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
+        seq = tuple(t.id for step in engine.generate(prompt, p, max_new_tokens=length) for t in step.tokens)
+        assert len(seq) == length
+        counts[seq] = counts.get(seq, 0) + 1
+        if seed + 1 in looks and (pvalue := pvalue_of(counts, seed + 1)) < look_alpha:
+            return True, f"p = {pvalue:.3g} at {seed + 1} samples"
+    pvalue = pvalue_of(counts, samples)
+    return pvalue < alpha - len(looks) * look_alpha, f"p = {pvalue:.3g} at {samples} samples"
+
+
 def tree_chi_square(counts: dict[tuple, int], next_laws, min_expected: float = 5.0) -> float:
     """p-value of the sequential chi-square test of ``counts`` (continuations → count)
     against the target's law; ``next_laws(prefixes)`` gives the exact next-token

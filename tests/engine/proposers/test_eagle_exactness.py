@@ -87,5 +87,9 @@ class UnmappedQ(EagleProposer):
 def test_the_eagle_check_has_power(target):
     params = SamplingParams(temperature=1.0)
     engine = eagle_engine(target, 2, proposer_class=UnmappedQ)
-    counts = power.sample_counts(engine, PROMPT, params, SAMPLES, LENGTH)
-    assert chi_square_pvalue(counts, exact_joint(target, PROMPT, LENGTH, params), SAMPLES) < ALPHA
+    joint = exact_joint(target, PROMPT, LENGTH, params)
+    # looks at the samples as they come (power.planted_bug_caught: false-pass rate ALPHA as
+    # before); the unmapped q is caught by the 1,000th sample (p 2e-22), not the 2,500th
+    caught, where = power.planted_bug_caught(engine, PROMPT, params, SAMPLES, LENGTH,
+                                             lambda counts, n: chi_square_pvalue(counts, joint, n), ALPHA)
+    assert caught, where
