@@ -1,15 +1,28 @@
-"""The speculative decoding loop: propose → verify → accept/resample/bonus → roll back → emit."""
+"""The speculative step, for a batch of sequences: propose → one target pass → verify
+(accept, resample or bonus) → roll back → emit.
+
+``step`` is the one loop body: each sequence asks its controller for γ (or a batch plan
+chooses, gamma/batch_plan.py) and its proposer for drafts; a :class:`Runner` runs every
+sequence's pending tokens and drafts in one target pass; each sequence is verified on its
+own rows (``verify_chain``; a tree by ``walk``), its rejected drafts are rolled back, and
+its tokens, finish and StepStats settled (epilogue.py). One sequence is a batch of one:
+:class:`SpeculativeEngine` below runs ``step`` over the backend's own cache, the batched
+engine (batch/batched.py) over a llama.cpp context with a sequence per request.
+"""
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from specchat.engine import epilogue  # looked up at call time: tests plant bugs there
 from specchat.engine.backends import Backend, as_backend, common_prefix_length
+from specchat.engine.gamma.batch_plan import BatchGamma
 from specchat.engine.gamma.controller import Controller, make_controller
 from specchat.engine.host_sampling import verify_point_mass
 from specchat.engine.proposers import Proposal, Proposer
@@ -17,12 +30,14 @@ from specchat.engine.sampling import SamplingParams, nonfinite_rows, position_un
 from specchat.engine.timing import Stopwatch, StepTimer
 from specchat.engine.trees.walk import walk
 from specchat.contention import CpuShare
+from specchat.errors import GenerationError
 from specchat.events import Alternative, Step, Token
 
 NUM_ALTERNATIVES = 5
 # point-mass steps whose logits are in host memory are verified in numpy (host_sampling.py);
 # False sends them through the torch sampler too (tests compare the two)
 HOST_SAMPLING = True
+NO_DRAFTS = Proposal(torch.empty(0, dtype=torch.long), None)
 
 
 @dataclass
@@ -33,10 +48,157 @@ class _Verified:
     nonfinite: str | None = None  # "target" / "draft": whose logits were NaN or infinite
     alpha_count: int | None = None  # verified positions behind alpha_sum (None: min(k, n + 1))
     positions: int | None = None  # a tree's positions judged on the kept path (None: a chain's)
+    path: list[int] | None = None  # a tree's kept nodes, root down (None: a chain)
+
+
+@dataclass
+class Sequence:
+    """One reply being decoded: its ids so far (prompt and reply), how it samples and
+    stops, its draws and its own proposer and controller."""
+
+    ids: list[int]
+    params: SamplingParams
+    max_new_tokens: int
+    stops: set[int]
+    eos: set[int]
+    max_length: int  # the context the sequence may fill
+    seed: int  # also keys the per-position draws (sampling.position_uniforms)
+    generator: torch.Generator  # the rejection sampler's draws, on the target's device
+    draft_generator: torch.Generator  # the proposer's (the same one where both share a device)
+    proposer: Proposer | None
+    controller: Controller
+    cached: int = 0  # ids the target's cache holds: the rest (the last token, or the prompt) runs next
+    produced: int = 0  # tokens emitted so far
+    steps: int = 0
+    index: int = 0  # the request's number (a batch's)
+    lane: int = 0  # the target sequence it decodes in (a batch's seq_id)
+    name: str = "this reply"  # what an error calls it ("request 3" in a batch)
+    first: dict = field(default_factory=dict)  # StepStats only the first step carries (prefill)
+
+    def cap(self) -> int:
+        """The most drafts the next step may verify (room for them and one more token)."""
+        return max(0, min(self.max_new_tokens - self.produced - 1, self.max_length - len(self.ids) - 1))
+
+
+def open_sequence(ids: list[int], params: SamplingParams, proposer: Proposer | None, controller: Controller,
+                  device: torch.device, *, max_new_tokens: int, stops: Iterable[int], eos: Iterable[int],
+                  max_length: int, cached: int = 0, index: int = 0, lane: int = 0) -> Sequence:
+    seed = params.seed if params.seed is not None else random.getrandbits(63)
+    generator = generator_on(device, seed)
+    return Sequence(list(ids), params, max_new_tokens, set(stops), set(eos), max_length, seed, generator,
+                    draft_generator(proposer, generator, seed, device), proposer, controller, cached=cached,
+                    index=index, lane=lane)
+
+
+class Runner(Protocol):
+    """Runs a step's target pass: every sequence's pending tokens and drafts at once."""
+
+    device: torch.device
+
+    def decode(self, seqs: list[Sequence], proposals: list[Proposal]) -> list[torch.Tensor]:
+        """Each sequence's logits: [k+1, V] at its last token and k drafts ([N+1, V] for a tree)."""
+
+    def rollback(self, seq: Sequence, proposal: Proposal, result: _Verified) -> None:
+        """The cache drops what verification rejected (a chain's tail, a tree's other branches)."""
+
+    def cpu_others(self) -> float | None:
+        """Other processes' share of the cores since the last step (None: not read)."""
+
+
+def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None) -> list[tuple[Sequence, Step]]:
+    """One speculative step for every sequence in ``seqs`` → each sequence's Step (a
+    finished one's carries its finish reason). ``planner``: γ = auto's batch plan, which
+    chooses the drafts of the sequences it ``plans``; every other sequence asks its own
+    controller. Exactness uses each sequence's own past only."""
+    timer = StepTimer(runner.device)  # the step's own time, not the consumer's
+    planned = [planner is not None and planner.plans(s) for s in seqs]
+    chosen = [(0, None) if p or not s.proposer else s.controller.choose(s.ids) for s, p in zip(seqs, planned)]
+    gammas = [max(0, min(g, s.cap())) for s, (g, _) in zip(seqs, chosen)]
+    plan = None
+    if any(planned):  # the fixed-γ sequences' drafts run anyway: to the plan they are rows like the pending ones
+        drafts, plan = planner.choose(seqs, gammas)
+        gammas = [d if p else g for d, g, p in zip(drafts, gammas, planned)]
+    proposals, marks = [], [0]
+    for s, gamma in zip(seqs, gammas):
+        proposals.append(s.proposer.propose(s.ids, gamma, s.params, s.draft_generator) if gamma > 0 else NO_DRAFTS)
+        marks.append(timer.mark())
+    # a step that ran a prompt (any sequence's) says nothing of what verifying costs
+    prompts = sum(len(s.ids) - s.cached - 1 for s in seqs)
+    rows = sum(len(s.ids) - s.cached + len(p.tokens) for s, p in zip(seqs, proposals))
+    logits = runner.decode(seqs, proposals)
+    decoded = timer.mark()
+    verdicts = []
+    for s, proposal, here in zip(seqs, proposals, logits):
+        result = verify(here, proposal, s)
+        if result.nonfinite:
+            raise epilogue.nonfinite(result.nonfinite, f"at step {s.steps + 1} of {s.name}, before its token "
+                                                       f"{s.produced + 1}")
+        runner.rollback(s, proposal, result)
+        s.cached = len(s.ids) + result.num_accepted  # the emitted token's cells come with the next step
+        if s.proposer:
+            s.proposer.observe(result.num_accepted)
+        settled = epilogue.settle(s.ids, result.tokens, s.produced, stops=s.stops, eos=s.eos,
+                                  max_new_tokens=s.max_new_tokens, max_length=s.max_length)
+        s.produced += len(settled.tokens)
+        s.steps += 1
+        verdicts.append((proposal, result, settled))
+    end = timer.mark()  # one time for the whole step, before anything is handed out
+    if plan is not None:
+        planner.observe(rows, timer.ms(decoded - 1, end), timer.ms(0, decoded - 1), prompts > 0,
+                        [(len(p.tokens), r.num_accepted) if d else (0, 0) for (p, r, _), d in zip(verdicts, planned)])
+    others, out = runner.cpu_others(), []
+    for i, (s, (proposal, result, settled)) in enumerate(zip(seqs, verdicts)):
+        k = len(proposal.tokens)
+        source = (proposal.source or s.proposer.kind) if k else ""
+        if planned[i]:
+            assessed, gain, marginal = planner.assess(plan, i)
+        else:
+            assessed, gain, marginal = s.controller.assess(k, source), chosen[i][1], None
+        # each sequence drafted on its own (its own time); the target's pass and the step are shared
+        stats = epilogue.stats(
+            gammas[i], k, result.num_accepted, result.alpha_sum, assessed, alpha_count=result.alpha_count,
+            draft_forwards=proposal.forwards, draft_catch_up_tokens=proposal.catch_up_tokens,
+            verified_positions=result.positions, draft_ms=timer.ms(marks[i], marks[i + 1]),
+            verify_ms=timer.ms(decoded - 1, decoded), total_ms=timer.ms(0, end), prefill_tokens=prompts,
+            predicted_gain=gain, draft_source=source, batch_size=len(seqs), marginal_ms=marginal,
+            cpu_others=others, **s.first)
+        s.first = {}
+        if not planned[i]:
+            s.controller.observe(stats, proposal)
+        out.append((s, Step(tuple(settled.tokens), stats, settled.finish)))
+    return out
+
+
+def verify(logits: torch.Tensor, proposal: Proposal, s: Sequence) -> _Verified:
+    if proposal.parents is not None and proposal.tokens.numel():
+        return verify_tree(logits, proposal, s.params, s.generator)
+    return verify_chain(logits, proposal, s.params, s.generator, s.seed, len(s.ids))
+
+
+class _Alone:
+    """The runner of a batch of one: the backend's own cache, keyed by the ids it holds
+    (a rejected chain's tail is dropped at the next call)."""
+
+    def __init__(self, target: Backend, cpu_share: CpuShare) -> None:
+        self.target, self.device, self.share = target, target.device, cpu_share
+
+    def decode(self, seqs: list[Sequence], proposals: list[Proposal]) -> list[torch.Tensor]:
+        (s,), (proposal,) = seqs, proposals
+        if proposal.parents is not None and proposal.tokens.numel():
+            return [self.target.forward_tree(s.ids, proposal.tokens.tolist(), proposal.parents)]  # [N+1, V]
+        drafts = proposal.tokens.to(self.device)  # [k]
+        return [self.target.forward(s.ids, extra=drafts, num_logits=drafts.numel() + 1)]  # [k+1, V]
+
+    def rollback(self, seq: Sequence, proposal: Proposal, result: _Verified) -> None:
+        if result.path is not None:
+            self.target.keep_path(result.path)  # a tree: the cache keeps the walked path only
+
+    def cpu_others(self) -> float | None:
+        return self.share.take()
 
 
 class SpeculativeEngine:
-    """Exact speculative decoding of one sequence.
+    """Exact speculative decoding of one sequence: ``step`` over a batch of one.
 
     ``target``: a :class:`~specchat.engine.backends.Backend` (transformers, llama.cpp, …)
     or a transformers causal LM, which is wrapped in the transformers backend.
@@ -85,127 +247,79 @@ class SpeculativeEngine:
             raise ValueError("input_ids is empty: give at least one token")
         self._cancel.clear()
         with torch.inference_mode():
-            yield from self._generate(ids, params, max_new_tokens, set(stop_token_ids))
+            yield from self._generate(ids, params, max_new_tokens, stop_token_ids)
 
-    def _generate(self, ids: list[int], params: SamplingParams, max_new_tokens: int, stops: set[int]) -> Iterator[Step]:
-        generator = torch.Generator(device=self.device)
-        if params.seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(params.seed)
-        seed = generator.initial_seed()  # also keys the per-position draws (sampling.position_uniforms)
-        draft_generator = self._draft_generator(generator, seed)
+    def _generate(self, ids: list[int], params: SamplingParams, max_new_tokens: int,
+                  stops: Iterable[int]) -> Iterator[Step]:
         self.controller.start_turn()
         watch = Stopwatch(self.device)
         self.cpu_share.take(fresh=True)  # the first step's share starts here
-        reused = min(common_prefix_length(self.target.ids, ids), len(ids) - 1)
         if len(ids) >= self.target.max_length or max_new_tokens <= 0:
             yield epilogue.ended("context" if max_new_tokens > 0 else "length")
             return
-        # the target's prefill is folded into the first step's forward (one pass over the
-        # prompt and the first drafts, as plain generate does); that step's times are then
-        # not used as verification timings (see StepStats.prefill_tokens)
+        reused = min(common_prefix_length(self.target.ids, ids), len(ids) - 1)
+        seq = open_sequence(ids, params, self.proposer, self.controller, self.device, max_new_tokens=max_new_tokens,
+                            stops=stops, eos=self.eos_token_ids, max_length=self.target.max_length, cached=reused)
+        # the target's prefill is folded into the first step's pass (one pass over the prompt
+        # and the first drafts, as plain generate does); that step's times are then not used
+        # as verification timings (see StepStats.prefill_tokens)
         if self.proposer and self.controller.prefills_proposer():
             self.proposer.prefill(ids)
-        prefill = {"prefill_ms": watch.lap(), "prefill_tokens": len(ids) - 1 - reused, "reused_tokens": reused}
-        emitted = steps = 0
-        while True:
-            if self._cancel.is_set():
-                yield epilogue.ended("cancelled")
-                return
-            timer = StepTimer(self.device)  # the step's own time, not the consumer's
-            room = self.target.max_length - len(ids)
-            gamma, gain = self.controller.choose(ids) if self.proposer else (0, None)
-            gamma = max(0, min(gamma, max_new_tokens - emitted - 1, room - 1))
-            proposal = (self.proposer.propose(ids, gamma, params, draft_generator) if gamma > 0
-                        else Proposal(torch.empty(0, dtype=torch.long), None))
-            drafted = timer.mark()
-            result = self._verify(ids, proposal, params, generator, seed, timer)
-            if result.nonfinite:
+        seq.first = {"prefill_ms": watch.lap(), "reused_tokens": reused}
+        runner = _Alone(self.target, self.cpu_share)
+        while not self._cancel.is_set():
+            try:
+                ((_, done),) = step([seq], runner)
+            except GenerationError:
                 self.reset()  # KV computed alongside NaNs is not reused
-                raise epilogue.nonfinite(result.nonfinite, f"at step {steps + 1} of this reply, before its token "
-                                                           f"{emitted + 1}")
-            k, n = len(proposal.tokens), result.num_accepted  # n: the verdict, before any stop cut
-            settled = epilogue.settle(ids, result.tokens, emitted, stops=stops, eos=self.eos_token_ids,
-                                      max_new_tokens=max_new_tokens, max_length=self.target.max_length)
-            tokens, finish = settled.tokens, settled.finish
-            emitted += len(tokens)
-            if self.proposer:
-                self.proposer.observe(n)
-            source = (proposal.source or self.proposer.kind) if k else ""
-            step_stats = epilogue.stats(
-                gamma, k, n, result.alpha_sum, self.controller.assess(k, source),
-                alpha_count=result.alpha_count,
-                draft_forwards=proposal.forwards,
-                draft_catch_up_tokens=proposal.catch_up_tokens,
-                verified_positions=result.positions,
-                draft_ms=timer.ms(0, drafted),
-                verify_ms=timer.ms(drafted, drafted + 1),  # the target's forward
-                total_ms=timer.ms(0, timer.mark()),  # + sampling, verification and bookkeeping
-                predicted_gain=gain,
-                draft_source=source,
-                cpu_others=self.cpu_share.take(),
-                **prefill,
-            )
-            prefill = {}
-            steps += 1
-            self.controller.observe(step_stats, proposal)
-            yield Step(tuple(tokens), step_stats, finish)
-            if finish:
+                raise
+            yield done
+            if done.finish_reason:
                 return
+        yield epilogue.ended("cancelled")
 
-    def _draft_generator(self, generator: torch.Generator, seed: int) -> torch.Generator:
-        """The generator the proposer draws with. A torch generator draws only on its own
-        device, so a draft model on another device than the target gets one of its own,
-        seeded from the turn's seed (a seed still fixes the reply); on the same device
-        both share one stream, as before."""
-        device = self.proposer.sampling_device if self.proposer is not None else None
-        if device is None or same_device(torch.device(device), self.device):
-            return generator
-        # an LCG step of the seed: a stream of its own, fixed by the seed
-        return generator_on(torch.device(device), (seed * 6364136223846793005 + 1442695040888963407) % 2**64)
 
-    def _verify(self, ids: list[int], proposal: Proposal, params: SamplingParams,
-                generator: torch.Generator, seed: int, timer: StepTimer) -> _Verified:
-        """One target pass over the last token and k drafts → the emitted tokens
-        (accepted drafts, then one resampled/bonus/target token)."""
-        if proposal.parents is not None and proposal.tokens.numel():
-            return self._verify_tree(ids, proposal, params, generator, timer)
-        drafts = proposal.tokens.to(self.device)  # [k]
-        logits = self.target.forward(ids, extra=drafts, num_logits=drafts.numel() + 1)  # [k+1, V]
-        timer.mark()
-        return verify_chain(logits, proposal, params, generator, seed, len(ids))
+def draft_generator(proposer: Proposer | None, generator: torch.Generator, seed: int,
+                    device: torch.device) -> torch.Generator:
+    """The generator the proposer draws with. A torch generator draws only on its own
+    device, so a draft model on another device than the target gets one of its own,
+    seeded from the turn's seed (a seed still fixes the reply); on the same device
+    both share one stream."""
+    where = proposer.sampling_device if proposer is not None else None
+    if where is None or same_device(torch.device(where), device):
+        return generator
+    # an LCG step of the seed: a stream of its own, fixed by the seed
+    return generator_on(torch.device(where), (seed * 6364136223846793005 + 1442695040888963407) % 2**64)
 
-    def _verify_tree(self, ids: list[int], proposal: Proposal, params: SamplingParams,
-                     generator: torch.Generator, timer: StepTimer) -> _Verified:
-        """A tree of drafts in one target pass, walked by recursive rejection sampling
-        (tree.py); the target's cache then keeps the walked path only."""
-        tokens = proposal.tokens.tolist()
-        logits = self.target.forward_tree(ids, tokens, proposal.parents)  # [N+1, V]
-        timer.mark()
-        if bool(nonfinite_rows(logits).any()):
-            return _Verified([], 0, 0.0, "target")
-        p = warp(logits, params).double()
-        q = proposal.q.to(self.device) if proposal.q is not None else None
-        verdict = walk(p, tokens, proposal.parents, q, generator, greedy=params.greedy)
-        self.target.keep_path(verdict.path)
-        rows = [0] + [c + 1 for c in verdict.path]  # p's row at each emitted token
-        top_p, top_ids = topk(p[rows], min(NUM_ALTERNATIVES, p.shape[-1]))
-        alts = [tuple(Alternative(id=int(a), p=float(b)) for a, b in zip(i, v) if b > 0)
-                for i, v in zip(top_ids.tolist(), top_p.tolist())]
-        out = [Token(id=tokens[c], kind="accepted", p=verdict.p_kept[j], q=verdict.q_kept[j], alternatives=alts[j],
-                     source=proposal.source) for j, c in enumerate(verdict.path)]
-        n = len(out)
-        if verdict.bonus:
-            out.append(Token(id=verdict.next_token, kind="bonus", p=verdict.p_next, alternatives=alts[n]))
-        else:
-            rejected_id, rejected_p, rejected_q = verdict.rejected
-            out.append(Token(id=verdict.next_token, kind="resampled", p=verdict.p_next, alternatives=alts[n],
-                             rejected_id=rejected_id, rejected_p=rejected_p, rejected_q=rejected_q,
-                             source=proposal.source))
-        # α is a chain's figure: no sample from a tree; a walk that ended at a leaf judged no
-        # position past its path, one that ended on a rejection judged one more
-        return _Verified(out, n, 0.0, alpha_count=0, positions=n + (0 if verdict.bonus else 1))
+
+def verify_tree(logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
+                generator: torch.Generator) -> _Verified:
+    """The target's logits [N+1, V] at a tree of drafts, walked by recursive rejection
+    sampling (trees/walk.py); the runner then keeps the walked path only."""
+    tokens = proposal.tokens.tolist()
+    if bool(nonfinite_rows(logits).any()):
+        return _Verified([], 0, 0.0, "target")
+    p = warp(logits, params).double()
+    q = proposal.q.to(logits.device) if proposal.q is not None else None
+    verdict = walk(p, tokens, proposal.parents, q, generator, greedy=params.greedy)
+    rows = [0] + [c + 1 for c in verdict.path]  # p's row at each emitted token
+    top_p, top_ids = topk(p[rows], min(NUM_ALTERNATIVES, p.shape[-1]))
+    alts = [tuple(Alternative(id=int(a), p=float(b)) for a, b in zip(i, v) if b > 0)
+            for i, v in zip(top_ids.tolist(), top_p.tolist())]
+    out = [Token(id=tokens[c], kind="accepted", p=verdict.p_kept[j], q=verdict.q_kept[j], alternatives=alts[j],
+                 source=proposal.source) for j, c in enumerate(verdict.path)]
+    n = len(out)
+    if verdict.bonus:
+        out.append(Token(id=verdict.next_token, kind="bonus", p=verdict.p_next, alternatives=alts[n]))
+    else:
+        rejected_id, rejected_p, rejected_q = verdict.rejected
+        out.append(Token(id=verdict.next_token, kind="resampled", p=verdict.p_next, alternatives=alts[n],
+                         rejected_id=rejected_id, rejected_p=rejected_p, rejected_q=rejected_q,
+                         source=proposal.source))
+    # α is a chain's figure: no sample from a tree; a walk that ended at a leaf judged no
+    # position past its path, one that ended on a rejection judged one more
+    return _Verified(out, n, 0.0, alpha_count=0, positions=n + (0 if verdict.bonus else 1), path=verdict.path)
+
 
 @dataclass
 class _Read:

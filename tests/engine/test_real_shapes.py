@@ -311,7 +311,8 @@ def test_a_draft_on_another_device_samples_with_its_own_generator(llama_pair, mo
     made = []
 
     def generator_on(device, seed):
-        made.append(device)
+        if device.type != "cpu":  # the target's own generator is made here too
+            made.append(device)
         return torch.Generator().manual_seed(seed)
 
     monkeypatch.setattr(engine_module, "generator_on", generator_on)
@@ -335,10 +336,11 @@ def test_a_draft_on_another_device_samples_with_its_own_generator(llama_pair, mo
     again = run(SpeculativeEngine(target, Elsewhere(draft, 2), eos_token_ids=[]), params=params, n=20)[0]
     assert again == first  # a seed still fixes the reply
     same = DraftModelProposer(draft, 2)
-    engine = SpeculativeEngine(target, same, eos_token_ids=[])
-    assert engine._draft_generator(torch.Generator(), 5) is not None and made == [torch.device("cuda", 1)] * 2
+    SpeculativeEngine(target, same, eos_token_ids=[])
+    cpu = torch.device("cpu")
+    assert made == [torch.device("cuda", 1)] * 2  # once a turn, for the draft elsewhere only
     generator = torch.Generator()
-    assert engine._draft_generator(generator, 5) is generator  # same device: one shared stream
+    assert engine_module.draft_generator(same, generator, 5, cpu) is generator  # same device: one shared stream
 
 
 def test_the_cache_goes_by_the_name_the_model_takes(llama_pair):

@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specchat.engine.gamma.controller import AcceptanceKey, match_key, match_prior
+from specchat.engine.gamma.controller import AcceptanceKey, Assessment, match_key, match_prior
 from specchat.engine.gamma.cost_model import CostModel, Ewma, RecentMedian, line
 from specchat.engine.proposers import Candidate
 
@@ -116,6 +116,23 @@ class BatchGamma:
         self.records: dict[tuple[int, bool | None], Record] = {}
         self.steps = 0
         self._promised: tuple[int, float, float] | None = None  # the plan's (sequences, tokens, ms)
+
+    def plans(self, seq) -> bool:
+        """Whether this plan chooses the sequence's drafts: point masses under γ = auto (their
+        cost is the rows they add); a model's drafts cost its forwards: its own controller."""
+        return seq.proposer is not None and seq.proposer.point_mass and seq.proposer.num_speculative_tokens == "auto"
+
+    def choose(self, seqs: list, fixed: list[int]) -> tuple[list[int], BatchPlan]:
+        """The planned sequences' drafts (0 for the others, whose ``fixed`` drafts run anyway:
+        to the plan they are rows like the pending ones), and the plan."""
+        offers = [(s.proposer.candidates(s.ids, s.cap())[:1] or [None])[0] if self.plans(s) and s.cap() else None
+                  for s in seqs]
+        plan = self.plan(offers, sum(len(s.ids) - s.cached for s in seqs) + sum(fixed))
+        return plan.drafts, plan
+
+    def assess(self, plan: BatchPlan, i: int) -> tuple[Assessment, float | None, float | None]:
+        """Sequence i's StepStats figures under ``plan``: (assessment, predicted gain, e(1))."""
+        return Assessment(plan.tokens[i], plan.cost, *self.recommendation()), plan.gain, plan.marginal_ms
 
     def _key(self, candidate: Candidate) -> AcceptanceKey:
         return candidate.source, (match_key(candidate.match) if candidate.match is not None else ())

@@ -103,7 +103,7 @@ def first_tokens(backend, ids_probe, ids_drafting, params, samples, context=None
     engine = BatchedEngine(backend, n_seq=2, proposer_factory=lambda lane: NgramProposer(3, 1, 3, 5))
     if context is not None:
         engine.context.close()
-        engine.context = context(backend, 2, engine.context.n_ctx_per_seq)
+        engine.context = engine.runner.context = context(backend, 2, engine.context.n_ctx_per_seq)
     firsts, drafted = [], 0
     try:
         for seed in range(samples):

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import torch
 
-from specchat.engine.batch.batched import BatchedEngine, Request
+from specchat.engine.batch.batched import BatchedEngine, Request, _Together
 import specchat.engine.engine as engine_module
 import specchat.engine.sampling as sampling_module
 from specchat.engine.proposers import Proposal, Proposer
@@ -158,9 +158,8 @@ def first_two(backend, prompts, samples: int) -> tuple[list[np.ndarray], list[in
 # the planted bugs, each a one-line change to the engine's own code, and the error it
 # raises where llama.cpp itself refuses what it leads to (None: the statistics must see it)
 BUGS = {
-    "rows-by-first-k": (lambda: patched(BatchedEngine, "_step", mutant(BatchedEngine._step, [(
-        "rows_here, at = logits[at:at + k + 1], at + k + 1",
-        "rows_here, at = logits[at:at + k + 1], at + len(plans[0][1].tokens) + 1")])), None),
+    "rows-by-first-k": (lambda: patched(_Together, "decode", mutant(_Together.decode, [(
+        "at += k + 1", "at += len(proposals[0].tokens) + 1")])), None),
     "bonus-from-q": (lambda: patched(engine_module, "emitted", mutant(engine_module.emitted, [(
         'Token(id=nxt[k], kind="bonus"', 'Token(id=dl[k - 1], kind="bonus"')])), None),
     # after a rejection, the next token drawn from p instead of norm(max(p − q, 0)): only drafts
@@ -168,8 +167,8 @@ BUGS = {
     "residual-from-p": (lambda: patched(sampling_module, "rejection_sample", mutant(sampling_module.rejection_sample, [(
         "residual_distribution(p[:k], q)", "p[:k]")])), None),
     # the next step's token lands on a position the sequence's stale draft still holds
-    "no-rollback": (lambda: patched(BatchedEngine, "_step", mutant(BatchedEngine._step, [(
-        "self.context.drop(seq, len(slot.ids) + n)", "pass")])), "llama_decode failed"),
+    "no-rollback": (lambda: patched(_Together, "rollback", mutant(_Together.rollback, [(
+        "self.context.drop(seq.lane, len(seq.ids) + result.num_accepted)", "pass")])), "llama_decode failed"),
 }
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specchat.engine.batch.batched import BatchedEngine, Request
+from specchat.engine.batch.batched import BatchedEngine, Request, _Together
 from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.proposers import DraftModelProposer, Proposal, Proposer
 from specchat.engine.sampling import SamplingParams
@@ -104,9 +104,9 @@ def test_a_lane_hands_out_the_layer_inputs_of_its_own_rows(backend, prompts):
 
 
 def test_planted_features_sliced_from_the_first_row_are_caught(backend, prompts):
-    bug = mutant(BatchedEngine._step, [("features[first_row:first_row + prefill + 1 + k]",
-                                        "features[0:prefill + 1 + k]")])
-    with patched(BatchedEngine, "_step", bug):
+    bug = mutant(_Together.decode, [("features[first:first + len(s.ids) - s.cached + k]",
+                                     "features[0:len(s.ids) - s.cached + k]")])
+    with patched(_Together, "decode", bug):
         handed, wrong = misfiled(backend, prompts)
     assert wrong
 
