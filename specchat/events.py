@@ -177,12 +177,15 @@ class UserMessage:
 @dataclass(frozen=True)
 class TurnStarted:
     """``note``: something the user should know about this turn's decoding, once (e.g.
-    speculation off because a model's cache cannot roll back)."""
+    speculation off because a model's cache cannot roll back). ``prompt_ids``: the prompt
+    as the model saw it (template and rolling window applied; empty where the source does
+    not tokenise: a server), what ``replay --simulate`` drafts from."""
 
     turn: int
     prompt_tokens: int
     num_speculative_tokens: int | str = 0
     note: str = ""
+    prompt_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -295,6 +298,8 @@ def from_json(data: dict[str, Any]) -> Any:
     try:
         if cls is StepEvent:
             return StepEvent(turn=data["turn"], step=_step_from(data["step"]), t=data["t"])
+        if cls is TurnStarted and "prompt_ids" in data:
+            data["prompt_ids"] = tuple(data["prompt_ids"])
         return cls(**data)
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed {name} record: {exc}") from None

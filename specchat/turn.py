@@ -30,6 +30,7 @@ class TurnPlan:
     steps: Iterator[Step]
     num_speculative_tokens: int | str = 0
     note: str = ""
+    prompt_ids: tuple[int, ...] = ()  # where the source tokenises (events.TurnStarted)
 
 
 class Conversation:
@@ -100,7 +101,7 @@ class Conversation:
         finish = "error"
         try:
             plan = self.begin_turn(messages)
-            yield TurnStarted(turn, plan.prompt_tokens, plan.num_speculative_tokens, plan.note)
+            yield TurnStarted(turn, plan.prompt_tokens, plan.num_speculative_tokens, plan.note, plan.prompt_ids)
             emitted = 0
             with closing(plan.steps) as steps:  # a break closes the stream now
                 for step in steps:

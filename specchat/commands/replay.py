@@ -2,7 +2,8 @@
 
 Opens the TUI driven by the recording (the UI cannot tell it from a live chat), or with
 ``--headless`` prints the same event stream as coloured text, or with ``--to`` exports
-it. Never imports torch or transformers: this runs where they are not installed.
+it. Never imports torch or transformers: this runs where they are not installed (but
+``--simulate``, which runs the engine's proposers over the recorded text: bench/simulate.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--to", choices=("cast", "markdown", "md"), help="export instead of replaying")
     add_output_arguments(parser)
     parser.add_argument("--list", action="store_true", help="list recorded sessions and exit")
+    parser.add_argument("--simulate", action="store_true",
+                        help="print what a model-free proposer accepts in this chat at T=0, without the model "
+                             "(loads torch, not a model)")
+    parser.add_argument("--method", help="with --simulate: ngram or suffix (default: the recorded one, else ngram)")
+    parser.add_argument("--gamma", help="with --simulate: γ, a whole number or auto (default: the recorded one)")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="let a session reopened from the replay run its recorded trust_remote_code = true")
     parser.add_argument("--trust-recorded-server", action="store_true",
@@ -100,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
 
         parse_speed(args.speed)  # a bad --speed fails before anything opens
         path = locate(args.file)
+        if args.simulate:
+            from specchat.commands.simulate import simulate_recording
+
+            return simulate_recording(path, args.method, args.gamma)
         if args.headless:
             return _headless(path, args.speed)
         return _tui(path, args.speed, args.trust_remote_code, args.trust_recorded_server)

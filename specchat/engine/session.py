@@ -114,7 +114,7 @@ class ChatSession(Conversation):
                 note = " ".join(filter(None, (note, f"the model no longer sees the first {dropped} turn"
                                               f"{'s' if dropped > 1 else ''} of this chat, to leave room for "
                                               f"the reply (they stay in the transcript and the recording)")))
-        return TurnPlan(len(ids), self._steps(ids), self.num_speculative_tokens, note)
+        return TurnPlan(len(ids), self._steps(ids), self.num_speculative_tokens, note, tuple(ids))
 
     def _window(self, messages: list[dict[str, str]], ids: list[int]) -> tuple[list[int], int]:
         """(the prompt ids with as many of the latest turns as leave room for a reply,

@@ -94,7 +94,7 @@ def recorded_settings(profile: dict[str, Any]) -> dict[str, Any]:
     """The recorded profile's speculation settings, each checked (a header is untrusted
     like every line): ``method``, ``num_speculative_tokens`` (int or "auto"; 0 when the
     method is none), ``max_gamma`` (1..16, default 8) and ``temperature`` (None if
-    absent or not a finite number ≥ 0)."""
+    absent or not a finite number ≥ 0) and ``prompt_lookup`` (min, max n-gram; 1, 3 if absent) and ``max_new_tokens`` (None if absent)."""
     spec = profile.get("speculation") if isinstance(profile.get("speculation"), dict) else {}
     sampling = profile.get("sampling") if isinstance(profile.get("sampling"), dict) else {}
     method = spec.get("method") if isinstance(spec.get("method"), str) and spec["method"] in METHODS else "none"
@@ -105,8 +105,12 @@ def recorded_settings(profile: dict[str, Any]) -> dict[str, Any]:
         gamma = 0
     temperature = sampling.get("temperature")
     finite = _whole(temperature) or isinstance(temperature, float) and math.isfinite(temperature)
+    low, high = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
+    bound = sampling.get("max_new_tokens")
+    lookup = (low, high) if _whole(low) and _whole(high) and 1 <= low <= high <= MAX_SPECULATIVE_TOKENS else (1, 3)
     return {"method": method, "num_speculative_tokens": gamma, "max_gamma": max(max_gamma, gamma if gamma != "auto" else 0),
-            "temperature": float(temperature) if finite and temperature >= 0 else None}
+            "temperature": float(temperature) if finite and temperature >= 0 else None,
+            "prompt_lookup": lookup, "max_new_tokens": bound if _whole(bound) and bound >= 1 else None}
 
 
 def _whole(value: Any) -> bool:

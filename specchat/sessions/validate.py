@@ -18,7 +18,7 @@ from typing import Any
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS, MAX_TREE_NODES
 from specchat.sanitize import clean
-from specchat.events import EVENT_TYPES, StepStats, TurnFinished
+from specchat.events import EVENT_TYPES, StepStats, TurnFinished, TurnStarted
 from specchat.telemetry import MetricsSnapshot
 
 _NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", type(None): "null",
@@ -159,6 +159,14 @@ def _step_stats(value: dict[str, Any], where: str) -> None:
         raise FieldError(f"field '{_join(where, 'batch_size')}' must be between 1 and 4096")
 
 
+def _turn_started(value: dict[str, Any], where: str) -> None:
+    ids = value.get("prompt_ids", [])
+    if ids and len(ids) != value.get("prompt_tokens"):
+        raise FieldError(f"field '{_join(where, 'prompt_ids')}' must hold prompt_tokens ids, not {len(ids)}")
+    if not all(0 <= i < 2**31 for i in ids):
+        raise FieldError(f"field '{_join(where, 'prompt_ids')}' must hold token ids between 0 and 2^31 − 1")
+
+
 def _recommended(gamma: Any, where: str) -> None:
     """A recommended γ is shown as text: a count in range, or "auto", nothing else."""
     if gamma is None or gamma == "auto" or (isinstance(gamma, int) and not isinstance(gamma, bool)
@@ -172,7 +180,7 @@ def _join(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
 
 
-_RULES = {StepStats: _step_stats, TurnFinished: _metrics}
+_RULES = {StepStats: _step_stats, TurnFinished: _metrics, TurnStarted: _turn_started}
 
 
 def _short(value: Any) -> str:

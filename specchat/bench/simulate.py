@@ -1,0 +1,119 @@
+"""``specchat replay FILE --simulate``: what a model-free proposer accepts in a recorded
+chat, without the model.
+
+At temperature 0 the target emits its argmax, so a recorded reply is the target's own,
+token for token, and a draft is kept exactly where it equals the recorded next token. The
+simulation runs the engine itself (``SpeculativeEngine``: the same step, controller and
+proposer as a live chat) over a backend that answers each position with the recorded
+token; each turn starts from the prompt ids the recording kept. With a fixed γ it accepts
+what the live run accepted, step for step (tests/bench/test_simulate.py), given the
+recorded ``max_new_tokens`` (γ is capped by what is left of it); γ = auto chooses by this
+machine's clock, so there it shows one run of the policy, not the recorded one. A draft
+past a reply's last token (its EOS) cannot be judged and counts as rejected: a live step
+may have kept one, if the target's argmax after EOS happened to match it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specchat.engine.backends.base import Backend
+from specchat.engine.engine import SpeculativeEngine
+from specchat.engine.factory import build_proposer
+from specchat.engine.sampling import SamplingParams
+from specchat.errors import SpecchatError
+from specchat.events import ChatReset, ProfileSwitched, StepEvent, StepStats, TurnFinished, TurnStarted
+from specchat.methods import METHODS
+from specchat.telemetry import ChatTelemetry, MetricsSnapshot
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@dataclass
+class Turn:
+    prompt_ids: tuple[int, ...]
+    reply_ids: list[int]
+    finish: str = ""
+
+
+class _Recorded(Backend):
+    """A target that says, at each position of a turn, the token the recording has next."""
+
+    name = "recording"
+    uses_torch_threads = False
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size  # the last id is no token: the answer past the reply's end
+        self.text: list[int] = []
+        self._held: list[int] = []
+
+    @property
+    def ids(self) -> list[int]:
+        return self._held
+
+    def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
+        seq = ids + (extra.tolist() if extra is not None else [])
+        logits = torch.zeros(num_logits, self.vocab_size)
+        for row, position in enumerate(range(len(seq) - num_logits, len(seq))):
+            # past a rejected draft a row is never read, so the recorded token serves every row
+            nxt = self.text[position + 1] if position + 1 < len(self.text) else self.vocab_size - 1
+            logits[row, nxt] = 1.0
+        self._held = seq
+        return logits
+
+    def reset(self) -> None:
+        self._held = []
+
+
+def turns(events: list) -> list[Turn | None]:
+    """The recorded turns in order (None where the chat was reset or the profile switched)."""
+    out: list[Turn | None] = []
+    for event in events:
+        if isinstance(event, TurnStarted):
+            out.append(Turn(event.prompt_ids, []))
+        elif isinstance(event, StepEvent) and out and out[-1] is not None:
+            out[-1].reply_ids += [t.id for t in event.step.tokens]
+        elif isinstance(event, TurnFinished) and out and out[-1] is not None:
+            out[-1].finish = event.finish_reason
+        elif isinstance(event, (ChatReset, ProfileSwitched)):
+            out.append(None)
+    return out
+
+
+def simulate(events: list, speculation, method: str, gamma: int | str,
+             max_new_tokens: int | None = None) -> tuple[list[list[StepStats]], MetricsSnapshot]:
+    """Each turn's simulated StepStats and the whole chat's figures, folded as live.
+    ``max_new_tokens``: the recorded bound on a reply (None: unknown, then a reply that
+    did not end for its length is taken as unbounded)."""
+    if METHODS[method].needs:
+        raise SpecchatError(f"--simulate runs model-free proposers only, not '{method}'", key="--method",
+                            hint="use --method " + " or ".join(m.name for m in METHODS.values()
+                                                               if m.builds))
+    recorded = turns(events)
+    if any(t is not None and not t.prompt_ids for t in recorded):
+        raise SpecchatError("this recording has no prompt ids (made by an older specchat, or from a server), "
+                            "so there is nothing to draft from", hint="record the chat again with this version")
+    vocab = 2 + max((max(t.prompt_ids + tuple(t.reply_ids)) for t in recorded if t is not None), default=0)
+    backend = _Recorded(vocab)
+    proposer = build_proposer(speculation, None, gamma, None, method)
+    engine = SpeculativeEngine(backend, proposer, eos_token_ids=[])  # the controller a live chat makes
+    ended = ("eos", "stop")  # the reply's last token ended it: the same token ends the simulated one
+    telemetry = ChatTelemetry(max_gamma=max(speculation.max_speculative_tokens, gamma if gamma != "auto" else 0))
+    out = []
+    for turn in recorded:
+        if turn is None:
+            engine.reset()
+            continue
+        backend.text = list(turn.prompt_ids) + turn.reply_ids
+        telemetry.start_turn()
+        steps = []
+        bound = len(turn.reply_ids) if turn.finish not in ended else max_new_tokens or 1 << 30
+        stops = turn.reply_ids[-1:] if turn.finish in ended else []
+        for step in engine.generate(list(turn.prompt_ids), GREEDY, bound, stops):
+            if step.tokens:
+                telemetry.update(step.stats, len(step.tokens))
+                steps.append(step.stats)
+        out.append(steps)
+    return out, telemetry.session
