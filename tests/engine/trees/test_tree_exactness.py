@@ -34,44 +34,12 @@ def tree_engine(target, siblings=3, gamma=2, proposer_class=EagleProposer, scale
     return FoldedEngine(backend, proposer, controller=power.EveryStep(gamma), eos_token_ids=[])
 
 
-def tree_counts(engine, params):
-    counts, kept_rival = {}, 0
-    for seed in range(SAMPLES):
-        p = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
-        seq = []
-        for step in engine.generate(PROMPT, p, max_new_tokens=LENGTH):
-            seq += [t.id for t in step.tokens]
-        counts[tuple(seq)] = counts.get(tuple(seq), 0) + 1
-    return counts
-
-
-# The planted-bug tests look at their samples as they come (a group-sequential χ²): at each
-# of LOOKS they stop, the bug caught, when p < LOOK_ALPHA, else at SAMPLES when p <
-# FINAL_ALPHA. An exact sampler (a plant that changed nothing) passes one with probability
-# at most len(LOOKS) · LOOK_ALPHA + FINAL_ALPHA = ALPHA (a union bound over the looks): the
-# single test at SAMPLES had ALPHA. The samples are the same seeds in the same order, so a
-# bug the single test caught with p below FINAL_ALPHA is caught here too (power lost: the
-# chance of p in [FINAL_ALPHA, ALPHA), a width of 3e-6). Both plants here are caught at the
-# 1,000th or 2,000th sample on this machine (p 5e-11 and 1e-9), not the 2,500th.
-LOOKS = (1000, 1500, 2000)
-LOOK_ALPHA = 1e-6
-FINAL_ALPHA = ALPHA - len(LOOKS) * LOOK_ALPHA
-
-
 def planted_bug_caught(engine, params, joint) -> tuple[bool, str]:
-    """(caught, where): ``tree_counts``'s seeds, stopping at the first look that rejects."""
-    counts = {}
-    for seed in range(SAMPLES):
-        p = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
-        seq = []
-        for step in engine.generate(PROMPT, p, max_new_tokens=LENGTH):
-            seq += [t.id for t in step.tokens]
-        counts[tuple(seq)] = counts.get(tuple(seq), 0) + 1
-        n = seed + 1
-        if n in LOOKS and (pvalue := chi_square_pvalue(counts, joint, n)) < LOOK_ALPHA:
-            return True, f"p = {pvalue:.3g} at {n} samples"
-    pvalue = chi_square_pvalue(counts, joint, SAMPLES)
-    return pvalue < FINAL_ALPHA, f"p = {pvalue:.3g} at {SAMPLES} samples"
+    """(caught, where): the group-sequential χ² of power.planted_bug_caught (the same seeds,
+    looks at 1,000, 1,500 and 2,000 samples; a plant that changed nothing is "caught" with
+    probability at most ALPHA). Both plants here are caught at the 1,000th or 2,000th sample."""
+    return power.planted_bug_caught(engine, PROMPT, params, SAMPLES, LENGTH,
+                                    lambda counts, n: chi_square_pvalue(counts, joint, n), ALPHA)
 
 
 # "first": a chain of 2 and two rivals; "dynamic" (draft_tree.py): three levels of three
@@ -93,7 +61,7 @@ def test_tree_joint_distribution_is_the_targets(target, model, setting, shape):
         target, joint_of, scale = table_lm.FeatureTableLM(table_lm.random_table(0)), table_lm.exact_joint, 3.0
     gamma, drafts = SHAPES[shape]
     engine = tree_engine(target, gamma=gamma, tree=shape, scale=scale)
-    counts = tree_counts(engine, params)
+    counts = power.sample_counts(engine, PROMPT, params, SAMPLES, LENGTH)
     m = engine.metrics
     assert m.num_draft_tokens > drafts * SAMPLES and 0 < m.num_accepted_tokens
     pvalue = chi_square_pvalue(counts, joint_of(target, PROMPT, LENGTH, params), SAMPLES)
