@@ -31,7 +31,7 @@ from specchat.engine.batch.requests import Request, RequestQueue
 from specchat.engine.engine import NO_DRAFTS, Sequence, _Verified, open_sequence, step
 from specchat.engine import epilogue
 from specchat.engine.gamma.batch_plan import BatchGamma
-from specchat.engine.gamma.controller import make_controller
+from specchat.engine.gamma.controller import Controller, make_controller
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.events import Step
 
@@ -98,6 +98,7 @@ class BatchedEngine:
         self._lock = threading.Lock()
         self._held: dict[int, list[int]] = {}  # seq → the ids whose cells it holds (reused by the next request)
         self._auto: BatchGamma | None = None  # γ = auto's batch plan (kept across calls: what it measured holds)
+        self._controllers: dict[int, tuple[Proposer | None, Controller]] = {}  # seq → its proposer's controller
 
     def close(self) -> None:
         self.context.close()
@@ -176,7 +177,15 @@ class BatchedEngine:
 
     def _admit(self, index: int, request: Request, seq: int, room: int) -> Sequence:
         proposer = self._proposer(seq)
-        controller = make_controller(proposer)
+        # a lane's proposer serves request after request: so does its controller, whose
+        # measured costs and acceptance hold across them (as across a chat's turns alone)
+        made = self._controllers.get(seq)
+        if made is not None and proposer is not None and made[0] is proposer:
+            controller = made[1]
+            controller.start_turn()
+        else:
+            controller = make_controller(proposer)
+            self._controllers[seq] = (proposer, controller)
         cached = self._reusable(seq, request.ids)
         self.context.drop(seq, cached)
         s = open_sequence(request.ids, request.params, proposer, controller, self.target.device,

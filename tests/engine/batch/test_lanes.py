@@ -134,6 +134,30 @@ def test_draft_models_drafting_together_reply_as_each_does_alone(backend, prompt
     assert kept > 0
 
 
+def test_a_lanes_controller_keeps_what_it_measured_for_the_next_request(backend, prompts):
+    """A lane's proposer serves request after request, and so does its γ = auto controller:
+    the second request's first step already has the cost model's recommendation (a fresh
+    controller has measured nothing yet and has none)."""
+    draft = embedded_llama_backend(max_ctx=2048)
+    drafts = draft.open_batch(1, 1024)
+    made = {}
+
+    def factory(lane):
+        made.setdefault(lane.seq, DraftModelProposer(drafts.lane(lane.seq), "auto", 4))
+        return made[lane.seq]
+
+    engine = BatchedEngine(backend, n_seq=1, proposer_factory=factory)
+    try:
+        firsts = []
+        for ids in prompts[:2]:
+            steps = [step for _, step in engine.generate([Request(ids, GREEDY, 40)])]
+            firsts.append(steps[0].stats.recommended_gamma)
+    finally:
+        engine.close()
+        drafts.close()
+    assert firsts[0] is None and firsts[1] is not None, firsts
+
+
 @pytest.mark.parametrize("table, says", [
     ({"method": "eagle3", "siblings": 2}, "verifies chains of drafts, not the tree speculation.siblings = 2"),
     ({"method": "medusa"}, "cannot run speculation.method = 'medusa'"),
