@@ -111,13 +111,7 @@ def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None
     chooses the drafts of the sequences it ``plans``; every other sequence asks its own
     controller. Exactness uses each sequence's own past only."""
     timer = StepTimer(runner.device)  # the step's own time, not the consumer's
-    planned = [planner is not None and planner.plans(s) for s in seqs]
-    chosen = [(0, None) if p or not s.proposer else s.controller.choose(s.ids) for s, p in zip(seqs, planned)]
-    gammas = [max(0, min(g, s.cap())) for s, (g, _) in zip(seqs, chosen)]
-    plan = None
-    if any(planned):  # the fixed-γ sequences' drafts run anyway: to the plan they are rows like the pending ones
-        drafts, plan = planner.choose(seqs, gammas)
-        gammas = [d if p else g for d, g, p in zip(drafts, gammas, planned)]
+    gammas, chosen, planned, plan = choose(seqs, planner)
     proposals, marks = [], [0]
     for s, gamma in zip(seqs, gammas):
         proposals.append(s.proposer.propose(s.ids, gamma, s.params, s.draft_generator) if gamma > 0 else NO_DRAFTS)
@@ -167,6 +161,20 @@ def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None
             s.controller.observe(stats, proposal)
         out.append((s, Step(tuple(settled.tokens), stats, settled.finish)))
     return out
+
+
+def choose(seqs: list[Sequence], planner: BatchGamma | None = None) -> tuple[list[int], list, list[bool], object]:
+    """(γ per sequence, each controller's (γ, gain) or (0, None), whether the plan chose
+    it, the plan or None). A sequence alone is always its own controller's (the plan
+    reduces to its E(k)/T(k) there: batch_plan.py)."""
+    planned = [planner is not None and planner.plans(s, len(seqs)) for s in seqs]
+    chosen = [(0, None) if p or not s.proposer else s.controller.choose(s.ids) for s, p in zip(seqs, planned)]
+    gammas = [max(0, min(g, s.cap())) for s, (g, _) in zip(seqs, chosen)]
+    plan = None
+    if any(planned):  # the fixed-γ sequences' drafts run anyway: to the plan they are rows like the pending ones
+        drafts, plan = planner.choose(seqs, gammas)
+        gammas = [d if p else g for d, g, p in zip(drafts, gammas, planned)]
+    return gammas, chosen, planned, plan
 
 
 def verify(logits: torch.Tensor, proposal: Proposal, s: Sequence) -> _Verified:

@@ -117,16 +117,19 @@ class BatchGamma:
         self.steps = 0
         self._promised: tuple[int, float, float] | None = None  # the plan's (sequences, tokens, ms)
 
-    def plans(self, seq) -> bool:
-        """Whether this plan chooses the sequence's drafts: point masses under γ = auto (their
-        cost is the rows they add); a model's drafts cost its forwards: its own controller."""
-        return seq.proposer is not None and seq.proposer.point_mass and seq.proposer.num_speculative_tokens == "auto"
+    def plans(self, seq, batch: int) -> bool:
+        """Whether this plan chooses the sequence's drafts in a step of ``batch`` sequences:
+        point masses under γ = auto (their cost is the rows they add); a model's drafts cost
+        its forwards: its own controller. So does a sequence alone: there the plan is its
+        controller's E(k)/T(k) (AdaptiveGamma), which has measured its lane's every step."""
+        proposer = seq.proposer
+        return batch > 1 and proposer is not None and proposer.point_mass and proposer.num_speculative_tokens == "auto"
 
     def choose(self, seqs: list, fixed: list[int]) -> tuple[list[int], BatchPlan]:
         """The planned sequences' drafts (0 for the others, whose ``fixed`` drafts run anyway:
         to the plan they are rows like the pending ones), and the plan."""
-        offers = [(s.proposer.candidates(s.ids, s.cap())[:1] or [None])[0] if self.plans(s) and s.cap() else None
-                  for s in seqs]
+        offers = [(s.proposer.candidates(s.ids, s.cap())[:1] or [None])[0] if self.plans(s, len(seqs)) and s.cap()
+                  else None for s in seqs]
         plan = self.plan(offers, sum(len(s.ids) - s.cached for s in seqs) + sum(fixed))
         return plan.drafts, plan
 

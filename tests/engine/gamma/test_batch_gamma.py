@@ -203,3 +203,61 @@ def test_a_bad_stretch_does_not_stop_a_kind_of_plan_for_good():
     stopped = [s for s in range(12, STALE_STEPS) if s not in drafted_at]
     assert len(stopped) > 100, "the stalls stop one-pass plans"
     assert any(s > STALE_STEPS for s in drafted_at), "and they come back once the record is stale"
+
+
+# --- one sequence in a batch: its own controller decides -----------------------------------------
+
+
+def test_a_batch_of_one_chooses_what_adaptive_gamma_chooses_on_replayed_steps():
+    """A one-sequence chat's steps (n-gram lookup, γ = auto, on a table model that falls
+    into a loop: lookup pays) are replayed, with their recorded times, through a fresh
+    AdaptiveGamma and through the batched step's choice for a batch of one with γ = auto's
+    batch plan beside it: every γ is the same. (Planted: a plan that decides for a
+    sequence alone chooses otherwise.)"""
+    import torch
+
+    from specchat.engine.engine import SpeculativeEngine, choose, open_sequence
+    from specchat.engine.gamma.controller import AdaptiveGamma
+    from specchat.engine.proposers import NgramProposer
+    from specchat.engine.sampling import SamplingParams
+    from tests.support.table_lm import TableLM, random_table
+
+    class Logged(AdaptiveGamma):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            self.log = []
+
+        def choose(self, ids):
+            gamma = super().choose(ids)
+            self.log.append((list(ids), gamma[0]))
+            return gamma
+
+        def observe(self, stats, proposal):
+            self.log[-1] += (stats,)
+            super().observe(stats, proposal)
+
+    greedy = SamplingParams(temperature=0.0)
+    live = Logged(8, NgramProposer("auto", 1, 3, 8))
+    engine = SpeculativeEngine(TableLM(random_table(0)), live.proposer, controller=live, eos_token_ids=[])
+    list(engine.generate([1, 2, 3], greedy, max_new_tokens=200))
+    assert sum(1 for _, gamma, _ in live.log if gamma) >= 10  # it drafted: the choices are worth comparing
+
+    def replay(decide):
+        proposer = NgramProposer("auto", 1, 3, 8)
+        controller = AdaptiveGamma(8, proposer)
+        seq = open_sequence([1, 2, 3], greedy, proposer, controller, torch.device("cpu"), max_new_tokens=10**6,
+                            stops=(), eos=(), max_length=10**6)
+        planner = BatchGamma(8)
+        gammas = []
+        for ids, _, stats in live.log:
+            seq.ids = list(ids)
+            gamma = decide(seq, planner)
+            proposal = proposer.propose(seq.ids, gamma, greedy, None)
+            proposer.observe(stats.num_accepted_tokens)
+            controller.observe(stats, proposal)
+            gammas.append(gamma)
+        return gammas
+
+    recorded = [gamma for _, gamma, _ in live.log]
+    assert replay(lambda seq, planner: seq.controller.choose(seq.ids)[0]) == recorded
+    assert replay(lambda seq, planner: choose([seq], planner)[0][0]) == recorded
