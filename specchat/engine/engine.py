@@ -83,7 +83,7 @@ class Sequence:
 def open_sequence(ids: list[int], params: SamplingParams, proposer: Proposer | None, controller: Controller,
                   device: torch.device, *, max_new_tokens: int, stops: Iterable[int], eos: Iterable[int],
                   max_length: int, cached: int = 0, index: int = 0, lane: int = 0) -> Sequence:
-    seed = params.seed if params.seed is not None else random.getrandbits(63)
+    seed = params.seed if params.seed is not None else random.SystemRandom().getrandbits(63)
     generator = generator_on(device, seed)
     return Sequence(list(ids), params, max_new_tokens, set(stops), set(eos), max_length, seed, generator,
                     draft_generator(proposer, generator, seed, device), proposer, controller, cached=cached,
@@ -112,7 +112,9 @@ def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None
     controller. Exactness uses each sequence's own past only."""
     timer = StepTimer(runner.device)  # the step's own time, not the consumer's
     gammas, chosen, planned, plan = choose(seqs, planner)
-    proposals, marks = [], [0]
+    # alone, choosing γ is part of the sequence's drafting (as it always was); in a batch the
+    # choices are no one sequence's, and each draft time is its proposer's alone
+    proposals, marks = [], [0 if len(seqs) == 1 else timer.mark()]
     for s, gamma in zip(seqs, gammas):
         proposals.append(s.proposer.propose(s.ids, gamma, s.params, s.draft_generator) if gamma > 0 else NO_DRAFTS)
         marks.append(timer.mark())
@@ -276,6 +278,7 @@ class SpeculativeEngine:
         seq.first = {"prefill_ms": watch.lap(), "reused_tokens": reused}
         runner = _Alone(self.target, self.cpu_share)
         while not self._cancel.is_set():
+            seq.controller = self.controller  # γ set mid-reply (ChatSession) takes effect at the next step
             try:
                 ((_, done),) = step([seq], runner)
             except GenerationError:
