@@ -121,12 +121,10 @@ class BatchedEngine:
             return gone
 
     def reset(self) -> None:
-        """Forgets every cell and every lane's γ history (the next call reuses nothing: a
-        benchmark's runs apart)."""
+        """Forgets every cell (the next call reuses nothing: a benchmark's runs apart)."""
         for seq in range(self.n_seq):
             self.context.drop(seq)
-        self._held.clear()
-        self._controllers.clear()  # and what γ = auto measured: runs apart start alike
+        self._held.clear()  # what γ = auto measured stays, the batch plan's and the lanes' alike
 
     def generate(self, requests: list[Request] | RequestQueue, admitted: Callable[[int], None] | None = None
                  ) -> Iterator[tuple[int, Step]]:
