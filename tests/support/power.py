@@ -31,14 +31,23 @@ class EveryStep(Controller):
         return self.gamma, None
 
 
-def sample_counts(engine, prompt, params, samples, length):
-    """Counts of the seeded ``length``-token continuations (seed = sample index)."""
+def growing_counts(engine, prompt, params, samples, length):
+    """Yields (n, counts) after each of the seeded ``length``-token continuations (seed =
+    sample index, counts of each continuation so far: one dict, updated in place)."""
     counts: dict[tuple, int] = {}
     for seed in range(samples):
         p = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
         seq = tuple(t.id for step in engine.generate(prompt, p, max_new_tokens=length) for t in step.tokens)
         assert len(seq) == length
         counts[seq] = counts.get(seq, 0) + 1
+        yield seed + 1, counts
+
+
+def sample_counts(engine, prompt, params, samples, length):
+    """Counts of the seeded ``length``-token continuations (seed = sample index)."""
+    counts: dict[tuple, int] = {}
+    for _, counts in growing_counts(engine, prompt, params, samples, length):
+        pass
     return counts
 
 
@@ -53,13 +62,9 @@ def planted_bug_caught(engine, prompt, params, samples, length, pvalue_of, alpha
     looks = {samples * k // 5 for k in (2, 3, 4)}
     look_alpha = alpha / 1000
     counts: dict[tuple, int] = {}
-    for seed in range(samples):
-        p = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
-        seq = tuple(t.id for step in engine.generate(prompt, p, max_new_tokens=length) for t in step.tokens)
-        assert len(seq) == length
-        counts[seq] = counts.get(seq, 0) + 1
-        if seed + 1 in looks and (pvalue := pvalue_of(counts, seed + 1)) < look_alpha:
-            return True, f"p = {pvalue:.3g} at {seed + 1} samples"
+    for n, counts in growing_counts(engine, prompt, params, samples, length):
+        if n in looks and (pvalue := pvalue_of(counts, n)) < look_alpha:
+            return True, f"p = {pvalue:.3g} at {n} samples"
     pvalue = pvalue_of(counts, samples)
     return pvalue < alpha - len(looks) * look_alpha, f"p = {pvalue:.3g} at {samples} samples"
 
