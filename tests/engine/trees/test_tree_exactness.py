@@ -13,7 +13,7 @@ import torch
 
 from specchat.engine import SamplingParams
 from specchat.engine.backends.transformers import TransformersBackend
-from specchat.engine.proposers import NgramProposer, Proposal
+from specchat.engine.proposers import Proposal
 from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.trees.walk import chain_parents, walk
 from tests.engine.test_exactness import ALPHA, LENGTH, PROMPT, chi_square_pvalue
