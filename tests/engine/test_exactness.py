@@ -114,6 +114,14 @@ def chi_square_pvalue(counts, joint, samples=SAMPLES):
     return stats.chisquare(observed, expected).pvalue
 
 
+def planted_bug_caught(engine, params, joint) -> tuple[bool, str]:
+    """(caught, where): the same seeded samples and χ², looked at as they come
+    (power.planted_bug_caught: a blatant plant stops early; a plant that changed nothing
+    is "caught" with probability at most ALPHA, as by one test at SAMPLES)."""
+    return power.planted_bug_caught(engine, PROMPT, params, SAMPLES, LENGTH,
+                                    lambda counts, n: chi_square_pvalue(counts, joint, n), ALPHA)
+
+
 def make_proposer(kind, target, draft):
     if kind == "draft":
         return DraftModelProposer(draft, 2)
@@ -179,8 +187,8 @@ def test_the_check_has_power(target, draft, table_pair, model):
     target, draft, joint_of = models(model, target, draft, table_pair)
     params = SamplingParams(temperature=0.6)
     engine = FoldedEngine(target, WrongQ(draft, 2), eos_token_ids=[])
-    counts = sample_counts(engine, params)
-    assert chi_square_pvalue(counts, joint_of(target, PROMPT, LENGTH, params)) < ALPHA
+    caught, where = planted_bug_caught(engine, params, joint_of(target, PROMPT, LENGTH, params))
+    assert caught, f"{model}: WrongQ not caught: chi-square {where}"
 
 
 @pytest.fixture(scope="module")
@@ -210,4 +218,5 @@ def test_the_bfloat16_check_has_power(bf16_pair):
     target, draft = bf16_pair
     params = SamplingParams(temperature=0.6)
     engine = FoldedEngine(target, WrongQ(draft, 2), eos_token_ids=[])
-    assert chi_square_pvalue(sample_counts(engine, params), exact_joint(target, PROMPT, LENGTH, params)) < ALPHA
+    caught, where = planted_bug_caught(engine, params, exact_joint(target, PROMPT, LENGTH, params))
+    assert caught, f"bf16: WrongQ not caught: chi-square {where}"
