@@ -102,6 +102,8 @@ class StepStats:
     verified_positions: draft positions the target judged along the kept path: a tree's
         kept nodes, plus the position of its rejection when the walk ended on one (not at
         a leaf); None for a chain, where it is min(k, n + 1).
+    context_tokens: the sequence's length (prompt and reply so far) as the step began: what
+        its rows attend to, which the step's cost grows with (0 where not known).
     """
 
     num_speculative_tokens: int
@@ -127,6 +129,7 @@ class StepStats:
     batch_size: int = 1
     marginal_ms: float | None = None
     verified_positions: int | None = None
+    context_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,7 @@ def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None
     chooses the drafts of the sequences it ``plans``; every other sequence asks its own
     controller. Exactness uses each sequence's own past only."""
     timer = StepTimer(runner.device)  # the step's own time, not the consumer's
+    contexts = [len(s.ids) for s in seqs]
     gammas, chosen, planned, plan = choose(seqs, planner)
     # alone, choosing γ is part of the sequence's drafting (as it always was); in a batch the
     # choices are no one sequence's, and each draft time is its proposer's alone
@@ -157,7 +158,7 @@ def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None
             verified_positions=result.positions, draft_ms=timer.ms(marks[i], marks[i + 1]),
             verify_ms=timer.ms(decoded - 1, decoded), total_ms=timer.ms(0, end), prefill_tokens=prompts,
             predicted_gain=gain, draft_source=source, batch_size=len(seqs), marginal_ms=marginal,
-            cpu_others=others, **s.first)
+            cpu_others=others, context_tokens=contexts[i], **s.first)
         s.first = {}
         if not planned[i]:
             s.controller.observe(stats, proposal)

@@ -155,6 +155,8 @@ def _step_stats(value: dict[str, Any], where: str) -> None:
         if x is not None and not (math.isfinite(x) and (x > low if strict else x >= low)):
             raise FieldError(f"field '{_join(where, key)}' must be a finite number {'above' if strict else 'at least'} "
                              f"{low:g}, not {_describe(x)}")
+    if not 0 <= value.get("context_tokens", 0) < 2**31:
+        raise FieldError(f"field '{_join(where, 'context_tokens')}' must be a token count between 0 and 2^31 − 1")
     if not 1 <= value.get("batch_size", 1) <= 4096:
         raise FieldError(f"field '{_join(where, 'batch_size')}' must be between 1 and 4096")
 

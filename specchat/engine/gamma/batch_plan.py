@@ -147,7 +147,7 @@ class BatchGamma:
         """w(R): measured at R rows, else on the line through the sizes measured."""
         if rows in self.plain_ms:
             return self.plain_ms[rows].value
-        fit = line(self.plain_ms)
+        fit = line({x: e.value for x, e in self.plain_ms.items()})
         return None if fit is None else max(1e-3, fit[1] + fit[2] * (rows - fit[0]))
 
     def extra_time(self, m: int, single: bool = False, table: tuple | None = None) -> float | None:
@@ -170,8 +170,8 @@ class BatchGamma:
 
     def extras(self, single: bool) -> tuple[dict[int, float], tuple[float, float, float] | None]:
         """The extras measured of one kind, by draft count, and the line through them."""
-        table = {x: e for (x, one), e in self.extra_ms.items() if one == single}
-        return {x: e.value for x, e in table.items()}, line(table)
+        table = {x: e.value for (x, one), e in self.extra_ms.items() if one == single}
+        return table, line(table)
 
     def factor(self, n: int, single: bool) -> float:
         """What plans of this kind delivered over what they promised, beside what plain

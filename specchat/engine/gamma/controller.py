@@ -114,6 +114,7 @@ class FixedGamma(Controller):
         self.steps = 0
 
     def choose(self, ids: list[int]) -> tuple[int, float | None]:
+        self.model.at(len(ids))
         self.steps += 1
         # step 1 also runs the prompt, so it cannot time a plain step: calibrate on step 2
         return (0 if self.steps % self.calibrate_every == 2 else self.gamma), None
@@ -208,13 +209,14 @@ class AdaptiveGamma(Controller):
     def choose(self, ids: list[int]) -> tuple[int, float | None]:
         # n-gram: a miss means nothing to verify, and the match informs a_i; a hybrid
         # offers the head beside it, with its own acceptance and cost (hybrid.py)
+        self.model.at(len(ids))
         candidates = self.proposer.candidates(ids, self.max_gamma) if self.proposer else [Candidate("", self.max_gamma)]
         self._remember(tuple((self._key_of(c), c.limit, c.source) for c in candidates))
         if not candidates:
             return 0, None
         self.since_plain += 1
-        if 0 not in self.model.step_ms or self.since_plain >= self.calibrate_every:
-            return 0, None  # (re)measure a plain step: the baseline every gain is relative to
+        if 0 not in self.model.step_ms or self.since_plain >= self.calibrate_every or self.model.plain_is_stale():
+            return 0, None  # (re)measure a plain step, near this context: the baseline of every gain
         best: tuple[float, int, Candidate] | None = None
         unexplored: Candidate | None = None
         for candidate in candidates:

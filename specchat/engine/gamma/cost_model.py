@@ -6,8 +6,13 @@ rate(k) = E(k) / T(k), where
   a_i the probability that draft i is kept given the drafts before it were (measured per
   acceptance key: a proposer, and for n-gram lookup the kind of match behind the drafts);
 * T(k) = k·d + w(k) is the step's time in ms: d the measured draft time per drafted
-  token of the source that drafts, w(k) the rest of a step that verifies k drafts
-  (measured per k, whoever drafted; a line through the measured k elsewhere).
+  token of the source that drafts, w(k) the rest of a step that verifies k drafts after
+  the context the step runs at. Attention makes every step dearer as the context grows,
+  so a plain step timed 500 tokens ago says little of one now: w(0) is a line in the
+  context through the recent plain steps (robust: one slow step cannot tilt it), and
+  w(k) = v(k)·w(0), v(k) the recent k-steps' times each over the plain line at its own
+  context (their median; measured per k, whoever drafted; a line through the measured
+  k elsewhere).
 
 gain(k) = rate(k) / rate(0) is the predicted speed-up over a plain step, and in plain-step
 units E(k) / (k·c + v(k)) with c = d / w(0) and v(k) = w(k) / w(0): the ratios telemetry
@@ -27,6 +32,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
+from statistics import median
 
 from specchat.events import StepStats
 
@@ -72,10 +78,40 @@ class RecentMedian:
         return ordered[len(ordered) // 2] if ordered else None
 
 
-def line(table: dict[int, RecentMedian]) -> tuple[float, float, float] | None:
-    """(mean size, mean time, slope ≥ 0) of the least-squares line through the step times
+class Timings:
+    """The last few times of one step size, each with the context it ran after."""
+
+    __slots__ = ("points",)
+
+    def __init__(self, size: int = 9) -> None:
+        self.points: deque[tuple[int, float]] = deque(maxlen=size)
+
+    def add(self, context: int, ms: float) -> None:
+        self.points.append((context, ms))
+
+    @property
+    def value(self) -> float:
+        return median(ms for _, ms in self.points)
+
+
+MIN_SPAN = 64  # tokens: plain steps closer than this in context say nothing of its slope
+STALE_SPAN = 0.25  # a plain step timed this share of the context away (and MIN_SPAN) is due again
+
+
+def plain_line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(a, b) with w(0) ≈ a + b·context: b the median of the slopes between plain steps at
+    least MIN_SPAN tokens apart (Theil–Sen; never below 0; 0 until two are), a the median
+    of what the steps leave above b·context."""
+    slopes = [(m2 - m1) / (c2 - c1) for i, (c1, m1) in enumerate(points) for c2, m2 in points[i + 1:]
+              if abs(c2 - c1) >= MIN_SPAN]
+    b = max(0.0, median(slopes)) if slopes else 0.0
+    return median(m - b * c for c, m in points), b
+
+
+def line(values: dict[int, float]) -> tuple[float, float, float] | None:
+    """(mean size, mean value, slope ≥ 0) of the least-squares line through the values
     measured per size; None until two sizes are."""
-    pts = [(x, e.value) for x, e in table.items()]
+    pts = list(values.items())
     if len(pts) < 2:
         return None
     n = len(pts)
@@ -86,12 +122,12 @@ def line(table: dict[int, RecentMedian]) -> tuple[float, float, float] | None:
     return mx, my, max(0.0, slope)
 
 
-def fitted(table: dict[int, RecentMedian], x: int) -> float | None:
-    """A step time at size ``x``: measured where it was, else on the line through the
-    sizes measured (never falling); None until two are."""
-    if x in table:
-        return table[x].value
-    fit = line(table)
+def fitted(values: dict[int, float], x: int) -> float | None:
+    """The value at size ``x``: measured where it was, else on the line through the sizes
+    measured (never falling); None until two are."""
+    if x in values:
+        return values[x]
+    fit = line(values)
     return None if fit is None else max(1e-3, fit[1] + fit[2] * (x - fit[0]))
 
 
@@ -110,14 +146,18 @@ class CostModel:
     """Measured acceptance per key and per position, step times per k and draft time per
     source, and the rates they predict (module docstring)."""
 
-    def __init__(self, max_gamma: int, prior: float = 0.6, window: int = 9, decay: float = 0.05) -> None:
+    def __init__(self, max_gamma: int, prior: float = 0.6, window: int = 9, decay: float = 0.05,
+                 by_context: bool = True) -> None:
         self.max_gamma = max_gamma
         self.prior = prior
         self.window = window  # step times kept per k and per source (their median is used)
         self.decay = decay  # of the acceptance estimates: ~1/decay recent verdicts weigh (bench: ~0, all)
+        self.by_context = by_context  # False: every step as if at one context (a summary over runs)
         self.accept: dict[Hashable, list[Ewma]] = {}  # key → per-position a_i
         self.pooled: dict[str, list[Ewma]] = {}  # source → per-position a_i over every context
-        self.step_ms: dict[int, RecentMedian] = {}  # k → w(k), whoever drafted
+        self.step_ms: dict[int, Timings] = {}  # k → recent (context, w(k)), whoever drafted
+        self.context = 0  # tokens before the next step: what the predictions are for
+        self._shape: tuple[tuple[float, float], dict[int, float]] | None = None  # (plain line, v by k)
         self.draft_ms: dict[str, RecentMedian] = {}  # source → time per drafted token
         self.drafting_share: dict[str, Ewma] = {}  # source → share of steps it drafted (n-gram misses)
         self._w: dict[int, float | None] = {}  # w(k) as of the last observation
@@ -133,14 +173,37 @@ class CostModel:
             for estimate in estimates:
                 estimate.loosen(weight)
 
+    def at(self, context_tokens: int) -> None:
+        """The next step runs after ``context_tokens`` tokens: predict for that context."""
+        if self.by_context and context_tokens != self.context:
+            self.context = context_tokens
+            self._w.clear()
+
+    def plain_is_stale(self) -> bool:
+        """Whether no recent plain step ran near this context (within STALE_SPAN of it, or
+        MIN_SPAN tokens): the line would be read far from where it was measured."""
+        plain = self.step_ms.get(0)
+        if plain is None or not self.by_context:
+            return False
+        nearest = min(abs(c - self.context) for c, _ in plain.points)
+        return nearest > max(MIN_SPAN, STALE_SPAN * self.context)
+
     def w(self, k: int) -> float | None:
-        """w(k) in ms, remembered until the next observation (a step asks it often)."""
+        """w(k) in ms at the context, remembered until it or an observation changes."""
         if k not in self._w:
             self._w[k] = self._fit(k)
         return self._w[k]
 
     def _fit(self, k: int) -> float | None:
-        return fitted(self.step_ms, k)
+        if 0 not in self.step_ms:  # no plain step yet: the line through the sizes measured
+            return fitted({x: t.value for x, t in self.step_ms.items()}, k)
+        if self._shape is None:
+            a, b = plain_line(list(self.step_ms[0].points))
+            self._shape = (a, b), {x: median(ms / max(1e-3, a + b * c) for c, ms in t.points)
+                                   for x, t in self.step_ms.items()}
+        (a, b), v = self._shape
+        ratio = fitted(v, k)
+        return None if ratio is None else max(1e-3, a + b * self.context) * ratio
 
     def forecast(self, survival: list[float], source: str) -> list[tuple[float, float] | None]:
         """(E(k), T(k) in ms) for k = 0..len(survival), ``survival[i]`` the probability that
@@ -191,8 +254,10 @@ class CostModel:
         and, along the kept path, its acceptance under ``key`` and pooled for ``source``."""
         k, n = stats.num_draft_tokens, stats.num_accepted_tokens
         if stats.prefill_tokens == 0:  # a step that also ran the prompt says nothing of T(k)
-            self.step_ms.setdefault(k, RecentMedian(self.window)).add(stats.total_ms - stats.draft_ms)
+            self.step_ms.setdefault(k, Timings(self.window)).add(stats.context_tokens if self.by_context else 0,
+                                                                 stats.total_ms - stats.draft_ms)
             self._w.clear()
+            self._shape = None
         if stats.num_speculative_tokens:  # drafts were asked for: did the source have any?
             self.drafting_share.setdefault(source, Ewma(decay=0.02)).add(1.0 if k else 0.0)
         if k == 0:
