@@ -26,7 +26,8 @@ METHOD_NOTE = """\
   α = mean Σ min(p, q) over verified positions; c = draft forward time / target token time;
   v(γ) = target time to verify γ drafts / target token time (measured on the engine's calibration
   steps). Predictions come from one cost model (engine/gamma/cost_model.py): as run, Σ E(k) / Σ T(k)/w(0) over
-  each step's forecast; the γ it recommends at the end, with its predicted speed-up; and, for reference,
+  each step's forecast, with each request's prompt step added to both sides as measured (speed-up's clock
+  includes it); the γ it recommends at the end, with its predicted speed-up; and, for reference,
   the paper's E(γ)/(γc + 1), which ignores the cost of verification.
 - Peer rows (`peer:…`), the engine a user would pick instead on the same weights, same prompt ids,
   max_new_tokens, stop ids, sampling and seeds. transformers targets: `generate` plain (`peer:none`), with
@@ -138,7 +139,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_fmt(f['latency_ms_mean'], '.0f')} / {_fmt(f['latency_ms_p95'], '.0f')} "
                 f"| {_fmt(f.get('mean_acceptance_length') or None)} | {_fmt(f.get('draft_acceptance_rate'), '.0%')} "
                 f"| {_fmt(f.get('alpha'))} | {_fmt(f.get('cost_ratio'), '.3f')} | {_fmt(v)} "
-                f"| {_fmt(f.get('predicted_speedup_steps'), '.2f', '×')} "
+                f"| {_fmt(f.get('predicted_end_to_end'), '.2f', '×')} "
                 f"| {recommended_text(f)} | {_fmt(f.get('predicted_speedup_paper'), '.2f', '×')} "
                 f"| {_fmt(f.get('overhead_ms'), '.2f')} ({_fmt(f.get('overhead_share'), '.1%')}) "
                 f"| {_mib(f['draft_param_bytes'])} + {_mib(f['draft_kv_bytes_max'])} | {_mib(peak)} |")

@@ -26,7 +26,7 @@ def render_tables(console: Any, results: dict[str, Any]) -> None:
                 f"{_fmt(f['itl_ms_p50'], '.1f')}/{_fmt(f['itl_ms_p95'], '.1f')}",
                 _fmt(f.get("mean_acceptance_length") or None), _fmt(f.get("draft_acceptance_rate"), ".0%"),
                 _fmt(f.get("alpha")), _fmt(f.get("cost_ratio"), ".3f"),
-                _fmt(f.get("predicted_speedup_steps"), ".2f", "×"),
+                _fmt(f.get("predicted_end_to_end"), ".2f", "×"),
                 _fmt(f.get("overhead_ms"), ".2f") + (f" ({f['overhead_share']:.0%})" if f.get("overhead_share") else ""),
             )
         console.print(table)
