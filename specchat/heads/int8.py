@@ -3,8 +3,8 @@ drafting on a CPU.
 
 Drafting one token reads every weight of the head once (~26 MB in float32 for the
 embedded SmolLM2's head), so on a CPU a draft costs memory traffic, not arithmetic.
-torch's ``_weight_int8pack_mm`` reads a quarter of the bytes: the head's output layer
-(4,096 × 576) took 0.23 ms instead of 0.61 ms here (AVX2, one thread).
+torch's ``_weight_int8pack_mm`` reads a quarter of the bytes, and is that much faster
+(docs/benchmarks/why-the-numbers.md).
 
 Exactness does not depend on it: each draft carries the law it was drawn from, computed
 by this same quantised head, and the rejection sampler verifies against that law.

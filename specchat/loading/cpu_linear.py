@@ -4,13 +4,13 @@
 blocked layout on every call; for the one-token matrix-vector products of decoding that
 reorder costs as much as the product. Packing each weight once at load time (what
 torch.compile's CPU freezing does, without compiling) halves a decode step's linear
-time on our AVX-512 BF16 CPU — SmolLM2-135M: a 576→1536 projection 60 → 31 µs — and
-gives bit-identical outputs (checked on a probe layer before any model is touched).
+time (docs/benchmarks/why-the-numbers.md) and gives bit-identical outputs (checked on a
+probe layer before any model is touched).
 
 Every plain bf16 ``nn.Linear`` is packed. A tied output layer (SmolLM2's lm_head is its
-embedding matrix) gets its own packed copy while the embedding keeps the original: for
-SmolLM2-135M that is 57 MB more for 3.7 → 1.1 ms a step (the vocabulary product is the
-largest matrix in a small model), and the loader counts the copy in the model's memory.
+embedding matrix) gets its own packed copy while the embedding keeps the original, memory
+well spent (the vocabulary product is the largest matrix in a small model); the loader
+counts the copy in the model's memory.
 Quantised layers (bitsandbytes) are not ``nn.Linear`` and stay.
 """
 

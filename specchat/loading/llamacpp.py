@@ -176,10 +176,8 @@ def prune_mtime_keyed(folder: Path, path: Path, gguf_type: str) -> None:
 def resolve_gguf_type(gguf_type: str | None, n_gpu_layers: int = 0,
                       native_bf16: tuple[bool, str] | None = None) -> tuple[str | None, str]:
     """(the type to convert to, or None; why, for the header) — "auto" decided by the CPU's
-    own feature flags: BF16 where it computes bf16 natively, else F16. Measured on an
-    AVX2 CPU without bf16 (SmolLM2-135M, two cores): verifying 2/3/4 drafts cost 1.34,
-    1.44, 1.67 plain steps in F16 against 1.47, 1.76, 2.05 in BF16, and a plain step
-    15.7 against 16.3 ms; on AVX-512 BF16 machines BF16 was the faster."""
+    own feature flags: BF16 where it computes bf16 natively, else F16, whichever verified
+    faster there (docs/benchmarks/why-the-numbers.md)."""
     if gguf_type != "auto":
         return gguf_type, ""
     if n_gpu_layers:
@@ -214,7 +212,7 @@ def load_gguf_model(spec: ModelSpec, key: str, base: Path | None, report=None) -
 
     threads = spec.n_threads or None
     if threads and threads > default_threads():
-        # more threads than cores only makes them wait on each other (1000: 0.3 tok/s)
+        # more threads than cores only makes them wait on each other
         threads = default_threads()
         (report or (lambda event: None))(LoadProgress(key, 0, 0, f"{key}.n_threads = {spec.n_threads} is more than "
                                                       f"the {threads} CPUs this process may use: using {threads}"))
@@ -264,8 +262,8 @@ def check_context(n_ctx: int, trained: int, key: str) -> None:
 def batched_kernel(llama_cpp: Any) -> str:
     """Which CPU kernels a batch of a few tokens (a step and the drafts it verifies) gets:
     "specchat" where the loaded llama.cpp carries specchat's patches (patches/llama.cpp,
-    built by `make setup`: verifying one draft costs ~1.1× a plain step on a 2-core CPU
-    instead of ~1.5×), "upstream" otherwise or where SPECCHAT_GGML_UPSTREAM turns them off."""
+    built by `make setup`, which verify drafts cheaper), "upstream" otherwise or where
+    SPECCHAT_GGML_UPSTREAM turns them off."""
     import os
 
     if "SPECCHAT_GGML_UPSTREAM" in os.environ:  # the patched library tests presence, not value

@@ -139,9 +139,9 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
 def _settle_heap() -> None:
     """What is loaded now (models, tokenizer, the UI's widgets) lives as long as the chat,
     so it leaves the cyclic collector's scans (gc.freeze). Otherwise a full collection
-    during a reply walks all of it: ~150 ms with the TUI's ~265k objects, measured in a
-    turn on our 2-core CPU, while holding the GIL the engine's thread needs between
-    steps; frozen, it is ~10 ms. Objects still free normally when their references go."""
+    during a reply walks all of it while holding the GIL the engine's thread needs between
+    steps (docs/benchmarks/why-the-numbers.md). Objects still free normally when their
+    references go."""
     gc.collect()
     gc.freeze()
 
@@ -243,7 +243,7 @@ def load_model(spec: ModelSpec, source: ResolvedSource, profile: Profile, key: s
         "parameters": sum(p.numel() for p in model.parameters()),  # 4-bit: two weights per stored element
         "memory_bytes": model.get_memory_footprint(),
     }
-    # bf16 on a CPU: weights packed once for oneDNN, bit-identical and ~1.3x faster a step
+    # bf16 on a CPU: weights packed once for oneDNN, bit-identical and faster (cpu_linear.py)
     # (after the counts above: packed weights are buffers, not parameters)
     info["packed_linears"] = (pack_linears(model) if quant is None and dtype == torch.bfloat16
                               and torch.device(device).type == "cpu" else 0)

@@ -1,9 +1,7 @@
 """Crash-safe session recording: every event appended to a JSON Lines file as it happens.
 
-Durability (measured 2026-11-29 on this project's ext4 dev box, 600-byte StepEvent lines):
-write+flush ≈ 2 µs per event, write+flush+fsync ≈ 80 µs; laptop SSDs and macOS
-(F_FULLFSYNC) are commonly 1–10 ms per fsync, which at 50+ steps/s would cost up to
-half the decode time. So:
+Durability: an fsync per event could cost half the decode time on a laptop SSD, where a
+write is microseconds (docs/benchmarks/why-the-numbers.md). So:
 
 * every event is written as one line by one ``write`` call (no user-space buffer) —
   the bytes are then in the kernel's page cache, which survives the process being SIGKILLed or crashing; at most

@@ -48,10 +48,8 @@ def early_exit(head: Eagle3Head, lm_rows: torch.Tensor) -> None:
     """Starts the head as the target's own early exit: ``fc`` passes the high layer's
     input through, the decoder layer adds (almost) nothing, and ``lm_head`` is the
     target's embedding rows (its output head, for tied-embedding models). Without the
-    target's final norm weights this start drafts poorly by itself (the embedded
-    SmolLM2's head kept ~18 % of drafts after one epoch from it, as from a random start);
-    it is kept because the shipped head was trained from it (1.55 after 8 epochs, against
-    1.40 after 4 from a random start — not a controlled comparison)."""
+    target's final norm weights this start drafts no better than a random one; it is kept
+    because the shipped head was trained from it (docs/benchmarks/why-the-numbers.md)."""
     h = head.config.hidden_size
     if head.config.target_hidden_size == h:
         head.fc.weight.zero_()
@@ -114,8 +112,8 @@ class Stages:
         return [done[k] for k in sorted(done)]
 
     def n_seq(self) -> int:
-        """Sequences decoded together: 32 for a small target (its batches are still cheap
-        per token: 8 → 32 took the embedded model from 158 to 186 tok/s here), 8 else."""
+        """Sequences decoded together: 32 for a small target (its batches are still cheaper
+        per token: docs/benchmarks/why-the-numbers.md), 8 else."""
         return self.plan.n_seq or (32 if self.backend.hidden_size <= 1024 else 8)
 
     def _generate(self, chats, temperatures, update):

@@ -27,11 +27,10 @@ to each). That errs by at most 2^-33 per change of output, under 2e-8 over 128 i
 what a healthy sampler shows is float32 rounding of p, q and the residual: the sums over
 the W ids read, rounded at u = 2^-24 each, err by about √W · u (the probabilistic bound
 of Higham & Mary, 2019), so healthy_tv(W) = √W · u + W · 2^-33 bounds a healthy reading
-(6.9e-7 at W = 129; readings: 5e-8 on AVX2, 1.1e-7 on AVX-512 BF16, where summation
-order differs). The tests hold every healthy reading to it, on any CPU, instead of to one
-machine's figure. A sampler whose output left a token and came back
-inside one first-grid cell would be misread; none built of threshold tests and inverse
-CDFs does that.
+(readings on two CPUs: docs/benchmarks/why-the-numbers.md). The tests hold every healthy
+reading to it, on any CPU, instead of to one machine's figure. A sampler whose output left
+a token and came back inside one first-grid cell would be misread; none built of
+threshold tests and inverse CDFs does that.
 
 Rule: the check fails when TV(law, p) > LAW_BOUND = 2e-6, ≥ 2.9× healthy_tv at any support read. The error
 above at a 10 % rejection rate (TV 1e-5) fails it; a bound ten times looser would pass
