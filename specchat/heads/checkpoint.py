@@ -70,7 +70,17 @@ def save_eagle3(head: Eagle3Head, directory: str | Path, dtype: torch.dtype = to
     return directory / WEIGHTS
 
 
-def read_config(directory: Path) -> dict:
+# Per kind: what a folder of it is called, what one of no kind lacks, and what to give instead.
+_KINDS = {
+    "eagle3": ("an EAGLE-3 head", "not an EAGLE-3 head (config.json has no draft_vocab_size)",
+               "give a LlamaForCausalLMEagle3 / Eagle3LlamaForCausalLM checkpoint"),
+    "medusa": ("a Medusa checkpoint", "not a Medusa head (config.json has no medusa_num_heads)",
+               "give a Medusa-1 checkpoint (FasterDecoding/Medusa or vLLM's MedusaModel)"),
+}
+
+
+def read_config(directory: Path, kind: str) -> dict:
+    """``directory``'s config.json, which must be a ``kind`` ("eagle3" or "medusa") head's."""
     path = directory / "config.json"
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
@@ -82,6 +92,12 @@ def read_config(directory: Path) -> dict:
                         hint="download the head again") from None
     if not isinstance(config, dict):
         raise HeadError("config.json is not a JSON object", file=str(path), hint="download the head again")
+    found = head_kind(config)
+    if found != kind and found != "unknown":
+        raise HeadError(f"this is {_KINDS[found][0]}, not {_KINDS[kind][0]}", file=str(path),
+                        hint=f'set [speculation] method = "{found}" for it')
+    if found != kind:
+        raise HeadError(_KINDS[kind][1], file=str(path), hint=_KINDS[kind][2])
     return config
 
 
@@ -163,15 +179,8 @@ def load_eagle3(directory: str | Path, *, target_hidden: int, target_vocab: int,
     """The head in ``directory``, checked against the target (its hidden size, vocabulary
     and layer count); ``embed`` is the target's [V, H] token embedding."""
     directory = Path(directory)
-    raw = read_config(directory)
+    raw = read_config(directory, "eagle3")
     config_path = directory / "config.json"
-    kind = head_kind(raw)
-    if kind == "medusa":
-        raise HeadError("this is a Medusa checkpoint, not an EAGLE-3 head", file=str(config_path),
-                        hint='set [speculation] method = "medusa" for it')
-    if kind != "eagle3":
-        raise HeadError("not an EAGLE-3 head (config.json has no draft_vocab_size)", file=str(config_path),
-                        hint="give a LlamaForCausalLMEagle3 / Eagle3LlamaForCausalLM checkpoint")
     config = _config_from_json(raw, config_path)
     if not config.layer_ids:
         config = replace(config, layer_ids=(2, target_layers // 2, target_layers - 3))  # the engines' default

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from specchat.heads.checkpoint import WEIGHTS, HeadError, _read_tensors, head_kind, read_config, weights_file
+from specchat.heads.checkpoint import WEIGHTS, HeadError, _read_tensors, read_config, weights_file
 from specchat.heads.medusa import MedusaConfig, MedusaHead
 
 _VLLM_BLOCK = re.compile(r"blocks\.(\d+)\.layers\.(\d+)\.(weight|bias)")
@@ -105,15 +105,8 @@ def load_medusa(directory: str | Path, *, target_hidden: int, target_vocab: int,
     """The Medusa-1 heads in ``directory``, checked against the target's hidden size and
     vocabulary."""
     directory = Path(directory)
-    raw = read_config(directory)
+    raw = read_config(directory, "medusa")
     path = directory / "config.json"
-    kind = head_kind(raw)
-    if kind == "eagle3":
-        raise HeadError("this is an EAGLE-3 head, not a Medusa checkpoint", file=str(path),
-                        hint='set [speculation] method = "eagle3" for it')
-    if kind != "medusa":
-        raise HeadError("not a Medusa head (config.json has no medusa_num_heads)", file=str(path),
-                        hint="give a Medusa-1 checkpoint (FasterDecoding/Medusa or vLLM's MedusaModel)")
     num_heads = _int(raw, ("medusa_num_heads", "num_heads"), path)
     num_layers = _int(raw, ("medusa_num_layers", "num_hidden_layers"), path, default=1)
     if num_heads is None:
