@@ -13,8 +13,6 @@ from typing import Any
 
 from specchat.methods import REMOTE_BACKENDS
 
-EMBEDDED_SOURCE = "embedded:smollm2-135m-instruct"
-
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "8bit", "4bit-nf4", "4bit-fp4")
 BACKENDS = ("transformers", "llama.cpp", *REMOTE_BACKENDS)
