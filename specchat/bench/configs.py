@@ -19,29 +19,34 @@ class BenchConfig:
         the same model: transformers' generate, or llama-cpp-python for a GGUF target).
     model: for a plain peer, another model file to run instead of the profile's (a GGUF
         of another format, compared in the same run); None = the profile's target.
-    server: a plain peer run by llama-server on the same GGUF (peer_llama_server.py)
-        rather than by llama-cpp-python."""
+    server: a peer run by llama-server on the same GGUF (peer_llama_server.py) rather than
+        by llama-cpp-python: plain, or with ``spec_type``, one of its n-gram
+        ``--spec-type``s (method "ngram", its own draft lengths: γ "auto")."""
 
     method: str
     gamma: int | str = 0
     runner: str = "specchat"
     model: str | None = None
     server: bool = False
+    spec_type: str = ""
 
     @property
     def name(self) -> str:
+        if self.server:
+            return f"peer:{self.spec_type or self.method}{SERVER}"
         if self.method == "none":
             if self.runner == "specchat":
                 return "none"
-            if self.server:
-                return "peer:none (llama-server)"
             return "peer:none" if self.model is None else f"peer:none ({Path(self.model).name})"
         prefix = "peer:" if self.runner == "peer" else ""
         return f"{prefix}{self.method} γ={self.gamma}"
 
     def to_dict(self) -> dict:
         return {"name": self.name, "method": self.method, "gamma": self.gamma, "runner": self.runner,
-                "model": self.model, "server": self.server}
+                "model": self.model, "server": self.server, "spec_type": self.spec_type}
+
+
+SERVER = " (llama-server)"  # ends the name of every llama-server row
 
 
 def parse_gammas(text: str) -> list[int | str]:
@@ -85,12 +90,14 @@ def loaded_methods(methods: list[str], has_draft: bool, has_head: bool, medusa_h
 def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, peer: bool,
                   note=print, peer_methods: tuple[str, ...] = ("none", "draft_model", "ngram"),
                   peer_models: tuple[str, ...] = (), has_head: bool = False,
-                  server_peer: bool = False, medusa_heads: int = 0) -> list[BenchConfig]:
+                  server_peer: bool = False, medusa_heads: int = 0,
+                  server_ngram_types: tuple[str, ...] = ()) -> list[BenchConfig]:
     """The plain baseline first (always present: every speedup is relative to it), then
     each speculative method × γ; with ``peer``, the peer engine's own plain generation
     and its speculation at the same settings, for the methods it has (``peer_methods``),
     plain generation on each of ``peer_models``, and with ``server_peer`` llama-server's
-    plain generation on the same GGUF."""
+    plain generation on the same GGUF and, where n-gram lookup is compared, a row for each
+    of its ``server_ngram_types``."""
     configs = [BenchConfig("none")]
     for method in loaded_methods(methods, has_draft, has_head, medusa_heads, note):
         if method == "none":
@@ -111,6 +118,8 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
         configs += [BenchConfig("none", 0, "peer")] if "none" in peer_methods else []
         configs += [BenchConfig("none", 0, "peer", model) for model in peer_models]
         configs += [BenchConfig("none", 0, "peer", server=True)] if server_peer else []
+        if server_peer and any(c.method == "ngram" for c in ours):
+            configs += [BenchConfig("ngram", "auto", "peer", server=True, spec_type=t) for t in server_ngram_types]
         for method in sorted({c.method for c in ours if c.method != "none"} - set(peer_methods)):
             note(f"bench: the peer engine has no '{method}' speculation; no peer row for it")
         configs += [BenchConfig(c.method, c.gamma, "peer") for c in ours

@@ -1,7 +1,9 @@
 """The llama-server peer rows: its plain generation, and drafting with **the same head** as ours.
 
 ``peer:none (llama-server)`` runs ``llama-server -m TARGET.gguf`` on the profile's own
-GGUF: plain decoding by the server a user would run instead. ``peer:eagle3 γ`` runs ``llama-server -m TARGET.gguf -md head.gguf --spec-type
+GGUF: plain decoding by the server a user would run instead. ``peer:ngram-… (llama-server)``
+runs it with each of the n-gram ``--spec-type``s its ``--help`` lists, a row each
+(:func:`ngram_args`). ``peer:eagle3 γ`` runs ``llama-server -m TARGET.gguf -md head.gguf --spec-type
 draft-eagle3`` on the profile's own GGUF, with the profile's head converted by
 llama.cpp's own ``convert_hf_to_gguf.py --target-model-dir`` (cached by the head's
 bytes). It answers the same prompt ids (``/completion`` with ids, streamed, so tokens
@@ -232,35 +234,70 @@ def completion_body(request: Any, params: Any, max_new_tokens: int) -> dict:
             "repeat_penalty": 1.0, "seed": request.seed if params.seed is None else params.seed}
 
 
+def ngram_types(bin_dir: Path | None = None) -> tuple[str, ...]:
+    """The n-gram ``--spec-type``s this llama-server offers, as its ``--help`` lists them."""
+    bin_dir = bin_dir or server_bin_dir()
+    if bin_dir is None:
+        return ()
+    try:
+        shown = subprocess.run([str(bin_dir / "llama-server"), "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    listed = re.search(r"--spec-type ([\w,-]+)", shown.stdout + shown.stderr)
+    return tuple(t for t in listed.group(1).split(",") if t.startswith("ngram-")) if listed else ()
+
+
+def ngram_args(spec_type: str, size_n: int, size_m: int) -> list[str]:
+    """llama-server's arguments for one n-gram type, matched to ours where it has the
+    knob: lookup n-grams of ``size_n`` tokens (our prompt_lookup_max, as every peer is
+    given) drafting up to ``size_m`` (our max_speculative_tokens); ngram-mod keeps the
+    settings of llama.cpp's ``--spec-default`` (24-token matches, 48-64 drafts) and
+    ngram-cache its own statistics, both with the draft cap ``--spec-draft-n-max``."""
+    sized = {"ngram-simple", "ngram-map-k", "ngram-map-k4v"}
+    knobs = ([f"--spec-{spec_type}-size-n", str(min(size_n, size_m)), f"--spec-{spec_type}-size-m", str(size_m)]
+             if spec_type in sized else [])
+    return ["--spec-type", spec_type, *knobs, "--spec-draft-n-max", str(size_m)]
+
+
 class LlamaServerPeer:
-    """One llama-server per γ (0: plain, no head), started on first use and stopped by
-    ``close``. ``head_folder``: the EAGLE-3 head for γ ≥ 1 (converted on first use)."""
+    """One llama-server per (γ, n-gram type) (0 and none: plain), started on first use
+    and stopped by ``close``; with layers on a GPU only one lives at a time (each would
+    hold the weights in its memory). ``head_folder``: the EAGLE-3 head for γ ≥ 1
+    (converted on first use)."""
 
     def __init__(self, loaded: Any, profile: Any, stops: set[int], head_folder: Path | None = None) -> None:
         target = loaded.target
         self.model_path, self.threads, self.n_ctx = target.model_path, target.n_threads, target.max_length
         self.n_gpu_layers = target.n_gpu_layers
         self.ceiling = profile.speculation.max_speculative_tokens
+        self.lookup = profile.speculation.prompt_lookup_max
         self.bin_dir = server_bin_dir()
         self.gguf = (head_gguf(head_folder, loaded.target_hf_folder(profile), convert_script(self.bin_dir))
                      if head_folder is not None else None)
         self.stops = set(stops)
-        self._servers: dict[int, ServerProcess] = {}
+        self._servers: dict[tuple[int, str], ServerProcess] = {}
 
-    def _url(self, gamma: int) -> str:
-        if gamma not in self._servers:
-            head = ([] if not gamma else
-                    ["-md", str(self.gguf), "--spec-type", "draft-eagle3", "--spec-draft-p-min", "0",
-                     "--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0"])
-            args = ["-m", str(self.model_path), *head, "-t", str(self.threads), "-c", str(self.n_ctx), "-np", "1",
+    def _url(self, gamma: int, spec_type: str = "") -> str:
+        if (gamma, spec_type) not in self._servers:
+            if spec_type:
+                spec, what = ngram_args(spec_type, self.lookup, self.ceiling), f" --spec-type {spec_type}"
+            elif gamma:
+                spec = ["-md", str(self.gguf), "--spec-type", "draft-eagle3", "--spec-draft-p-min", "0",
+                        "--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0"]
+                what = f" -md {self.gguf}"
+            else:
+                spec, what = [], ""
+            args = ["-m", str(self.model_path), *spec, "-t", str(self.threads), "-c", str(self.n_ctx), "-np", "1",
                     "-ngl", str(self.n_gpu_layers)]
-            what = f"-m {self.model_path}" + (f" -md {self.gguf}" if gamma else "")
-            self._servers[gamma] = start_server(args, what)
-        return self._servers[gamma].url
+            if self.n_gpu_layers:
+                self.close()
+            self._servers[(gamma, spec_type)] = start_server(args, f"-m {self.model_path}{what}")
+        return self._servers[(gamma, spec_type)].url
 
     def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
-        gamma = 0 if config.method == "none" else self.ceiling if config.gamma == "auto" else int(config.gamma)
-        url = self._url(gamma)
+        spec_type = getattr(config, "spec_type", "")
+        gamma = 0 if config.method == "none" or spec_type else self.ceiling if config.gamma == "auto" else int(config.gamma)
+        url = self._url(gamma, spec_type)
         got = stream_completion(url, completion_body(request, params, max_new_tokens), self.stops)
         return {
             "new_tokens": len(got.output_ids), "finish_reason": got.finish_reason, "wall_ms": got.end_ms,

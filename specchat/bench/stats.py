@@ -38,8 +38,9 @@
   and bookkeeping, the Python that a fast backend's step must not drown in;
   ``overhead_share`` = overhead_ms / the median plain step (``target_token_ms``).
 * ``vs_peers``: per set and configuration, the paired ratio (with the same bootstrap CI)
-  of its tokens/s to each plain peer row (``peer:none``, ``peer:none (FILE)``): how we
-  stand against the engine a user would run instead, without speculation.
+  of its tokens/s to each plain peer row (``peer:none``, ``peer:none (FILE)``) and each
+  llama-server row, its own n-gram speculation included: how we stand against the
+  engine a user would run instead.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from specchat.bench.configs import SERVER
 from specchat.engine.gamma.cost_model import CostModel
 from specchat.events import StepStats
 from specchat.telemetry import MetricsSnapshot, Telemetry, predicted_speedup
@@ -238,8 +240,9 @@ def auto_vs_best_fixed(set_rows: list[dict], figures: dict[str, dict]) -> dict[s
 
 
 def vs_plain_peers(set_rows: list[dict]) -> dict[str, dict]:
-    """{config: {plain peer: paired_ratio}} for every configuration (see ``vs_peers``)."""
-    peers = sorted({r["config"] for r in set_rows if r["runner"] == "peer" and r["method"] == "none"})
+    """{config: {peer: paired_ratio}} for every configuration (see ``vs_peers``)."""
+    peers = sorted({r["config"] for r in set_rows
+                    if r["runner"] == "peer" and (r["method"] == "none" or r["config"].endswith(SERVER))})
     out: dict[str, dict] = {}
     for config in dict.fromkeys(r["config"] for r in set_rows):
         mine = [r for r in set_rows if r["config"] == config]

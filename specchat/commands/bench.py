@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     # the eagle3 / hybrid rows and the llama-server peer row run an EAGLE-3 head (not Medusa heads)
     has_eagle3 = loaded.head is not None and loaded.head.kind == "eagle3"
     medusa_heads = loaded.head.num_heads if loaded.head is not None and loaded.head.kind == "medusa" else 0
-    from specchat.bench.peer_llama_server import plain_unavailable
+    from specchat.bench.peer_llama_server import ngram_types, plain_unavailable
 
     no_server = plain_unavailable(loaded) if kind == "llama.cpp" and not args.no_peer else "no peer"
     if no_server and kind == "llama.cpp" and not args.no_peer:
@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     configs = build_configs(methods, gammas, loaded.draft is not None, not args.no_peer, has_head=has_eagle3,
                             note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=has_peer_methods,
                             peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model),
-                            server_peer=not no_server, medusa_heads=medusa_heads)
+                            server_peer=not no_server, medusa_heads=medusa_heads,
+                            server_ngram_types=() if no_server else ngram_types())
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
 
 

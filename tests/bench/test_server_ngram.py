@@ -1,0 +1,66 @@
+"""bench's llama-server n-gram rows (issue 43): one row per n-gram ``--spec-type`` the
+built llama-server lists in its ``--help``, each its own server, held against ours."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from specchat.bench.configs import BenchConfig, build_configs
+from specchat.bench.stats import vs_plain_peers
+from tests.support.needs import LLAMA_SERVER_NOT_BUILT, llama_cpp
+
+
+def test_each_ngram_type_is_a_row_where_ngram_is_compared():
+    names = [c.name for c in build_configs(["ngram"], ["auto"], False, True, peer_methods=("none", "ngram"),
+                                           server_peer=True, server_ngram_types=("ngram-simple", "ngram-mod"))]
+    assert names == ["none", "ngram γ=auto", "peer:none", "peer:none (llama-server)", "peer:ngram-simple (llama-server)",
+                     "peer:ngram-mod (llama-server)", "peer:ngram γ=auto"]
+    # no n-gram row of ours, no llama-server n-gram rows
+    names = [c.name for c in build_configs(["draft_model"], [3], True, True, server_peer=True,
+                                           server_ngram_types=("ngram-simple",))]
+    assert not any("ngram" in n for n in names)
+
+
+def test_ours_is_held_against_each_llama_server_row():
+    def row(config, ms):
+        return {"set": "s", "prompt_id": "p", "repeat": 0, "config": config, "runner": "peer" if ":" in config else "specchat",
+                "method": "none" if "none" in config else "ngram", "new_tokens": 100, "wall_ms": ms}
+
+    rows = [row("ngram γ=auto", 1000.0), row("peer:none (llama-server)", 1300.0),
+            row("peer:ngram-mod (llama-server)", 1200.0), row("peer:ngram γ=auto", 1500.0)]
+    ratios = vs_plain_peers(rows)["ngram γ=auto"]
+    assert set(ratios) == {"peer:none (llama-server)", "peer:ngram-mod (llama-server)"}
+    assert ratios["peer:ngram-mod (llama-server)"]["ratio"] == pytest.approx(1.2)
+
+
+def test_every_listed_ngram_type_runs_and_keeps_greedy_output():
+    """Each n-gram type's server answers a repetitive greedy request with the plain
+    server's tokens, and at least one of them drafts (its counters move)."""
+    from specchat.bench.peer_llama_server import LlamaServerPeer, ngram_types, plain_unavailable, server_bin_dir
+    from specchat.config import load_profile
+    from specchat.engine import SamplingParams
+    from specchat.loading import load_models
+
+    if llama_cpp is None or server_bin_dir() is None:
+        pytest.skip(LLAMA_SERVER_NOT_BUILT)
+    types = ngram_types()
+    assert {"ngram-simple", "ngram-mod"} <= set(types), types  # what 0.3.36's llama.cpp lists
+    profile = load_profile("default").replace(target={"n_threads": 1})
+    loaded = load_models(profile)
+    assert plain_unavailable(loaded) is None
+    text = "Repeat this list exactly three times: apple, banana, cherry, grape, lemon, mango, peach, plum."
+    ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}])
+    request, greedy = SimpleNamespace(ids=ids, seed=0), SamplingParams(temperature=0.0)
+    peer = LlamaServerPeer(loaded, profile, stops=set())
+    try:
+        plain = peer.run(BenchConfig("none", 0, "peer", server=True), request, greedy, 48)
+        rows = {t: peer.run(BenchConfig("ngram", "auto", "peer", server=True, spec_type=t), request, greedy, 48)
+                for t in types}
+        assert len(peer._servers) == 1 + len(types)
+    finally:
+        peer.close()
+    for spec_type, row in rows.items():
+        assert row["output_ids"] == plain["output_ids"], spec_type
+    assert any(row["server_drafted"] for row in rows.values()), {t: r["server_drafted"] for t, r in rows.items()}
