@@ -33,12 +33,15 @@ class Costs:
     (k = 0: a plain step); ``draft_ms`` the proposer's time per draft (0 for none)."""
 
     step_ms: dict[int, list[float]]
-    draft_ms: float
+    draft_ms: float | dict[int, float]  # per context where the draft's own step was timed at each
     source: str
     spread: dict[int, float] | None = None  # per context: the widest (p75 − p25) / median of its points
 
+    def draft_at(self, context: int) -> float:
+        return self.draft_ms[context] if isinstance(self.draft_ms, dict) else self.draft_ms
+
     def c(self, context: int) -> float:
-        return self.draft_ms / self.step_ms[context][0]
+        return self.draft_at(context) / self.step_ms[context][0]
 
     def v(self, context: int, k: int) -> float:
         return self.step_ms[context][k] / self.step_ms[context][0]
@@ -110,11 +113,13 @@ def break_even(costs: Costs, context: int, gamma: int) -> float | None:
 
 def report(costs: Costs, alphas: tuple[float, ...] = ALPHAS) -> dict:
     """Everything measured and predicted, as JSON-able figures."""
-    out: dict[str, Any] = {"source": costs.source, "draft_ms": costs.draft_ms, "contexts": {}}
+    first = min(costs.step_ms, default=0)
+    out: dict[str, Any] = {"source": costs.source, "draft_ms": costs.draft_at(first) if costs.step_ms else 0.0,
+                           "contexts": {}}
     for context, steps in costs.step_ms.items():
         table = speedups(costs, context, alphas)
         out["contexts"][str(context)] = {
-            "step_ms": steps, "c": costs.c(context), "v": [costs.v(context, k) for k in range(len(steps))],
+            "step_ms": steps, "draft_ms": costs.draft_at(context), "c": costs.c(context), "v": [costs.v(context, k) for k in range(len(steps))],
             "alphas": list(alphas), "speedup": table,
             "break_even_alpha": [break_even(costs, context, g) for g in range(1, len(steps))],
             "best_gamma": [max(range(len(row)), key=row.__getitem__) + 1 if max(row) > 1.0 else 0 for row in table],

@@ -1,11 +1,14 @@
-"""``specchat plan [--profile P] [--alpha-from FILE] [--json]``: measure this machine's c and
-v(k) for a profile, then say what speculation can pay at each α and γ (specchat/plan.py)."""
+"""``specchat plan [--profile P | --synthetic PAIR] [--alpha-from FILE] [--json]``: measure this
+machine's c and v(k) for a profile, or for random-weight models in the shapes of a real pair
+(specchat/synthetic.py), then say what speculation can pay at each α and γ (specchat/plan.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+
+from specchat.synthetic import PAIRS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -21,6 +24,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--alpha-from", metavar="FILE",
                         help="a recording (path, name or 'last'): mark its measured α in the tables")
     parser.add_argument("--repeats", type=int, default=7, metavar="N", help="timed forwards per point (default 7)")
+    parser.add_argument("--synthetic", metavar="PAIR", choices=sorted(PAIRS),
+                        help="time random-weight GGUFs in the shapes of a real pair instead of a profile, built once "
+                             "and cached (a few GB; nothing is downloaded): " + "; ".join(
+                                 f"{k} = {t.name} {t.quant} + {d.name} {d.quant}" for k, (t, d) in PAIRS.items()))
+    parser.add_argument("--contexts", metavar="L,L,…",
+                        help="context lengths to time at (default 256,1024,4096; with --synthetic 256,1024: "
+                             "an 8B model's 4,096-token prompt takes minutes on a laptop CPU)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     return parser
 
@@ -31,7 +41,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.repeats <= 100:
         raise SpecchatError(f"--repeats {args.repeats} is out of range", key="--repeats", hint="use 1 to 100")
+    contexts = _contexts(args.contexts, (256, 1024) if args.synthetic else None)
     alpha = _alpha_from(args.alpha_from) if args.alpha_from else None
+    if args.synthetic:
+        return _print(synthetic(args.synthetic, contexts, args.repeats), args, alpha)
     profile = load_profile(args.profile)
     from specchat.remote import is_remote
 
@@ -50,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
     others = CpuShare()
     others.take(fresh=True)
-    steps, spread = measure_target(loaded.target, repeats=args.repeats)
+    steps, spread = measure_target(loaded.target, repeats=args.repeats, **({"contexts": contexts} if contexts else {}))
     if not steps:
         raise SpecchatError(f"the target's context ({loaded.target.max_length} tokens) is shorter than 256 + 9",
                             key="target.n_ctx", hint="plan a profile with a larger n_ctx")
@@ -63,7 +76,12 @@ def run(args: argparse.Namespace) -> int:
     share = others.take()
     figures = report(costs)
     figures.update(profile=profile.name, target=loaded.target.name, precision=loaded.target.precision,
-                   measured_alpha=alpha, cpu_others=share, busy_machine=share is not None and share > BUSY_SHARE)
+                   cpu_others=share, busy_machine=share is not None and share > BUSY_SHARE)
+    return _print(figures, args, alpha)
+
+
+def _print(figures: dict, args: argparse.Namespace, alpha: float | None) -> int:
+    figures["measured_alpha"] = alpha
     if args.json:
         print(json.dumps(figures))
     else:  # the profile's name and the model's precision are a file's words: cleaned
@@ -71,6 +89,49 @@ def run(args: argparse.Namespace) -> int:
 
         print(clean(render(figures)))
     return 0
+
+
+def _contexts(text: str | None, default: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    from specchat.errors import SpecchatError
+
+    if text is None:
+        return default
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() and 16 <= int(p) <= 131072 for p in parts):
+        raise SpecchatError(f"--contexts {text!r} is not valid", key="--contexts",
+                            hint="give context lengths of 16 to 131072 tokens, comma-separated: 256,1024")
+    return tuple(sorted({int(p) for p in parts}))
+
+
+def synthetic(pair: str, contexts: tuple[int, ...], repeats: int) -> dict:
+    """Times the pair's synthetic target (k = 0..8 drafts) and its draft's one-token step
+    at each context, on llama.cpp with this machine's threads: c = draft step / target step."""
+    import gc
+
+    from specchat.contention import BUSY_SHARE, CpuShare
+    from specchat.engine.backends.llamacpp import LlamaCppBackend
+    from specchat.plan import Costs, measure_target, report
+    from specchat.synthetic import PAIRS, cached
+
+    target_shape, draft_shape = PAIRS[pair]
+    note = lambda text: print(f"plan: {text}", file=sys.stderr)  # noqa: E731
+    paths = [cached(shape, note) for shape in (target_shape, draft_shape)]
+    others = CpuShare()
+    others.take(fresh=True)
+    timed = []
+    for shape, path, max_k in zip((target_shape, draft_shape), paths, (8, 0)):
+        note(f"timing {shape.name} {shape.quant} at contexts {', '.join(map(str, contexts))} …")
+        model = LlamaCppBackend(path, n_ctx=max(contexts) + 16, max_ctx=max(contexts) + 16)
+        timed.append(measure_target(model, contexts=contexts, max_k=max_k, repeats=repeats))
+        del model  # its memory goes before the next model loads
+        gc.collect()
+    (steps, spread), (draft_steps, _) = timed
+    share = others.take()
+    figures = report(Costs(steps, {c: t[0] for c, t in draft_steps.items()}, "draft_model", spread))
+    figures.update(profile=f"synthetic {pair}", target=f"{target_shape.name} {target_shape.quant}",
+                   precision=f"random weights; draft {draft_shape.name} {draft_shape.quant}",
+                   cpu_others=share, busy_machine=share is not None and share > BUSY_SHARE)
+    return figures
 
 
 # a request whose reply repeats part of it, so every proposer drafts while it is timed
