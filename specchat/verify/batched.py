@@ -32,12 +32,11 @@ import numpy as np
 import torch
 
 from specchat.verify.near_tie import compute_precision
-from specchat.verify.single import (DEFAULT_CANDIDATES, DEFAULT_PROMPT, DEFAULT_REPLY_START, END, GREEDY_TOKENS,
-                                   MAX_DIVERGENCES, PLAIN_SEEDS, VerifyReport, _choose_prompt, _distribution,
-                                   _divergence, _pair_codes, _sequence_codes, _speculative_sample, default_proposer)
+from specchat.verify.single import (END, GREEDY_TOKENS, MAX_DIVERGENCES, PLAIN_SEEDS, VerifyReport, _distribution,
+                                   _divergence, _pair_codes, _sequence_codes, _speculative_sample, choose_prompt,
+                                   resolve)
 from specchat.verify.stats import Check, goodness_of_fit, two_sample
 from specchat.engine import SpeculativeEngine
-from specchat.engine.backends import as_backend
 from specchat.engine.batch.batched import BatchedEngine, Request
 from specchat.engine.sampling import SamplingParams
 from specchat.errors import SpecchatError
@@ -55,17 +54,8 @@ def verify_batched(loaded: Any, profile: Any, *, concurrency: int, samples: int 
                    prompt: str | None = None, reply_start: str = "", params: SamplingParams | None = None,
                    gamma: int | None = None, proposer_factory: Callable[[Any, Any, int | str], Any] | None = None,
                    progress: Callable[[int, int, str], None] | None = None) -> VerifyReport:
-    from specchat.engine.session import ChatSession
-    from specchat.engine.factory import sampling_params
-
     report = progress or (lambda done, total, text: None)
-    params = params or sampling_params(profile.sampling)
-    spec = profile.speculation
-    if gamma is None:
-        auto = not isinstance(spec.num_speculative_tokens, int)
-        gamma = spec.max_speculative_tokens if auto else spec.num_speculative_tokens
-    factory = proposer_factory or default_proposer
-    target = as_backend(loaded.target)
+    params, gamma, factory, target = resolve(loaded, profile, params, gamma, proposer_factory)
     if target.name != "llama.cpp":
         raise SpecchatError(f"batched verify (--concurrency {concurrency}) needs the llama.cpp backend, not "
                             f"{target.name}", key="--concurrency", hint="use a llama.cpp profile, or --concurrency 1")
@@ -74,39 +64,20 @@ def verify_batched(loaded: Any, profile: Any, *, concurrency: int, samples: int 
         raise SpecchatError(f"batched verify checks point-mass drafts (n-gram lookup) only, not "
                             f"{probe_proposer.kind}'s", key="speculation.method",
                             hint="verify an ngram profile, or use --concurrency 1")
-    plain_engine = SpeculativeEngine(target, None)
-    chat = ChatSession(plain_engine, loaded.tokenizer, system_prompt=profile.chat.system_prompt,
-                       enable_thinking=profile.chat.enable_thinking)
-
-    def prompt_ids(question: str, start: str) -> list[int]:
-        ids = chat.prompt_ids([{"role": "user", "content": question}])
-        return ids + (list(loaded.tokenizer(start, add_special_tokens=False)["input_ids"]) if start else [])
-
-    eos = sorted(plain_engine.eos_token_ids)
-    candidates = [(prompt, reply_start)] if prompt is not None else list(DEFAULT_CANDIDATES)
-    report(0, 1, "choosing the prompt")
-    chosen = _choose_prompt(target, probe_proposer, [(c, prompt_ids(*c)) for c in candidates], params, gamma,
-                            samples, tokens, eos)
-    (prompt, reply_start), ids, probe = chosen[0]
-    greedy_ids = ids if len(candidates) == 1 else prompt_ids(DEFAULT_PROMPT, DEFAULT_REPLY_START)
-    kind_gammas = request_kinds(gamma, spec.num_speculative_tokens)
-    settings = {"samples": samples, "tokens": tokens, "gamma": gamma, "prompt": prompt, "reply_start": reply_start,
-                "prompt_tokens": len(ids), "prompt_cells": probe.cells, "candidates": [],
-                "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
-                "method": spec.method, "dtype": target.precision, "backend": target.name,
-                "precision": compute_precision(target), "concurrency": concurrency,
-                "kinds": ["plain" if g is PLAIN else f"γ={g}" for g in kind_gammas]}
-    if greedy_ids is not ids:
-        settings["greedy_prompt"], settings["greedy_reply_start"] = DEFAULT_PROMPT, DEFAULT_REPLY_START
+    kind_gammas = request_kinds(gamma, profile.speculation.num_speculative_tokens)
+    chosen = choose_prompt(loaded, profile, target, probe_proposer, params, gamma, prompt, reply_start, samples,
+                           tokens, report, concurrency=concurrency,
+                           kinds=["plain" if g is PLAIN else f"γ={g}" for g in kind_gammas])
+    chosen.settings["candidates"] = []  # the batched report lists the chosen prompt only
     kinds = KindQueue(loaded, profile, factory)
-    engine = BatchedEngine(target, n_seq=concurrency, proposer_factory=kinds, eos_token_ids=eos)
+    engine = BatchedEngine(target, n_seq=concurrency, proposer_factory=kinds, eos_token_ids=chosen.eos)
     checks: list[Check] = []
     notes: list[str] = []
     stats = {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0}
     try:
         if not params.greedy:
-            checks += _sampled_checks(engine, kinds, kind_gammas, ids, probe, params, samples, tokens, plain_engine,
-                                      stats, report)
+            checks += _sampled_checks(engine, kinds, kind_gammas, chosen.ids, chosen.probe, params, samples, tokens,
+                                      chosen.plain_engine, stats, report)
             if stats["drafted"] == 0:
                 checks.append(Check("speculation was exercised", False,
                                     detail="no drafts were proposed: nothing was verified — for n-gram lookup "
@@ -114,10 +85,10 @@ def verify_batched(loaded: Any, profile: Any, *, concurrency: int, samples: int 
         else:
             notes.append("temperature 0: greedy decoding, so only the token-by-token diff applies")
         report(1, 1, "greedy diff")
-        checks.append(_greedy_diff(engine, kinds, kind_gammas, target, greedy_ids, params))
+        checks.append(_greedy_diff(engine, kinds, kind_gammas, target, chosen.greedy_ids, params))
     finally:
         engine.close()
-    return VerifyReport(all(c.passed for c in checks), checks, settings, stats, notes)
+    return VerifyReport(all(c.passed for c in checks), checks, chosen.settings, stats, notes)
 
 
 class KindQueue:

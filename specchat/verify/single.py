@@ -67,11 +67,9 @@ from specchat.engine.sampling import SamplingParams, warp
 # n-gram draft (copied from it) is plausible but not certain and the samples exercise
 # acceptance, rejection + resampling and bonus tokens within three tokens (starting from
 # an empty reply, lookup drafts chat-template tokens that are never kept); the first two
-# leave the next word open. Measured on the embedded model (BF16, T 0.6, top-p 0.9) at
-# 2000 samples, cells with expected count ≥ 5 in the first token / first-two-token joint:
-# city 33 / 52 (first draft " big", p 0.08), sea 14 / 24 (" blue", p 0.24), yes/no 2 / 2
-# (" yes", p 0.38, the second token always ","). verify picks the widest on the models
-# it is given (_choose_prompt).
+# leave the next word open (the cells each fills on the embedded model:
+# docs/benchmarks/why-the-numbers.md). verify picks the widest on the models it is given
+# (_choose_prompt).
 DEFAULT_CANDIDATES = (
     ("Describe a city.", "The city is big and the city is"),
     ("Write a poem about the sea.", "The sea is blue, the sea is"),
@@ -131,21 +129,38 @@ def _modes(loaded: Any, target: Backend, profile: Any, factory: Callable,
     return modes
 
 
-@torch.inference_mode()  # no autograd graph behind any forward here
-def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, prompt: str | None = None,
-           reply_start: str = "", params: SamplingParams | None = None, gamma: int | None = None,
-           proposer_factory: Callable[[Any, Any, int], Any] | None = None,
-           progress: Callable[[int, int, str], None] | None = None) -> VerifyReport:
-    from specchat.engine.session import ChatSession
+def resolve(loaded: Any, profile: Any, params: SamplingParams | None, gamma: int | None,
+            proposer_factory: Callable | None) -> tuple[SamplingParams, int, Callable, Backend]:
+    """(params, γ, proposer factory, target): what verify's arguments leave to the profile
+    filled in from it (γ = "auto" is checked at its largest)."""
     from specchat.engine.factory import sampling_params
 
-    report = progress or (lambda done, total, text: None)
-    params = params or sampling_params(profile.sampling)
     spec = profile.speculation
     if gamma is None:
         gamma = spec.num_speculative_tokens if isinstance(spec.num_speculative_tokens, int) else spec.max_speculative_tokens
-    factory = proposer_factory or default_proposer
-    target = as_backend(loaded.target)
+    return (params or sampling_params(profile.sampling), gamma, proposer_factory or default_proposer,
+            as_backend(loaded.target))
+
+
+@dataclass
+class Prompted:
+    """The prompt both verify paths settle on before any check, and the settings reported."""
+
+    plain_engine: SpeculativeEngine
+    eos: list[int]
+    ids: list[int]  # the sampled checks' prompt
+    greedy_ids: list[int]  # the deterministic checks' prompt
+    probe: PromptProbe
+    settings: dict[str, Any]
+
+
+def choose_prompt(loaded: Any, profile: Any, target: Backend, proposer: Any, params: SamplingParams, gamma: int,
+                  prompt: str | None, reply_start: str, samples: int, tokens: int, report: Callable,
+                  **more_settings: Any) -> Prompted:
+    """The given prompt, or the widest of DEFAULT_CANDIDATES (_choose_prompt) with the yes/no
+    one kept for the deterministic checks; ``more_settings`` follow the common ones."""
+    from specchat.engine.session import ChatSession
+
     plain_engine = SpeculativeEngine(target, None)
     chat = ChatSession(plain_engine, loaded.tokenizer, system_prompt=profile.chat.system_prompt,
                        enable_thinking=profile.chat.enable_thinking)
@@ -159,7 +174,7 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
     eos = sorted(plain_engine.eos_token_ids)
     candidates = [(prompt, reply_start)] if prompt is not None else list(DEFAULT_CANDIDATES)
     report(0, 1, "choosing the prompt")
-    chosen = _choose_prompt(target, factory(loaded, profile, gamma), [(c, prompt_ids(*c)) for c in candidates],
+    chosen = _choose_prompt(target, proposer, [(c, prompt_ids(*c)) for c in candidates],
                             params, gamma, samples, tokens, eos)
     (prompt, reply_start), ids, probe = chosen[0]
     greedy_ids = ids if len(candidates) == 1 else prompt_ids(DEFAULT_PROMPT, DEFAULT_REPLY_START)
@@ -168,12 +183,25 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
                 "candidates": [{"prompt": c[0], "reply_start": c[1], "cells": pr.cells, "drafts": pr.drafts}
                                for c, _, pr in chosen] if len(chosen) > 1 else [],
                 "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
-                "method": spec.method, "dtype": target.precision, "backend": target.name,
-                "precision": compute_precision(target)}
+                "method": profile.speculation.method, "dtype": target.precision, "backend": target.name,
+                "precision": compute_precision(target), **more_settings}
     if greedy_ids is not ids:
         settings["greedy_prompt"] = DEFAULT_PROMPT
         settings["greedy_reply_start"] = DEFAULT_REPLY_START
-    checks: list[Check] = [_noise_check(target, greedy_ids, settings["precision"])]
+    return Prompted(plain_engine, eos, ids, greedy_ids, probe, settings)
+
+
+@torch.inference_mode()  # no autograd graph behind any forward here
+def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, prompt: str | None = None,
+           reply_start: str = "", params: SamplingParams | None = None, gamma: int | None = None,
+           proposer_factory: Callable[[Any, Any, int], Any] | None = None,
+           progress: Callable[[int, int, str], None] | None = None) -> VerifyReport:
+    report = progress or (lambda done, total, text: None)
+    params, gamma, factory, target = resolve(loaded, profile, params, gamma, proposer_factory)
+    chosen = choose_prompt(loaded, profile, target, factory(loaded, profile, gamma), params, gamma, prompt,
+                           reply_start, samples, tokens, report)
+    ids, probe, settings = chosen.ids, chosen.probe, chosen.settings
+    checks: list[Check] = [_noise_check(target, chosen.greedy_ids, settings["precision"])]
     report(0, 1, "exact law of the sampler")
     checks += law_checks(probe.logits, probe.p_first, None if probe.point_mass else probe.q_first,
                          probe.first_draft, params)
@@ -199,8 +227,8 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
         for i in range(samples):
             if i % 50 == 0:
                 report(len(modes) * samples + i, total, "plain samples")
-            plain_seqs[i] = _speculative_sample(plain_engine, ids, dataclasses.replace(params, seed=PLAIN_SEEDS + i),
-                                                tokens, {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0})
+            plain_seqs[i] = _speculative_sample(chosen.plain_engine, ids, dataclasses.replace(
+                params, seed=PLAIN_SEEDS + i), tokens, {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0})
         report(total, total, "exact distributions")
         p_first, joint = probe.p_first, probe.joint
         exact_first = _distribution(p_first)
@@ -240,7 +268,7 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
                      "exact law and the token-by-token diff)")
     report(1, 1, "greedy diff")
     for label, engine in modes:
-        checks.append(_greedy_diff(target, engine, greedy_ids, params, label))
+        checks.append(_greedy_diff(target, engine, chosen.greedy_ids, params, label))
     return VerifyReport(all(c.passed for c in checks), checks, settings, spec_stats, notes, auto_stats)
 
 
