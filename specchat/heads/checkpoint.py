@@ -70,13 +70,11 @@ def save_eagle3(head: Eagle3Head, directory: str | Path, dtype: torch.dtype = to
     return directory / WEIGHTS
 
 
-# Per kind: what a folder of it is called, what one of no kind lacks, and what to give instead.
-_KINDS = {
-    "eagle3": ("an EAGLE-3 head", "not an EAGLE-3 head (config.json has no draft_vocab_size)",
-               "give a LlamaForCausalLMEagle3 / Eagle3LlamaForCausalLM checkpoint"),
-    "medusa": ("a Medusa checkpoint", "not a Medusa head (config.json has no medusa_num_heads)",
-               "give a Medusa-1 checkpoint (FasterDecoding/Medusa or vLLM's MedusaModel)"),
-}
+# Per kind: what a folder of it is called, and what to say of a folder of no kind (message, hint).
+_KINDS = {"eagle3": ("an EAGLE-3 head", "not an EAGLE-3 head (config.json has no draft_vocab_size)",
+                     "give a LlamaForCausalLMEagle3 / Eagle3LlamaForCausalLM checkpoint"),
+          "medusa": ("a Medusa checkpoint", "not a Medusa head (config.json has no medusa_num_heads)",
+                     "give a Medusa-1 checkpoint (FasterDecoding/Medusa or vLLM's MedusaModel)")}
 
 
 def read_config(directory: Path, kind: str) -> dict:
@@ -93,11 +91,11 @@ def read_config(directory: Path, kind: str) -> dict:
     if not isinstance(config, dict):
         raise HeadError("config.json is not a JSON object", file=str(path), hint="download the head again")
     found = head_kind(config)
-    if found != kind and found != "unknown":
-        raise HeadError(f"this is {_KINDS[found][0]}, not {_KINDS[kind][0]}", file=str(path),
-                        hint=f'set [speculation] method = "{found}" for it')
     if found != kind:
-        raise HeadError(_KINDS[kind][1], file=str(path), hint=_KINDS[kind][2])
+        name, message, hint = _KINDS[kind]
+        if found in _KINDS:  # the other kind's checkpoint
+            message, hint = f"this is {_KINDS[found][0]}, not {name}", f'set [speculation] method = "{found}" for it'
+        raise HeadError(message, file=str(path), hint=hint)
     return config
 
 
