@@ -114,6 +114,8 @@ def first_tokens(backend, ids_probe, ids_drafting, params, samples, context=None
                 if i == 0 and i not in out:  # the step the probe's first token came from
                     drafted += step.stats.num_draft_tokens
                 out.setdefault(i, []).extend(t.id for t in step.tokens)
+                if 0 in out and 1 in out:  # the shared step is in: the drafting reply's later steps, alone, tell nothing
+                    engine.cancel(0)
             firsts.append(out[1][0])
     finally:
         engine.close()
