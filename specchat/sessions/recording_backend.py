@@ -65,36 +65,17 @@ class RecordingBackend:
         if failure:
             yield Notice(failure)
 
-    def cancel(self) -> None:
-        self.inner.cancel()
-
     def reset(self) -> None:
         self._activate()
         self.inner.reset()
         self.recorder.record(ChatReset())
-
-    def set_num_speculative_tokens(self, k: int | str) -> None:
-        self.inner.set_num_speculative_tokens(k)
-
-    def set_temperature(self, temperature: float) -> None:
-        self.inner.set_temperature(temperature)
-
-    def set_thinking(self, enabled: bool) -> None:
-        self.inner.set_thinking(enabled)
 
     def close(self) -> None:
         self.closed = True
         if self._owner[0] is self:
             self.recorder.close()
 
-    @property
-    def turn_metrics(self) -> Any:  # the wrapped chat's (its turn loop's fold)
-        return self.inner.turn_metrics
-
-    @property
-    def session_metrics(self) -> Any:
-        return self.inner.session_metrics
-
     def __getattr__(self, name: str) -> Any:
-        # history, telemetry… come from the wrapped session.
+        # The rest of ChatBackend (cancel, the settings, the metrics of its turn loop's
+        # fold) and history, telemetry… come from the wrapped session.
         return getattr(self.inner, name)
