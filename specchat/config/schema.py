@@ -15,19 +15,8 @@ from typing import Any, Callable
 
 from ..errors import ProfileError
 from ..methods import HEAD_KINDS, METHODS, REMOTE_BACKENDS
-from .model import (
-    BACKENDS,
-    DTYPES,
-    GGUF_TYPES,
-    MAX_SIBLINGS,
-    MAX_SPECULATIVE_TOKENS,
-    QUANTIZATIONS,
-    ChatSpec,
-    ModelSpec,
-    Profile,
-    SamplingSpec,
-    SpeculationSpec,
-)
+from .model import (BACKENDS, DTYPES, GGUF_TYPES, MAX_SIBLINGS, MAX_SPECULATIVE_TOKENS, QUANTIZATIONS, ChatSpec,
+                    ModelSpec, Profile, SamplingSpec, SpeculationSpec)
 
 
 MAX_SEED = 2**64 - 1  # what a torch generator takes

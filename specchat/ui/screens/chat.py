@@ -15,21 +15,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
-from specchat.events import (
-    ChatReset,
-    ErrorEvent,
-    Loaded,
-    LoadProgress,
-    Notice,
-    ProfileSwitched,
-    SessionHeader,
-    StepEvent,
-    Token,
-    TurnFinished,
-    TurnStarted,
-    UserMessage,
-    context_full_message,
-)
+from specchat.events import (ChatReset, ErrorEvent, Loaded, LoadProgress, Notice, ProfileSwitched, SessionHeader,
+                             StepEvent, Token, TurnFinished, TurnStarted, UserMessage, context_full_message)
 from specchat.ui.figures import Figures, LiveFigures
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.legend import Legend

@@ -13,15 +13,8 @@ from textual.widgets import Collapsible, Sparkline, Static
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.telemetry import MetricsSnapshot
-from specchat.ui.figures import (
-    breakeven_text,
-    controller_text,
-    figure_rows,
-    histogram_lines,
-    position_lines,
-    source_lines,
-    recommended_gamma_text,
-)
+from specchat.ui.figures import (breakeven_text, controller_text, figure_rows, histogram_lines, position_lines,
+                                 source_lines, recommended_gamma_text)
 
 LABEL_W, COL_W = 18, 9
 
