@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import random
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from specchat.engine.proposers import Proposal, Proposer
 from specchat.telemetry import predicted_speedup
 
 CONTEXTS = (256, 1024, 4096)
@@ -47,29 +47,37 @@ class Costs:
         return self.step_ms[context][k] / self.step_ms[context][0]
 
 
-def measure_target(target: Any, contexts: tuple[int, ...] = CONTEXTS, max_k: int = MAX_K,
+def measure_target(target: Any, params: Any = None, contexts: tuple[int, ...] = CONTEXTS, max_k: int = MAX_K,
                    repeats: int = REPEATS, seed: int = 0) -> tuple[dict[int, list[float]], dict[int, float]]:
     """({L: [ms of a step verifying k = 0..max_k drafts after L tokens]} for each L that
-    fits the target's context, {L: the widest relative spread of those points}). Random
-    ids: a step's time does not depend on the text."""
-    import torch
+    fits the target's context, {L: the widest relative spread of those points}).
 
+    Each point is a step as the engine runs it, sampling at ``params`` (greedy when None):
+    the forward, then sampling and verifying its k + 1 rows and rolling back, timed as
+    the live cost model times a step (its time less the proposer's). The verification's
+    share grows with k (a row each over the whole vocabulary), so a bare forward's ratio
+    would under-state v(k). Random ids and random drafts (nearly always rejected): a
+    step's time does not depend on the text."""
+    from specchat.engine.engine import SpeculativeEngine
+    from specchat.engine.gamma.controller import FixedGamma
+    from specchat.engine.sampling import SamplingParams
+
+    params = params or SamplingParams(temperature=0.0)
     rng = random.Random(seed)
     out, spread = {}, {}
     for context in contexts:
-        if context + max_k + 1 > target.max_length:
+        if context + (max_k + 1) * (repeats + max_k + 4) > target.max_length:
             continue
         ids = [rng.randrange(target.vocab_size) for _ in range(context)]
         target.reset()
-        target.forward(ids)  # the prompt, once: every timed call re-runs only its last token and the drafts
         times = []
         for k in range(max_k + 1):
-            drafts = torch.tensor([rng.randrange(target.vocab_size) for _ in range(k)], dtype=torch.long)
-            samples = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                target.forward(ids, extra=drafts, num_logits=k + 1)
-                samples.append(1000 * (time.perf_counter() - start))
+            proposer = RandomDrafts(k, target.vocab_size, seed) if k else None
+            engine = SpeculativeEngine(target, proposer, controller=FixedGamma(k, calibrate_every=1 << 30),
+                                       eos_token_ids=[])
+            samples = [s.stats.total_ms - s.stats.draft_ms
+                       for s in engine.generate(ids, params, max_new_tokens=repeats + k + 4)  # room for k drafts
+                       if not s.stats.prefill_tokens and s.stats.num_draft_tokens == k][:repeats]
             times.append(statistics.median(samples))
             if len(samples) >= 4:
                 q = statistics.quantiles(samples, n=4)
@@ -77,6 +85,22 @@ def measure_target(target: Any, contexts: tuple[int, ...] = CONTEXTS, max_k: int
         out[context] = times
     target.reset()
     return out, spread
+
+
+class RandomDrafts(Proposer):
+    """k random point-mass drafts a step (verified as prompt lookup's are)."""
+
+    kind = "random"
+    point_mass = True
+
+    def __init__(self, k: int, vocab_size: int, seed: int) -> None:
+        super().__init__(k)
+        self.vocab_size, self.rng = vocab_size, random.Random(seed)
+
+    def propose(self, ids: list[int], k: int, params: Any, generator: Any) -> Proposal:
+        import torch
+
+        return Proposal(torch.tensor([self.rng.randrange(self.vocab_size) for _ in range(k)], dtype=torch.long), None)
 
 
 def measure_drafting(engine: Any, prompt_ids: list[int], tokens: int = 48) -> float:

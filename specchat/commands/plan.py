@@ -63,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
     others = CpuShare()
     others.take(fresh=True)
-    steps, spread = measure_target(loaded.target, repeats=args.repeats, **({"contexts": contexts} if contexts else {}))
+    from specchat.engine.factory import sampling_params
+
+    steps, spread = measure_target(loaded.target, sampling_params(profile.sampling), repeats=args.repeats,
+                                   **({"contexts": contexts} if contexts else {}))
     if not steps:
         raise SpecchatError(f"the target's context ({loaded.target.max_length} tokens) is shorter than 256 + 9",
                             key="target.n_ctx", hint="plan a profile with a larger n_ctx")
@@ -110,6 +113,7 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int) -> dict:
 
     from specchat.contention import BUSY_SHARE, CpuShare
     from specchat.engine.backends.llamacpp import LlamaCppBackend
+    from specchat.engine.sampling import SamplingParams
     from specchat.plan import Costs, measure_target, report
     from specchat.synthetic import PAIRS, cached
 
@@ -121,8 +125,10 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int) -> dict:
     timed = []
     for shape, path, max_k in zip((target_shape, draft_shape), paths, (8, 0)):
         note(f"timing {shape.name} {shape.quant} at contexts {', '.join(map(str, contexts))} …")
-        model = LlamaCppBackend(path, n_ctx=max(contexts) + 16, max_ctx=max(contexts) + 16)
-        timed.append(measure_target(model, contexts=contexts, max_k=max_k, repeats=repeats))
+        room = max(contexts) + (max_k + 1) * (repeats + max_k + 4)  # what measure_target's steps add
+        model = LlamaCppBackend(path, n_ctx=room, max_ctx=room)
+        timed.append(measure_target(model, SamplingParams(temperature=0.6), contexts=contexts, max_k=max_k,  # the default profile's
+                                    repeats=repeats))
         del model  # its memory goes before the next model loads
         gc.collect()
     (steps, spread), (draft_steps, _) = timed

@@ -1,0 +1,71 @@
+"""Holds `specchat plan`'s prediction against what `specchat bench` then measured (issue 44).
+
+plan measures only costs (the target's v(k), the proposer's c) and predicts the speed-up
+over the task's α; bench measures α. So, per prompt set, this takes from bench's run of a
+method the two things that belong to the task — α, and the share m of steps that had
+drafts at all (n-gram lookup drafts nothing without a match: those steps are plain) — and
+reads plan's formula at them, with plan's best γ for that α and plan's costs at the
+context nearest the set's mean context:
+
+    predicted = (m·E(γ) + 1 − m) / (m·(γ·c + v(γ)) + 1 − m),  E(γ) = (1 − α^(γ+1)) / (1 − α)
+
+held against bench's measured speed-up over our plain decoding, both of decoding alone
+(each request's prompt step left out of both rows' time and tokens: plan knows nothing
+of prompts) and end to end as bench reports it.
+
+    specchat plan --profile default --json > plan.json
+    specchat bench --profile default --prompts open repetitive --methods ngram,none --gamma auto --out B
+    python docs/benchmarks/plan_vs_bench.py plan.json B/results.json [--config "ngram γ=auto"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+from specchat.telemetry import expected_tokens_per_round
+
+
+def decode_speedup(rows: list[dict], plain: list[dict]) -> float:
+    """tokens/s of ``rows`` over ``plain``'s, each request's first step left out."""
+    def rate(rs):
+        return sum(r["new_tokens"] - 1 for r in rs) / sum(r["wall_ms"] - r["steps"][0]["total_ms"] for r in rs)
+    return rate(rows) / rate(plain)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("plan")
+    parser.add_argument("bench")
+    parser.add_argument("--config", default="ngram γ=auto")
+    args = parser.parse_args()
+    plan = json.load(open(args.plan))
+    bench = json.load(open(args.bench))
+    print(f"| set | α | m | context | plan's γ | predicted | measured, decoding | off | measured, end to end |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, figures in bench["aggregates"]["sets"].items():
+        mine = [r for r in bench["rows"] if r["config"] == args.config and (name == "all" or r["set"] == name)]
+        plain = [r for r in bench["rows"] if r["config"] == "none" and (name == "all" or r["set"] == name)]
+        if not mine or args.config not in figures:
+            continue
+        alpha = figures[args.config]["alpha"]
+        steps = [s for r in mine for s in r["steps"][1:]]
+        m = sum(1 for s in steps if s["num_draft_tokens"]) / len(steps)
+        context = statistics.mean(r["prompt_tokens"] + r["new_tokens"] / 2 for r in mine)
+        nearest = min(plan["contexts"], key=lambda c: abs(int(c) - context))
+        costs = plan["contexts"][nearest]
+        c, v = costs["c"], costs["v"]
+
+        def predicted(g):
+            e = expected_tokens_per_round(alpha, g)
+            return (m * e + 1 - m) / (m * (g * c + v[g]) + 1 - m)
+
+        gamma = max(range(1, len(v)), key=predicted)
+        measured = decode_speedup(mine, plain)
+        print(f"| {name} | {alpha:.2f} | {m:.2f} | {context:.0f} → {nearest} | {gamma} | {predicted(gamma):.2f}× "
+              f"| {measured:.2f}× | {predicted(gamma) / measured - 1:+.0%} | {figures[args.config]['speedup']:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
