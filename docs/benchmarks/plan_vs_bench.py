@@ -4,8 +4,9 @@ plan measures only costs (the target's v(k), the proposer's c) and predicts the 
 over the task's α; bench measures α. So, per prompt set, this takes from bench's run of a
 method the two things that belong to the task — α, and the share m of steps that had
 drafts at all (n-gram lookup drafts nothing without a match: those steps are plain) — and
-reads plan's formula at them, with plan's best γ for that α and plan's costs at the
-context nearest the set's mean context:
+reads plan's formula at them, with plan's best γ for that α (and, beside it, at the mean
+number of drafts bench's steps had: lookup drafts only as far as its match goes) and
+plan's costs at the context nearest the set's mean context:
 
     predicted = (m·E(γ) + 1 − m) / (m·(γ·c + v(γ)) + 1 − m),  E(γ) = (1 − α^(γ+1)) / (1 − α)
 
@@ -42,8 +43,9 @@ def main() -> None:
     args = parser.parse_args()
     plan = json.load(open(args.plan))
     bench = json.load(open(args.bench))
-    print(f"| set | α | m | context | plan's γ | predicted | measured, decoding | off | measured, end to end |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| set | α | m | context | plan's γ | predicted | drafts a step | predicted there | measured, decoding "
+          "| off (best γ / there) | measured, end to end |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, figures in bench["aggregates"]["sets"].items():
         mine = [r for r in bench["rows"] if r["config"] == args.config and (name == "all" or r["set"] == name)]
         plain = [r for r in bench["rows"] if r["config"] == "none" and (name == "all" or r["set"] == name)]
@@ -62,9 +64,14 @@ def main() -> None:
             return (m * e + 1 - m) / (m * (g * c + v[g]) + 1 - m)
 
         gamma = max(range(1, len(v)), key=predicted)
+        drafted = [s["num_draft_tokens"] for s in steps if s["num_draft_tokens"]]
+        mean_k = sum(drafted) / len(drafted)
+        low = min(int(mean_k), len(v) - 2)
+        there = predicted(low) + (mean_k - low) * (predicted(low + 1) - predicted(low)) if low else predicted(1)
         measured = decode_speedup(mine, plain)
         print(f"| {name} | {alpha:.2f} | {m:.2f} | {context:.0f} → {nearest} | {gamma} | {predicted(gamma):.2f}× "
-              f"| {measured:.2f}× | {predicted(gamma) / measured - 1:+.0%} | {figures[args.config]['speedup']:.2f}× |")
+              f"| {mean_k:.1f} | {there:.2f}× | {measured:.2f}× | {predicted(gamma) / measured - 1:+.0%} / "
+              f"{there / measured - 1:+.0%} | {figures[args.config]['speedup']:.2f}× |")
 
 
 if __name__ == "__main__":
