@@ -46,6 +46,15 @@ def pvalue(target, engine, params, samples=SAMPLES) -> float:
     return power.tree_chi_square(counts, power.model_next_laws(target, PROMPT, params))
 
 
+def planted_bug_caught(target, engine, params, samples) -> tuple[bool, str]:
+    """(caught, where): ``pvalue``'s samples and χ², looked at as they come
+    (power.planted_bug_caught: a plant that changed nothing is "caught" with probability
+    at most ALPHA, as by one test at ``samples``; a blatant one stops at 2/5 of them)."""
+    laws = power.model_next_laws(target, PROMPT, params)
+    return power.planted_bug_caught(engine, PROMPT, params, samples, LENGTH,
+                                    lambda counts, n: power.tree_chi_square(counts, laws), ALPHA)
+
+
 def medusa_engine(target, gamma=2, draft_vocab=None, proposer_class=MedusaProposer, controller=None, **tree):
     """``target``: a transformers model, or a FeatureTableLM (its own backend; random heads,
     as it has no lm_head to start them from)."""
@@ -159,7 +168,8 @@ def test_the_medusa_check_has_power(target, bug, setting):
     """A third of the samples suffice: while tuning, 500 gave p ≈ 1e-18 for the off-by-one head."""
     params = power.SETTINGS[setting]
     engine = medusa_engine(target, 3, proposer_class=bug)
-    assert pvalue(target, engine, params, SAMPLES // 3) < ALPHA
+    caught, where = planted_bug_caught(target, engine, params, SAMPLES // 3)
+    assert caught, f"{bug.__name__}/{setting} not caught: chi-square {where}"
 
 
 # --- candidate trees (draft_tree.py): head d's law for every child at depth d + 1 ----------
@@ -199,4 +209,5 @@ def test_the_medusa_tree_check_has_power(target):
     proposer = MedusaProposer(head, backend, 2, siblings=4, tree="dynamic")
     engine = FoldedEngine(backend, proposer, controller=power.EveryStep(2), eos_token_ids=[])
     with patched(MedusaProposer, "_candidate_tree", stale):
-        assert pvalue(target, engine, params, samples=SAMPLES // 3) < ALPHA
+        caught, where = planted_bug_caught(target, engine, params, SAMPLES // 3)
+    assert caught, f"tree laws drawn with replacement not caught: chi-square {where}"
