@@ -10,19 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-COMMANDS = [
-    "run",
-    "profiles",
-    "bench",
-    "verify",
-    "replay",
-    "demo",
-    "export",
-    "train_head",
-    "serve",
-    "doctor",
-    "plan",
-]
+COMMANDS = ["run", "profiles", "bench", "verify", "replay", "demo", "export", "train_head", "serve", "doctor", "plan"]
 
 
 def available_commands() -> list[ModuleType]:

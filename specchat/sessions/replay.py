@@ -17,15 +17,6 @@ from specchat.methods import METHODS
 from specchat.sessions.reader import Damage, Recording, read_recording
 from specchat.telemetry import ChatTelemetry, MetricsSnapshot
 
-__all__ = [
-    "damage_event",
-    "parse_speed",
-    "rebuild_metrics",
-    "recorded_settings",
-    "replay_events",
-    "timed_events",
-]
-
 # Gaps before a user's action (reading, thinking, typing) are clamped to this many
 # seconds, as asciinema's idle_time_limit does; model timings are never clamped, so a
 # replay shows the real decode speed.

@@ -43,19 +43,8 @@ SPEC_VARIABLE_DEFAULTS: dict[str, str] = {
     "spec-target": "#b0b0b0",
 }
 
-_COLOUR_KEYS = (
-    "primary",
-    "secondary",
-    "warning",
-    "error",
-    "success",
-    "accent",
-    "foreground",
-    "background",
-    "surface",
-    "panel",
-    "boost",
-)
+_COLOUR_KEYS = ("primary", "secondary", "warning", "error", "success", "accent", "foreground", "background",
+                "surface", "panel", "boost")
 _OTHER_KEYS = {"name": str, "dark": bool, "luminosity_spread": float, "text_alpha": float}
 
 
