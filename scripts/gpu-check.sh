@@ -16,9 +16,12 @@
 #      times, an EAGLE-3 head drafting trees, a 4-bit NF4 target (bitsandbytes), llama.cpp
 #      with every layer offloaded — each one that cannot run here skips with its reason;
 #   3. `specchat doctor --smoke` on the default profile;
-#   4. `specchat plan` on a tiny random model (the costs c and v(k) on this device).
-# Not yet: `plan --synthetic` (real model shapes) and building llama-cpp-python with CUDA
-# (the llama.cpp test skips when this one was built without GPU offload).
+#   4. `specchat plan` on a tiny random model (the costs c and v(k) on this device);
+#   5. `specchat plan --synthetic` for Qwen3-8B + Qwen3-0.6B and Llama-3.1-8B + Llama-3.2-1B
+#      as transformers models in bfloat16 with random weights (--cpu: the tiny pair, on both
+#      backends), its JSON in the step's output.
+# Not yet: the synthetic pairs in NF4, and building llama-cpp-python with CUDA (the
+# llama.cpp test skips when this one was built without GPU offload).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=gpu wheels="" out=gpu-check.json
@@ -74,6 +77,20 @@ if os.environ["SPECCHAT_GPU_CHECK"] == "gpu":
     profile.write_text(profile.read_text().replace('device = "cpu"', 'device = "cuda"'))
 sys.exit(subprocess.call([sys.executable, "-m", "specchat", "plan", "--profile", str(profile), "--repeats", "3"]))
 PY
+synthetic() {
+  if [ "$mode" = gpu ]; then
+    for pair in qwen3-8b llama3.1-8b; do
+      "$PY" -m specchat plan --synthetic "$pair" --backend transformers --device cuda --contexts 256,1024,4096 \
+        --repeats 5 --json || return 1
+    done
+  else
+    for backend in transformers llama.cpp; do
+      "$PY" -m specchat plan --synthetic tiny --backend "$backend" --device cpu --contexts 64 --repeats 2 --json ||
+        return 1
+    done
+  fi
+}
+step synthetic-plan synthetic
 
 "$PY" - "$steps" "$out" "$mode" <<'PY'
 import json, platform, sys

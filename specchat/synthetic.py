@@ -8,7 +8,9 @@ tensors have the real shapes and the real quantisation mix (llama.cpp's Q4_K_M r
 Q6_K for output, and for attn_v and ffn_down in the layers its ``use_more_bits`` picks,
 Q4_K elsewhere; Q8_0 for a Q8_0 file) and whose blocks hold random bytes under a small
 fixed scale, so no value overflows. Built once and cached under the data cache, keyed
-by the shape and format (a few GB each); nothing is downloaded.
+by the shape and format (a few GB each); nothing is downloaded. The same shapes can be
+made as transformers models instead (random weights, on a GPU, in bfloat16), for the
+transformers backend's costs.
 """
 
 from __future__ import annotations
@@ -93,7 +95,26 @@ QWEN3_8B = _shape("Qwen3-8B", "qwen3", 4096, 36, 12288, 32, 8, 128, 151936, Fals
 QWEN3_06B = _shape("Qwen3-0.6B", "qwen3", 1024, 28, 3072, 16, 8, 128, 151936, True, 1e6, "Q8_0")
 LLAMA31_8B = _shape("Llama-3.1-8B", "llama", 4096, 32, 14336, 32, 8, 128, 128256, False, 5e5, "Q4_K_M")
 LLAMA32_1B = _shape("Llama-3.2-1B", "llama", 2048, 16, 8192, 32, 8, 64, 128256, True, 5e5, "Q8_0")
-PAIRS = {"qwen3-8b": (QWEN3_8B, QWEN3_06B), "llama3.1-8b": (LLAMA31_8B, LLAMA32_1B)}
+# small enough to build and time anywhere in seconds: a check of the path, not a model
+TINY_QWEN3 = _shape("tiny-qwen3", "qwen3", 256, 4, 512, 4, 2, 64, 1024, False, 1e6, "Q4_K_M")
+TINY_LLAMA = _shape("tiny-llama", "llama", 256, 2, 512, 4, 2, 64, 1024, True, 5e5, "Q8_0")
+PAIRS = {"qwen3-8b": (QWEN3_8B, QWEN3_06B), "llama3.1-8b": (LLAMA31_8B, LLAMA32_1B), "tiny": (TINY_QWEN3, TINY_LLAMA)}
+
+
+def transformers_model(shape: Shape, device: str, dtype: str = "bfloat16"):
+    """The shape as a transformers model with random weights, made on ``device`` (its
+    format is ``dtype``: a GGUF's quantisation has no meaning here)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
+
+    config = (Qwen3Config if shape.arch == "qwen3" else LlamaConfig)(
+        hidden_size=shape.hidden, num_hidden_layers=shape.layers, intermediate_size=shape.ffn,
+        num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim,
+        vocab_size=shape.vocab, tie_word_embeddings=shape.tied, rope_theta=shape.rope_base,
+        max_position_embeddings=32768, bos_token_id=1, eos_token_id=2)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    return model.eval()
 
 
 def build(shape: Shape, path: Path, seed: int = 0) -> Path:

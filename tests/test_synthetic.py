@@ -5,8 +5,9 @@ of real models, timed here.
   8.19B, Qwen3-0.6B 0.60B, Llama-3.1-8B 8.03B, Llama-3.2-1B 1.24B), and the tensor bytes
   under llama.cpp's Q4_K_M rule and Q8_0 are the sizes of the published GGUF files (5.03,
   0.64, 4.92 and 1.32 GB) within 2 %: a wrong dimension or format mix moves them more.
-* A small shape of each architecture, built the same way, loads in llama.cpp and answers
-  with finite logits; ``plan``'s synthetic path times it and reports v(k) and c per context.
+* The tiny pair (a small shape of each architecture), built the same way, loads in
+  llama.cpp, and made as transformers models it runs there too; ``plan``'s synthetic path
+  times it on both backends and reports v(k) and c per context.
 * Bad input is one line: an unknown pair, --contexts that is not a list of lengths.
 """
 
@@ -14,8 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from specchat import synthetic
-from specchat.synthetic import LLAMA31_8B, LLAMA32_1B, QWEN3_06B, QWEN3_8B, Shape
+from specchat.synthetic import LLAMA31_8B, LLAMA32_1B, QWEN3_06B, QWEN3_8B
 from tests.support.needs import needs_llama_cpp
 
 PUBLISHED = {QWEN3_8B: (8.19e9, 5.03e9), QWEN3_06B: (0.596e9, 0.639e9), LLAMA31_8B: (8.03e9, 4.92e9),
@@ -38,23 +38,31 @@ def test_the_q4_k_m_mix_gives_more_bits_where_llama_cpp_does():
     assert all(kinds[f"blk.{i}.attn_v.weight"] == kinds[f"blk.{i}.ffn_down.weight"] for i in range(36))
 
 
-TINY = {"tiny": (Shape("tiny-qwen3", "qwen3", 256, 4, 512, 4, 2, 64, 1024, False, 1e6, "Q4_K_M"),
-                 Shape("tiny-llama", "llama", 256, 2, 512, 4, 2, 64, 1024, True, 5e5, "Q8_0"))}
-
-
 @needs_llama_cpp
-def test_plan_times_a_synthetic_pair(tmp_path, monkeypatch):
+def test_plan_times_a_synthetic_pair_on_llama_cpp(tmp_path, monkeypatch):
     from specchat.commands import plan
 
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(synthetic, "PAIRS", TINY)
     figures = plan.synthetic("tiny", (64, 128), repeats=1)
-    assert set(figures["contexts"]) == {"64", "128"}
+    assert_costs(figures, {"64", "128"})
+    assert sorted(p.name for p in (tmp_path / "synthetic").iterdir()) == ["tiny-llama-Q8_0-v1.gguf",
+                                                                          "tiny-qwen3-Q4_K_M-v1.gguf"]
+
+
+def test_plan_times_a_synthetic_pair_on_transformers():
+    """The GPU check's path (bfloat16 on CUDA there), on the CPU."""
+    from specchat.commands import plan
+
+    figures = plan.synthetic("tiny", (64,), repeats=1, backend="transformers", device="cpu")
+    assert_costs(figures, {"64"})
+    assert figures["target"] == "tiny-qwen3 bfloat16 (transformers)"
+
+
+def assert_costs(figures, contexts):
+    assert set(figures["contexts"]) == contexts
     for f in figures["contexts"].values():
         assert len(f["v"]) == 9 and f["v"][0] == 1.0 and all(v > 0 for v in f["v"])
         assert f["draft_ms"] > 0 and f["c"] == pytest.approx(f["draft_ms"] / f["step_ms"][0])
-    assert sorted(p.name for p in (tmp_path / "synthetic").iterdir()) == ["tiny-llama-Q8_0-v1.gguf",
-                                                                          "tiny-qwen3-Q4_K_M-v1.gguf"]
 
 
 def test_bad_input_is_one_line(capsys):

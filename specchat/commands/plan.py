@@ -28,6 +28,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="time random-weight GGUFs in the shapes of a real pair instead of a profile, built once "
                              "and cached (a few GB; nothing is downloaded): " + "; ".join(
                                  f"{k} = {t.name} {t.quant} + {d.name} {d.quant}" for k, (t, d) in PAIRS.items()))
+    parser.add_argument("--backend", choices=("llama.cpp", "transformers"), default="llama.cpp",
+                        help="with --synthetic: time the shapes as GGUFs on llama.cpp (default) or as transformers "
+                             "models in bfloat16")
+    parser.add_argument("--device", default=None, metavar="DEV",
+                        help="with --synthetic --backend transformers: cuda (default where present) or cpu")
     parser.add_argument("--contexts", metavar="L,L,…",
                         help="context lengths to time at (default 256,1024,4096; with --synthetic 256,1024: "
                              "an 8B model's 4,096-token prompt takes minutes on a laptop CPU)")
@@ -44,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     contexts = _contexts(args.contexts, (256, 1024) if args.synthetic else None)
     alpha = _alpha_from(args.alpha_from) if args.alpha_from else None
     if args.synthetic:
-        return _print(synthetic(args.synthetic, contexts, args.repeats), args, alpha)
+        return _print(synthetic(args.synthetic, contexts, args.repeats, args.backend, args.device), args, alpha)
     profile = load_profile(args.profile)
     from specchat.remote import is_remote
 
@@ -106,27 +111,43 @@ def _contexts(text: str | None, default: tuple[int, ...] | None) -> tuple[int, .
     return tuple(sorted({int(p) for p in parts}))
 
 
-def synthetic(pair: str, contexts: tuple[int, ...], repeats: int) -> dict:
+def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str = "llama.cpp",
+              device: str | None = None) -> dict:
     """Times the pair's synthetic target (k = 0..8 drafts) and its draft's one-token step
-    at each context, on llama.cpp with this machine's threads: c = draft step / target step."""
+    at each context, on llama.cpp with this machine's threads (or as transformers models
+    on ``device``): c = draft step / target step."""
     import gc
 
     from specchat.contention import BUSY_SHARE, CpuShare
-    from specchat.engine.backends.llamacpp import LlamaCppBackend
     from specchat.engine.sampling import SamplingParams
     from specchat.plan import Costs, measure_target, report
-    from specchat.synthetic import PAIRS, cached
+    from specchat.synthetic import PAIRS, cached, transformers_model
 
     target_shape, draft_shape = PAIRS[pair]
     note = lambda text: print(f"plan: {text}", file=sys.stderr)  # noqa: E731
-    paths = [cached(shape, note) for shape in (target_shape, draft_shape)]
+    if backend == "llama.cpp":
+        from specchat.engine.backends.llamacpp import LlamaCppBackend
+
+        paths = [cached(shape, note) for shape in (target_shape, draft_shape)]
+
+        def load(i: int, room: int):
+            return LlamaCppBackend(paths[i], n_ctx=room, max_ctx=room)
+    else:
+        import torch
+
+        from specchat.engine.backends import as_backend
+
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+        def load(i: int, room: int):
+            return as_backend(transformers_model((target_shape, draft_shape)[i], device))
     others = CpuShare()
     others.take(fresh=True)
     timed = []
-    for shape, path, max_k in zip((target_shape, draft_shape), paths, (8, 0)):
-        note(f"timing {shape.name} {shape.quant} at contexts {', '.join(map(str, contexts))} …")
-        room = max(contexts) + (max_k + 1) * (repeats + max_k + 4)  # what measure_target's steps add
-        model = LlamaCppBackend(path, n_ctx=room, max_ctx=room)
+    for i, (shape, max_k) in enumerate(zip((target_shape, draft_shape), (8, 0))):
+        what = f"{shape.quant}" if backend == "llama.cpp" else f"bfloat16 on {device}"
+        note(f"timing {shape.name} ({what}) at contexts {', '.join(map(str, contexts))} …")
+        model = load(i, max(contexts) + (max_k + 1) * (repeats + max_k + 4))  # room for measure_target's steps
         timed.append(measure_target(model, SamplingParams(temperature=0.6), contexts=contexts, max_k=max_k,  # the default profile's
                                     repeats=repeats))
         del model  # its memory goes before the next model loads
@@ -134,8 +155,9 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int) -> dict:
     (steps, spread), (draft_steps, _) = timed
     share = others.take()
     figures = report(Costs(steps, {c: t[0] for c, t in draft_steps.items()}, "draft_model", spread))
-    figures.update(profile=f"synthetic {pair}", target=f"{target_shape.name} {target_shape.quant}",
-                   precision=f"random weights; draft {draft_shape.name} {draft_shape.quant}",
+    formats = (target_shape.quant, draft_shape.quant) if backend == "llama.cpp" else ("bfloat16", "bfloat16")
+    figures.update(profile=f"synthetic {pair}", target=f"{target_shape.name} {formats[0]} ({backend})",
+                   precision=f"random weights; draft {draft_shape.name} {formats[1]}",
                    cpu_others=share, busy_machine=share is not None and share > BUSY_SHARE)
     return figures
 
