@@ -99,12 +99,6 @@ class Controls:
         index = choices.index(current) if current in choices else 0
         self.set_gamma(choices[max(0, min(len(choices) - 1, index + delta))])
 
-    def action_gamma_down(self) -> None:
-        self.action_gamma(-1)
-
-    def action_gamma_up(self) -> None:
-        self.action_gamma(1)
-
     def set_temperature(self, temperature: float) -> None:
         backend, info = self._live_backend(), self.info
         if backend is None or info is None:
@@ -116,12 +110,6 @@ class Controls:
     def action_temperature(self, delta: float) -> None:
         if self.info is not None:
             self.set_temperature(self.info.temperature + delta)
-
-    def action_temperature_down(self) -> None:
-        self.action_temperature(-0.1)
-
-    def action_temperature_up(self) -> None:
-        self.action_temperature(0.1)
 
     def action_toggle_thinking(self) -> None:
         backend, info = self._live_backend(), self.info
