@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specchat.engine.gamma.controller import AcceptanceKey, Assessment, match_key, match_prior
+from specchat.engine.gamma.controller import AcceptanceKey, Assessment, acceptance_key, key_prior
 from specchat.engine.gamma.cost_model import CostModel, Ewma, RecentMedian, line
 from specchat.engine.proposers import Candidate
 
@@ -137,12 +137,6 @@ class BatchGamma:
         """Sequence i's StepStats figures under ``plan``: (assessment, predicted gain, e(1))."""
         return Assessment(plan.tokens[i], plan.cost, *self.recommendation()), plan.gain, plan.marginal_ms
 
-    def _key(self, candidate: Candidate) -> AcceptanceKey:
-        return candidate.source, (match_key(candidate.match) if candidate.match is not None else ())
-
-    def _prior(self, key: AcceptanceKey) -> float | None:
-        return match_prior(key[1]) if key[1] else None
-
     def plain_time(self, rows: int) -> float | None:
         """w(R): measured at R rows, else on the line through the sizes measured."""
         if rows in self.plain_ms:
@@ -206,8 +200,8 @@ class BatchGamma:
         sequence drafting alike keeps it one pass of N·(1 + k) rows."""
         n = len(offers)
         self.steps += 1
-        self._keys = [None if c is None or c.limit <= 0 else self._key(c) for c in offers]
-        survival = [[] if key is None else self.acceptance.survival(key, min(c.limit, self.max_gamma), self._prior(key))
+        self._keys = [None if c is None or c.limit <= 0 else acceptance_key(c) for c in offers]
+        survival = [[] if key is None else self.acceptance.survival(key, min(c.limit, self.max_gamma), key_prior(key))
                     for c, key in zip(offers, self._keys)]
         w0, d = self.plain_time(pending_rows), self.draft_ms.value or 0.0
         alone = pending_rows == n  # one pending token each: no prompt in this step
@@ -276,7 +270,7 @@ class BatchGamma:
         self._promised = None
         for key, (k, kept) in zip(self._keys, verdicts):
             if key is not None and k:
-                self.acceptance.verdicts(key, key[0], k, kept, self._prior(key))
+                self.acceptance.verdicts(key, key[0], k, kept, key_prior(key))
 
     def recommendation(self) -> tuple[int | str | None, float | None]:
         """"auto" where drafting is predicted to beat plain decoding in the steps lately

@@ -77,7 +77,7 @@ class Controller:
 
     def _prior(self, key: AcceptanceKey) -> float | None:
         """The acceptance a key's estimates start from (None: the model's default)."""
-        return None
+        return key_prior(key)
 
     def assess(self, k: int, source: str) -> Assessment:
         """The model's word on a step that drafted ``k`` tokens from ``source`` under the
@@ -165,6 +165,16 @@ def match_prior(key: MatchKey) -> float:
     return alone
 
 
+def acceptance_key(candidate: Candidate) -> AcceptanceKey:
+    """The estimates a candidate's drafts share: its source's, and a lookup's match's."""
+    return candidate.source, (match_key(candidate.match) if candidate.match is not None else ())
+
+
+def key_prior(key: AcceptanceKey) -> float | None:
+    """A key's starting acceptance: its match's prior; None (the model's default) for a model's drafts."""
+    return match_prior(key[1]) if key[1] else None
+
+
 class AdaptiveGamma(Controller):
     """Picks k ∈ 0..max_gamma maximising E(k)/T(k) (see the module docstring).
 
@@ -198,9 +208,6 @@ class AdaptiveGamma(Controller):
         # there is kept as the starting point, but a few of this reply's drafts outweigh it
         self.model.loosen(self.turn_weight)
 
-    def _prior(self, key: AcceptanceKey) -> float | None:
-        return match_prior(key[1]) if key[1] else None
-
     def predicted_rates(self, key: AcceptanceKey, limit: int, source: str = "") -> list[float | None]:
         """Expected tokens per ms for k = 0..limit when ``source`` drafts (None where T(k)
         or its draft cost is unknown)."""
@@ -211,7 +218,7 @@ class AdaptiveGamma(Controller):
         # offers the head beside it, with its own acceptance and cost (hybrid.py)
         self.model.at(len(ids))
         candidates = self.proposer.candidates(ids, self.max_gamma) if self.proposer else [Candidate("", self.max_gamma)]
-        self._remember(tuple((self._key_of(c), c.limit, c.source) for c in candidates))
+        self._remember(tuple((acceptance_key(c), c.limit, c.source) for c in candidates))
         if not candidates:
             return 0, None
         self.since_plain += 1
@@ -220,7 +227,7 @@ class AdaptiveGamma(Controller):
         best: tuple[float, int, Candidate] | None = None
         unexplored: Candidate | None = None
         for candidate in candidates:
-            rates = self.predicted_rates(self._key_of(candidate), candidate.limit, candidate.source)
+            rates = self.predicted_rates(acceptance_key(candidate), candidate.limit, candidate.source)
             known = [(r, k) for k, r in enumerate(rates) if r is not None]
             if len(known) < 2:
                 unexplored = unexplored or candidate
@@ -252,22 +259,19 @@ class AdaptiveGamma(Controller):
             # another context length) would otherwise never be tried again
             neighbour = best_k + 1 if best_k < chosen.limit else best_k - 1
             if neighbour >= 1:
-                rates = self.predicted_rates(self._key_of(chosen), chosen.limit, chosen.source)
+                rates = self.predicted_rates(acceptance_key(chosen), chosen.limit, chosen.source)
                 return neighbour, rates[neighbour] / plain if rates[neighbour] and plain else None
         return best_k, best_rate / plain if plain else None
 
-    def _key_of(self, candidate: Candidate) -> AcceptanceKey:
-        return candidate.source, (match_key(candidate.match) if candidate.match is not None else ())
-
     def _use(self, candidate: Candidate) -> None:
-        self._key = self._key_of(candidate)
+        self._key = acceptance_key(candidate)
         if self.proposer is not None:
             self.proposer.select(candidate.source)
 
     def _probe_source(self, candidates: list[Candidate]) -> Candidate:
         """The source a probe tries: the one whose single draft is predicted best."""
         def one_draft(candidate: Candidate) -> float:
-            rates = self.predicted_rates(self._key_of(candidate), 1, candidate.source)
+            rates = self.predicted_rates(acceptance_key(candidate), 1, candidate.source)
             return rates[1] if len(rates) > 1 and rates[1] is not None else 0.0
         return max(candidates, key=one_draft)
 
