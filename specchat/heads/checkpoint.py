@@ -48,24 +48,29 @@ NAMES = {
 
 
 def save_eagle3(head: Eagle3Head, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
-    """Writes the head (weights in ``dtype``; d2t int64, t2d bool) → the weights' path.
-    Written to a temporary name and renamed, so an interrupted save never leaves a
-    half-written checkpoint under the real name."""
-    from safetensors.torch import save_file
-
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    """Writes the head (weights in ``dtype``; d2t int64, t2d bool) → the weights' path."""
     state = dict(head.state_dict())
     tensors = {NAMES[ours]: state[ours].detach().to(dtype).contiguous() for ours in NAMES}
     tensors["d2t"] = head.d2t.detach().to(torch.long).contiguous()
     t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
     t2d[head.draft_ids()] = True
     tensors["t2d"] = t2d
+    return write_checkpoint(directory, tensors, head.config.to_json())
+
+
+def write_checkpoint(directory: str | Path, tensors: dict[str, torch.Tensor], config: dict) -> Path:
+    """Writes ``tensors`` and config.json into ``directory`` → the weights' path. Each is
+    written to a temporary name and renamed, so an interrupted save never leaves a
+    half-written checkpoint under the real name."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / (WEIGHTS + ".tmp")
     save_file(tensors, str(tmp), metadata={"format": "pt"})
     tmp.replace(directory / WEIGHTS)
     tmp_config = directory / "config.json.tmp"
-    tmp_config.write_text(json.dumps(head.config.to_json(), indent=2) + "\n")
+    tmp_config.write_text(json.dumps(config, indent=2) + "\n")
     tmp_config.replace(directory / "config.json")
     return directory / WEIGHTS
 

@@ -23,13 +23,12 @@ and every problem is one line naming the file, what is wrong and the fix (HeadEr
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import torch
 
-from specchat.heads.checkpoint import WEIGHTS, HeadError, _read_tensors, read_config, weights_file
+from specchat.heads.checkpoint import HeadError, _read_tensors, read_config, weights_file, write_checkpoint
 from specchat.heads.medusa import MedusaConfig, MedusaHead
 
 _VLLM_BLOCK = re.compile(r"blocks\.(\d+)\.layers\.(\d+)\.(weight|bias)")
@@ -41,12 +40,7 @@ _PREFIXES = ("medusa_heads.", "medusa_head.")
 
 def save_medusa(head: MedusaHead, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
     """Writes the heads in vLLM's layout (weights in ``dtype``; token_map int64 when the
-    heads cover part of the vocabulary) → the weights' path. Written to temporary names
-    and renamed, so an interrupted save never leaves a half-written checkpoint."""
-    from safetensors.torch import save_file
-
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    heads cover part of the vocabulary) → the weights' path (checkpoint.write_checkpoint)."""
     c = head.config
     tensors = {}
     for i in range(c.num_heads):
@@ -56,13 +50,7 @@ def save_medusa(head: MedusaHead, directory: str | Path, dtype: torch.dtype = to
         tensors[f"lm_heads.{i}.weight"] = head.lm_heads[i].weight.detach().to(dtype).contiguous()
     if c.draft_vocab_size != c.vocab_size:
         tensors["token_map"] = head.token_map.detach().to(torch.long).contiguous()
-    tmp = directory / (WEIGHTS + ".tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    tmp.replace(directory / WEIGHTS)
-    tmp_config = directory / "config.json.tmp"
-    tmp_config.write_text(json.dumps(c.to_json(), indent=2) + "\n")
-    tmp_config.replace(directory / "config.json")
-    return directory / WEIGHTS
+    return write_checkpoint(directory, tensors, c.to_json())
 
 
 def _our_names(tensors: dict[str, torch.Tensor], num_layers: int, weights: Path) -> dict[str, torch.Tensor]:
