@@ -16,11 +16,9 @@ from specchat.commands.export import add_output_arguments
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "replay",
-        help="replay a recorded session in the TUI (no model, no torch)",
+        "replay", help="replay a recorded session in the TUI (no model, no torch)",
         description="Replay a recorded session with its recorded timing. FILE is a recording path, "
-        "a name in the sessions dir, or 'last'.",
-    )
+        "a name in the sessions dir, or 'last'.")
     parser.add_argument("file", nargs="?", help="the recording to replay ('last' for the newest)")
     parser.add_argument("--speed", default="1", help="1, 2 or max (default 1: as recorded)")
     parser.add_argument("--headless", action="store_true", help="print the replay to stdout instead of the TUI")
@@ -30,7 +28,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--simulate", action="store_true",
                         help="print what a model-free proposer accepts in this chat at T=0, without the model "
                              "(loads torch, not a model)")
-    parser.add_argument("--method", help="with --simulate: ngram or suffix (default: the recorded one, else ngram)")
+    parser.add_argument("--method", help="with --simulate: ngram, suffix or both, comma-separated (default: the "
+                                          "recorded one, else ngram)")
     parser.add_argument("--gamma", help="with --simulate: γ, a whole number or auto (default: the recorded one)")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="let a session reopened from the replay run its recorded trust_remote_code = true")

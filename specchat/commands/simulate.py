@@ -1,5 +1,7 @@
-"""``specchat replay FILE --simulate [--method M] [--gamma G]``: a recorded chat's acceptance
-under a model-free proposer, at T = 0, without the model (bench/simulate.py)."""
+"""``specchat replay FILE --simulate [--method M[,M]] [--gamma G]``: a recorded chat's
+acceptance under each model-free proposer named, at T = 0, without the model
+(bench/simulate.py), and the speed-up the engine's cost model predicts for it from the
+chat's own measured step times."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from specchat.errors import SpecchatError
 def simulate_recording(path, method: str | None, gamma: str | None) -> int:
     from specchat.bench.simulate import simulate
     from specchat.config.model import MAX_SPECULATIVE_TOKENS, SpeculationSpec
+    from specchat.events import StepEvent
     from specchat.methods import METHODS
     from specchat.sanitize import clean_line
     from specchat.sessions.reader import read_recording
@@ -17,37 +20,60 @@ def simulate_recording(path, method: str | None, gamma: str | None) -> int:
     recording = read_recording(path)
     settings = recorded_settings(recording.header.profile)
     model_free = [m.name for m in METHODS.values() if m.builds]
-    method = method or (settings["method"] if settings["method"] in model_free else "ngram")
-    if method not in model_free:
-        raise SpecchatError(f"--method '{method}' is not a model-free proposer", key="--method",
-                            hint="use --method " + " or ".join(model_free))
-    if gamma is None:
-        gamma = settings["num_speculative_tokens"] if method == settings["method"] else 5
-    elif gamma != "auto":
+    methods = method.split(",") if method else [settings["method"] if settings["method"] in model_free else "ngram"]
+    for name in methods:
+        if name not in model_free:
+            raise SpecchatError(f"--method '{name}' is not a model-free proposer", key="--method",
+                                hint="use --method " + " or ".join(model_free) + " (or both, comma-separated)")
+    if gamma is not None and gamma != "auto":
         if not gamma.isdigit() or not 1 <= int(gamma) <= MAX_SPECULATIVE_TOKENS:
             raise SpecchatError(f"--gamma '{gamma}' is not a γ", key="--gamma",
                                 hint=f"give a whole number from 1 to {MAX_SPECULATIVE_TOKENS}, or auto")
         gamma = int(gamma)
-    gamma = gamma or 5
+    events = [t.event for t in recording.events]
+    timed = [e.step.stats for e in events if isinstance(e, StepEvent)]
     low, high = settings["prompt_lookup"]
-    speculation = SpeculationSpec(method=method, num_speculative_tokens=gamma, prompt_lookup_min=low,
-                                  prompt_lookup_max=high, max_speculative_tokens=max(settings["max_gamma"], 1))
-    per_turn, session = simulate([t.event for t in recording.events], speculation, method, gamma,
-                                 settings["max_new_tokens"])
-    recorded = rebuild_metrics(recording)
-    print(clean_line(f"simulated: {method}, γ = {gamma}, n-gram {low}..{high}, T = 0, over {len(per_turn)} turn{'s' if len(per_turn) != 1 else ''} "
-                     f"of {path}"))
     if settings["temperature"]:
         print(clean_line(f"note: recorded at temperature {settings['temperature']:g}: drafts are judged against "
-                         f"the sampled reply as a greedy target would judge them"))
-    for i, steps in enumerate(per_turn, 1):
-        tokens, drafted = sum(1 + s.num_accepted_tokens for s in steps), sum(s.num_draft_tokens for s in steps)
-        kept = sum(s.num_accepted_tokens for s in steps)
-        print(f"turn {i}: {len(steps)} steps, {drafted} drafts, {kept} kept, "
-              f"{tokens / len(steps) if steps else 0:.2f} tokens a step")
-    print(_line("simulated", session))
+                         f"the sampled reply as a greedy target would judge them, so these are estimates"))
+    for name in methods:
+        g = gamma if gamma is not None else (settings["num_speculative_tokens"] if name == settings["method"] else 5)
+        g = g or 5
+        speculation = SpeculationSpec(method=name, num_speculative_tokens=g, prompt_lookup_min=low,
+                                      prompt_lookup_max=high, max_speculative_tokens=max(settings["max_gamma"], 1))
+        per_turn, session = simulate(events, speculation, name, g, settings["max_new_tokens"])
+        print(clean_line(f"simulated: {name}, γ = {g}, n-gram {low}..{high}, T = 0, over {len(per_turn)} "
+                         f"turn{'s' if len(per_turn) != 1 else ''} of {path}"))
+        for i, steps in enumerate(per_turn, 1):
+            tokens, drafted = sum(1 + s.num_accepted_tokens for s in steps), sum(s.num_draft_tokens for s in steps)
+            kept = sum(s.num_accepted_tokens for s in steps)
+            print(f"turn {i}: {len(steps)} steps, {drafted} drafts, {kept} kept, "
+                  f"{tokens / len(steps) if steps else 0:.2f} tokens a step")
+        gain = predicted_gain(timed, [s for steps in per_turn for s in steps])
+        print(_line("simulated", session) + (f"; predicted {gain:.2f}× over plain decoding at this chat's "
+                                             "measured step times" if gain else
+                                             "; no prediction: the chat timed no plain and drafting steps"))
+    recorded = rebuild_metrics(recording)
     print(_line(f"recorded ({settings['method']}, γ = {settings['num_speculative_tokens']})", recorded))
     return 0
+
+
+def predicted_gain(recorded, simulated) -> float | None:
+    """Σ tokens / Σ T(k)/w(0) over the simulated steps, each step's time the cost model's
+    at its context from the recorded chat's own timings (the engine's one cost model)."""
+    from specchat.engine.gamma.cost_model import CostModel
+
+    model = CostModel(max_gamma=16)
+    for stats in recorded:
+        model.observe(stats, ("", ()), stats.draft_source)
+    tokens = cost = 0.0
+    for stats in simulated[1:]:  # the first step ran the prompt: the same for every method
+        model.at(stats.context_tokens)
+        w0, w = model.w(0), model.w(stats.num_draft_tokens)
+        if not w0 or w is None:
+            return None
+        tokens, cost = tokens + 1 + stats.num_accepted_tokens, cost + w / w0
+    return tokens / cost if cost else None
 
 
 def _line(label: str, m) -> str:

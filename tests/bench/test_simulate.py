@@ -99,14 +99,36 @@ def test_the_command_prints_simulated_and_recorded_figures(recording):
     result = in_process("replay", str(recording.path), "--simulate")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    simulated_line = next(line for line in lines if line.startswith("simulated: mean"))
+    simulated_line, predicted = next(line for line in lines if line.startswith("simulated: mean")).split("; ")
     recorded_line = next(line for line in lines if line.startswith("recorded (ngram, γ = 3)"))
     # the same steps (the kept drafts past the last turn's EOS are the recording's alone: live_counts)
     assert simulated_line.rsplit(" in ", 1)[1] == recorded_line.rsplit(" in ", 1)[1]
+    assert predicted.startswith("predicted ") and "× over plain decoding" in predicted
+
+
+def test_both_model_free_proposers_in_one_call_each_with_its_prediction(recording):
+    result = in_process("replay", str(recording.path), "--simulate", "--method", "ngram,suffix")
+    assert result.returncode == 0, result.stderr
+    heads = [line.split(",")[0] for line in result.stdout.splitlines() if line.startswith("simulated: ")]
+    assert heads == ["simulated: ngram", "simulated: mean acceptance length " + heads[1].split("length ")[1],
+                     "simulated: suffix", "simulated: mean acceptance length " + heads[3].split("length ")[1]]
+    assert sum("× over plain decoding" in line for line in result.stdout.splitlines()) == 2
+
+
+def test_the_prediction_is_the_cost_models_over_the_simulated_steps():
+    from specchat.commands.simulate import predicted_gain
+    from specchat.events import StepStats
+
+    # plain steps 10 ms, a step verifying k drafts 10 + 2k ms, all at one context
+    timed = [StepStats(0, 0, 0, total_ms=10.0)] * 3 + [StepStats(k, k, 0, total_ms=10.0 + 2 * k) for k in (1, 3)]
+    simulated = [StepStats(0, 0, 0, prefill_tokens=9), StepStats(3, 3, 2), StepStats(0, 0, 0), StepStats(2, 2, 2)]
+    # 3 + 1 + 3 tokens over 1.6 + 1 + 1.4 plain steps (k = 2 on the line through k = 1 and 3)
+    assert predicted_gain(timed, simulated) == pytest.approx(7 / 4.0)
+    assert predicted_gain(timed[:3], simulated) is None  # no drafting step was timed
 
 
 def test_a_model_method_or_a_bad_gamma_is_one_line(recording):
-    for args in (("--method", "draft_model"), ("--gamma", "0"), ("--gamma", "x")):
+    for args in (("--method", "draft_model"), ("--method", "ngram,eagle3"), ("--gamma", "0"), ("--gamma", "x")):
         result = in_process("replay", str(recording.path), "--simulate", *args)
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
