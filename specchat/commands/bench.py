@@ -20,11 +20,9 @@ GAMMA_DEFAULT = "auto,1,2,3,5,8"  # one chat at a time; N at once runs auto unle
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "bench",
-        help="measure speed-up (tokens/s, TTFT, ITL, acceptance) with vs without speculation",
+        "bench", help="measure speed-up (tokens/s, TTFT, ITL, acceptance) with vs without speculation",
         description="Benchmark speculative decoding against plain decoding (and transformers' assisted "
-                    "generation) on shipped or custom prompt sets. Results go to --out.",
-    )
+                    "generation) on shipped or custom prompt sets. Results go to --out.")
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--prompts", nargs="+", default=["all"], metavar="SET|FILE",
                         help="prompt sets: repetitive, open, unusual, long, all (default), .toml/.jsonl files, "

@@ -13,11 +13,9 @@ import sys
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "demo",
-        help="run a scripted sequence of prompts hands-free (for screen recordings)",
+        "demo", help="run a scripted sequence of prompts hands-free (for screen recordings)",
         description="Run a demo script (prompts as paragraphs, /pause /reset /gamma /temperature "
-        "/thinking directives) against a profile. Default script: the shipped tour.",
-    )
+        "/thinking directives) against a profile. Default script: the shipped tour.")
     parser.add_argument("--script", help="the demo script (default: the shipped demos/tour.txt)")
     parser.add_argument("--profile", "-p", help="profile name or path (default: the default profile)")
     parser.add_argument("--headless", action="store_true", help="print to stdout instead of opening the TUI")

@@ -15,11 +15,9 @@ FORMATS = {"cast": ".cast", "md": ".md", "markdown": ".md"}
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "export",
-        help="export a recorded session as an asciinema .cast or Markdown",
+        "export", help="export a recorded session as an asciinema .cast or Markdown",
         description="Export a recorded session: asciinema v2 .cast (coloured by token provenance) "
-        "or Markdown (transcript plus the session's speculation metrics).",
-    )
+        "or Markdown (transcript plus the session's speculation metrics).")
     parser.add_argument("file", help="a recording (.jsonl), a name in the sessions dir, or 'last'")
     parser.add_argument("--format", "-f", choices=sorted(FORMATS), default="md", help="output format (default md)")
     add_output_arguments(parser)

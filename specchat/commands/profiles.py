@@ -9,11 +9,9 @@ import sys
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "profiles",
-        help="list, show or check profiles",
+        "profiles", help="list, show or check profiles",
         description="Profiles are TOML files: shipped ones, plus your own in the config dir's profiles/ "
-        "(same name overrides). `check` with no path checks all of them.",
-    )
+        "(same name overrides). `check` with no path checks all of them.")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     actions.add_parser("list", help="the available profiles (default action)")
     show = actions.add_parser("show", help="a profile with 'extends' applied, as TOML-like text or JSON")

@@ -17,10 +17,8 @@ RESET = "\x1b[0m"
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "run",
-        help="answer one prompt headlessly (stdout), with speculation metrics",
-        description="Load a profile's models, answer one prompt and print speculation metrics.",
-    )
+        "run", help="answer one prompt headlessly (stdout), with speculation metrics",
+        description="Load a profile's models, answer one prompt and print speculation metrics.")
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--prompt", required=True, help="the user message ('-' reads it from stdin)")
     parser.add_argument("--json", action="store_true", help="JSON lines: one per token, then a summary line")

@@ -27,11 +27,9 @@ DEFAULT_KEY_ENV = "SPECCHAT_API_KEY"
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "serve",
-        help="serve a llama.cpp profile over an OpenAI-compatible HTTP API (several chats batched)",
+        "serve", help="serve a llama.cpp profile over an OpenAI-compatible HTTP API (several chats batched)",
         description="Serve a llama.cpp (GGUF) profile on an OpenAI-compatible HTTP endpoint: /v1/chat/completions, "
-                    "/v1/completions, /v1/models, /health and /metrics (vLLM's spec-decode counters).",
-    )
+                    "/v1/completions, /v1/models, /health and /metrics (vLLM's spec-decode counters).")
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs a key)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")

@@ -18,12 +18,10 @@ from pathlib import Path
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "train-head",
-        help="train an EAGLE-3 draft head on the target's own replies (offline, resumable)",
+        "train-head", help="train an EAGLE-3 draft head on the target's own replies (offline, resumable)",
         description="Self-distil the profile's target on a shipped prompt corpus and train an EAGLE-3 head "
                     "on its hidden states (training-time test). The head is written in the SpecForge/vLLM "
-                    "layout (config.json + model.safetensors). Ctrl+C keeps the last epoch; --resume continues.",
-    )
+                    "layout (config.json + model.safetensors). Ctrl+C keeps the last epoch; --resume continues.")
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--kind", default="eagle3", choices=["eagle3", "medusa"],
                         help="head kind (default eagle3; medusa: Medusa-1 heads on the final hidden state)")

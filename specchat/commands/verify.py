@@ -14,13 +14,11 @@ MAX_CONCURRENCY = 64  # sequences one batched llama.cpp context takes here
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "verify",
-        help="check that speculative sampling matches plain sampling (PASS/FAIL, exit 1 on FAIL)",
+        "verify", help="check that speculative sampling matches plain sampling (PASS/FAIL, exit 1 on FAIL)",
         description="Compare many seeded samples of the next few tokens from speculative and plain sampling "
                     "(total variation + chi-square, against the exact target distribution too), the exact law "
                     "of the sampler's first token read off its code, and a greedy token-by-token diff. Exit 0 on "
-                    "PASS, 1 on FAIL, 2 on usage errors.",
-    )
+                    "PASS, 1 on FAIL, 2 on usage errors.")
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--samples", type=int, default=2000, metavar="N", help="samples of each kind (default 2000)")
     parser.add_argument("--tokens", type=int, default=3, metavar="K", help="tokens per sample (default 3)")
