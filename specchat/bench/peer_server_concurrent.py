@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from specchat.bench.peer_llama_server import (ServerProcess, Streamed, completion_body, start_server,
+from specchat.bench.peer_llama_server import (ServerProcess, Streamed, completion_body, ngram_args, start_server,
                                               stream_completion)
 from specchat.remote.closed_loop import closed_loop
 
@@ -50,9 +50,7 @@ class ConcurrentServerPeer:
 
     def server_args(self, method: str, n: int) -> list[str]:
         """llama-server's arguments for ``method`` with ``n`` slots (without host and port)."""
-        spec = ([] if method == "none" else
-                ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(self.size_n),
-                 "--spec-ngram-simple-size-m", str(self.size_m), "--spec-draft-n-max", str(self.size_m)])
+        spec = [] if method == "none" else ngram_args("ngram-simple", self.size_n, self.size_m)
         return ["-m", str(self.model_path), *spec, "-t", str(self.threads), "-np", str(n),
                 "-c", str(n * self.n_ctx), "--no-kv-unified", "-ngl", str(self.n_gpu_layers)]
 
