@@ -94,24 +94,21 @@ class InspectorScreen(ModalScreen[None]):
     def token(self) -> Token | None:
         return self.tokens[self.index] if self.tokens else None
 
-    def select(self, index: int) -> None:
+    def action_select(self, index: int) -> None:  # a click on token ``index`` (provenance_content)
         if self.tokens:
             self.index = max(0, min(len(self.tokens) - 1, index))
 
-    def action_select(self, index: int) -> None:
-        self.select(index)
-
     def action_move(self, delta: int) -> None:
-        self.select(self.index + delta)
+        self.action_select(self.index + delta)
 
     def action_jump(self, where: int) -> None:
-        self.select(where if where >= 0 else len(self.tokens) - 1)
+        self.action_select(where if where >= 0 else len(self.tokens) - 1)
 
     def action_next_event(self) -> None:
         """Jump to the next resampled or bonus token — where the interesting things happen."""
         for i in range(self.index + 1, len(self.tokens)):
             if self.tokens[i].kind in ("resampled", "bonus"):
-                self.select(i)
+                self.action_select(i)
                 return
         self.notify("no resampled or bonus token after this one")
 
