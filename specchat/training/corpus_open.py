@@ -4,8 +4,8 @@ on a goal, trade-offs, why-questions, how things work, differences, scenes, argu
 
 The first half (corpus.py) crosses 12 request shapes with 50 subjects; a head trained on
 it alone learned that style and drafted open chat worse than its own held-out prompts
-(1.85 against 1.51 tokens a step at γ = 3). These families widen what the target is
-seen answering. None is a prompt of ``specchat bench``'s sets (tests/training/test_corpus.py).
+(docs/benchmarks/why-the-numbers.md). These families widen what the target is seen
+answering. None is a prompt of ``specchat bench``'s sets (tests/training/test_corpus.py).
 """
 
 from __future__ import annotations
