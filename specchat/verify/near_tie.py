@@ -13,19 +13,15 @@ wider is a bug. How close is "near" depends on the precision the logits pass thr
 * bfloat16 / float16 compute, and 4-bit weights (bitsandbytes computes them in bf16 on
   CPU): every activation is rounded to 8 (bf16) or 11 (fp16) significant bits between
   layers, so the two computations differ by whole units in the last place (ULPs) of the
-  logits. Measured on SmolLM2-135M in bf16 and in NF4 (6 prompts × 65 positions, cached
-  single-token steps against 2-, 4- and 6-token verify chunks and against a fresh
-  forward of the whole prefix): the top-two gap moves by a median 0.5–1, p99 3–4 and at
-  most 7 ULPs of bf16 at the top logit's magnitude, and every argmax flip happened at a
-  gap of 0–3 ULPs. A flip needs the gap in one computation to be within that spread,
-  and the gap we report comes from a third computation (a fresh forward of the prefix),
-  which can be off by the spread again: hence twice the p99 spread, **8 ULPs** of the
-  16-bit format at the magnitude of the top logit (1.0 at a logit of 20 in bf16, where
-  one ULP is 0.125; 0.125 in fp16).
+  logits (the spread measured on SmolLM2-135M: docs/benchmarks/why-the-numbers.md). A
+  flip needs the gap in one computation to be within that spread, and the gap we report
+  comes from a third computation (a fresh forward of the prefix), which can be off by
+  the spread again: hence twice the p99 spread, **8 ULPs** of the 16-bit format at the
+  magnitude of the top logit (1.0 at a logit of 20 in bf16, where one ULP is 0.125;
+  0.125 in fp16).
 * 8-bit (LLM.int8): activations are quantised to int8 per row and outlier columns are
-  chosen per batch, so a batch changes the rounding of every row in it; measured the
-  same way the gap moves by a median 2, p99 13, at most 27 bf16 ULPs, flips at gaps up
-  to 6: **32 ULPs** of bf16.
+  chosen per batch, so a batch changes the rounding of every row in it; by the same
+  rule, **32 ULPs** of bf16.
 
 * llama.cpp (``gguf:<type>``): its kernels take other code paths for a batch of tokens
   than for one (and set-up's small-batch attention accumulates in F32 where the
