@@ -177,14 +177,11 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self.loading = clean_line(label or ref or "default")
         self.sub_title = f"loading {self.loading}…" if self.loaded is None else self.sub_title
         self.chat.status.set_text(f"loading {self.loading}…")
-        self._load(ref, loader, adopt)
+        self._load_idle.clear()
+        self._load_worker(ref, loader, adopt)
 
     def pick_profile(self) -> None:
         self.search_commands(profile_commands(self), "profile…")
-
-    def _load(self, ref: str | None, loader: Loader | None = None, adopt: bool = False) -> None:
-        self._load_idle.clear()
-        self._load_worker(ref, loader, adopt)
 
     @work(thread=True, exclusive=True, group="load")
     def _load_worker(self, ref: str | None, loader: Loader | None, adopt: bool) -> None:
