@@ -67,13 +67,8 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
     """Load, merge (``extends``) and validate one profile; raises ProfileError."""
     file = find_profile(name_or_path)
     merged = _read_chain(file, ())
-    texts = {}
-
-    def line_of(key_path):
-        text = texts.setdefault(file, _read_text(file))
-        return find_key_line(text, key_path)
-
-    return build_profile(file.stem, merged, file, line_of)
+    # the line of a key is looked up only for an error, so the file is read again then
+    return build_profile(file.stem, merged, file, lambda key_path: find_key_line(_read_text(file), key_path))
 
 
 def load_all_profiles() -> tuple[list[Profile], list[SpecchatError]]:
