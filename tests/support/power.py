@@ -39,6 +39,15 @@ class EveryStep(Controller):
         return Assessment()
 
 
+def without_forecasts(engine):
+    """``engine``, its controller answering ``assess`` with an empty Assessment (as before
+    anything is measured): for sampling loops that read tokens, never a step's forecast,
+    where refitting the cost model for one every step costs ~10-18 % of a sample. The
+    controller's choices of γ, and what it observes, are unchanged."""
+    engine.controller.assess = lambda k, source: Assessment()
+    return engine
+
+
 def growing_counts(engine, prompt, params, samples, length):
     """Yields (n, counts) after each of the seeded ``length``-token continuations (seed =
     sample index, counts of each continuation so far: one dict, updated in place)."""
