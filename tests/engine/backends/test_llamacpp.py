@@ -268,9 +268,11 @@ def test_bench_on_a_gguf_target_has_llama_cpp_python_peer_rows(tmp_path, gguf):
                  "--max-new-tokens", "6", "--no-warmup", "--peer-model", str(gguf), "--out", str(out)])
     assert code == 0
     results = json.loads((out / "results.json").read_text())
-    from specchat.bench.peer_llama_server import server_bin_dir
+    from specchat.bench.peer_llama_server import ngram_types, server_bin_dir
 
-    server = ["peer:none (llama-server)"] if server_bin_dir() is not None else []  # `make llama-server` built it
+    # `make llama-server` built it: its plain row, and one for each n-gram --spec-type it lists
+    server = ["peer:none (llama-server)", *(f"peer:{t} (llama-server)" for t in ngram_types())] \
+        if server_bin_dir() is not None else []
     names = [c["name"] for c in results["configs"]]
     assert names == ["none", "ngram γ=2", "peer:none", f"peer:none ({gguf.name})", *server, "peer:ngram γ=2"]
     assert results["environment"]["backend"] == "llama.cpp" and results["environment"]["llama_cpp_python"]
