@@ -6,12 +6,17 @@ context lengths (a plain step is k = 0; attention makes all of them grow with th
 context), and the proposer's cost per draft from a short greedy generation; the expected
 speed-up over α × γ then follows from the same formula the panel's prediction uses
 (telemetry.predicted_speedup: E(γ) / (γ·c + v(γ)), with E(γ) = (1 − α^(γ+1)) / (1 − α)),
-with each γ's break-even α and, per α, the best γ. Measured α from a recording can be
-given (``--alpha-from``).
+with each γ's break-even α and, per α, the best γ. Measured acceptance can be given
+(``--alpha-from``: a recording or bench's results.json): besides its α in the geometric
+formula, its steps as run — each one's context, drafts and drafts kept — are priced with
+these costs (:func:`as_run`). That is the one honest reading for a proposer whose
+acceptance is not i.i.d.: prompt lookup's drafts are kept nearly all or none, and a
+geometric α fitted to them over-predicts it.
 """
 
 from __future__ import annotations
 
+import bisect
 import random
 import statistics
 from dataclasses import dataclass
@@ -36,6 +41,13 @@ class Costs:
     draft_ms: float | dict[int, float]  # per context where the draft's own step was timed at each
     source: str
     spread: dict[int, float] | None = None  # per context: the widest (p75 − p25) / median of its points
+
+    @classmethod
+    def from_report(cls, figures: dict) -> "Costs":
+        """The costs behind :func:`report`'s figures (plan --json's)."""
+        contexts = figures["contexts"]
+        return cls({int(L): f["step_ms"] for L, f in contexts.items()},
+                   {int(L): f["draft_ms"] for L, f in contexts.items()}, figures["source"])
 
     def draft_at(self, context: int) -> float:
         return self.draft_ms[context] if isinstance(self.draft_ms, dict) else self.draft_ms
@@ -150,3 +162,41 @@ def report(costs: Costs, alphas: tuple[float, ...] = ALPHAS) -> dict:
             "spread": (costs.spread or {}).get(context),
         }
     return out
+
+
+def _at(table: dict[int, float], context: int) -> float:
+    """``table`` (measured context → value) at ``context``: on the line between the two
+    measured contexts around it; the nearest one's value outside them (no extrapolation)."""
+    xs = sorted(table)
+    if context <= xs[0] or len(xs) == 1:
+        return table[xs[0]]
+    if context >= xs[-1]:
+        return table[xs[-1]]
+    i = bisect.bisect_left(xs, context)
+    x0, x1 = xs[i - 1], xs[i]
+    return table[x0] + (table[x1] - table[x0]) * (context - x0) / (x1 - x0)
+
+
+def step_cost(costs: Costs, context: int, k: int) -> tuple[float, float]:
+    """(a plain step's ms, a step verifying k drafts' ms, its drafting included) after
+    ``context`` tokens; k beyond the measured ones on the line through the last two."""
+    top = min(len(steps) for steps in costs.step_ms.values()) - 1
+
+    def ms(j: int) -> float:
+        return _at({L: steps[j] for L, steps in costs.step_ms.items()}, context)
+
+    verify = ms(k) if k <= top else ms(top) + (k - top) * (ms(top) - ms(top - 1))
+    return ms(0), verify + k * _at({L: costs.draft_at(L) for L in costs.step_ms}, context)
+
+
+def as_run(costs: Costs, steps: list[tuple[int, int, int]]) -> float | None:
+    """The speed-up over plain decoding of ``steps`` (context, drafts verified, drafts
+    kept) as a task ran them, priced with these costs: each step yields kept + 1 tokens
+    in the time of a step verifying its drafts (drafting included), where plain decoding
+    takes a plain step's time a token at the same context. None without a step."""
+    plain = spec = 0.0
+    for context, k, kept in steps:
+        w0, wk = step_cost(costs, context, k)
+        plain += (kept + 1) * w0
+        spec += wk
+    return plain / spec if spec else None

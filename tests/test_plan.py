@@ -5,7 +5,14 @@
   the formula crosses 1) and the best γ per α (the row's largest, none below 1×).
 * break_even against the closed form: with free drafts (c = 0) and v(γ) = 1 + γ/10, γ = 1
   pays once 1 + α > 1.1, i.e. above α = 0.1. A bisection turned the wrong way fails it.
-* Bad input is one line: --repeats 0, a file that is no recording for --alpha-from.
+* as_run prices a task's steps as run with these costs, exactly: each step's kept + 1
+  tokens against plain steps at the same context, its drafts' time and its verify step's
+  (costs on the line between measured contexts, the nearest one's outside them). Pricing
+  every step at one context, or leaving the drafting out, fails it.
+* --alpha-from takes bench's results.json: per configuration and set, its α and its steps
+  as run, each request's prompt step left out.
+* Bad input is one line: --repeats 0, a file that is no recording for --alpha-from, a
+  JSON file that is no bench results.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import json
 
 import pytest
 
-from specchat.plan import Costs, break_even, report
+from specchat.plan import Costs, as_run, break_even, report
 from specchat.telemetry import predicted_speedup
 
 
@@ -38,16 +45,51 @@ def test_the_best_gamma_is_the_rows_largest_and_none_below_one():
         assert best == (row.index(max(row)) + 1 if max(row) > 1 else 0)
 
 
-def test_plan_measures_the_tiny_model_and_prints_json(tiny_ngram_profile_path, capsys):
-    from specchat.cli import main
+def test_as_run_prices_each_step_at_its_own_context():
+    # plain 10 ms at 256 tokens and 20 ms at 1,024; each draft verified adds 2 (4) ms; drafting 1 (3) ms a draft
+    measured = Costs({256: [10.0 + 2 * k for k in range(9)], 1024: [20.0 + 4 * k for k in range(9)]},
+                     {256: 1.0, 1024: 3.0}, "test")
+    # 4 drafts all kept at 256; 4 drafts none kept at 640 (halfway: plain 15, +3 a draft, 2 ms drafting); plain at 2,000
+    steps = [(256, 4, 4), (640, 4, 0), (2000, 0, 0)]
+    plain = 5 * 10.0 + 1 * 15.0 + 1 * 20.0
+    spec = (10.0 + 8 + 4 * 1.0) + (15.0 + 12 + 4 * 2.0) + 20.0
+    assert as_run(measured, steps) == pytest.approx(plain / spec)
+    assert as_run(measured, [(100, 2, 1)]) == pytest.approx(2 * 10.0 / (14.0 + 2.0))  # below 256: 256's costs
+    assert as_run(measured, [(256, 10, 10)]) == pytest.approx(11 * 10.0 / (30.0 + 10.0))  # k > 8: on the line
+    assert as_run(measured, []) is None
 
-    assert main(["plan", "--profile", str(tiny_ngram_profile_path), "--repeats", "1", "--json"]) == 0
+
+def test_plan_measures_the_tiny_model_and_prints_json(tiny_ngram_profile_path, capsys, tmp_path):
+    import dataclasses
+
+    from specchat.cli import main
+    from specchat.events import StepStats
+
+    def row(config, set_name, steps):
+        return {"config": config, "set": set_name, "steps": [dataclasses.asdict(StepStats(*s[:3], prefill_tokens=s[3],
+                                                                                          context_tokens=300))
+                                                             for s in steps]}
+
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"rows": [row("ngram γ=auto", "open", [(0, 0, 0, 20), (3, 3, 3, 0), (0, 0, 0, 0)]),
+                                            row("ngram γ=auto", "code", [(2, 2, 0, 0)]),
+                                            row("none", "open", [(0, 0, 0, 20), (0, 0, 0, 0)])],
+                                   "aggregates": {"sets": {"open": {"ngram γ=auto": {"alpha": 0.75}}}}}))
+    assert main(["plan", "--profile", str(tiny_ngram_profile_path), "--repeats", "1", "--json",
+                 "--alpha-from", str(results)]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert list(figures["contexts"]) == ["256"]  # 1,024 and 4,096 do not fit a 512-token context
     f = figures["contexts"]["256"]
     assert len(f["step_ms"]) == 9 and all(t > 0 for t in f["step_ms"]) and f["v"][0] == 1.0
     assert len(f["speedup"]) == len(f["alphas"]) and all(len(row) == 8 for row in f["speedup"])
     assert figures["source"] == "ngram" and figures["draft_ms"] >= 0
+    measured = {(m["config"], m["set"]): m for m in figures["measured"]}
+    assert set(measured) == {("ngram γ=auto", "open"), ("ngram γ=auto", "code"), ("ngram γ=auto", "all")}
+    assert measured[("ngram γ=auto", "open")]["alpha"] == 0.75 and measured[("ngram γ=auto", "code")]["alpha"] is None
+    costs = Costs.from_report(figures)  # the prompt step left out: two steps priced
+    assert measured[("ngram γ=auto", "open")]["as_run"] == pytest.approx(as_run(costs, [(300, 3, 3), (300, 0, 0)]))
+    assert measured[("ngram γ=auto", "all")]["as_run"] == pytest.approx(
+        as_run(costs, [(300, 3, 3), (300, 0, 0), (300, 2, 0)]))
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -60,3 +102,15 @@ def test_bad_input_is_one_line(tiny_ngram_profile_path, capsys, argv, says):
     assert main(["plan", "--profile", str(tiny_ngram_profile_path), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("text", ['{"rows": [{"config": "x"}]}', '{"rows": [{"config": "a", "set": "b", '
+                                  '"steps": [{"num_speculative_tokens": 1, "num_draft_tokens": -1, '
+                                  '"num_accepted_tokens": 0}]}]}', "[1, 2", '{"rows": []}'])
+def test_a_json_that_is_no_bench_results_is_one_line(tiny_ngram_profile_path, capsys, tmp_path, text):
+    from specchat.cli import main
+
+    (tmp_path / "r.json").write_text(text)
+    assert main(["plan", "--profile", str(tiny_ngram_profile_path), "--alpha-from", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(tmp_path / "r.json") in err and len(err.splitlines()) == 1, err

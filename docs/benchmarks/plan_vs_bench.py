@@ -10,6 +10,9 @@ plan's costs at the context nearest the set's mean context:
 
     predicted = (m·E(γ) + 1 − m) / (m·(γ·c + v(γ)) + 1 − m),  E(γ) = (1 − α^(γ+1)) / (1 − α)
 
+and, last, bench's steps as run (each one's context, drafts and drafts kept: the task's
+acceptance as it came, not a geometric α) priced with plan's costs (specchat.plan.as_run,
+what `plan --alpha-from results.json` prints), all
 held against bench's measured speed-up over our plain decoding, both of decoding alone
 (each request's prompt step left out of both rows' time and tokens: plan knows nothing
 of prompts) and end to end as bench reports it.
@@ -25,6 +28,7 @@ import argparse
 import json
 import statistics
 
+from specchat.plan import Costs, as_run
 from specchat.telemetry import expected_tokens_per_round
 
 
@@ -44,8 +48,8 @@ def main() -> None:
     plan = json.load(open(args.plan))
     bench = json.load(open(args.bench))
     print("| set | α | m | context | plan's γ | predicted | drafts a step | predicted there | measured, decoding "
-          "| off (best γ / there) | measured, end to end |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| off (best γ / there) | as run | off (as run) | measured, end to end |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, figures in bench["aggregates"]["sets"].items():
         mine = [r for r in bench["rows"] if r["config"] == args.config and (name == "all" or r["set"] == name)]
         plain = [r for r in bench["rows"] if r["config"] == "none" and (name == "all" or r["set"] == name)]
@@ -69,9 +73,12 @@ def main() -> None:
         low = min(int(mean_k), len(v) - 2)
         there = predicted(low) + (mean_k - low) * (predicted(low + 1) - predicted(low)) if low else predicted(1)
         measured = decode_speedup(mine, plain)
+        priced = as_run(Costs.from_report(plan), [(s.get("context_tokens", 0), s["num_draft_tokens"],
+                                                    s["num_accepted_tokens"]) for s in steps])
         print(f"| {name} | {alpha:.2f} | {m:.2f} | {context:.0f} → {nearest} | {gamma} | {predicted(gamma):.2f}× "
               f"| {mean_k:.1f} | {there:.2f}× | {measured:.2f}× | {predicted(gamma) / measured - 1:+.0%} / "
-              f"{there / measured - 1:+.0%} | {figures[args.config]['speedup']:.2f}× |")
+              f"{there / measured - 1:+.0%} | {priced:.2f}× | {priced / measured - 1:+.0%} "
+              f"| {figures[args.config]['speedup']:.2f}× |")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--alpha-from", metavar="FILE",
-                        help="a recording (path, name or 'last'): mark its measured α in the tables")
+                        help="measured acceptance: a recording (path, name or 'last') or a bench results.json; "
+                             "prints its α in the geometric formula and its steps as run priced with these costs")
     parser.add_argument("--repeats", type=int, default=7, metavar="N", help="timed forwards per point (default 7)")
     parser.add_argument("--synthetic", metavar="PAIR", choices=sorted(PAIRS),
                         help="time random-weight GGUFs in the shapes of a real pair instead of a profile, built once "
@@ -47,9 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.repeats <= 100:
         raise SpecchatError(f"--repeats {args.repeats} is out of range", key="--repeats", hint="use 1 to 100")
     contexts = _contexts(args.contexts, (256, 1024) if args.synthetic else None)
-    alpha = _alpha_from(args.alpha_from) if args.alpha_from else None
+    measured = _measured(args.alpha_from) if args.alpha_from else None
     if args.synthetic:
-        return _print(synthetic(args.synthetic, contexts, args.repeats, args.backend, args.device), args, alpha)
+        return _print(synthetic(args.synthetic, contexts, args.repeats, args.backend, args.device), args, measured)
     profile = load_profile(args.profile)
     from specchat.remote import is_remote
 
@@ -85,11 +86,15 @@ def run(args: argparse.Namespace) -> int:
     figures = report(costs)
     figures.update(profile=profile.name, target=loaded.target.name, precision=loaded.target.precision,
                    cpu_others=share, busy_machine=share is not None and share > BUSY_SHARE)
-    return _print(figures, args, alpha)
+    return _print(figures, args, measured)
 
 
-def _print(figures: dict, args: argparse.Namespace, alpha: float | None) -> int:
-    figures["measured_alpha"] = alpha
+def _print(figures: dict, args: argparse.Namespace, measured: list[dict] | None) -> int:
+    if measured is not None:
+        from specchat.plan import Costs, as_run
+
+        costs = Costs.from_report(figures)
+        figures["measured"] = [{**m, "as_run": as_run(costs, m.pop("steps"))} for m in measured]
     if args.json:
         print(json.dumps(figures))
     else:  # the profile's name and the model's precision are a file's words: cleaned
@@ -166,9 +171,40 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str =
 DRAFT_PROMPT = "Repeat this sentence three times: the quick brown fox jumps over the lazy dog."
 
 
-def _alpha_from(name: str) -> float:
+def _measured(name: str) -> list[dict]:
+    """What a recording, or bench's results.json (per configuration and prompt set, and
+    "all"), measured: its α and its steps as run, (context, drafts verified, drafts kept),
+    each request's prompt step left out (plan knows nothing of prompts)."""
     from specchat.errors import SpecchatError
-    from specchat.events import TurnFinished
+    from specchat.events import StepEvent, StepStats, TurnFinished
+
+    def run_of(stats) -> list[tuple[int, int, int]]:
+        return [(s.context_tokens, s.num_draft_tokens, s.num_accepted_tokens) for s in stats if not s.prefill_tokens]
+
+    if name.endswith(".json"):  # bench's; untrusted like any file: every step is checked as a recording's is
+        from specchat.sessions.validate import check_step_stats
+
+        def checked(step: dict) -> StepStats:
+            check_step_stats(step, "rows[].steps[]")
+            return StepStats(**step)
+
+        try:
+            results = json.loads(open(name, encoding="utf-8").read())
+            groups: dict[tuple[str, str], list] = {}
+            for row in results["rows"]:
+                steps = run_of(checked(step) for step in row["steps"])
+                for key in ((row["config"], row["set"]), (row["config"], "all")):
+                    groups.setdefault((str(key[0]), str(key[1])), []).extend(steps)
+            sets = results.get("aggregates", {}).get("sets", {})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise SpecchatError(f"not a bench results.json ({type(e).__name__}: {e})", file=name,
+                                hint="give the results.json that specchat bench wrote") from None
+        out = [{"config": config, "set": set_name, "steps": steps,
+                "alpha": (sets.get(set_name, {}).get(config) or {}).get("alpha")}
+               for (config, set_name), steps in groups.items() if any(k for _, k, _ in steps)]
+        if not out:
+            raise SpecchatError("no configuration in it drafted", file=name, hint="give a bench run with speculation")
+        return out
     from specchat.sessions.locate import locate
     from specchat.sessions.reader import read_recording
 
@@ -179,7 +215,8 @@ def _alpha_from(name: str) -> float:
     if not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
         raise SpecchatError("the recording has no measured α (no turn that drafted)", file=str(recording.path),
                             hint="give a recording of a chat that speculated")
-    return float(alpha)
+    steps = run_of(t.event.step.stats for t in recording.events if isinstance(t.event, StepEvent))
+    return [{"config": "recording", "set": recording.path.name, "steps": steps, "alpha": float(alpha)}]
 
 
 def render(figures: dict) -> str:
@@ -187,7 +224,7 @@ def render(figures: dict) -> str:
 
     lines = [f"plan: {figures['profile']} on {figures['target']} ({figures['precision']}), proposer "
              f"{figures['source']}: {figures['draft_ms']:.2f} ms a draft"]
-    alpha = figures.get("measured_alpha")
+    measured = figures.get("measured") or []
     if figures.get("busy_machine"):
         lines.append(f"busy machine: other processes used {figures['cpu_others']:.0%} of the CPU while timing — "
                      "these costs are not to be trusted; rerun on a quiet machine")
@@ -203,10 +240,15 @@ def render(figures: dict) -> str:
                          "more --repeats, or a quieter machine, before trusting these ratios")
         lines.append("  break-even α: " + " ".join(f"γ={g} {'–' if b is None else f'{b:.2f}'}"
                                                   for g, b in enumerate(f["break_even_alpha"], 1)))
-        if alpha is not None:
-            from specchat.telemetry import predicted_speedup
+        for m in measured:
+            if isinstance(m["alpha"], (int, float)):
+                from specchat.telemetry import predicted_speedup
 
-            row = [predicted_speedup(alpha, g, f["c"], f["v"][g]) for g in range(1, len(f["v"]))]
-            best = max(range(len(row)), key=row.__getitem__)
-            lines.append(f"  at the recording's α = {alpha:.2f}: best γ = {best + 1}, {row[best]:.2f}×")
+                row = [predicted_speedup(m["alpha"], g, f["c"], f["v"][g]) for g in range(1, len(f["v"]))]
+                best = max(range(len(row)), key=row.__getitem__)
+                lines.append(f"  at {m['config']} on {m['set']}'s α = {m['alpha']:.2f} (geometric): "
+                             f"best γ = {best + 1}, {row[best]:.2f}×")
+    if measured:
+        lines += ["", "their steps as run (each one's context, drafts and drafts kept), priced with these costs:"]
+        lines += [f"  {m['config']} on {m['set']}: {m['as_run']:.2f}×" for m in measured if m["as_run"] is not None]
     return "\n".join(lines)

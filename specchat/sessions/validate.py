@@ -134,6 +134,15 @@ def _metrics(value: dict[str, Any], where: str) -> None:
                                      f"\"does not pay\" or null, not {_describe(figures['verdict'])}")
 
 
+def check_step_stats(value: Any, where: str) -> None:
+    """A step's figures from any file (a recording's step, bench's results.json): their
+    types, then what the figures must say of each other; raises :class:`FieldError`."""
+    from specchat.events import StepStats
+
+    _check_dataclass(value, StepStats, where)
+    _step_stats(value, where)
+
+
 def _step_stats(value: dict[str, Any], where: str) -> None:
     # Telemetry sizes its histogram by these counts and indexes it by the accepted one.
     # A tree's drafts (num_draft_tokens) may outnumber γ: up to siblings nodes a depth.
