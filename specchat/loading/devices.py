@@ -119,5 +119,6 @@ def _import_bitsandbytes() -> None:
     import logging
 
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    logging.getLogger("kernels").setLevel(logging.ERROR)  # kernels ≥ 0.19 warns offline that it skips a Hub check
     import bitsandbytes  # noqa: F401
 
