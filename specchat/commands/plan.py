@@ -196,11 +196,12 @@ def _measured(name: str) -> list[dict]:
                 for key in ((row["config"], row["set"]), (row["config"], "all")):
                     groups.setdefault((str(key[0]), str(key[1])), []).extend(steps)
             sets = results.get("aggregates", {}).get("sets", {})
+            alphas = {key: (sets.get(key[1], {}).get(key[0]) or {}).get("alpha") for key in groups}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise SpecchatError(f"not a bench results.json ({type(e).__name__}: {e})", file=name,
                                 hint="give the results.json that specchat bench wrote") from None
         out = [{"config": config, "set": set_name, "steps": steps,
-                "alpha": (sets.get(set_name, {}).get(config) or {}).get("alpha")}
+                "alpha": a if isinstance(a := alphas[config, set_name], (int, float)) and 0 <= a <= 1 else None}
                for (config, set_name), steps in groups.items() if any(k for _, k, _ in steps)]
         if not out:
             raise SpecchatError("no configuration in it drafted", file=name, hint="give a bench run with speculation")
@@ -221,6 +222,7 @@ def _measured(name: str) -> list[dict]:
 
 def render(figures: dict) -> str:
     from specchat.plan import NOISY
+    from specchat.telemetry import predicted_speedup
 
     lines = [f"plan: {figures['profile']} on {figures['target']} ({figures['precision']}), proposer "
              f"{figures['source']}: {figures['draft_ms']:.2f} ms a draft"]
@@ -241,9 +243,7 @@ def render(figures: dict) -> str:
         lines.append("  break-even α: " + " ".join(f"γ={g} {'–' if b is None else f'{b:.2f}'}"
                                                   for g, b in enumerate(f["break_even_alpha"], 1)))
         for m in measured:
-            if isinstance(m["alpha"], (int, float)):
-                from specchat.telemetry import predicted_speedup
-
+            if m["alpha"] is not None:
                 row = [predicted_speedup(m["alpha"], g, f["c"], f["v"][g]) for g in range(1, len(f["v"]))]
                 best = max(range(len(row)), key=row.__getitem__)
                 lines.append(f"  at {m['config']} on {m['set']}'s α = {m['alpha']:.2f} (geometric): "
