@@ -1,5 +1,6 @@
 """Suffix decoding (SuffixDecoding, Oliaro et al. 2024, arXiv 2411.04975; vLLM's ``suffix``
-method, after ArcticInference's suffix_tree.cc), over the request's own context.
+method, after ArcticInference's suffix_tree.cc), over the request's own context and,
+given a store, this user's earlier replies.
 
 Where prompt lookup (NgramProposer) copies what followed one chosen earlier occurrence of
 the context's last tokens, suffix decoding walks what followed all of them, as a suffix
@@ -12,8 +13,15 @@ deep; a split one stops at the split), and Σ score is the number of drafts the 
 expects kept. Drafts are point masses: verified like prompt lookup's, exact whatever
 they are.
 
-Not here yet: the global tree over earlier chats' replies (the paper's cross-request
-speed-up), and Σ score as the cost gate's acceptance estimate (the adaptive controller
+The global tree (the paper's cross-request speed-up): with a :class:`SuffixStore` of this
+user's earlier replies (``store``; engine/proposers/suffix_store.py), the occurrences of
+the context's last n tokens in those replies join the walk after the context's own — the
+context's most recent first, then the store's newest — up to MAX_OCCURRENCES in all, so
+a request that has nothing of its own to copy drafts from what the model wrote before.
+An occurrence in the store ends where its reply did: when most of them ended there,
+drafting stops. Its drafts are point masses as well.
+
+Not here yet: Σ score as the cost gate's acceptance estimate (the adaptive controller
 keys its estimates on the match, as it does for prompt lookup).
 """
 
@@ -23,6 +31,7 @@ from collections import Counter
 
 from specchat.engine.proposers.base import NgramProposer
 from specchat.engine.proposers.ngram_index import MATCH_CAP, MAX_OCCURRENCES, NgramMatch
+from specchat.engine.proposers.suffix_store import END, SuffixStore
 
 MIN_SCORE = 0.1  # a draft is kept only while the occurrences' agreement product stays above this
 
@@ -32,41 +41,47 @@ class SuffixProposer(NgramProposer):
 
     def __init__(self, num_speculative_tokens: int | str = 5, prompt_lookup_min: int = 1,
                  prompt_lookup_max: int = 3, max_speculative_tokens: int | None = None,
-                 min_score: float = MIN_SCORE) -> None:
+                 min_score: float = MIN_SCORE, store: SuffixStore | None = None) -> None:
         super().__init__(num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, max_speculative_tokens)
         self.min_score = min_score
+        self.store = store  # earlier replies (the global tree); None: the request's context alone
         self.scores: list[float] = []  # the last lookup's draft scores (Σ: drafts expected kept)
 
     def _find(self, ids: list[int], k: int) -> tuple[list[int], NgramMatch | None]:
-        index = self._index
+        index, store = self._index, self.store
         index.sync(ids, self.prompt_lookup_max)
         end = len(ids) - 1
         for n in range(min(self.prompt_lookup_max, end), self.prompt_lookup_min - 1, -1):
-            positions = index.positions(ids[end - n + 1:], n)[-1 - MAX_OCCURRENCES:-1]  # not the context's own end
-            if not positions:
-                continue
+            gram = ids[end - n + 1:]
             # most recent first: a tie goes to the latest text, as prompt lookup's does
-            cursors, draft, self.scores, score = [j + 1 for j in reversed(positions)], [], [], 1.0
-            first = Counter(ids[c] for c in cursors)
+            found = [(ids, j) for j in reversed(index.positions(gram, n)[-1 - MAX_OCCURRENCES:-1])]  # not the end
+            if store is not None and len(found) < MAX_OCCURRENCES:
+                found += [(store.tokens, j) for j in reversed(store.positions(gram)[-(MAX_OCCURRENCES - len(found)):])]
+            if not found:
+                continue
+            # a cursor: (the text, where in it the occurrence goes on); the context's own
+            # cursors stop at its end, the store's at their reply's END
+            cursors, draft, self.scores, score = [(text, j + 1) for text, j in found], [], [], 1.0
+            first = Counter(text[c] for text, c in cursors)
             while len(draft) < k and cursors:
-                votes = Counter(ids[c] for c in cursors)
+                votes = Counter(text[c] for text, c in cursors)
                 token, count = votes.most_common(1)[0]
                 score *= count / len(cursors)
-                if score < self.min_score:
+                if token == END or score < self.min_score:  # most of them ended their reply here
                     break
                 draft.append(token)
                 self.scores.append(score)
-                cursors = [c + 1 for c in cursors if ids[c] == token and c + 1 <= end]
+                cursors = [(text, c + 1) for text, c in cursors if text[c] == token and c + 1 < len(text)]
             agreeing = first[draft[0]] - 1 if draft else 0
-            longest = max(_agreement(ids, j, n) for j in positions)
-            return draft, NgramMatch(longest, agreeing, len(positions) - 1 - agreeing)
+            longest = max(_agreement(text, j, ids, n) for text, j in found)
+            return draft, NgramMatch(longest, agreeing, len(found) - 1 - agreeing)
         return [], None
 
 
-def _agreement(ids: list[int], j: int, n: int) -> int:
-    """How far back (≤ MATCH_CAP) the text ending at ``j`` agrees with the context's end,
-    given that its last ``n`` tokens do."""
+def _agreement(text: list[int], j: int, ids: list[int], n: int) -> int:
+    """How far back (≤ MATCH_CAP) ``text`` ending at ``j`` agrees with the context's end,
+    given that its last ``n`` tokens do (END, before each of the store's replies, agrees with no id)."""
     end, agree = len(ids) - 1, n
-    while agree < MATCH_CAP and j >= agree and ids[j - agree] == ids[end - agree]:
+    while agree < MATCH_CAP and j >= agree and agree <= end and text[j - agree] == ids[end - agree]:
         agree += 1
     return agree

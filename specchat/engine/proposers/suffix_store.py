@@ -44,7 +44,7 @@ SEPARATOR = 0xFFFFFFFF  # after each reply on disk; never an id
 END = -1  # the separator in memory: equal to no id, so no match runs across it
 MAX_HEADER = 4096  # bytes of the JSON line
 MAX_FILE = 64 << 20  # a larger file is refused before it is read
-SCAN = 4096  # most recent occurrences of a pair looked through for a longer n-gram
+SCAN = 1024  # most recent occurrences of a pair looked through for a longer n-gram
 
 
 class SuffixStoreError(SpecchatError):

@@ -116,3 +116,33 @@ def test_a_directory_or_a_missing_file_is_one_line(tmp_path):
 def test_the_header_is_json_with_the_magic(tmp_path):
     head = saved(tmp_path).read_bytes().split(b"\n", 1)[0]
     assert json.loads(head)["magic"] == MAGIC
+
+
+def test_a_second_chat_drafts_from_the_first_chats_reply_through_the_store():
+    reply = [40, 41, 42, 43, 44, 45, 46]
+    store = SuffixStore(FP, VOCAB)
+    first = SuffixProposer(6, 1, 3, store=store)
+    first.lookup([1, 2, 3] + reply, 6)
+    store.add(reply)  # the first chat's reply, finished
+    context = [7, 8, 9, 40, 41]  # a new chat: its own context has no earlier 40, 41
+    alone, _ = SuffixProposer(6, 1, 3).lookup(context, 6)
+    assert alone == []
+    draft, match = SuffixProposer(6, 1, 3, store=store).lookup(context, 6)
+    assert draft == [42, 43, 44, 45, 46] and match.length == 2  # stops where the reply ended
+
+
+def test_the_context_outvotes_the_store_and_a_split_stops_the_draft():
+    store = SuffixStore(FP, VOCAB, [[5, 6, 7, 8]])
+    proposer = SuffixProposer(6, 1, 3, store=store)
+    draft, match = proposer.lookup([5, 6, 9, 1, 5, 6], 6)
+    # one occurrence each, split 1:1: the context's (→ 9, the latest) wins the tie
+    assert draft == [9, 1, 5, 6] and proposer.scores[0] == 0.5 and match.rival == 1
+    proposer.observe(0)
+    draft, _ = proposer.lookup([5, 6, 9, 2, 5, 6, 9, 3, 5, 6], 6)
+    assert draft[0] == 9 and proposer.scores[0] == pytest.approx(2 / 3)
+
+
+def test_drafts_are_only_ids_never_the_stores_reply_end():
+    store = SuffixStore(FP, VOCAB, [[3, 4], [3, 4], [3, 5, 6]])
+    draft, _ = SuffixProposer(6, 1, 3, store=store, min_score=0.0).lookup([9, 3], 6)
+    assert draft == [4] and all(0 <= t < VOCAB for t in draft)
