@@ -141,14 +141,14 @@ def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None
         verdicts.append((proposal, result, settled))
     end = timer.mark()  # one time for the whole step, before anything is handed out
     if plan is not None:
-        planner.observe(rows, timer.ms(decoded - 1, end), timer.ms(0, decoded - 1), prompts > 0,
+        planner.observe_batch(rows, timer.ms(decoded - 1, end), timer.ms(0, decoded - 1), prompts > 0,
                         [(len(p.tokens), r.num_accepted) if d else (0, 0) for (p, r, _), d in zip(verdicts, planned)])
     others, out = runner.cpu_others(), []
     for i, (s, (proposal, result, settled)) in enumerate(zip(seqs, verdicts)):
         k = len(proposal.tokens)
         source = (proposal.source or s.proposer.kind) if k else ""
         if planned[i]:
-            assessed, gain, marginal = planner.assess(plan, i)
+            assessed, gain, marginal = planner.assess_planned(plan, i)
         else:
             assessed, gain, marginal = s.controller.assess(k, source), chosen[i][1], None
         # each sequence drafted on its own (its own time); the target's pass and the step are shared
@@ -175,7 +175,7 @@ def choose(seqs: list[Sequence], planner: BatchGamma | None = None) -> tuple[lis
     gammas = [max(0, min(g, s.cap())) for s, (g, _) in zip(seqs, chosen)]
     plan = None
     if any(planned):  # the fixed-γ sequences' drafts run anyway: to the plan they are rows like the pending ones
-        drafts, plan = planner.choose(seqs, gammas)
+        drafts, plan = planner.choose_batch(seqs, gammas)
         gammas = [d if p else g for d, g, p in zip(drafts, gammas, planned)]
     return gammas, chosen, planned, plan
 

@@ -50,8 +50,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specchat.engine.gamma.controller import AcceptanceKey, Assessment, acceptance_key, key_prior
-from specchat.engine.gamma.cost_model import CostModel, Ewma, RecentMedian, line
+from specchat.engine.gamma.controller import AcceptanceKey, Assessment, Controller, acceptance_key, key_prior
+from specchat.engine.gamma.cost_model import Ewma, RecentMedian, line
 from specchat.engine.proposers import Candidate
 
 PROBE_BUDGET = 0.01  # probes add at most this share of the plain steps' time
@@ -97,10 +97,16 @@ class BatchPlan:
     marginal_ms: float | None
 
 
-class BatchGamma:
+class BatchGamma(Controller):
+    """The controller of a batch's point-mass drafts under γ = auto. Like every controller
+    it keeps its acceptance estimates in the one cost model (``model``, per acceptance key)
+    and recommends from them; unlike a sequence's, it chooses for many sequences at once
+    (:meth:`choose_batch`, :meth:`assess_planned`, :meth:`observe_batch`), and times steps
+    by their rows, not by k. A sequence alone is never planned here: its own controller's
+    E(k)/T(k) is this plan at N = 1, measured on its lane's every step (``plans``)."""
+
     def __init__(self, max_gamma: int, probe_every: int = 24, window: int = 9) -> None:
         self.max_gamma = max_gamma
-        self.acceptance = CostModel(max_gamma)  # its acceptance per key; step times are kept here
         self.plain_ms: dict[int, RecentMedian] = {}  # pending rows → a plain step's time (decode and reading)
         # (drafts m, every sequence alike) → what they added to a plain step of the same rows
         self.extra_ms: dict[tuple[int, bool], RecentMedian] = {}
@@ -125,7 +131,7 @@ class BatchGamma:
         proposer = seq.proposer
         return batch > 1 and proposer is not None and proposer.point_mass and proposer.num_speculative_tokens == "auto"
 
-    def choose(self, seqs: list, fixed: list[int]) -> tuple[list[int], BatchPlan]:
+    def choose_batch(self, seqs: list, fixed: list[int]) -> tuple[list[int], BatchPlan]:
         """The planned sequences' drafts (0 for the others, whose ``fixed`` drafts run anyway:
         to the plan they are rows like the pending ones), and the plan."""
         offers = [(s.proposer.candidates(s.ids, s.cap())[:1] or [None])[0] if self.plans(s, len(seqs)) and s.cap()
@@ -133,7 +139,7 @@ class BatchGamma:
         plan = self.plan(offers, sum(len(s.ids) - s.cached for s in seqs) + sum(fixed))
         return plan.drafts, plan
 
-    def assess(self, plan: BatchPlan, i: int) -> tuple[Assessment, float | None, float | None]:
+    def assess_planned(self, plan: BatchPlan, i: int) -> tuple[Assessment, float | None, float | None]:
         """Sequence i's StepStats figures under ``plan``: (assessment, predicted gain, e(1))."""
         return Assessment(plan.tokens[i], plan.cost, *self.recommendation()), plan.gain, plan.marginal_ms
 
@@ -201,7 +207,7 @@ class BatchGamma:
         n = len(offers)
         self.steps += 1
         self._keys = [None if c is None or c.limit <= 0 else acceptance_key(c) for c in offers]
-        survival = [[] if key is None else self.acceptance.survival(key, min(c.limit, self.max_gamma), key_prior(key))
+        survival = [[] if key is None else self.model.survival(key, min(c.limit, self.max_gamma), key_prior(key))
                     for c, key in zip(offers, self._keys)]
         w0, d = self.plain_time(pending_rows), self.draft_ms.value or 0.0
         alone = pending_rows == n  # one pending token each: no prompt in this step
@@ -248,7 +254,7 @@ class BatchGamma:
         return BatchPlan(drafts, tokens if gain is not None else [None] * n, cost, gain,
                          self.extra_time(1, alone and n == 1))  # alone, a draft shares the one pass
 
-    def observe(self, rows: int, step_ms: float, draft_ms: float, prefill: bool, verdicts: list[tuple[int, int]]) -> None:
+    def observe_batch(self, rows: int, step_ms: float, draft_ms: float, prefill: bool, verdicts: list[tuple[int, int]]) -> None:
         """The step just planned: its rows and time (decode and reading, drafting apart),
         and per sequence (drafts verified, drafts kept). A plain step times w at its size; a
         drafting one what its drafts added to the plain step of the same rows. A step that
@@ -270,7 +276,7 @@ class BatchGamma:
         self._promised = None
         for key, (k, kept) in zip(self._keys, verdicts):
             if key is not None and k:
-                self.acceptance.verdicts(key, key[0], k, kept, key_prior(key))
+                self.model.verdicts(key, key[0], k, kept, key_prior(key))
 
     def recommendation(self) -> tuple[int | str | None, float | None]:
         """"auto" where drafting is predicted to beat plain decoding in the steps lately

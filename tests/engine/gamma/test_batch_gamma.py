@@ -28,10 +28,10 @@ def taught(cost, sizes, draft_ms: float = 0.05, extra=None, drafts=range(1, 12),
     gamma = BatchGamma(max_gamma=5)
     for _ in range(3):
         for rows in sizes:
-            gamma.observe(rows, cost(rows), 0.0, False, [])
+            gamma.observe_batch(rows, cost(rows), 0.0, False, [])
         for m in drafts:
             gamma._shape = single  # as the plan that drafted them would have said
-            gamma.observe(sizes[0] + m, cost(sizes[0]) + extra(m), draft_ms * m, False, [(m, 0)])
+            gamma.observe_batch(sizes[0] + m, cost(sizes[0]) + extra(m), draft_ms * m, False, [(m, 0)])
     return gamma
 
 
@@ -68,10 +68,10 @@ def test_first_steps_measure_before_they_predict():
     gamma = BatchGamma(max_gamma=5)
     first = gamma.plan([offer(), offer()], pending_rows=2)
     assert first.drafts == [0, 0] and first.gain is None  # nothing measured: a plain step
-    gamma.observe(2, 14.0, 0.1, False, [(0, 0), (0, 0)])
+    gamma.observe_batch(2, 14.0, 0.1, False, [(0, 0), (0, 0)])
     second = gamma.plan([offer(), offer()], pending_rows=2)
     assert sum(second.drafts) == 1  # explore: what one draft adds, and a draft's cost
-    gamma.observe(3, 19.0, 0.1, False, [(1, 1), (0, 0)])
+    gamma.observe_batch(3, 19.0, 0.1, False, [(1, 1), (0, 0)])
     assert gamma.extra_time(1) == 5.0 and gamma.extra_time(3) == 15.0 and gamma.draft_ms.value == 0.1
     assert gamma.recommendation() == (None, None)
 
@@ -90,7 +90,7 @@ def test_a_ragged_batchs_extra_pass_is_measured_not_assumed_from_rows():
 
 def test_a_prompt_step_is_no_sample_of_the_cost():
     gamma = BatchGamma(max_gamma=5)
-    gamma.observe(300, 900.0, 0.0, True, [(0, 0)])
+    gamma.observe_batch(300, 900.0, 0.0, True, [(0, 0)])
     assert gamma.plain_ms == {} and gamma.extra_ms == {}
 
 
@@ -103,7 +103,7 @@ def test_plain_decoding_probes_now_and_then_and_learns_from_the_verdicts():
     # every sequence's drafts kept, step after step: the estimate climbs and drafting pays
     for _ in range(40):
         plan = gamma.plan([offer(length=1) for _ in range(8)], pending_rows=8)
-        gamma.observe(8 + sum(plan.drafts), cpu_like(8 + sum(plan.drafts)), 0.1 * max(1, sum(plan.drafts)), False,
+        gamma.observe_batch(8 + sum(plan.drafts), cpu_like(8 + sum(plan.drafts)), 0.1 * max(1, sum(plan.drafts)), False,
                       [(k, k) for k in plan.drafts])
     assert sum(plan.drafts) >= 4 and gamma.recommendation()[0] == "auto"
 
@@ -163,7 +163,7 @@ def test_plans_are_held_to_what_they_delivered():
         stall = 200.0 if k and len(drafting) % 3 == 2 else 0.0
         if k:
             drafting.append(step)
-        gamma.observe(1 + k, cpu_like(1) + 2.0 * k + stall, 0.0, False, [(k, k)])
+        gamma.observe_batch(1 + k, cpu_like(1) + 2.0 * k + stall, 0.0, False, [(k, k)])
     assert drafting[:3] == [0, 1, 2], "at first the promise is taken"
     assert gamma._record(1, True).factor < 0.5
     assert not any(gamma.plan([offer(length=16)], pending_rows=1).drafts), "a kept record stops it"
@@ -180,7 +180,7 @@ def test_what_plain_steps_fall_short_too_is_not_held_against_drafting():
         plan = gamma.plan([offer(length=16)], pending_rows=1)
         k = plan.drafts[0]
         drafting += k > 0
-        gamma.observe(1 + k, cpu_like(1) + 2.0 * k + (200.0 if step % 3 == 2 else 0.0), 0.0, False, [(k, k)])
+        gamma.observe_batch(1 + k, cpu_like(1) + 2.0 * k + (200.0 if step % 3 == 2 else 0.0), 0.0, False, [(k, k)])
     assert drafting > 90, drafting
 
 
@@ -199,7 +199,7 @@ def test_a_bad_stretch_does_not_stop_a_kind_of_plan_for_good():
         stall = 300.0 if sum(k) and step < 12 and step % 2 else 0.0
         if all(k):
             drafted_at.append(step)
-        gamma.observe(rows, cpu_like(rows) + stall, 0.0, False, [(x, x) for x in k])
+        gamma.observe_batch(rows, cpu_like(rows) + stall, 0.0, False, [(x, x) for x in k])
     stopped = [s for s in range(12, STALE_STEPS) if s not in drafted_at]
     assert len(stopped) > 100, "the stalls stop one-pass plans"
     assert any(s > STALE_STEPS for s in drafted_at), "and they come back once the record is stale"
@@ -217,7 +217,7 @@ def test_a_batch_of_one_chooses_what_adaptive_gamma_chooses_on_replayed_steps():
     import torch
 
     from specchat.engine.engine import SpeculativeEngine, choose, open_sequence
-    from specchat.engine.gamma.controller import AdaptiveGamma
+    from specchat.engine.gamma.controller import AdaptiveGamma, Controller
     from specchat.engine.proposers import NgramProposer
     from specchat.engine.sampling import SamplingParams
     from tests.support.table_lm import TableLM, random_table
@@ -248,6 +248,7 @@ def test_a_batch_of_one_chooses_what_adaptive_gamma_chooses_on_replayed_steps():
         seq = open_sequence([1, 2, 3], greedy, proposer, controller, torch.device("cpu"), max_new_tokens=10**6,
                             stops=(), eos=(), max_length=10**6)
         planner = BatchGamma(8)
+        assert isinstance(planner, Controller)  # one kind of thing chooses γ, for one sequence or many
         gammas = []
         for ids, _, stats in live.log:
             seq.ids = list(ids)
