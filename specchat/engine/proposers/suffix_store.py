@@ -13,7 +13,8 @@ little-endian uint32 ids, each reply followed by the separator 0xFFFFFFFF::
 a store is drafted from only by the tokenizer that wrote it. On load every field is
 checked (magic, version, the counts against the file's length, every id < vocab_size),
 and a file that fails gives :class:`SuffixStoreError`, one line naming the file and the
-fix. Written atomically (a 0600 temp file, then ``os.replace``) in a 0700 dir.
+fix. Written atomically (a 0600 temp file, then ``os.replace``) in a 0700 dir, as the
+recordings are (sessions/private_files.py, which the headless engine may not import).
 
 Bounded: at most ``max_tokens`` ids (default MAX_TOKENS); past it the oldest replies go
 first, down to three quarters of the bound, so the index is rebuilt once per many
@@ -35,7 +36,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from specchat.errors import SpecchatError
-from specchat.sessions.private_files import create_private, private_dir, write_all
 
 MAGIC = "specchat-suffix-store"
 VERSION = 1
@@ -44,6 +44,7 @@ SEPARATOR = 0xFFFFFFFF  # after each reply on disk; never an id
 END = -1  # the separator in memory: equal to no id, so no match runs across it
 MAX_HEADER = 4096  # bytes of the JSON line
 MAX_FILE = 64 << 20  # a larger file is refused before it is read
+DIR_MODE, FILE_MODE = 0o700, 0o600  # the store is someone's replies: private, as recordings are
 SCAN = 1024  # most recent occurrences of a pair looked through for a longer n-gram
 
 
@@ -151,19 +152,26 @@ class SuffixStore:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the store atomically: a 0600 temp file beside ``path``, then ``os.replace``."""
         path = Path(path)
-        private_dir(path.parent)
+        _private_dir(path.parent)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         tmp.unlink(missing_ok=True)  # left by a killed save with this pid
-        fd = create_private(tmp, append=False)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
         try:
-            try:
-                write_all(fd, self.to_bytes())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            with os.fdopen(fd, "wb") as f:
+                f.write(self.to_bytes())
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def _private_dir(path: Path) -> None:
+    """``path`` created 0700, or tightened to 0700 when it is ours and lets others in."""
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    info = path.stat()
+    if stat.S_IMODE(info.st_mode) & 0o077 and hasattr(os, "getuid") and info.st_uid == os.getuid():
+        path.chmod(stat.S_IMODE(info.st_mode) & ~0o077)
 
 
 def load_store(path: str | os.PathLike[str], fingerprint: str, vocab_size: int,
