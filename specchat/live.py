@@ -48,9 +48,10 @@ def _build(profile_ref: Any, progress: ProgressCallback):
         return _build_remote(profile, progress)
     from specchat.engine.factory import build_chat
     from specchat.loading import load_models
+    from specchat.sessions.suffix_replies import recorded_replies
 
     models = load_models(profile, progress=progress)
-    session = build_chat(profile, models)
+    session = build_chat(profile, models, recorded_replies)
     spec = profile.speculation
     thinking: bool | None = None
     if template_has_thinking(models.tokenizer):

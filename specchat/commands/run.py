@@ -47,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         from specchat.engine.factory import build_chat
         from specchat.loading import load_models
+        from specchat.sessions.suffix_replies import recorded_replies
 
         loaded = load_models(profile, progress=_progress_to_stderr)
-        chat, info = build_chat(profile, loaded), loaded.info
+        chat, info = build_chat(profile, loaded, recorded_replies), loaded.info
     from specchat.commands.interrupt import signals_cancel
 
     recorder = _recorder(profile, info, enabled=not args.no_record)
@@ -146,6 +147,8 @@ def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
             sys.stdout.flush()
         elif isinstance(event, TurnStarted):
             prompt_tokens = event.prompt_tokens
+            if event.note:  # once, e.g. a damaged suffix store rebuilt, speculation off
+                _say(f"specchat: warning: {event.note}")
         elif isinstance(event, ErrorEvent):
             failed = event.message
         elif isinstance(event, Notice):

@@ -80,6 +80,9 @@ class SpeculationSpec:
     # nodes, placed where the head is most confident
     siblings: int = 1
     tree: str = "first"
+    # suffix: earlier replies to draft from too (engine/proposers/suffix_store_open.py): "off",
+    # "auto" (one store per tokenizer in the data dir, built from recordings) or a file's path
+    suffix_store: str = "off"
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,12 @@ def _env_name(v: str) -> str | None:
     return "must be the name of an environment variable (letters, digits, _), not the key itself"
 
 
+def _store(v: str) -> str | None:
+    if v.strip() and "\0" not in v:
+        return None
+    return 'must be "off", "auto" or the path of a store file'
+
+
 def _gamma(v) -> str | None:
     if isinstance(v, str):
         return None if v == "auto" else "must be an integer 1..16 or \"auto\""
@@ -112,6 +118,7 @@ SPECULATION_KEYS = {
     "head_revision": Key(*_STR),
     "siblings": Key(*_INT, check=_between(1, MAX_SIBLINGS)),
     "tree": Key(*_STR, choices=("first", "dynamic")),
+    "suffix_store": Key(*_STR, check=_store),
 }
 SAMPLING_KEYS = {
     "temperature": Key(*_NUM, check=_finite_at_least(0)),

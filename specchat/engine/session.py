@@ -51,7 +51,7 @@ class ChatSession(Conversation):
     def __init__(self, engine: SpeculativeEngine, tokenizer: Any, *, sampling: SamplingParams = SamplingParams(),
                  max_new_tokens: int = 512, system_prompt: str | None = None,
                  enable_thinking: bool | None = None, stop_token_ids: tuple[int, ...] = (),
-                 overflow: str = "rolling") -> None:
+                 overflow: str = "rolling", suffix_store: Any = None) -> None:
         proposer = engine.proposer
         super().__init__(ChatTelemetry(max_gamma=proposer.max_speculative_tokens if proposer else 1),
                          system_prompt=system_prompt, max_new_tokens=max_new_tokens)
@@ -62,6 +62,10 @@ class ChatSession(Conversation):
         self.stop_token_ids = self.template.stop_token_ids
         self._alt_text: dict[int, str] = {}
         self._notice = engine.notice  # said once, with the next turn
+        # an OpenedStore (engine/proposers/suffix_store_open.py): each finished reply goes into it
+        self.suffix_store = suffix_store
+        if suffix_store is not None and suffix_store.notice:
+            self._notice = " ".join(filter(None, (self._notice, suffix_store.notice)))
         # a chat that outgrows the context: "rolling" drops its earliest turns from what the
         # model sees (never the system prompt; the history and recording keep them), "stop"
         # lets the reply end for want of room ("context")
@@ -131,8 +135,12 @@ class ChatSession(Conversation):
 
     def _steps(self, ids: list[int]) -> Iterator[Step]:
         decoder = IncrementalDecoder(self.tokenizer)
+        reply: list[int] = []
         for step in self.engine.generate(ids, self.sampling, self.max_new_tokens, self.stop_token_ids):
+            reply.extend(t.id for t in step.tokens)
             yield Step(tuple(self._with_text(t, decoder) for t in step.tokens), step.stats, step.finish_reason)
+        if self.suffix_store is not None and reply:  # a later chat can draft from it
+            self._notice = self.suffix_store.remember(reply) or self._notice
 
     def _with_text(self, token: Token, decoder: IncrementalDecoder) -> Token:
         alternatives = tuple(replace(a, text=self._token_text(a.id)) for a in token.alternatives)

@@ -1,0 +1,77 @@
+"""Which suffix store a chat drafts from and keeps its replies in (``speculation.suffix_store``).
+
+* ``"off"`` (the default): none; suffix decoding looks at the request's own context only.
+* ``"auto"``: ``<data dir>/suffix-store/<fingerprint>.bin``, one per tokenizer. Missing,
+  it is built from ``recorded(model_source)``: the replies of the recordings of the same
+  model (sessions/suffix_replies.py; the caller passes it in, for the headless engine
+  reads no recordings itself); damaged or another tokenizer's, the chat says so in one
+  line and rebuilds it.
+* a path (relative to the profile's folder): that file, created on the first reply. It is
+  the user's own choice, so a damaged or foreign one is an error (SuffixStoreError: the
+  CLI prints one line and exits 2), never silently replaced.
+
+Each finished reply is added (bounded; the oldest go first) and the file rewritten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from specchat.engine.proposers.suffix_store import SuffixStore, SuffixStoreError, load_store, tokenizer_fingerprint
+from specchat.paths import data_dir
+from specchat.sanitize import clean_line
+
+@dataclass
+class OpenedStore:
+    """A chat's store, where it is kept, and a one-line ``notice`` for the first turn (None: nothing to say)."""
+
+    store: SuffixStore
+    path: Path
+    notice: str | None = None
+
+    def remember(self, reply: list[int]) -> str | None:
+        """Adds a finished reply's ids and saves; a line saying why when it could not be saved."""
+        self.store.add(reply)
+        try:
+            self.store.save(self.path)
+        except OSError as exc:
+            return clean_line(f"the suffix store was not saved ({exc.strerror or exc}): {self.path}")
+        return None
+
+
+def auto_path(fingerprint: str) -> Path:
+    return data_dir() / "suffix-store" / f"{fingerprint[:32]}.bin"
+
+
+Recorded = Callable[[str], Iterable[list[int]]]  # a model's source → its recorded replies' ids, oldest first
+
+
+def open_store(setting: str, tokenizer: Any, model_source: str, base: Path | None = None,
+               recorded: Recorded | None = None) -> OpenedStore | None:
+    """The store ``setting`` names for a chat on ``tokenizer`` (None for "off"). Raises
+    SuffixStoreError (one line) for an explicit path that is damaged or another tokenizer's."""
+    if setting == "off":
+        return None
+    fingerprint, vocab_size = tokenizer_fingerprint(tokenizer)
+    if setting != "auto":
+        path = Path(setting).expanduser()
+        path = path if path.is_absolute() or base is None else base / path
+        if not path.exists():
+            return OpenedStore(SuffixStore(fingerprint, vocab_size), path)
+        return OpenedStore(load_store(path, fingerprint, vocab_size), path)
+    path = auto_path(fingerprint)
+    notice = None
+    if path.exists():
+        try:
+            return OpenedStore(load_store(path, fingerprint, vocab_size), path)
+        except SuffixStoreError as exc:
+            notice = f"{exc.message}: {path}"
+    store = SuffixStore(fingerprint, vocab_size, recorded(model_source) if recorded else ())
+    opened = OpenedStore(store, path)
+    if notice is not None:
+        opened.notice = clean_line(f"{notice} — rebuilt from {len(store.replies)} recorded replies")
+    if store.replies or notice is not None:  # a damaged file is replaced now, not left for the next chat
+        opened.notice = opened.remember([]) or opened.notice
+    return opened
