@@ -41,13 +41,15 @@ class Costs:
     draft_ms: float | dict[int, float]  # per context where the draft's own step was timed at each
     source: str
     spread: dict[int, float] | None = None  # per context: the widest (p75 − p25) / median of its points
+    lookup_ms: float = 0.0  # the proposer's time in a step it drafts nothing for (a lookup that missed)
 
     @classmethod
     def from_report(cls, figures: dict) -> "Costs":
         """The costs behind :func:`report`'s figures (plan --json's)."""
         contexts = figures["contexts"]
         return cls({int(L): f["step_ms"] for L, f in contexts.items()},
-                   {int(L): f["draft_ms"] for L, f in contexts.items()}, figures["source"])
+                   {int(L): f["draft_ms"] for L, f in contexts.items()}, figures["source"],
+                   lookup_ms=figures.get("lookup_ms") or 0.0)
 
     def draft_at(self, context: int) -> float:
         return self.draft_ms[context] if isinstance(self.draft_ms, dict) else self.draft_ms
@@ -115,18 +117,32 @@ class RandomDrafts(Proposer):
         return Proposal(torch.tensor([self.rng.randrange(self.vocab_size) for _ in range(k)], dtype=torch.long), None)
 
 
-def measure_drafting(engine: Any, prompt_ids: list[int], tokens: int = 48) -> float:
-    """The proposer's median time per draft over a short greedy generation (steps that
-    caught up on missed context or ran the prompt left out); 0 without a proposer."""
+def measure_drafting(engine: Any, prompt_ids: list[int], tokens: int = 48) -> tuple[float, float]:
+    """(the proposer's median time per draft, its median time in a step it drafted nothing
+    for) over a short greedy generation, steps that caught up on missed context or ran the
+    prompt left out; (0, 0) without a proposer. The second is a lookup that missed: it is
+    paid on every step γ = auto decodes plainly, which plain decoding never pays."""
     from specchat.engine.sampling import SamplingParams
 
     if engine.proposer is None:
-        return 0.0
-    per_draft = [s.stats.draft_ms / s.stats.num_draft_tokens
-                 for s in engine.generate(prompt_ids, SamplingParams(temperature=0.0), tokens)
-                 if s.stats.num_draft_tokens and not s.stats.prefill_tokens and not s.stats.draft_catch_up_tokens]
+        return 0.0, 0.0
+    steps = [s.stats for s in engine.generate(prompt_ids, SamplingParams(temperature=0.0), tokens)
+             if not s.stats.prefill_tokens and not s.stats.draft_catch_up_tokens]
     engine.reset()
-    return statistics.median(per_draft) if per_draft else 0.0
+    per_draft = [s.draft_ms / s.num_draft_tokens for s in steps if s.num_draft_tokens]
+    missed = [s.draft_ms for s in steps if not s.num_draft_tokens]
+    return (statistics.median(per_draft) if per_draft else 0.0), (statistics.median(missed) if missed else 0.0)
+
+
+def task_contexts(contexts: tuple[int, ...], steps: list[tuple[int, int, int]]) -> tuple[int, ...]:
+    """``contexts``, and, where a tenth of a task's ``steps`` (context, drafts, kept) ran
+    below the least of them, that tenth percentile too (down to a multiple of 32): costs
+    are read on the line between timed contexts but held flat below the least, and a small
+    model's verify cost relative to its plain step is largest at short context."""
+    if not steps or not contexts:
+        return contexts
+    low = sorted(c for c, _, _ in steps)[len(steps) // 10] // 32 * 32
+    return tuple(sorted({*contexts, low})) if 32 <= low < min(contexts) else contexts
 
 
 def speedups(costs: Costs, context: int, alphas: tuple[float, ...] = ALPHAS, max_k: int = MAX_K) -> list[list[float]]:
@@ -151,7 +167,7 @@ def report(costs: Costs, alphas: tuple[float, ...] = ALPHAS) -> dict:
     """Everything measured and predicted, as JSON-able figures."""
     first = min(costs.step_ms, default=0)
     out: dict[str, Any] = {"source": costs.source, "draft_ms": costs.draft_at(first) if costs.step_ms else 0.0,
-                           "contexts": {}}
+                           "lookup_ms": costs.lookup_ms, "contexts": {}}
     for context, steps in costs.step_ms.items():
         table = speedups(costs, context, alphas)
         out["contexts"][str(context)] = {
@@ -178,15 +194,17 @@ def _at(table: dict[int, float], context: int) -> float:
 
 
 def step_cost(costs: Costs, context: int, k: int) -> tuple[float, float]:
-    """(a plain step's ms, a step verifying k drafts' ms, its drafting included) after
-    ``context`` tokens; k beyond the measured ones on the line through the last two."""
+    """(a plain step's ms, a step verifying k drafts' ms, its drafting included: a missed
+    lookup's time where k = 0) after ``context`` tokens; k beyond the measured ones on the
+    line through the last two."""
     top = min(len(steps) for steps in costs.step_ms.values()) - 1
 
     def ms(j: int) -> float:
         return _at({L: steps[j] for L, steps in costs.step_ms.items()}, context)
 
     verify = ms(k) if k <= top else ms(top) + (k - top) * (ms(top) - ms(top - 1))
-    return ms(0), verify + k * _at({L: costs.draft_at(L) for L in costs.step_ms}, context)
+    drafting = k * _at({L: costs.draft_at(L) for L in costs.step_ms}, context) if k else costs.lookup_ms
+    return ms(0), verify + drafting
 
 
 def as_run(costs: Costs, steps: list[tuple[int, int, int]]) -> float | None:

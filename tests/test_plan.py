@@ -21,7 +21,7 @@ import json
 
 import pytest
 
-from specchat.plan import Costs, as_run, break_even, report
+from specchat.plan import CONTEXTS, Costs, as_run, break_even, report, task_contexts
 from specchat.telemetry import predicted_speedup
 
 
@@ -57,6 +57,21 @@ def test_as_run_prices_each_step_at_its_own_context():
     assert as_run(measured, [(100, 2, 1)]) == pytest.approx(2 * 10.0 / (14.0 + 2.0))  # below 256: 256's costs
     assert as_run(measured, [(256, 10, 10)]) == pytest.approx(11 * 10.0 / (30.0 + 10.0))  # k > 8: on the line
     assert as_run(measured, []) is None
+
+
+def test_as_run_charges_a_missed_lookup_on_the_steps_that_drafted_nothing():
+    # a lookup that misses costs 0.5 ms: paid on γ = auto's plain steps, never by plain decoding
+    measured = Costs({256: [10.0 + 2 * k for k in range(9)]}, 1.0, "test", lookup_ms=0.5)
+    assert as_run(measured, [(256, 0, 0), (256, 2, 2)]) == pytest.approx((1 + 3) * 10.0 / (10.5 + 14.0 + 2.0))
+    assert Costs.from_report(report(measured)).lookup_ms == 0.5  # kept through plan --json
+
+
+def test_plan_also_times_where_a_tenth_of_the_task_ran_below_its_least_context():
+    steps = [(c, 1, 0) for c in range(60, 260)]  # a tenth below 80
+    assert task_contexts(CONTEXTS, steps) == (64, *CONTEXTS)
+    assert task_contexts(CONTEXTS, [(300, 1, 0)] * 10) == CONTEXTS  # within what is timed: the line holds
+    assert task_contexts(CONTEXTS, [(20, 1, 0)] * 10) == CONTEXTS  # too short to time apart from a prompt
+    assert task_contexts(CONTEXTS, []) == CONTEXTS
 
 
 def test_plan_measures_the_tiny_model_and_prints_json(tiny_ngram_profile_path, capsys, tmp_path):

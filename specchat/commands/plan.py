@@ -35,7 +35,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None, metavar="DEV",
                         help="with --synthetic --backend transformers: cuda (default where present) or cpu")
     parser.add_argument("--contexts", metavar="L,L,…",
-                        help="context lengths to time at (default 256,1024,4096; with --synthetic 256,1024: "
+                        help="context lengths to time at (default 256,1024,4096, and with --alpha-from also where its "
+                             "steps' shortest tenth ran, if below 256; with --synthetic 256,1024: "
                              "an 8B model's 4,096-token prompt takes minutes on a laptop CPU)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     return parser
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from specchat.engine.engine import SpeculativeEngine
     from specchat.engine.template import ChatTemplate
     from specchat.loading import load_models
-    from specchat.plan import Costs, measure_drafting, measure_target, report
+    from specchat.plan import CONTEXTS, Costs, measure_drafting, measure_target, report, task_contexts
 
     loaded = load_models(profile)
     print(f"plan: timing {profile.name}'s target ({loaded.target.name}) …", file=sys.stderr)
@@ -71,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     others.take(fresh=True)
     from specchat.engine.factory import sampling_params
 
+    if measured and args.contexts is None:  # time where the task ran, too
+        contexts = task_contexts(CONTEXTS, [step for m in measured for step in m["steps"]])
     steps, spread = measure_target(loaded.target, sampling_params(profile.sampling), repeats=args.repeats,
                                    **({"contexts": contexts} if contexts else {}))
     if not steps:
@@ -80,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
     chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
                         enable_thinking=profile.chat.enable_thinking)
     prompt = chat.prompt_ids(chat.with_system([{"role": "user", "content": DRAFT_PROMPT}]))
-    draft_ms = measure_drafting(SpeculativeEngine(loaded.target, proposer), prompt)
-    costs = Costs(steps, draft_ms, profile.speculation.method, spread)
+    draft_ms, lookup_ms = measure_drafting(SpeculativeEngine(loaded.target, proposer), prompt)
+    costs = Costs(steps, draft_ms, profile.speculation.method, spread, lookup_ms)
     share = others.take()
     figures = report(costs)
     figures.update(profile=profile.name, target=loaded.target.name, precision=loaded.target.precision,
@@ -225,7 +228,8 @@ def render(figures: dict) -> str:
     from specchat.telemetry import predicted_speedup
 
     lines = [f"plan: {figures['profile']} on {figures['target']} ({figures['precision']}), proposer "
-             f"{figures['source']}: {figures['draft_ms']:.2f} ms a draft"]
+             f"{figures['source']}: {figures['draft_ms']:.2f} ms a draft"
+             + (f", {figures['lookup_ms']:.2f} ms a step it drafts nothing for" if figures.get("lookup_ms") else "")]
     measured = figures.get("measured") or []
     if figures.get("busy_machine"):
         lines.append(f"busy machine: other processes used {figures['cpu_others']:.0%} of the CPU while timing — "
