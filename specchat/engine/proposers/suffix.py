@@ -69,6 +69,8 @@ class SuffixProposer(NgramProposer):
                 score *= count / len(cursors)
                 if token == END or score < self.min_score:  # most of them ended their reply here
                     break
+                if self.vocab_size is not None and token >= self.vocab_size:
+                    break  # a store checked against the tokenizer, whose ids a target lacks a row for
                 draft.append(token)
                 self.scores.append(score)
                 cursors = [(text, c + 1) for text, c in cursors if text[c] == token and c + 1 < len(text)]

@@ -146,3 +146,11 @@ def test_drafts_are_only_ids_never_the_stores_reply_end():
     store = SuffixStore(FP, VOCAB, [[3, 4], [3, 4], [3, 5, 6]])
     draft, _ = SuffixProposer(6, 1, 3, store=store, min_score=0.0).lookup([9, 3], 6)
     assert draft == [4] and all(0 <= t < VOCAB for t in draft)
+
+
+def test_a_store_id_the_target_has_no_row_for_is_never_drafted():
+    store = SuffixStore(FP, VOCAB, [[3, 4, 60, 5]])
+    proposer = SuffixProposer(6, 1, 3, store=store)
+    proposer.vocab_size = 50  # the engine's: the target's rows
+    draft, _ = proposer.lookup([9, 3], 6)
+    assert draft == [4]
