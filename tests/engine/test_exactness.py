@@ -31,6 +31,7 @@ from scipy import stats
 
 from specchat.engine import AdaptiveGamma, DraftModelProposer, NgramProposer, Proposal, SamplingParams
 from specchat.engine.proposers.suffix import SuffixProposer
+from specchat.engine.proposers.suffix_store import SuffixStore
 from specchat.engine.proposers import Proposer
 from tests.support import power
 from tests.support.folded import FoldedEngine
@@ -146,6 +147,8 @@ def make_proposer(kind, target, draft):
         return NgramProposer(3, 1, 3)
     if kind == "suffix":
         return SuffixProposer(3, 1, 3)
+    if kind == "suffix-store":  # earlier replies that outvote the prompt's own "3 1 2 → 3": their drafts win
+        return SuffixProposer(3, 1, 3, store=SuffixStore("0" * 64, 16, [[3, 1, 2, 7, 8, 9]] * 3))
     return GreedyDraftPointMass(draft, 2)
 
 
@@ -169,7 +172,7 @@ def models(name, target, draft, table_pair):
 # adaptive controller run under the plainest and the most filtered setting
 TABLE_CASES = [(kind, setting) for kind in ("draft", "point-mass") for setting in SETTINGS] + [
     (kind, setting) for kind in ("ngram", "suffix", "draft-auto") for setting in ("t1", "t0.9-topk6-topp0.9")
-]
+] + [("suffix-store", "t1")]
 # on the Llama: each proposer once, the four settings shared out among them
 LLAMA_CASES = [("draft", "t1.2-topp0.8"), ("point-mass", "t0.7-topk5"), ("ngram", "t1"),
                ("draft-auto", "t0.9-topk6-topp0.9")]
@@ -191,7 +194,7 @@ def test_joint_distribution_is_the_targets(target, draft, table_pair, model, kin
             controller.used
     metrics = engine.metrics
     assert metrics.num_draft_tokens > 0, "the proposer never drafted: the test would prove nothing"
-    if kind not in ("ngram", "suffix"):
+    if kind not in ("ngram", "suffix", "suffix-store"):
         assert 0 < metrics.num_accepted_tokens < metrics.num_draft_tokens
     pvalue = chi_square_pvalue(counts, joint)
     assert pvalue > ALPHA, f"{model}: {kind}/{setting}: chi-square p = {pvalue:.2e}"
