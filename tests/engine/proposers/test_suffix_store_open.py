@@ -97,12 +97,15 @@ def _profile(tmp_path, tiny_model_dir, store: str):
     return path
 
 
-def test_run_with_another_tokenizers_store_is_one_line_and_exit_2(tmp_path, tiny_model_dir):
-    store = tmp_path / "foreign.bin"
+@pytest.mark.parametrize("damage, words", [("foreign", "another tokenizer"), ("corrupt", "damaged")])
+def test_run_with_a_bad_named_store_is_one_line_and_exit_2(tmp_path, tiny_model_dir, damage, words):
+    store = tmp_path / "mine.bin"
     SuffixStore("cd" * 32, 7, [[1, 2]]).save(store)
+    if damage == "corrupt":
+        store.write_bytes(b"\x00" * 16)
     result = in_process("run", "--profile", str(_profile(tmp_path, tiny_model_dir, str(store))),
                         "--prompt", "hi", "--max-new-tokens", "2", "--no-record")
-    assert_one_line_error(result, str(store), "another tokenizer")
+    assert_one_line_error(result, str(store), words)
 
 
 def test_run_with_auto_keeps_the_reply_in_the_store(tmp_path, tiny_model_dir):
