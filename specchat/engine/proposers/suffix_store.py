@@ -13,8 +13,8 @@ little-endian uint32 ids, each reply followed by the separator 0xFFFFFFFF::
 a store is drafted from only by the tokenizer that wrote it. On load every field is
 checked (magic, version, the counts against the file's length, every id < vocab_size),
 and a file that fails gives :class:`SuffixStoreError`, one line naming the file and the
-fix. Written atomically (a 0600 temp file, then ``os.replace``) in a 0700 dir, as the
-recordings are (sessions/private_files.py, which the headless engine may not import).
+fix. Written atomically (a 0600 temp file, then ``os.replace``), in a dir created 0700,
+as the recordings are (sessions/private_files.py, which the headless engine may not import).
 
 Bounded: at most ``max_tokens`` ids (default MAX_TOKENS); past it the oldest replies go
 first, down to three quarters of the bound, so the index is rebuilt once per many
@@ -74,9 +74,9 @@ class SuffixStore:
         self.max_tokens = max_tokens
         self.replies: deque[list[int]] = deque()
         self.count = 0  # ids held
-        for reply in replies:
+        for reply in replies:  # trimmed as they come: a long history is never held whole
             self._hold(reply)
-        self._trim(self.max_tokens)
+            self._trim(self.max_tokens)
         self._reindex()
 
     # --- what suffix decoding reads
@@ -167,11 +167,9 @@ class SuffixStore:
 
 
 def _private_dir(path: Path) -> None:
-    """``path`` created 0700, or tightened to 0700 when it is ours and lets others in."""
+    """``path`` created 0700 where missing. A folder that exists is left as it is: an
+    explicit store may sit in a folder of the user's (their home) that is not ours to tighten."""
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    info = path.stat()
-    if stat.S_IMODE(info.st_mode) & 0o077 and hasattr(os, "getuid") and info.st_uid == os.getuid():
-        path.chmod(stat.S_IMODE(info.st_mode) & ~0o077)
 
 
 def load_store(path: str | os.PathLike[str], fingerprint: str, vocab_size: int,

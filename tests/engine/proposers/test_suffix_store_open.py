@@ -75,6 +75,14 @@ def test_a_named_store_is_created_on_the_first_reply_relative_to_the_profile(tmp
     assert opened.path == tmp_path / "stores" / "mine.bin" and not opened.path.exists()
     opened.remember([1, 2])
     assert stat.S_IMODE(opened.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(opened.path.parent.stat().st_mode) == 0o700  # a folder it made
+
+
+def test_a_named_store_leaves_the_users_own_folder_as_it_was(tmp_path):
+    tmp_path.chmod(0o755)  # say, their home
+    opened = open_store("mine.bin", Vocab(), "m", base=tmp_path)
+    opened.remember([1, 2])
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o755 and stat.S_IMODE(opened.path.stat().st_mode) == 0o600
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "foreign"])
