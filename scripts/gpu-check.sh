@@ -19,9 +19,11 @@
 #   4. `specchat plan` on a tiny random model (the costs c and v(k) on this device);
 #   5. `specchat plan --synthetic` for Qwen3-8B + Qwen3-0.6B and Llama-3.1-8B + Llama-3.2-1B
 #      as transformers models in bfloat16 with random weights (--cpu: the tiny pair, on both
-#      backends), its JSON in the step's output.
-# Not yet: the synthetic pairs in NF4, and building llama-cpp-python with CUDA (the
-# llama.cpp test skips when this one was built without GPU offload).
+#      backends), its JSON in the step's output;
+#   6. the same pairs with the target in 4-bit NF4 (the qwen3-8b profile's form), where
+#      bitsandbytes imports (else the step says so and passes).
+# Not yet: building llama-cpp-python with CUDA (the llama.cpp test skips when this one
+# was built without GPU offload).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=gpu wheels="" out=gpu-check.json
@@ -91,6 +93,18 @@ synthetic() {
   fi
 }
 step synthetic-plan synthetic
+synthetic_nf4() {
+  "$PY" -c "import bitsandbytes" 2>/dev/null || { echo "skipped: bitsandbytes is not installed"; return 0; }
+  if [ "$mode" = gpu ]; then
+    for pair in qwen3-8b llama3.1-8b; do
+      "$PY" -m specchat plan --synthetic "$pair" --backend transformers --nf4 --device cuda \
+        --contexts 256,1024,4096 --repeats 5 --json || return 1
+    done
+  else
+    "$PY" -m specchat plan --synthetic tiny --backend transformers --nf4 --device cpu --contexts 64 --repeats 2 --json
+  fi
+}
+step synthetic-plan-nf4 synthetic_nf4
 
 "$PY" - "$steps" "$out" "$mode" <<'PY'
 import json, platform, sys

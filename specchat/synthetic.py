@@ -101,9 +101,11 @@ TINY_LLAMA = _shape("tiny-llama", "llama", 256, 2, 512, 4, 2, 64, 1024, True, 5e
 PAIRS = {"qwen3-8b": (QWEN3_8B, QWEN3_06B), "llama3.1-8b": (LLAMA31_8B, LLAMA32_1B), "tiny": (TINY_QWEN3, TINY_LLAMA)}
 
 
-def transformers_model(shape: Shape, device: str, dtype: str = "bfloat16"):
+def transformers_model(shape: Shape, device: str, dtype: str = "bfloat16", nf4: bool = False):
     """The shape as a transformers model with random weights, made on ``device`` (its
-    format is ``dtype``: a GGUF's quantisation has no meaning here)."""
+    format is ``dtype``: a GGUF's quantisation has no meaning here); ``nf4``: then every
+    linear layer but the output head quantised to 4-bit NF4 as bitsandbytes loads a
+    ``quantization = "4bit-nf4"`` target (double quantisation, computing in ``dtype``)."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
 
@@ -114,7 +116,32 @@ def transformers_model(shape: Shape, device: str, dtype: str = "bfloat16"):
         max_position_embeddings=32768, bos_token_id=1, eos_token_id=2)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
-    return model.eval()
+    return (_to_nf4(model, device, getattr(torch, dtype)) if nf4 else model).eval()
+
+
+def _to_nf4(model, device: str, compute_dtype):
+    """``model``'s linear layers (the output head kept, as transformers keeps it) replaced
+    by bitsandbytes' 4-bit NF4 ones, layer by layer: the weights are quantised as each
+    moves to ``device``, so memory holds one layer twice at most."""
+    import torch
+
+    from specchat.loading.devices import _import_bitsandbytes
+
+    _import_bitsandbytes()
+    import bitsandbytes as bnb
+
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear) and child is not model.get_output_embeddings():
+                layer = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                          compute_dtype=compute_dtype, compress_statistics=True, quant_type="nf4",
+                                          device="meta")
+                layer.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, compress_statistics=True,
+                                                 quant_type="nf4")
+                if child.bias is not None:
+                    layer.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
+                setattr(module, name, layer.to(device))
+    return model
 
 
 def build(shape: Shape, path: Path, seed: int = 0) -> Path:

@@ -58,6 +58,28 @@ def test_plan_times_a_synthetic_pair_on_transformers():
     assert figures["target"] == "tiny-qwen3 bfloat16 (transformers)"
 
 
+def test_plan_times_a_synthetic_nf4_target_on_transformers():
+    """The GPU check's NF4 step (the qwen3-8b profile's 4-bit target beside a bfloat16 draft), on the CPU."""
+    pytest.importorskip("bitsandbytes")
+    from specchat.commands import plan
+    from specchat.synthetic import PAIRS, transformers_model
+
+    model = transformers_model(PAIRS["tiny"][0], "cpu", nf4=True)
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert "Linear4bit" in kinds and type(model.lm_head).__name__ == "Linear"  # the head kept, as transformers keeps it
+    figures = plan.synthetic("tiny", (64,), repeats=1, backend="transformers", device="cpu", nf4=True)
+    assert_costs(figures, {"64"})
+    assert figures["target"] == "tiny-qwen3 4bit-nf4/bfloat16 (transformers)"
+
+
+def test_nf4_outside_a_synthetic_transformers_plan_is_one_line(capsys):
+    from specchat.cli import main
+
+    assert main(["plan", "--synthetic", "tiny", "--nf4"]) == 2  # llama.cpp: a GGUF has its own format
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--nf4" in err
+
+
 def assert_costs(figures, contexts):
     assert set(figures["contexts"]) == contexts
     for f in figures["contexts"].values():

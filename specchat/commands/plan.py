@@ -32,6 +32,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=("llama.cpp", "transformers"), default="llama.cpp",
                         help="with --synthetic: time the shapes as GGUFs on llama.cpp (default) or as transformers "
                              "models in bfloat16")
+    parser.add_argument("--nf4", action="store_true",
+                        help="with --synthetic --backend transformers: the target in 4-bit NF4 (bitsandbytes), as "
+                             "quantization = \"4bit-nf4\" loads one; the draft stays bfloat16")
     parser.add_argument("--device", default=None, metavar="DEV",
                         help="with --synthetic --backend transformers: cuda (default where present) or cpu")
     parser.add_argument("--contexts", metavar="L,L,…",
@@ -50,8 +53,12 @@ def run(args: argparse.Namespace) -> int:
         raise SpecchatError(f"--repeats {args.repeats} is out of range", key="--repeats", hint="use 1 to 100")
     contexts = _contexts(args.contexts, (256, 1024) if args.synthetic else None)
     measured = _measured(args.alpha_from) if args.alpha_from else None
+    if args.nf4 and not (args.synthetic and args.backend == "transformers"):
+        raise SpecchatError("--nf4 quantises a synthetic transformers target", key="--nf4",
+                            hint="use it with --synthetic PAIR --backend transformers")
     if args.synthetic:
-        return _print(synthetic(args.synthetic, contexts, args.repeats, args.backend, args.device), args, measured)
+        return _print(synthetic(args.synthetic, contexts, args.repeats, args.backend, args.device, args.nf4), args,
+                      measured)
     profile = load_profile(args.profile)
     from specchat.remote import is_remote
 
@@ -120,7 +127,7 @@ def _contexts(text: str | None, default: tuple[int, ...] | None) -> tuple[int, .
 
 
 def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str = "llama.cpp",
-              device: str | None = None) -> dict:
+              device: str | None = None, nf4: bool = False) -> dict:
     """Times the pair's synthetic target (k = 0..8 drafts) and its draft's one-token step
     at each context, on llama.cpp with this machine's threads (or as transformers models
     on ``device``): c = draft step / target step."""
@@ -148,12 +155,12 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str =
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
 
         def load(i: int, room: int):
-            return as_backend(transformers_model((target_shape, draft_shape)[i], device))
+            return as_backend(transformers_model((target_shape, draft_shape)[i], device, nf4=nf4 and i == 0))
     others = CpuShare()
     others.take(fresh=True)
     timed = []
     for i, (shape, max_k) in enumerate(zip((target_shape, draft_shape), (8, 0))):
-        what = f"{shape.quant}" if backend == "llama.cpp" else f"bfloat16 on {device}"
+        what = f"{shape.quant}" if backend == "llama.cpp" else f"{'4-bit NF4' if nf4 and not i else 'bfloat16'} on {device}"
         note(f"timing {shape.name} ({what}) at contexts {', '.join(map(str, contexts))} …")
         model = load(i, max(contexts) + (max_k + 1) * (repeats + max_k + 4))  # room for measure_target's steps
         timed.append(measure_target(model, SamplingParams(temperature=0.6), contexts=contexts, max_k=max_k,  # the default profile's
@@ -163,7 +170,8 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str =
     (steps, spread), (draft_steps, _) = timed
     share = others.take()
     figures = report(Costs(steps, {c: t[0] for c, t in draft_steps.items()}, "draft_model", spread))
-    formats = (target_shape.quant, draft_shape.quant) if backend == "llama.cpp" else ("bfloat16", "bfloat16")
+    formats = ((target_shape.quant, draft_shape.quant) if backend == "llama.cpp"
+               else ("4bit-nf4/bfloat16" if nf4 else "bfloat16", "bfloat16"))
     figures.update(profile=f"synthetic {pair}", target=f"{target_shape.name} {formats[0]} ({backend})",
                    precision=f"random weights; draft {draft_shape.name} {formats[1]}",
                    cpu_others=share, busy_machine=share is not None and share > BUSY_SHARE)
