@@ -19,8 +19,9 @@ from __future__ import annotations
 import bisect
 import random
 import statistics
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.telemetry import predicted_speedup
@@ -42,6 +43,9 @@ class Costs:
     source: str
     spread: dict[int, float] | None = None  # per context: the widest (p75 − p25) / median of its points
     lookup_ms: float = 0.0  # the proposer's time in a step it drafts nothing for (a lookup that missed)
+    # (plain decoding's, speculation's) time a step outside its own timing: the engine's
+    # bookkeeping around it (the controller's choice and forecast, the step's record)
+    outside_ms: tuple[float, float] = (0.0, 0.0)
 
     @classmethod
     def from_report(cls, figures: dict) -> "Costs":
@@ -49,7 +53,7 @@ class Costs:
         contexts = figures["contexts"]
         return cls({int(L): f["step_ms"] for L, f in contexts.items()},
                    {int(L): f["draft_ms"] for L, f in contexts.items()}, figures["source"],
-                   lookup_ms=figures.get("lookup_ms") or 0.0)
+                   lookup_ms=figures.get("lookup_ms") or 0.0, outside_ms=tuple(figures.get("outside_ms") or (0.0, 0.0)))
 
     def draft_at(self, context: int) -> float:
         return self.draft_ms[context] if isinstance(self.draft_ms, dict) else self.draft_ms
@@ -117,21 +121,32 @@ class RandomDrafts(Proposer):
         return Proposal(torch.tensor([self.rng.randrange(self.vocab_size) for _ in range(k)], dtype=torch.long), None)
 
 
-def measure_drafting(engine: Any, prompt_ids: list[int], tokens: int = 48) -> tuple[float, float]:
-    """(the proposer's median time per draft, its median time in a step it drafted nothing
-    for) over a short greedy generation, steps that caught up on missed context or ran the
-    prompt left out; (0, 0) without a proposer. The second is a lookup that missed: it is
-    paid on every step γ = auto decodes plainly, which plain decoding never pays."""
+class Drafting(NamedTuple):
+    """Medians over a short generation: the proposer's time per draft, its time in a step
+    it drafted nothing for (a lookup that missed: paid on every step γ = auto decodes
+    plainly, which plain decoding never pays), and a step's time outside its own timing."""
+
+    per_draft_ms: float
+    lookup_ms: float
+    outside_ms: float
+
+
+def measure_drafting(engine: Any, prompt_ids: list[int], tokens: int = 48) -> Drafting:
+    """:class:`Drafting` over a short greedy generation of ``engine`` (with or without a
+    proposer), steps that caught up on missed context or ran the prompt left out."""
     from specchat.engine.sampling import SamplingParams
 
-    if engine.proposer is None:
-        return 0.0, 0.0
-    steps = [s.stats for s in engine.generate(prompt_ids, SamplingParams(temperature=0.0), tokens)
-             if not s.stats.prefill_tokens and not s.stats.draft_catch_up_tokens]
+    steps, last = [], time.perf_counter()
+    for s in engine.generate(prompt_ids, SamplingParams(temperature=0.0), tokens):
+        now = time.perf_counter()
+        if not s.stats.prefill_tokens and not s.stats.draft_catch_up_tokens:
+            steps.append((s.stats, max(0.0, (now - last) * 1000 - s.stats.total_ms)))
+        last = now
     engine.reset()
-    per_draft = [s.draft_ms / s.num_draft_tokens for s in steps if s.num_draft_tokens]
-    missed = [s.draft_ms for s in steps if not s.num_draft_tokens]
-    return (statistics.median(per_draft) if per_draft else 0.0), (statistics.median(missed) if missed else 0.0)
+    per_draft = [s.draft_ms / s.num_draft_tokens for s, _ in steps if s.num_draft_tokens]
+    missed = [s.draft_ms for s, _ in steps if not s.num_draft_tokens]
+    median = lambda xs: statistics.median(xs) if xs else 0.0  # noqa: E731
+    return Drafting(median(per_draft), median(missed) if engine.proposer else 0.0, median([o for _, o in steps]))
 
 
 def task_contexts(contexts: tuple[int, ...], steps: list[tuple[int, int, int]]) -> tuple[int, ...]:
@@ -167,7 +182,7 @@ def report(costs: Costs, alphas: tuple[float, ...] = ALPHAS) -> dict:
     """Everything measured and predicted, as JSON-able figures."""
     first = min(costs.step_ms, default=0)
     out: dict[str, Any] = {"source": costs.source, "draft_ms": costs.draft_at(first) if costs.step_ms else 0.0,
-                           "lookup_ms": costs.lookup_ms, "contexts": {}}
+                           "lookup_ms": costs.lookup_ms, "outside_ms": list(costs.outside_ms), "contexts": {}}
     for context, steps in costs.step_ms.items():
         table = speedups(costs, context, alphas)
         out["contexts"][str(context)] = {
@@ -211,10 +226,12 @@ def as_run(costs: Costs, steps: list[tuple[int, int, int]]) -> float | None:
     """The speed-up over plain decoding of ``steps`` (context, drafts verified, drafts
     kept) as a task ran them, priced with these costs: each step yields kept + 1 tokens
     in the time of a step verifying its drafts (drafting included), where plain decoding
-    takes a plain step's time a token at the same context. None without a step."""
+    takes a plain step's time a token at the same context; each side's steps also pay
+    its time outside them. None without a step."""
     plain = spec = 0.0
+    outside_plain, outside_spec = costs.outside_ms
     for context, k, kept in steps:
         w0, wk = step_cost(costs, context, k)
-        plain += (kept + 1) * w0
-        spec += wk
+        plain += (kept + 1) * (w0 + outside_plain)
+        spec += wk + outside_spec
     return plain / spec if spec else None

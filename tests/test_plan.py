@@ -66,6 +66,13 @@ def test_as_run_charges_a_missed_lookup_on_the_steps_that_drafted_nothing():
     assert Costs.from_report(report(measured)).lookup_ms == 0.5  # kept through plan --json
 
 
+def test_as_run_charges_each_side_its_time_outside_the_steps():
+    # plain decoding's bookkeeping 0.2 ms a step, speculation's 0.6 ms: per token on one side, per step on the other
+    measured = Costs({256: [10.0 + 2 * k for k in range(9)]}, 1.0, "test", outside_ms=(0.2, 0.6))
+    assert as_run(measured, [(256, 2, 2)]) == pytest.approx(3 * 10.2 / (14.0 + 2.0 + 0.6))
+    assert Costs.from_report(report(measured)).outside_ms == (0.2, 0.6)
+
+
 def test_plan_also_times_where_a_tenth_of_the_task_ran_below_its_least_context():
     steps = [(c, 1, 0) for c in range(60, 260)]  # a tenth below 80
     assert task_contexts(CONTEXTS, steps) == (64, *CONTEXTS)

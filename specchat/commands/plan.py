@@ -90,8 +90,10 @@ def run(args: argparse.Namespace) -> int:
     chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
                         enable_thinking=profile.chat.enable_thinking)
     prompt = chat.prompt_ids(chat.with_system([{"role": "user", "content": DRAFT_PROMPT}]))
-    draft_ms, lookup_ms = measure_drafting(SpeculativeEngine(loaded.target, proposer), prompt)
-    costs = Costs(steps, draft_ms, profile.speculation.method, spread, lookup_ms)
+    drafting = measure_drafting(SpeculativeEngine(loaded.target, proposer), prompt)
+    plain = measure_drafting(SpeculativeEngine(loaded.target, None), prompt)
+    costs = Costs(steps, drafting.per_draft_ms, profile.speculation.method, spread, drafting.lookup_ms,
+                  (plain.outside_ms, drafting.outside_ms))
     share = others.take()
     figures = report(costs)
     figures.update(profile=profile.name, target=loaded.target.name, precision=loaded.target.precision,
@@ -237,7 +239,9 @@ def render(figures: dict) -> str:
 
     lines = [f"plan: {figures['profile']} on {figures['target']} ({figures['precision']}), proposer "
              f"{figures['source']}: {figures['draft_ms']:.2f} ms a draft"
-             + (f", {figures['lookup_ms']:.2f} ms a step it drafts nothing for" if figures.get("lookup_ms") else "")]
+             + (f", {figures['lookup_ms']:.2f} ms a step it drafts nothing for" if figures.get("lookup_ms") else "")
+             + ("; around each step {:.2f} ms plain, {:.2f} ms speculating".format(*figures["outside_ms"])
+                if any(figures.get("outside_ms") or ()) else "")]
     measured = figures.get("measured") or []
     if figures.get("busy_machine"):
         lines.append(f"busy machine: other processes used {figures['cpu_others']:.0%} of the CPU while timing — "
