@@ -37,9 +37,10 @@ def template_has_thinking(tokenizer: Any) -> bool:
     return isinstance(template, str) and "enable_thinking" in template
 
 
-def _build(profile_ref: Any, progress: ProgressCallback):
+def _build(profile_ref: Any, progress: ProgressCallback, record: bool):
     """(profile, LoadedModels, ChatSession, BackendInfo) for a profile name or path, or
-    a :class:`~specchat.config.Profile` already built (a recording's, on resume)."""
+    a :class:`~specchat.config.Profile` already built (a recording's, on resume);
+    ``record``: whether this chat is recorded (one that is not keeps nothing in the suffix store)."""
     from specchat.config import DEFAULT_PROFILE, Profile, load_profile
     from specchat.remote import is_remote
 
@@ -51,7 +52,7 @@ def _build(profile_ref: Any, progress: ProgressCallback):
     from specchat.sessions.suffix_replies import recorded_replies
 
     models = load_models(profile, progress=progress)
-    session = build_chat(profile, models, recorded_replies)
+    session = build_chat(profile, models, recorded_replies, record=record)
     spec = profile.speculation
     thinking: bool | None = None
     if template_has_thinking(models.tokenizer):
@@ -116,8 +117,12 @@ class LiveLoader:
 
         if self.quiet:
             quiet_transformers()
-        profile, models, session, info = _build(profile_ref, progress)
         previous = self.current
+        if previous is not None and not previous.closed:  # the new models carry on its recording, or its lack of one
+            record = previous.recorder.enabled
+        else:
+            record = self.record
+        profile, models, session, info = _build(profile_ref, progress, record)
         if previous is not None and not previous.closed:  # closed: replaced by a replay
             header = build_header(profile, models.info)
             backend = RecordingBackend(session, previous.recorder, takes_over=(previous, header))
@@ -171,7 +176,7 @@ def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, 
             return loader(ref, progress)
         if quiet:
             quiet_transformers()
-        profile, models, session, info = _build(ref or chosen, progress)
+        profile, models, session, info = _build(ref or chosen, progress, record)
         session.history = list(resumed.history)
         session.turn = max((t.event.turn for t in recording.events if isinstance(t.event, UserMessage)), default=0)
         recorder = Recorder(None)

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         from specchat.sessions.suffix_replies import recorded_replies
 
         loaded = load_models(profile, progress=_progress_to_stderr)
-        chat, info = build_chat(profile, loaded, recorded_replies), loaded.info
+        chat, info = build_chat(profile, loaded, recorded_replies, record=not args.no_record), loaded.info
     from specchat.commands.interrupt import signals_cancel
 
     recorder = _recorder(profile, info, enabled=not args.no_record)

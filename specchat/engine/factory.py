@@ -52,20 +52,23 @@ def sampling_params(sampling: Any) -> SamplingParams:
                           seed=sampling.seed)
 
 
-def build_chat(profile: Any, loaded: Any, recorded: Any = None) -> ChatSession:
+def build_chat(profile: Any, loaded: Any, recorded: Any = None, record: bool = True) -> ChatSession:
     """A chat over ``loaded``. Suffix decoding gets the profile's suffix store here, in
     chats only: bench, verify and plan draft from the request alone, so their figures do
     not depend on what this user chatted before. ``recorded``: a model's source → its
     recorded replies (sessions/suffix_replies.py), what a missing "auto" store is built
-    from. Raises SuffixStoreError (one line) for a named store that is damaged or
-    another tokenizer's."""
+    from. ``record``: False for a chat the user asked not to record (``--no-record``); it,
+    like a profile with ``record = false``, drafts from the store but leaves its file as it
+    was. Raises SuffixStoreError (one line) for a named store that is damaged or another
+    tokenizer's."""
     proposer = build_proposer(profile.speculation, loaded)
     store = None
     if proposer is not None and proposer.kind == "suffix":
         from specchat.engine.proposers.suffix_store_open import open_store
 
         base = profile.source_path.parent if profile.source_path else None
-        store = open_store(profile.speculation.suffix_store, loaded.tokenizer, profile.target.source, base, recorded)
+        store = open_store(profile.speculation.suffix_store, loaded.tokenizer, profile.target.source, base, recorded,
+                           keep=record and profile.record)  # a chat not recorded keeps no replies
         proposer.store = store.store if store else None
     engine = SpeculativeEngine(loaded.target, proposer)
     return ChatSession(
@@ -76,5 +79,5 @@ def build_chat(profile: Any, loaded: Any, recorded: Any = None) -> ChatSession:
         system_prompt=profile.chat.system_prompt,
         enable_thinking=profile.chat.enable_thinking,
         overflow=profile.chat.overflow,
-        suffix_store=store if profile.record else None,  # a profile that keeps no chats keeps no replies
+        suffix_store=store,
     )

@@ -62,7 +62,7 @@ def test_resume_uses_the_recorded_profile_never_the_file_it_names(shared, monkey
     head["profile"]["trust_remote_code"] = False
     path.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
     built = []
-    monkeypatch.setattr(live, "_build", lambda ref, progress: built.append(ref) or (_ for _ in ()).throw(SystemExit))
+    monkeypatch.setattr(live, "_build", lambda ref, progress, record: built.append(ref) or (_ for _ in ()).throw(SystemExit))
     with pytest.raises(SystemExit):
         live.resume_loader(path)(None, lambda _: None)
     (profile,) = built

@@ -10,7 +10,10 @@
   the user's own choice, so a damaged or foreign one is an error (SuffixStoreError: the
   CLI prints one line and exits 2), never silently replaced.
 
-Each finished reply is added (bounded; the oldest go first) and the file rewritten.
+Each finished reply is added (bounded; the oldest go first) and the file rewritten —
+unless the chat is not recorded (``--no-record``, ``record = false``: ``keep=False``): then
+the store is read and drafted from but its file is never written, not even to repair it,
+for a user who asks not to record a chat expects nothing of it to be kept.
 """
 
 from __future__ import annotations
@@ -25,14 +28,19 @@ from specchat.sanitize import clean_line
 
 @dataclass
 class OpenedStore:
-    """A chat's store, where it is kept, and a one-line ``notice`` for the first turn (None: nothing to say)."""
+    """A chat's store, where it is kept, and a one-line ``notice`` for the first turn (None:
+    nothing to say). ``keep``: False for a chat that is not recorded, whose replies the file never gets."""
 
     store: SuffixStore
     path: Path
     notice: str | None = None
+    keep: bool = True
 
     def remember(self, reply: list[int]) -> str | None:
-        """Adds a finished reply's ids and saves; a line saying why when it could not be saved."""
+        """Adds a finished reply's ids and saves; a line saying why when it could not be saved.
+        Not kept: nothing (the reply is in the chat's own context already)."""
+        if not self.keep:
+            return None
         self.store.add(reply)
         try:
             self.store.save(self.path)
@@ -49,8 +57,9 @@ Recorded = Callable[[str], Iterable[list[int]]]  # a model's source → its reco
 
 
 def open_store(setting: str, tokenizer: Any, model_source: str, base: Path | None = None,
-               recorded: Recorded | None = None) -> OpenedStore | None:
-    """The store ``setting`` names for a chat on ``tokenizer`` (None for "off"). Raises
+               recorded: Recorded | None = None, keep: bool = True) -> OpenedStore | None:
+    """The store ``setting`` names for a chat on ``tokenizer`` (None for "off"); ``keep``:
+    False for a chat that is not recorded (its file is left as it is). Raises
     SuffixStoreError (one line) for an explicit path that is damaged or another tokenizer's."""
     if setting == "off":
         return None
@@ -59,19 +68,20 @@ def open_store(setting: str, tokenizer: Any, model_source: str, base: Path | Non
         path = Path(setting).expanduser()
         path = path if path.is_absolute() or base is None else base / path
         if not path.exists():
-            return OpenedStore(SuffixStore(fingerprint, vocab_size), path)
-        return OpenedStore(load_store(path, fingerprint, vocab_size), path)
+            return OpenedStore(SuffixStore(fingerprint, vocab_size), path, keep=keep)
+        return OpenedStore(load_store(path, fingerprint, vocab_size), path, keep=keep)
     path = auto_path(fingerprint)
     notice = None
     if path.exists():
         try:
-            return OpenedStore(load_store(path, fingerprint, vocab_size), path)
+            return OpenedStore(load_store(path, fingerprint, vocab_size), path, keep=keep)
         except SuffixStoreError as exc:
             notice = f"{exc.message}: {path}"
     store = SuffixStore(fingerprint, vocab_size, recorded(model_source) if recorded else ())
-    opened = OpenedStore(store, path)
+    opened = OpenedStore(store, path, keep=keep)
     if notice is not None:
-        opened.notice = clean_line(f"{notice} — rebuilt from {len(store.replies)} recorded replies")
+        where = "" if keep else " for this chat only (not saved: it is not recorded)"
+        opened.notice = clean_line(f"{notice} — rebuilt{where} from {len(store.replies)} recorded replies")
     if store.replies or notice is not None:  # a damaged file is replaced now, not left for the next chat
         opened.notice = opened.remember([]) or opened.notice
     return opened

@@ -120,7 +120,7 @@ def test_run_with_auto_keeps_the_reply_in_the_store(tmp_path, tiny_model_dir):
     from transformers import AutoTokenizer
 
     result = in_process("run", "--profile", str(_profile(tmp_path, tiny_model_dir, "auto")),
-                        "--prompt", "hi", "--max-new-tokens", "6", "--json", "--no-record")
+                        "--prompt", "hi", "--max-new-tokens", "6", "--json")
     assert result.returncode == 0, result.stderr
     reply = [json.loads(line)["id"] for line in result.stdout.splitlines()[:-1]]
     fingerprint, vocab = tokenizer_fingerprint(AutoTokenizer.from_pretrained(tiny_model_dir))
@@ -135,8 +135,54 @@ def test_run_with_a_damaged_auto_store_warns_once_and_rebuilds_it(tmp_path, tiny
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\x00" * 40)
     result = in_process("run", "--profile", str(_profile(tmp_path, tiny_model_dir, "auto")),
-                        "--prompt", "hi", "--max-new-tokens", "4", "--no-record")
+                        "--prompt", "hi", "--max-new-tokens", "4")
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "suffix store" in line]
     assert len(warnings) == 1 and "rebuilt" in warnings[0] and str(path) in warnings[0]
     assert load_store(path, fingerprint, vocab).count > 0  # rebuilt, with this reply in it
+
+
+def _store_files(tiny_model_dir, tmp_path, setting: str):
+    """(the store's path, its bytes now or None when absent) for ``setting``."""
+    from transformers import AutoTokenizer
+
+    path = auto_path(tokenizer_fingerprint(AutoTokenizer.from_pretrained(tiny_model_dir))[0]) if setting == "auto" \
+        else tmp_path / setting
+    return path, path.read_bytes() if path.exists() else None
+
+
+@pytest.mark.parametrize("setting, before", [("auto", None), ("auto", "damaged"), ("mine.bin", None),
+                                             ("mine.bin", "replies")])
+def test_run_no_record_leaves_the_store_as_it_was(tmp_path, tiny_model_dir, setting, before):
+    """A user who asks not to record a chat expects nothing of it kept: not its reply, not
+    even a repair of the store (a rebuild from other chats is for this chat only)."""
+    from transformers import AutoTokenizer
+
+    path, _ = _store_files(tiny_model_dir, tmp_path, setting)
+    fingerprint, vocab = tokenizer_fingerprint(AutoTokenizer.from_pretrained(tiny_model_dir))
+    if before == "damaged":
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"\x00" * 40)
+    elif before == "replies":
+        SuffixStore(fingerprint, vocab, [[1, 2, 3]]).save(path)
+    _, was = _store_files(tiny_model_dir, tmp_path, setting)
+    result = in_process("run", "--profile", str(_profile(tmp_path, tiny_model_dir, setting)),
+                        "--prompt", "hi", "--max-new-tokens", "6", "--no-record")
+    assert result.returncode == 0, result.stderr
+    assert _store_files(tiny_model_dir, tmp_path, setting)[1] == was
+    if before == "damaged":
+        (warning,) = [line for line in result.stderr.splitlines() if "suffix store" in line]
+        assert "not saved" in warning
+
+
+def test_a_chat_not_recorded_in_the_tui_leaves_the_store_as_it_was(tmp_path, tiny_model_dir):
+    """The TUI's ``specchat --no-record`` (LiveLoader(record=False)), across a profile switch too."""
+    from specchat.live import LiveLoader
+
+    profile = str(_profile(tmp_path, tiny_model_dir, "mine.bin"))
+    loader = LiveLoader(record=False)
+    for _ in range(2):  # the second call is a profile switch, carrying on the chat
+        backend = loader(profile, lambda _: None).backend
+        assert any(type(event).__name__ == "TurnFinished" for event in backend.send("hi"))
+    backend.close()
+    assert not (tmp_path / "mine.bin").exists()
