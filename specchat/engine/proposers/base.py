@@ -45,11 +45,15 @@ class Proposal:
 class Candidate:
     """One way a proposer can draft the next step: ``source`` (a proposer kind) can give
     up to ``limit`` drafts; ``match`` is the n-gram match behind them (None for a model),
-    which the adaptive controller keys its acceptance estimates on."""
+    which the adaptive controller keys its acceptance estimates on. ``shares``: suffix
+    decoding's word on each draft, the share of the still-agreeing earlier occurrences
+    that went on with it (score_j / score_{j−1}, suffix.py), which the controller's
+    starting acceptance follows; () for the others."""
 
     source: str
     limit: int
     match: NgramMatch | None = None
+    shares: tuple[float, ...] = ()
 
 
 class Proposer:

@@ -21,15 +21,19 @@ a request that has nothing of its own to copy drafts from what the model wrote b
 An occurrence in the store ends where its reply did: when most of them ended there,
 drafting stops. Its drafts are point masses as well.
 
-Not here yet: Σ score as the cost gate's acceptance estimate (the adaptive controller
-keys its estimates on the match, as it does for prompt lookup).
+The scores feed the cost gate: a candidate carries each draft's share (score_j /
+score_{j−1}, :meth:`candidates`), the adaptive controller keys its acceptance estimates
+on the match and on where the occurrences split, and starts each draft position's
+estimate from the match's prior times that position's share (controller.py,
+``suffix_priors``), so a unanimous quote is drafted deep from its first step and a split
+one stops short of the split before any verdict; the verdicts then correct the estimates.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from specchat.engine.proposers.base import NgramProposer
+from specchat.engine.proposers.base import Candidate, NgramProposer
 from specchat.engine.proposers.ngram_index import MATCH_CAP, MAX_OCCURRENCES, NgramMatch
 from specchat.engine.proposers.suffix_store import END, SuffixStore
 
@@ -46,6 +50,14 @@ class SuffixProposer(NgramProposer):
         self.min_score = min_score
         self.store = store  # earlier replies (the global tree); None: the request's context alone
         self.scores: list[float] = []  # the last lookup's draft scores (Σ: drafts expected kept)
+        self.shares: list[float] = []  # and each draft's share (score_j / score_{j−1}), exactly
+
+    def candidates(self, ids: list[int], limit: int) -> list[Candidate]:
+        continuation, match = self.lookup(ids, limit)
+        if not continuation:
+            return []
+        # the lookup's own: _find sets the shares with the draft (a memo hit is of that _find)
+        return [Candidate(self.kind, len(continuation), match, tuple(self.shares[:len(continuation)]))]
 
     def _find(self, ids: list[int], k: int) -> tuple[list[int], NgramMatch | None]:
         index, store = self._index, self.store
@@ -61,18 +73,20 @@ class SuffixProposer(NgramProposer):
                 continue
             # a cursor: (the text, where in it the occurrence goes on); the context's own
             # cursors stop at its end, the store's at their reply's END
-            cursors, draft, self.scores, score = [(text, j + 1) for text, j in found], [], [], 1.0
+            cursors, draft, self.scores, self.shares, score = [(text, j + 1) for text, j in found], [], [], [], 1.0
             first = Counter(text[c] for text, c in cursors)
             while len(draft) < k and cursors:
                 votes = Counter(text[c] for text, c in cursors)
                 token, count = votes.most_common(1)[0]
-                score *= count / len(cursors)
+                share = count / len(cursors)
+                score *= share
                 if token == END or score < self.min_score:  # most of them ended their reply here
                     break
                 if self.vocab_size is not None and token >= self.vocab_size:
                     break  # a store checked against the tokenizer, whose ids a target lacks a row for
                 draft.append(token)
                 self.scores.append(score)
+                self.shares.append(share)
                 cursors = [(text, c + 1) for text, c in cursors if text[c] == token and c + 1 < len(text)]
             agreeing = first[draft[0]] - 1 if draft else 0
             longest = max(_agreement(text, j, ids, n) for text, j in found)
