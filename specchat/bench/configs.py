@@ -21,7 +21,10 @@ class BenchConfig:
         of another format, compared in the same run); None = the profile's target.
     server: a peer run by llama-server on the same GGUF (peer_llama_server.py) rather than
         by llama-cpp-python: plain, or with ``spec_type``, one of its n-gram
-        ``--spec-type``s (method "ngram", its own draft lengths: γ "auto")."""
+        ``--spec-type``s (method "ngram", its own draft lengths: γ "auto").
+    store: suffix decoding that also drafts from a store of this configuration's earlier
+        replies in the run (in memory, empty at its start): the cross-chat workload, where a
+        question comes back in a new chat (each prompt's repeats run back to back)."""
 
     method: str
     gamma: int | str = 0
@@ -29,6 +32,7 @@ class BenchConfig:
     model: str | None = None
     server: bool = False
     spec_type: str = ""
+    store: bool = False
 
     @property
     def name(self) -> str:
@@ -39,11 +43,11 @@ class BenchConfig:
                 return "none"
             return "peer:none" if self.model is None else f"peer:none ({Path(self.model).name})"
         prefix = "peer:" if self.runner == "peer" else ""
-        return f"{prefix}{self.method} γ={self.gamma}"
+        return f"{prefix}{self.method} γ={self.gamma}" + (" +store" if self.store else "")
 
     def to_dict(self) -> dict:
         return {"name": self.name, "method": self.method, "gamma": self.gamma, "runner": self.runner,
-                "model": self.model, "server": self.server, "spec_type": self.spec_type}
+                "model": self.model, "server": self.server, "spec_type": self.spec_type, "store": self.store}
 
 
 SERVER = " (llama-server)"  # ends the name of every llama-server row
@@ -91,13 +95,17 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
                   note=print, peer_methods: tuple[str, ...] = ("none", "draft_model", "ngram"),
                   peer_models: tuple[str, ...] = (), has_head: bool = False,
                   server_peer: bool = False, medusa_heads: int = 0,
-                  server_ngram_types: tuple[str, ...] = ()) -> list[BenchConfig]:
+                  server_ngram_types: tuple[str, ...] = (), suffix_store: bool = False) -> list[BenchConfig]:
     """The plain baseline first (always present: every speedup is relative to it), then
     each speculative method × γ; with ``peer``, the peer engine's own plain generation
     and its speculation at the same settings, for the methods it has (``peer_methods``),
     plain generation on each of ``peer_models``, and with ``server_peer`` llama-server's
     plain generation on the same GGUF and, where n-gram lookup is compared, a row for each
-    of its ``server_ngram_types``."""
+    of its ``server_ngram_types``. ``suffix_store``: each suffix row again with a store of
+    the run's earlier replies (BenchConfig.store)."""
+    if suffix_store and "suffix" not in methods:
+        raise SpecchatError("--suffix-store adds rows to suffix decoding's", key="--suffix-store",
+                            hint="add suffix to --methods (e.g. --methods suffix,ngram,none)")
     configs = [BenchConfig("none")]
     for method in loaded_methods(methods, has_draft, has_head, medusa_heads, note):
         if method == "none":
@@ -113,6 +121,7 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
             configs.append(BenchConfig(method, "auto"))
             continue
         configs += [BenchConfig(method, gamma) for gamma in gammas]
+        configs += [BenchConfig(method, gamma, store=True) for gamma in gammas if suffix_store and method == "suffix"]
     if peer:
         ours = list(configs)
         configs += [BenchConfig("none", 0, "peer")] if "none" in peer_methods else []

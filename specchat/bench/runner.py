@@ -94,6 +94,10 @@ def make_engine(config: BenchConfig, loaded: Any, speculation: Any) -> Any:
 
     ceiling = speculation.max_speculative_tokens if config.gamma == "auto" else config.gamma
     proposer = build_proposer(speculation, loaded, config.gamma, ceiling, config.method)
+    if config.store:  # empty: it holds what this configuration replies in this run, nothing of the user's
+        from specchat.engine.proposers.suffix_store import SuffixStore, tokenizer_fingerprint
+
+        proposer.store = SuffixStore(*tokenizer_fingerprint(loaded.tokenizer))
     return SpeculativeEngine(loaded.target, proposer)
 
 
@@ -219,6 +223,8 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
                         others_ms += share * row["wall_ms"]
                         timed_ms += row["wall_ms"]
                     row["cpu_others"] = share
+                    if config.store:  # a later chat may draft from this reply (never the warm-up's)
+                        engines[config].proposer.store.add(row["output_ids"])
                     uses_draft = config.method == "draft_model"
                     rows.append({
                         "set": turn.set_name, "prompt_id": turn.prompt_id, "repeat": turn.repeat,

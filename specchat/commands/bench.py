@@ -47,6 +47,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--peer-model", action="append", default=[], metavar="GGUF",
                         help="also run llama-cpp-python's plain generation on this GGUF file (another format of "
                              "the same weights, say); repeatable; llama.cpp targets only")
+    parser.add_argument("--suffix-store", action="store_true",
+                        help="also run each suffix row drafting from a store of the run's earlier replies (empty "
+                             "at its start; a prompt's --repeat runs back to back): the cross-chat workload, "
+                             "a question asked again in a new chat")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run per configuration")
     parser.add_argument("--plain-url", metavar="URL",
                         help="remote profiles: a second server of the same model started without speculation, "
@@ -61,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from specchat.bench.prompt_sets import load_prompt_sets
     from specchat.config import load_profile
     from specchat.errors import SpecchatError
+    from specchat.remote import is_remote
 
     from specchat.bench.concurrency import parse_levels
 
@@ -75,11 +80,13 @@ def run(args: argparse.Namespace) -> int:
     needs = ("", "draft", METHODS[profile.speculation.method].needs)  # a draft is skipped if the profile has none
     methods = parse_methods(args.methods or ",".join(m.name for m in METHODS.values() if m.needs in needs))
     sets = load_prompt_sets(args.prompts)
+    if args.suffix_store and ("suffix" not in methods or args.concurrency != 1 or is_remote(profile)):
+        raise SpecchatError("--suffix-store adds rows to suffix decoding's, one chat at a time, on a local model",
+                            key="--suffix-store", hint="add suffix to --methods, and drop --concurrency and remote "
+                                                       "profiles for that run")
     out_dir = args.out or Path("bench-results") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
     from rich.console import Console
-
-    from specchat.remote import is_remote
 
     if is_remote(profile):
         return _remote(profile, sets, args, out_dir)
@@ -115,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                             note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=has_peer_methods,
                             peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model),
                             server_peer=not no_server, medusa_heads=medusa_heads,
-                            server_ngram_types=() if no_server else ngram_types())
+                            server_ngram_types=() if no_server else ngram_types(), suffix_store=args.suffix_store)
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
 
 

@@ -153,6 +153,8 @@ def test_config_parsing_and_draftless_profiles():
 
 @pytest.mark.parametrize("argv, fragment", [
     (["--gamma", "0"], "--gamma value '0'"),
+    (["--methods", "ngram,none", "--suffix-store"], "--suffix-store adds rows to suffix"),
+    (["--methods", "suffix", "--suffix-store", "--concurrency", "2"], "--suffix-store adds rows to suffix"),
     (["--methods", "draft,magic"], "--methods value 'magic'"),
     (["--prompts", "nosuchset"], "neither a shipped set nor a file"),
     (["--repeat", "0"], "--repeat must be"),
@@ -173,3 +175,29 @@ def test_ngram_profile_skips_draft_and_runs(tiny_ngram_profile_path, tmp_path, c
     results = json.loads((tmp_path / "o" / "results.json").read_text())
     # every model-free method of the table runs by default
     assert [c["name"] for c in results["configs"]] == ["none", "ngram γ=3", "suffix γ=3"]
+
+
+def test_a_suffix_row_with_the_runs_store_drafts_a_question_asked_again_from_its_first_answer(
+        tiny_ngram_profile_path, tmp_path):
+    """--suffix-store: the cross-chat workload. At T = 0 a prompt's second repeat replies
+    as its first did, so the +store row drafts it from the first reply, where the plain
+    suffix row has only the prompt to copy from; its first repeat has nothing stored yet.
+    (Planted: a store that is never added to fails it.)"""
+    profile = tmp_path / "t0.toml"
+    profile.write_text(f'extends = "{tiny_ngram_profile_path}"\n[sampling]\ntemperature = 0.0\n')
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text('{"prompt": "a b c d e f g"}\n')
+    assert main(["bench", "--profile", str(profile), "--prompts", str(prompts), "--methods", "suffix,none",
+                 "--gamma", "4", "--suffix-store", "--repeat", "2", "--max-new-tokens", "24", "--no-peer",
+                 "--no-warmup", "--out", str(tmp_path / "o")]) == 0
+    results = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert [c["name"] for c in results["configs"]] == ["none", "suffix γ=4", "suffix γ=4 +store"]
+
+    def kept(config, repeat):
+        row, = [r for r in results["rows"] if r["config"] == config and r["repeat"] == repeat]
+        return sum(s["num_accepted_tokens"] for s in row["steps"]), row["output_ids"]
+
+    (first, reply0), (again, reply1) = kept("suffix γ=4 +store", 0), kept("suffix γ=4 +store", 1)
+    assert reply0 == reply1 == kept("none", 1)[1]  # greedy: the same reply, exact whatever drafted it
+    assert first == kept("suffix γ=4", 0)[0]  # nothing stored before the first chat
+    assert again >= kept("suffix γ=4", 1)[0] + len(reply1) // 2  # most of the second drafted from the first
