@@ -50,7 +50,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specchat.engine.gamma.controller import AcceptanceKey, Assessment, Controller, acceptance_key
+from specchat.engine.gamma.acceptance import AcceptanceKey, acceptance_key
+from specchat.engine.gamma.controller import Assessment, Controller
 from specchat.engine.gamma.cost_model import Ewma, RecentMedian, line
 from specchat.engine.proposers import Candidate
 

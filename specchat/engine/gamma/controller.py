@@ -11,13 +11,13 @@ not even change a seeded reply, only its speed (the coupled form in sampling.py)
   draft position (for n-gram lookup: per bucket of match length and consensus of the
   n-gram's earlier occurrences, and no drafts at all without a match) and of the
   measured step time T(k) (draft + verify + overhead).
-  Each bucket starts from a prior that grows with the match length (:func:`match_prior`),
+  Each bucket starts from a prior that grows with the match length (acceptance.py: :func:`match_prior`),
   so a long quote is drafted deep from its first step while a one-token match waits for
   evidence; where verifying is dear (a CPU: docs/benchmarks/why-the-numbers.md) that is
   the difference between drafting where it pays and paying to learn where. Suffix
   decoding's keys also say where its occurrences split, and each position starts from
   the match's prior times the share of occurrences that went on with that draft
-  (:func:`suffix_priors`): its scores are the starting acceptance, its verdicts correct them.
+  (acceptance.py: :func:`key_prior`): its scores are the starting acceptance, its verdicts correct them.
   When no k beats a plain step it decodes plainly and probes again from time to time.
 
 It must recover when acceptance comes back after a stretch where nothing was accepted:
@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specchat.engine.gamma.cost_model import CostModel, Ewma
-from specchat.engine.proposers.ngram_index import NgramMatch
+from specchat.engine.gamma.acceptance import AcceptanceKey, acceptance_key, key_prior
+from specchat.engine.gamma.cost_model import CostModel, Prior
 from specchat.engine.proposers import Candidate, Proposer
 from specchat.events import StepStats
 
@@ -78,14 +78,8 @@ class Controller:
         source = stats.draft_source or self._key[0]  # what drafted; else what was chosen
         self.model.observe(stats, self._key, source, self._prior(self._key))
 
-    def _prior(self, key: AcceptanceKey) -> float | None:
-        """The acceptance a key's estimates start from (None: the model's default). A
-        suffix key's start differs by position, which the model's one prior per key cannot
-        say: its estimates are made here, the first time the key is met."""
-        priors = suffix_priors(key)
-        if priors is not None and key not in self.model.accept:
-            model = self.model
-            model.accept[key] = [Ewma(p, model.decay) for p in (priors + [priors[0]] * model.max_gamma)[:model.max_gamma]]
+    def _prior(self, key: AcceptanceKey) -> Prior:
+        """The acceptance a key's estimates start from (None: the model's default)."""
         return key_prior(key)
 
     def assess(self, k: int, source: str) -> Assessment:
@@ -138,96 +132,6 @@ class FixedGamma(Controller):
 
 
 CONTEXT_DECAY = 0.97  # per step: the situations γ = auto has met lately weigh most (~33 steps)
-MATCH_BUCKETS = (1, 2, 3, 4, 5, 8, 16)  # lower ends: 1, 2, 3, 4, 5–7, 8–15, 16+
-# lower ends of the buckets of a suffix draft's share (1.0: every occurrence went on with it)
-SHARE_BUCKETS = (0.25, 0.5, 0.75, 1.0)
-# (agreement bucket, consensus), and for suffix decoding the share buckets of drafts 2, 3, …
-# up to the last that was not unanimous; () for a model's drafts
-MatchKey = tuple[int, str] | tuple[int, str, tuple[float, ...]]
-AcceptanceKey = tuple[str, MatchKey | tuple[()]]  # (source, match key)
-
-
-def length_bucket(length: int) -> int:
-    """The lower end of an agreement length's bucket (0 for none)."""
-    key = 0
-    for low in MATCH_BUCKETS:
-        if length >= low:
-            key = low
-    return key
-
-
-def match_key(match: NgramMatch) -> MatchKey:
-    """The acceptance estimates an n-gram match shares: its agreement bucket and whether
-    the n-gram's other occurrences went on alike (ngram.py)."""
-    return length_bucket(match.length), match.consensus
-
-
-def match_prior(key: MatchKey) -> float:
-    """Prior probability that a draft is kept after a match: by agreement length L,
-    1 − 0.8 / L^0.8 — 0.20 at 1, 0.54 at 2, 0.74 at 4, 0.85 at 8, 0.91 at 16 — for a lone
-    occurrence; a third of the way from there to certainty where every other occurrence went
-    on alike, half of it where they went different ways. Fitted loosely to the first-draft
-    acceptance on our prompt sets (ngram.py), as a starting point that a few of the reply's
-    own verdicts outweigh."""
-    length, consensus = key
-    alone = 1.0 - 0.8 / length ** 0.8
-    if consensus == "agreed":
-        return 1.0 - (1.0 - alone) * 0.35
-    if consensus == "split":
-        return alone * 0.5
-    return alone
-
-
-def share_bucket(share: float) -> float:
-    """The lower end of a draft's share's bucket (0.0 below the first)."""
-    return max((low for low in SHARE_BUCKETS if share >= low), default=0.0)
-
-
-def share_value(bucket: float) -> float:
-    """What a share bucket stands for: the middle of its range (1.0 for unanimous)."""
-    ends = (0.0, *SHARE_BUCKETS)
-    i = ends.index(bucket)
-    return 1.0 if bucket == 1.0 else (ends[i] + ends[i + 1]) / 2
-
-
-def split_shape(shares: tuple[float, ...]) -> tuple[float, ...]:
-    """The share buckets of drafts 2, 3, … (the first draft's share is the match's
-    consensus already) up to the last that was not unanimous: a quote every occurrence
-    agrees on is () however long, so quotes of every length share their estimates."""
-    buckets = [share_bucket(share) for share in shares[1:]]
-    while buckets and buckets[-1] == 1.0:
-        buckets.pop()
-    return tuple(buckets)
-
-
-def acceptance_key(candidate: Candidate) -> AcceptanceKey:
-    """The estimates a candidate's drafts share: its source's, a lookup's match's, and for
-    suffix decoding where the occurrences behind its drafts split (:func:`split_shape`)."""
-    if candidate.match is None:
-        return candidate.source, ()
-    key = match_key(candidate.match)
-    return candidate.source, (key + (split_shape(candidate.shares),) if candidate.shares else key)
-
-
-def key_prior(key: AcceptanceKey) -> float | None:
-    """A key's starting acceptance (its first draft's, for suffix decoding): its match's
-    prior; None (the model's default) for a model's drafts."""
-    return match_prior(key[1][:2]) if key[1] else None
-
-
-def suffix_priors(key: AcceptanceKey) -> list[float] | None:
-    """A suffix key's starting acceptance per draft position: the match's prior (what the
-    first draft's consensus says), times, from the second draft on, the share of the
-    occurrences still agreeing that went on with it (its bucket's middle; 1 past the
-    last split). The occurrences' agreement is the SuffixDecoding paper's estimate of a
-    draft's chance; the match's prior stands for how far the target follows the earlier
-    text at all (even a unanimous lone occurrence says little). None for other keys."""
-    if len(key[1]) != 3:
-        return None
-    first = match_prior(key[1][:2])
-    return [first] + [first * share_value(bucket) for bucket in key[1][2]]
-
-
 class AdaptiveGamma(Controller):
     """Picks k ∈ 0..max_gamma maximising E(k)/T(k) (see the module docstring).
 

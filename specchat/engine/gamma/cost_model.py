@@ -36,6 +36,8 @@ from statistics import median
 
 from specchat.events import StepStats
 
+Prior = float | list[float] | None  # a key's starting acceptance: one for every position, or per position
+
 
 class Ewma:
     """Exponentially weighted mean that starts as a plain mean (no bias toward the prior
@@ -162,10 +164,13 @@ class CostModel:
         self.drafting_share: dict[str, Ewma] = {}  # source → share of steps it drafted (n-gram misses)
         self._w: dict[int, float | None] = {}  # w(k) as of the last observation
 
-    def acceptance(self, key: Hashable, prior: float | None = None) -> list[Ewma]:
+    def acceptance(self, key: Hashable, prior: Prior = None) -> list[Ewma]:
+        """A key's estimates per draft position, made on first use from ``prior``: one value
+        for every position, or one per position (the last repeated beyond them), or None
+        for the model's default."""
         if key not in self.accept:
-            start = self.prior if prior is None else prior
-            self.accept[key] = [Ewma(start, self.decay) for _ in range(self.max_gamma)]
+            starts = [self.prior] if prior is None else [prior] if isinstance(prior, (int, float)) else list(prior)
+            self.accept[key] = [Ewma(starts[min(i, len(starts) - 1)], self.decay) for i in range(self.max_gamma)]
         return self.accept[key]
 
     def loosen(self, weight: float) -> None:
@@ -223,18 +228,18 @@ class CostModel:
         """Expected tokens per ms for k = 0..len(survival) (see :meth:`forecast`)."""
         return [None if f is None else f[0] / f[1] for f in self.forecast(survival, source)]
 
-    def survival(self, key: Hashable, limit: int, prior: float | None = None) -> list[float]:
+    def survival(self, key: Hashable, limit: int, prior: Prior = None) -> list[float]:
         survival, alive = [], 1.0
         for estimate in self.acceptance(key, prior)[:limit]:
             alive *= estimate.value
             survival.append(alive)
         return survival
 
-    def predicted_rates(self, key: Hashable, limit: int, source: str = "", prior: float | None = None) -> list[float | None]:
+    def predicted_rates(self, key: Hashable, limit: int, source: str = "", prior: Prior = None) -> list[float | None]:
         """rates for k = 0..limit when ``source`` drafts under acceptance ``key``."""
         return self.rates(self.survival(key, limit, prior), source)
 
-    def step_prediction(self, key: Hashable, k: int, source: str, prior: float | None = None) -> tuple[float, float] | None:
+    def step_prediction(self, key: Hashable, k: int, source: str, prior: Prior = None) -> tuple[float, float] | None:
         """(E(k), T(k)/w(0)) of the k a controller chose: tokens, and time in plain-step
         units; bench's and the panel's predicted speed-up is Σ E / Σ T/w(0) over the steps
         as run (None while either is unknown)."""
@@ -249,7 +254,7 @@ class CostModel:
         f = self.forecast(survival, source)[k]
         return None if f is None else (f[0], f[1] / w0)
 
-    def observe(self, stats: StepStats, key: Hashable, source: str, prior: float | None = None) -> None:
+    def observe(self, stats: StepStats, key: Hashable, source: str, prior: Prior = None) -> None:
         """A finished step: its time (w(k), and d unless a prompt or a catch-up is in it)
         and, along the kept path, its acceptance under ``key`` and pooled for ``source``."""
         k, n = stats.num_draft_tokens, stats.num_accepted_tokens
@@ -267,7 +272,7 @@ class CostModel:
         # a tree's k counts all its nodes; only the kept path's positions were judged
         self.verdicts(key, source, k if stats.verified_positions is None else stats.verified_positions, n, prior)
 
-    def verdicts(self, key: Hashable, source: str, k: int, n: int, prior: float | None = None) -> None:
+    def verdicts(self, key: Hashable, source: str, k: int, n: int, prior: Prior = None) -> None:
         """Acceptance along the kept path of k drafts of which the first n were kept, under
         ``key`` and pooled for ``source``."""
         acc = self.acceptance(key, prior)

@@ -185,7 +185,7 @@ def test_consensus_of_earlier_occurrences_sets_the_starting_acceptance():
     kept 53–74 % of the time on three of our prompt sets, worth a draft at CPU costs; where they went
     different ways a 16-token agreement was kept about half the time, not the 91–98 % of a
     lone one (ngram.py)."""
-    from specchat.engine.gamma.controller import match_prior
+    from specchat.engine.gamma.acceptance import match_prior
 
     for length in (1, 2, 4, 8, 16):
         assert match_prior((length, "split")) < match_prior((length, "alone")) < match_prior((length, "agreed"))
@@ -198,7 +198,7 @@ def test_consensus_of_earlier_occurrences_sets_the_starting_acceptance():
 
 
 def test_match_lengths_share_estimates_by_bucket_and_learn_from_verdicts():
-    from specchat.engine.gamma.controller import length_bucket, match_key, match_prior
+    from specchat.engine.gamma.acceptance import length_bucket, match_key, match_prior
 
     assert [length_bucket(n) for n in (0, 1, 2, 3, 4, 5, 7, 8, 15, 16, 64)] == [0, 1, 2, 3, 4, 5, 5, 8, 8, 16, 16]
     assert match_key(NgramMatch(7, 2, 0)) == (5, "agreed")
