@@ -23,8 +23,9 @@ class BenchConfig:
         by llama-cpp-python: plain, or with ``spec_type``, one of its n-gram
         ``--spec-type``s (method "ngram", its own draft lengths: γ "auto").
     store: suffix decoding that also drafts from a store of this configuration's earlier
-        replies in the run (in memory, empty at its start): the cross-chat workload, where a
-        question comes back in a new chat (each prompt's repeats run back to back)."""
+        replies in the run (in memory, empty at its start): the cross-chat workload, each
+        request drafting from the earlier questions' answers and, from its second repeat
+        on (a prompt's repeats run back to back), from its own question's."""
 
     method: str
     gamma: int | str = 0
