@@ -23,6 +23,15 @@ Measured 2026-12-04, default profile (SmolLM2-135M BF16 GGUF, T = 0.6, top-p 0.9
   started from alike: the law differs by the kernels' arithmetic, not by a sampling fault
   (the draws are coupled: the default and smollm2-suffix profiles gave identical samples).
 - AVX2 machines (F16 by default) passed the same verify in earlier sessions.
+- The same AVX-512 machine with the target converted to F16 (a profile `extends =
+  "default"`, `[target] gguf_type = "F16"`): one sequence max |Δlogit| 0.031, per-row TV at
+  most 0.0017; batched first token TV 0.0015, second at most 0.0015 — 7 to 40 times closer —
+  and `verify --concurrency 4` PASSES (first two tokens TV 0.0863 against 0.0919, p = 0.0059).
+  The price, measured right after (bench `--prompts open repetitive --methods ngram,none
+  --gamma auto --repeat 2 --no-peer`, quiet, one run each): plain 91.7 tok/s in F16 against
+  87.3 in BF16, n-gram γ = auto 106.3 against 109.5 (verifying drafts is dearer in F16), time
+  to first token 82–155 ms against 58–118 ms. Choosing between them (gguf_type "auto" picks
+  BF16 on this CPU) is a product decision left open: see the closing note of 2026-12-04.
 
     python docs/benchmarks/batch_shape_numerics.py [--profile P]
 """
