@@ -32,6 +32,12 @@ Measured 2026-12-04, default profile (SmolLM2-135M BF16 GGUF, T = 0.6, top-p 0.9
   87.3 in BF16, n-gram γ = auto 106.3 against 109.5 (verifying drafts is dearer in F16), time
   to first token 82–155 ms against 58–118 ms. Choosing between them (gguf_type "auto" picks
   BF16 on this CPU) is a product decision left open: see the closing note of 2026-12-04.
+  On Spec-Bench the price is larger (`bench --prompts spec-bench:3 --methods ngram,none
+  --gamma auto --repeat 2 --max-new-tokens 256 --no-peer`, quiet, one run each, 5 min 52 s
+  in all): plain 70.9 tok/s in BF16 against 69.9 in F16, n-gram γ = auto 108.3 (1.53×
+  [1.41, 1.65]) against 89.3 (1.28× [1.20, 1.36]), first token 297 against 452 ms. BF16's
+  many-row decodes are what make drafts cheap on this CPU, so F16 by default would give up
+  about a sixth of speculation's speed for batch invariance.
 
     python docs/benchmarks/batch_shape_numerics.py [--profile P]
 """
