@@ -24,8 +24,8 @@ drafting stops. Its drafts are point masses as well.
 The scores feed the cost gate: a candidate carries each draft's share (score_j /
 score_{j−1}, :meth:`candidates`), the adaptive controller keys its acceptance estimates
 on the match and on where the occurrences split, and starts each draft position's
-estimate from the match's prior times that position's share (controller.py,
-``suffix_priors``), so a unanimous quote is drafted deep from its first step and a split
+estimate from the match's prior times that position's share (engine/gamma/acceptance.py,
+``key_prior``), so a unanimous quote is drafted deep from its first step and a split
 one stops short of the split before any verdict; the verdicts then correct the estimates.
 """
 
