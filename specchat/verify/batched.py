@@ -8,9 +8,17 @@ plain, one draft, the profile's own γ (auto: its adaptive controller) — so a 
 sequences verifying different numbers of drafts, and plain ones beside them, whose rows
 a fault could hand to the wrong sequence. Checks, by verify_stats' rule:
 
+0. the law the batched engine samples from, enumerated in a batched context (the prompt
+   prefilled for all N sequences in one decode, as the engine's first admission runs it;
+   each second token as one row of N): its logits against the one-sequence logits, within
+   the format's batch noise (near_tie.noise_bound, a constant of the format). Where a CPU's
+   kernels differ by batch shape (BF16 on AVX-512: docs/benchmarks/batch_shape_numerics.py)
+   the two laws differ by more than sampling can see at 2,000 samples, so 1 and 2 hold
+   the samples to the batched law, and this check holds the batched law to the one
+   sequence's: a row handed to the wrong place moves logits by whole units, far past it;
 1. the batched drafting requests: first token vs exact p, and first two tokens vs the
-   exact joint, both enumerated from the target's one-sequence logits (as verify does);
-2. the batched plain requests (decoded beside drafting ones): first token vs exact p;
+   exact joint, both enumerated in the batched context (0);
+2. the batched plain requests (decoded beside drafting ones): first token vs exact p (0);
 3. the batched drafting requests vs one-sequence plain sampling (seeds PLAIN_SEEDS + i),
    K-token continuations (two-sample χ² and TV);
 4. greedy: N requests at once on verify's greedy prompt, one of each kind, each against
@@ -31,14 +39,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from specchat.verify.near_tie import compute_precision
-from specchat.verify.single import (END, GREEDY_TOKENS, MAX_DIVERGENCES, PLAIN_SEEDS, VerifyReport, _distribution,
-                                   _divergence, _pair_codes, _sequence_codes, _speculative_sample, choose_prompt,
-                                   resolve)
+from specchat.verify.near_tie import compute_precision, noise_bound
+from specchat.verify.single import (END, ENUMERATE_FIRST, GREEDY_TOKENS, MAX_DIVERGENCES, PLAIN_SEEDS, VerifyReport,
+                                   _distribution, _divergence, _pair_codes, _sequence_codes, _speculative_sample,
+                                   choose_prompt, resolve)
 from specchat.verify.stats import Check, goodness_of_fit, two_sample
 from specchat.engine import SpeculativeEngine
 from specchat.engine.batch.batched import BatchedEngine, Request
-from specchat.engine.sampling import SamplingParams
+from specchat.engine.sampling import SamplingParams, warp
 from specchat.errors import SpecchatError
 
 PLAIN = None  # a request kind: no proposer
@@ -77,7 +85,7 @@ def verify_batched(loaded: Any, profile: Any, *, concurrency: int, samples: int 
     try:
         if not params.greedy:
             checks += _sampled_checks(engine, kinds, kind_gammas, chosen.ids, chosen.probe, params, samples, tokens,
-                                      chosen.plain_engine, stats, report)
+                                      chosen.plain_engine, stats, report, chosen.eos)
             if stats["drafted"] == 0:
                 checks.append(Check("speculation was exercised", False,
                                     detail="no drafts were proposed: nothing was verified — for n-gram lookup "
@@ -106,7 +114,7 @@ class KindQueue:
 
 def _sampled_checks(engine: BatchedEngine, kinds: KindQueue, kind_gammas: list[int | str | None], ids: list[int],
                     probe: Any, params: SamplingParams, samples: int, tokens: int, plain_engine: SpeculativeEngine,
-                    stats: dict[str, int], report: Callable[[int, int, str], None]) -> list[Check]:
+                    stats: dict[str, int], report: Callable[[int, int, str], None], eos: list[int]) -> list[Check]:
     """verify's sampled checks (module docstring, 1-3) on the batched samples; ``stats``
     counts their drafts."""
     plan: list[int | str | None] = []
@@ -139,18 +147,61 @@ def _sampled_checks(engine: BatchedEngine, kinds: KindQueue, kind_gammas: list[i
     report(total, total, "exact distributions")
     n = engine.n_seq
     spec, beside = seqs[spec_at], seqs[plain_at]
-    exact_first = _distribution(probe.p_first)
-    checks = [goodness_of_fit(f"batched ×{n} speculative first token vs exact p", spec[:, 0], exact_first)]
-    if probe.joint is not None:
-        vocab = probe.p_first.shape[-1] + 1
+    p_first, joint, agrees = batched_law(plain_engine.target, ids, params, eos, n, probe.joint is not None)
+    exact_first = _distribution(p_first)
+    checks = [agrees, goodness_of_fit(f"batched ×{n} speculative first token vs exact p", spec[:, 0], exact_first)]
+    if joint is not None:
+        vocab = p_first.shape[-1] + 1
         checks.append(goodness_of_fit(f"batched ×{n} speculative first two tokens vs exact joint "
-                                      f"({len(probe.joint)} cells enumerated)", _pair_codes(spec, vocab), probe.joint))
+                                      f"({len(joint)} cells enumerated)", _pair_codes(spec, vocab), joint))
     checks.append(goodness_of_fit(f"batched ×{n} plain (beside drafting sequences) first token vs exact p",
                                   beside[:, 0], exact_first))
     codes = _sequence_codes(np.concatenate([spec, plain]))
     checks.append(two_sample(f"batched ×{n} speculative vs one-sequence plain, {tokens}-token continuations",
                              codes[:len(spec)], codes[len(spec):]))
     return checks
+
+
+@torch.inference_mode()
+def batched_law(target: Any, ids: list[int], params: SamplingParams, eos: list[int], n: int,
+                pairs: bool) -> tuple[torch.Tensor, dict[int, float] | None, Check]:
+    """(first-token law, first-two-token joint or None, the check that its logits agree
+    with one sequence's): the law the batched engine samples from at ``ids``, enumerated in
+    a fresh batched context of ``n`` sequences (module docstring, 0). The joint covers the
+    ENUMERATE_FIRST likeliest first tokens, as verify's one-sequence joint does."""
+    context = target.open_batch(n, len(ids) + 2)
+    worst = magnitude = 0.0
+    try:
+        rows = [(t, i, s, i == len(ids) - 1) for s in range(n) for i, t in enumerate(ids)]
+        first = torch.from_numpy(context.decode_all(rows))[0]  # every sequence's the same prompt
+        alone = target.forward(ids)[0].float()
+        worst, magnitude = float((first - alone).abs().max()), float(alone.abs().max())
+        p_first = warp(first[None], params)[0]
+        joint = None
+        if pairs:
+            vocab, joint = p_first.shape[-1] + 1, {}
+            top = torch.topk(p_first, min(ENUMERATE_FIRST, int((p_first > 0).sum()))).indices.tolist()
+            for t in top:
+                p1 = float(p_first[t])
+                if t in eos:
+                    joint[t * vocab + (END + 1)] = p1
+                    continue
+                second = torch.from_numpy(context.decode([(t, len(ids), s, True) for s in range(n)]))[0]
+                for s in range(n):
+                    context.drop(s, len(ids))
+                alone = target.forward(ids + [t])[0].float()
+                worst = max(worst, float((second - alone).abs().max()))
+                magnitude = max(magnitude, float(alone.abs().max()))
+                p_second = warp(second[None], params)[0].double()
+                for t2 in torch.nonzero(p_second > 0).flatten().tolist():
+                    joint[t * vocab + t2 + 1] = p1 * float(p_second[t2])
+    finally:
+        context.close()
+    precision = compute_precision(target)
+    bound = noise_bound(precision, magnitude)
+    agrees = Check(f"batched ×{n} logits vs one sequence's (the first token and its likeliest continuations)",
+                   worst <= bound, detail=f"max |Δ logit| {worst:.3g} (the {precision} batch-noise bound {bound:.3g})")
+    return p_first, joint, agrees
 
 
 def _greedy_diff(engine: BatchedEngine, kinds: KindQueue, kind_gammas: list[int | str | None], target: Any,

@@ -62,7 +62,7 @@ def test_batched_verify_passes_and_mixes_draft_lengths_in_a_decode(capsys, llama
     assert code == 0 and "verdict: PASS" in out, out
     assert "batched: 4 sequences in each llama.cpp decode" in out
     lines = [line.strip() for line in out.splitlines() if line.strip().startswith(("PASS", "FAIL"))]
-    assert len(lines) == 5 and all("batched" in line for line in lines), lines
+    assert len(lines) == 6 and all("batched" in line for line in lines), lines
     assert max(mixed) >= 2  # some decode verified sequences with different numbers of drafts
 
 
@@ -73,6 +73,20 @@ def test_batched_verify_fails_on_rows_one_place_off(capsys, fixed_profile, monke
     assert code == 1 and "verdict: FAIL" in out, out
     failed = [line.strip() for line in out.splitlines() if line.strip().startswith("FAIL")]
     assert failed and all("batched" in line for line in failed), failed
+
+
+def test_a_batched_law_off_one_sequences_by_more_than_the_formats_noise_fails(capsys, llama_profile, monkeypatch):
+    """The sampled checks hold the samples to the law enumerated in a batched context, read
+    through the same decode as the engine's: a decode whose logits are off by whole units
+    (here every row shifted by a random ±2, as no healthy format is) would move both alike,
+    and the check that holds that law to one sequence's logits is what names it."""
+    decode, rng = LlamaCppBatch.decode, np.random.default_rng(0)
+    monkeypatch.setattr(LlamaCppBatch, "decode", lambda self, rows: (
+        lambda out: out + rng.uniform(-2, 2, size=out.shape).astype(out.dtype))(decode(self, rows)))
+    code, out = verify_cli(capsys, llama_profile, "--concurrency", "4")
+    assert code == 1
+    failed = [line.strip() for line in out.splitlines() if line.strip().startswith("FAIL")]
+    assert any("logits vs one sequence's" in line for line in failed), failed
 
 
 @pytest.mark.parametrize("n", ["0", "-1", "65"])
