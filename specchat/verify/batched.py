@@ -40,8 +40,8 @@ import numpy as np
 import torch
 
 from specchat.verify.near_tie import compute_precision, noise_bound
-from specchat.verify.single import (END, ENUMERATE_FIRST, GREEDY_TOKENS, MAX_DIVERGENCES, PLAIN_SEEDS, VerifyReport,
-                                   _distribution, _divergence, _pair_codes, _sequence_codes, _speculative_sample,
+from specchat.verify.single import (END, GREEDY_TOKENS, MAX_DIVERGENCES, PLAIN_SEEDS, VerifyReport, _distribution,
+                                   _divergence, _exact_first_two, _pair_codes, _sequence_codes, _speculative_sample,
                                    choose_prompt, resolve)
 from specchat.verify.stats import Check, goodness_of_fit, two_sample
 from specchat.engine import SpeculativeEngine
@@ -166,9 +166,9 @@ def _sampled_checks(engine: BatchedEngine, kinds: KindQueue, kind_gammas: list[i
 def batched_law(target: Any, ids: list[int], params: SamplingParams, eos: list[int], n: int,
                 pairs: bool) -> tuple[torch.Tensor, dict[int, float] | None, Check]:
     """(first-token law, first-two-token joint or None, the check that its logits agree
-    with one sequence's): the law the batched engine samples from at ``ids``, enumerated in
-    a fresh batched context of ``n`` sequences (module docstring, 0). The joint covers the
-    ENUMERATE_FIRST likeliest first tokens, as verify's one-sequence joint does."""
+    with one sequence's): the law the batched engine samples from at ``ids``, in a fresh
+    batched context of ``n`` sequences (module docstring, 0), enumerated as verify's
+    one-sequence joint is (single._exact_first_two) with each second token read there."""
     context = target.open_batch(n, len(ids) + 2)
     worst = magnitude = 0.0
     try:
@@ -177,24 +177,17 @@ def batched_law(target: Any, ids: list[int], params: SamplingParams, eos: list[i
         alone = target.forward(ids)[0].float()
         worst, magnitude = float((first - alone).abs().max()), float(alone.abs().max())
         p_first = warp(first[None], params)[0]
-        joint = None
-        if pairs:
-            vocab, joint = p_first.shape[-1] + 1, {}
-            top = torch.topk(p_first, min(ENUMERATE_FIRST, int((p_first > 0).sum()))).indices.tolist()
-            for t in top:
-                p1 = float(p_first[t])
-                if t in eos:
-                    joint[t * vocab + (END + 1)] = p1
-                    continue
-                second = torch.from_numpy(context.decode([(t, len(ids), s, True) for s in range(n)]))[0]
-                for s in range(n):
-                    context.drop(s, len(ids))
-                alone = target.forward(ids + [t])[0].float()
-                worst = max(worst, float((second - alone).abs().max()))
-                magnitude = max(magnitude, float(alone.abs().max()))
-                p_second = warp(second[None], params)[0].double()
-                for t2 in torch.nonzero(p_second > 0).flatten().tolist():
-                    joint[t * vocab + t2 + 1] = p1 * float(p_second[t2])
+
+        def second(t: int) -> torch.Tensor:  # t as one row of n, measured against one sequence's
+            nonlocal worst, magnitude
+            logits = torch.from_numpy(context.decode([(t, len(ids), s, True) for s in range(n)]))[0]
+            for s in range(n):
+                context.drop(s, len(ids))
+            alone = target.forward(ids + [t])[0].float()
+            worst, magnitude = max(worst, float((logits - alone).abs().max())), max(magnitude, float(alone.abs().max()))
+            return logits
+
+        joint = _exact_first_two(target, ids, params, p_first, eos, second) if pairs else None
     finally:
         context.close()
     precision = compute_precision(target)

@@ -343,10 +343,12 @@ def _distribution(p: torch.Tensor) -> dict[int, float]:
 
 @torch.inference_mode()
 def _exact_first_two(target: Backend, ids: list[int], params: SamplingParams, p_first: torch.Tensor,
-                     eos: list[int]) -> dict[int, float]:
+                     eos: list[int], second_logits: Callable[[int], torch.Tensor] | None = None) -> dict[int, float]:
     """Exact p(t1, t2) for the ENUMERATE_FIRST most likely t1 (pairs keyed as codes;
     a t1 that ends the sequence pairs with END). One one-token forward per t1: the
-    backend's cache holds the prompt."""
+    backend's cache holds the prompt; ``second_logits(t1)``: the [V] logits after t1 some
+    other way (a batched context's, verify/batched.py)."""
+    second_logits = second_logits or (lambda t: target.forward(ids + [t])[0])
     vocab = p_first.shape[-1] + 1
     top = torch.topk(p_first, min(ENUMERATE_FIRST, int((p_first > 0).sum()))).indices.tolist()
     joint: dict[int, float] = {}
@@ -355,7 +357,7 @@ def _exact_first_two(target: Backend, ids: list[int], params: SamplingParams, p_
         if t in eos:
             joint[t * vocab + (END + 1)] = p1
             continue
-        p_second = warp(target.forward(ids + [t]), params)[0].double()  # [V]
+        p_second = warp(second_logits(t)[None], params)[0].double()  # [V]
         for t2 in torch.nonzero(p_second > 0).flatten().tolist():
             joint[t * vocab + t2 + 1] = p1 * float(p_second[t2])
     return joint
