@@ -11,7 +11,12 @@ set -euo pipefail
 version="${LLAMA_VERSION:-0.3.36}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/specchat/llama-server/$version"
 bin="$cache/bin"
-if [ -x "$bin/llama-server" ] && [ -x "$bin/rpc-server" ]; then
+# GGML_NATIVE compiles for this CPU, so the binaries carry the CPU and cmake flags they were
+# built for (as the llama-cpp-python wheel's cache does): a home shared by an AVX-512 and an
+# AVX2 machine must not hand the AVX2 one a binary that dies on its first AVX-512 instruction.
+cpu="$(uname -m) $(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || sysctl -n machdep.cpu.features 2>/dev/null || true)"
+key=$( { echo "${LLAMA_SERVER_CMAKE_ARGS:-}"; echo "$cpu"; } | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-16)
+if [ -x "$bin/llama-server" ] && [ -x "$bin/rpc-server" ] && [ "$(cat "$bin/built-for" 2>/dev/null)" = "$key" ]; then
   echo "$bin"
   exit 0
 fi
@@ -28,14 +33,16 @@ fi
 tar -xzf "$sdist" -C "$cache/src" "llama_cpp_python-$version/vendor/llama.cpp"
 srcdir="$cache/src/llama_cpp_python-$version/vendor/llama.cpp"
 # shellcheck disable=SC2086
-cmake -S "$srcdir" -B "$cache/build" -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$srcdir" -B "$cache/build-$key" -DCMAKE_BUILD_TYPE=Release \
   -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DGGML_RPC=ON -DLLAMA_BUILD_SERVER=ON \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF \
   ${LLAMA_SERVER_CMAKE_ARGS:-} >&2
 # rpc-server's CMake target is ggml-rpc-server (the binary keeps that name)
-cmake --build "$cache/build" --target llama-server ggml-rpc-server -j "${JOBS:-2}" >&2
+cmake --build "$cache/build-$key" --target llama-server ggml-rpc-server -j "${JOBS:-2}" >&2
 mkdir -p "$bin"
-cp "$cache/build/bin/llama-server" "$bin/"
-cp "$cache/build/bin/ggml-rpc-server" "$bin/rpc-server"
+# copied beside and renamed over, so a server still running the old binary keeps it
+cp "$cache/build-$key/bin/llama-server" "$bin/llama-server.new" && mv -f "$bin/llama-server.new" "$bin/llama-server"
+cp "$cache/build-$key/bin/ggml-rpc-server" "$bin/rpc-server.new" && mv -f "$bin/rpc-server.new" "$bin/rpc-server"
+echo "$key" > "$bin/built-for"
 echo "llama-server: built in $(( $(date +%s) - start )) s" >&2
 echo "$bin"
