@@ -4,6 +4,8 @@ factory, bench, serve and the UI read it rather than lists of their own."""
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import subprocess
 import sys
 
@@ -108,3 +110,53 @@ def test_the_ui_shows_each_rows_labels(method):
     assert any(line.startswith(f"{method.label} ") for line in lines[1:])
     token = Token(id=1, text="a", kind="accepted", p=0.5, q=0.5, source=method.name)
     assert f"drafted by {method.title}" in token_details(token, 0, 1)
+
+
+NEW_PROPOSER = '''
+from specchat.engine.proposers import NgramProposer
+
+
+class StrictLookup(NgramProposer):
+    """Prompt lookup at the longest n only: a model-free proposer written for this test."""
+
+    kind = "strict"
+
+    def _find(self, ids, k):
+        return self._index.lookup(ids, k, self.prompt_lookup_max, self.prompt_lookup_max)
+'''
+WITH_A_NEW_ROW = '''
+import sys
+from specchat import methods
+
+row = methods.Method("strict", "strict", "strict lookup", point_mass=True, batched=True,
+                     builds="strict_lookup:StrictLookup")
+methods.METHODS[row.name] = methods.SPELLINGS[row.name] = row  # the one row, before anything reads the table
+from specchat.bench.configs import parse_methods
+from specchat.cli import main
+from specchat.ui.figures import source_lines
+
+assert parse_methods("strict,none") == ["strict", "none"]
+assert source_lines({"strict": {"accepted": 3, "drafted": 4}, "ngram": {}})[2].startswith("strict")  # the panel
+sys.exit(main(["run", "--profile", sys.argv[1], "--prompt", "Repeat after me: one two three, one two three.",
+               "--max-new-tokens", "32", "--temperature", "0", "--no-record", "--json"]))
+'''
+
+
+def test_a_new_model_free_proposer_is_its_module_and_one_row(tmp_path):
+    """Issue 42's promise, shown: a model-free proposer is a module plus one row of the table,
+    and then the profile accepts it, the factory builds it, bench parses it, the chat sends
+    its drafts through the one verifier (whose exactness the χ² suites hold for every point-mass
+    proposer) and the panel names it. Greedy text is not compared with plain decoding's: on a
+    BF16 CPU a verify batch's logits differ from one token's by up to the format's batch noise,
+    which can flip a near tie (verify/near_tie.py)."""
+    (tmp_path / "strict_lookup.py").write_text(NEW_PROPOSER)
+    profile = tmp_path / "strict.toml"
+    profile.write_text('extends = "default"\n[speculation]\nmethod = "strict"\nnum_speculative_tokens = 4\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "SPECCHAT_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run([sys.executable, "-c", WITH_A_NEW_ROW, str(profile)], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    drafted = lines[-1]["drafts_by_source"]
+    assert list(drafted) == ["strict"] and drafted["strict"]["accepted"] > 0  # its drafts, verified and kept
+    assert any(t.get("kind") == "accepted" for t in lines[:-1])
