@@ -197,19 +197,16 @@ def load_gguf_model(spec: ModelSpec, key: str, base: Path | None, report=None) -
     check_gguf(path, key)
     source_file = path
     gguf_type, type_reason = resolve_gguf_type(spec.gguf_type, spec.n_gpu_layers)
-    if gguf_type:
-        from specchat.engine.backends.llamacpp import quiet_logs
+    from specchat.engine.backends.llamacpp import (
+        LlamaCppBackend, default_threads, last_log_lines, quiet_logs, trained_context)
 
-        quiet_logs(llama_cpp)  # the quantiser logs every tensor to stderr
+    # the quantiser logs every tensor to stderr, and reading the trained context the vocabulary
+    quiet_logs(llama_cpp)
+    if gguf_type:
         path = converted_gguf(llama_cpp, path, gguf_type, key, report)
     if spec.n_gpu_layers and not llama_cpp.llama_supports_gpu_offload():
         raise ModelLoadError(f"{key}.n_gpu_layers = {spec.n_gpu_layers} but this llama-cpp-python was built without "
                              f"GPU support", key=f"{key}.n_gpu_layers", hint=GPU_BUILD_HINT)
-    from specchat.engine.backends.llamacpp import (
-        LlamaCppBackend, default_threads, last_log_lines, quiet_logs, trained_context)
-
-    quiet_logs(llama_cpp)  # reading the trained context logs the vocabulary to stderr
-
     threads = spec.n_threads or None
     if threads and threads > default_threads():
         # more threads than cores only makes them wait on each other
