@@ -33,12 +33,8 @@ from specchat.bench.stats import bootstrap_speedup_ci, per_token_latencies, perc
 ALL = "all"
 
 
+# runner → the plain configuration its speculating rows are compared with
 PLAIN = {"specchat": "none", "single": "none (one sequence)", "peer": "peer:none (llama-server)"}
-
-
-def plain_of(runner: str) -> str:
-    """The plain configuration a runner's speculating rows are compared with."""
-    return PLAIN[runner]
 
 
 def _ratio(pairs: list[tuple[float, float, float, float]]) -> dict | None:
@@ -93,7 +89,7 @@ def figures(runs: list[dict], rows: list[dict], all_runs: list[dict], all_rows: 
         "marginal_ms_p50": percentile(marginal, 50),
         "batch_size_mean": sum(s.get("batch_size", 1) for s in steps) / len(steps) if steps else None,
     }
-    plain = plain_of(runner)
+    plain = PLAIN[runner]
     if config != plain:
         out["throughput_vs_plain"] = _ratio(by_run(runs, [r for r in all_runs if r["config"] == plain]))
         out["request_speed_vs_plain"] = _ratio(by_request(rows, [r for r in all_rows if r["config"] == plain]))
