@@ -10,10 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-# ANSI colours by provenance; "target" tokens keep the terminal's colour.
-COLOURS = {"accepted": "\x1b[32m", "resampled": "\x1b[33m", "bonus": "\x1b[36m"}
-RESET = "\x1b[0m"
-
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -129,6 +125,7 @@ def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
     byte): it is sanitised on a terminal or a pipe, and JSON-escaped with ``--json``."""
     from specchat.events import ErrorEvent, Notice, StepEvent, TurnFinished, TurnStarted, context_full_message
     from specchat.sanitize import clean, inert_json
+    from specchat.sessions.ansi import PROVENANCE_SGR, RESET  # "target" tokens keep the terminal's colour
 
     colour = not as_json and sys.stdout.isatty()
     failed = None
@@ -140,8 +137,8 @@ def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
                 if as_json:
                     record = {"id": token.id, "text": token.text, "kind": token.kind, "p": token.p, "q": token.q}
                     print(inert_json(record))
-                elif colour and token.kind in COLOURS:
-                    sys.stdout.write(COLOURS[token.kind] + clean(token.text) + RESET)
+                elif colour and PROVENANCE_SGR.get(token.kind):
+                    sys.stdout.write(PROVENANCE_SGR[token.kind] + clean(token.text) + RESET)
                 else:
                     sys.stdout.write(clean(token.text))
             sys.stdout.flush()
