@@ -166,9 +166,11 @@ def check_bitsandbytes(profile: Any) -> Check:
     except SpecchatError as error:
         return from_error("bitsandbytes", error)
     if device.startswith("cuda") and _cuda_library_missing():
+        import torch
+
         return Check("bitsandbytes", FAIL, f"{version}: its CUDA library did not load, so {spec.quantization} "
                      f"cannot run on {device}", "pip install -U 'bitsandbytes>=0.48' (a build for torch's CUDA "
-                                                f"{_torch_cuda()}), or set device = \"cpu\"")
+                                                f"{torch.version.cuda}), or set device = \"cpu\"")
     return Check("bitsandbytes", OK, f"{version}: {spec.quantization} runs on {device}")
 
 
@@ -179,12 +181,6 @@ def _cuda_library_missing() -> bool:
 
     mock = getattr(cextension, "ErrorHandlerMockBNBNativeLibrary", None)
     return mock is not None and isinstance(getattr(cextension, "lib", None), mock)
-
-
-def _torch_cuda() -> str:
-    import torch
-
-    return str(torch.version.cuda)
 
 
 def check_llama_cpp(profile: Any) -> list[Check]:
