@@ -28,20 +28,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from specchat.bench.stats import bootstrap_speedup_ci, per_token_latencies, percentile, telemetry_of
+from specchat.bench.stats import per_token_latencies, percentile, pooled_ratio, telemetry_of
 
 ALL = "all"
 
 
 # runner → the plain configuration its speculating rows are compared with
 PLAIN = {"specchat": "none", "single": "none (one sequence)", "peer": "peer:none (llama-server)"}
-
-
-def _ratio(pairs: list[tuple[float, float, float, float]]) -> dict | None:
-    if not pairs or not sum(p[1] for p in pairs) or not sum(p[3] for p in pairs) or not sum(p[2] for p in pairs):
-        return None
-    ratio = (sum(p[0] for p in pairs) / sum(p[1] for p in pairs)) / (sum(p[2] for p in pairs) / sum(p[3] for p in pairs))
-    return {"ratio": ratio, "ci": bootstrap_speedup_ci(pairs), "pairs": len(pairs)}
 
 
 def _decode_span(row: dict) -> tuple[float, float]:
@@ -91,12 +84,13 @@ def figures(runs: list[dict], rows: list[dict], all_runs: list[dict], all_rows: 
     }
     plain = PLAIN[runner]
     if config != plain:
-        out["throughput_vs_plain"] = _ratio(by_run(runs, [r for r in all_runs if r["config"] == plain]))
-        out["request_speed_vs_plain"] = _ratio(by_request(rows, [r for r in all_rows if r["config"] == plain]))
+        out["throughput_vs_plain"] = pooled_ratio(by_run(runs, [r for r in all_runs if r["config"] == plain]), "pairs")
+        out["request_speed_vs_plain"] = pooled_ratio(by_request(rows, [r for r in all_rows if r["config"] == plain]), "pairs")
     if runner == "specchat":
-        out["vs_server_plain"] = _ratio(by_run(runs, [r for r in all_runs if r["config"] == PLAIN["peer"]]))
+        out["vs_server_plain"] = pooled_ratio(by_run(runs, [r for r in all_runs if r["config"] == PLAIN["peer"]]), "pairs")
         # N = 1: the batched engine against the one-sequence engine, same method
-        out["vs_one_sequence"] = _ratio(by_run(runs, [r for r in all_runs if r["config"] == f"{config} (one sequence)"]))
+        out["vs_one_sequence"] = pooled_ratio(by_run(runs, [r for r in all_runs
+                                                            if r["config"] == f"{config} (one sequence)"]), "pairs")
     return out
 
 

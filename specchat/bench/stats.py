@@ -213,14 +213,19 @@ def predicted_curve(rows: list[dict], max_gamma: int) -> dict[str, Any] | None:
     }
 
 
-def paired_ratio(rows: list[dict], other: list[dict]) -> dict[str, Any] | None:
-    """tokens/s of ``rows`` over that of ``other`` on the requests both ran, with the
-    paired bootstrap CI: {"ratio", "ci", "requests"}; None without common requests."""
-    pairs = timing_pairs(matched_requests(rows, other))
-    if not pairs or not sum(p[1] for p in pairs) or not sum(p[2] for p in pairs):
+def pooled_ratio(pairs: list[tuple[float, float, float, float]], counted: str = "requests") -> dict[str, Any] | None:
+    """Σ tokens / Σ time of the first side of ``pairs`` (bootstrap_speedup_ci's) over the
+    second's, with the paired bootstrap CI: {"ratio", "ci", counted: how many pairs};
+    None without pairs, or where a time or the second side's tokens sum to 0."""
+    sums = [sum(column) for column in zip(*pairs)]
+    if not pairs or not all(sums[1:]):
         return None
-    ratio = (sum(p[0] for p in pairs) / sum(p[1] for p in pairs)) / (sum(p[2] for p in pairs) / sum(p[3] for p in pairs))
-    return {"ratio": ratio, "ci": bootstrap_speedup_ci(pairs), "requests": len(pairs)}
+    return {"ratio": (sums[0] / sums[1]) / (sums[2] / sums[3]), "ci": bootstrap_speedup_ci(pairs), counted: len(pairs)}
+
+
+def paired_ratio(rows: list[dict], other: list[dict]) -> dict[str, Any] | None:
+    """tokens/s of ``rows`` over that of ``other`` on the requests both ran (pooled_ratio)."""
+    return pooled_ratio(timing_pairs(matched_requests(rows, other)))
 
 
 def auto_vs_best_fixed(set_rows: list[dict], figures: dict[str, dict]) -> dict[str, dict]:
