@@ -22,9 +22,7 @@ class Proposal:
     """tokens: [k'] drafted ids (k' ≤ k, possibly 0), on the proposer's device.
     q: [k', V] the distributions they were drawn from, on the target's vocabulary V (ids the
        draft model has no row for have probability 0), or None for point masses.
-    forwards: draft-model forward passes spent. match_length: for n-gram lookup, how many
-       tokens the context's end agrees with the text before the earlier occurrence (at
-       least the n-gram matched, at most ``ngram.MATCH_CAP``).
+    forwards: draft-model forward passes spent.
     catch_up_tokens: context tokens the draft model ran before drafting beyond the one or
        two a warm draft runs (the last emitted token; after a bonus also the last draft) —
        the tokens it missed while the target decoded plainly. Their time is in the step's
@@ -33,7 +31,6 @@ class Proposal:
     tokens: torch.Tensor
     q: torch.Tensor | None
     forwards: int = 0
-    match_length: int = 0
     catch_up_tokens: int = 0
     source: str = ""  # the proposer kind that drafted them: a name in specchat.methods
     # a tree of drafts (engine/trees/walk.py): node i's parent (-1: the last context token), and
@@ -227,6 +224,5 @@ class NgramProposer(Proposer):
         self._index.reset()
 
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
-        tokens, match = self.lookup(ids, k) if k > 0 else ([], None)
-        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), None,
-                        match_length=match.length if match else 0, source=self.kind)
+        tokens = self.lookup(ids, k)[0] if k > 0 else []
+        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), None, source=self.kind)
