@@ -190,8 +190,8 @@ class _Recent:
     def __init__(self, size: int = 64) -> None:
         self.values: deque[float] = deque(maxlen=size)
 
-    def add(self, value: float, count: int = 1) -> None:
-        self.values.append(value / count)
+    def add(self, value: float) -> None:
+        self.values.append(value)
 
     @property
     def mean(self) -> float | None:
@@ -236,7 +236,6 @@ class Telemetry:
         self.cost_ratios = _Recent()  # c samples, likewise paired in time
         self._plain_now: float | None = None  # the latest plain verify time, smoothed
         self.gamma_used = _Mean()
-        self.steps_by_k: dict[int, int] = {}
         self.elapsed_ms = 0.0
         self.ttft_ms: float | None = None
         self.last_gamma: int | None = None
@@ -273,7 +272,6 @@ class Telemetry:
         if self.ttft_ms is None:
             self.ttft_ms = stats.prefill_ms + stats.total_ms
         self._gamma_history.append(depth)
-        self.steps_by_k[k] = self.steps_by_k.get(k, 0) + 1
         self.last_gamma, self.predicted_gain = stats.num_speculative_tokens, stats.predicted_gain
         timed = stats.prefill_tokens == 0  # a step that also ran the prompt is no timing sample
         if timed:
