@@ -56,10 +56,6 @@ def depths(parents: list[int] | tuple[int, ...]) -> list[int]:
     return out
 
 
-def chain_parents(k: int) -> tuple[int, ...]:
-    return tuple(range(-1, k - 1))
-
-
 def walk(p: torch.Tensor, tokens: list[int], parents: list[int] | tuple[int, ...], q: torch.Tensor | None,
          generator: torch.Generator | None, greedy: bool = False) -> TreeWalk:
     """p: [N+1, V] the target's (warped) laws: row 0 at the root, row i+1 after node i.

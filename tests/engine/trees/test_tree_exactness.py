@@ -15,7 +15,7 @@ from specchat.engine import SamplingParams
 from specchat.engine.backends.transformers import TransformersBackend
 from specchat.engine.proposers import Proposal
 from specchat.engine.proposers.eagle import EagleProposer
-from specchat.engine.trees.walk import chain_parents, walk
+from specchat.engine.trees.walk import walk
 from tests.engine.test_exactness import ALPHA, LENGTH, PROMPT, chi_square_pvalue
 from tests.support import power, table_lm
 from tests.support.folded import FoldedEngine
@@ -114,10 +114,6 @@ def test_point_mass_siblings_are_one_categorical_draw():
         first = [3, 1, 2][verdict.path[0]] if verdict.path else verdict.next_token
         counts[first] += 1
     assert torch.allclose(counts / n, p[0].float(), atol=0.015)
-
-
-def test_a_chain_is_a_tree_with_one_child_each():
-    assert chain_parents(3) == (-1, 0, 1)
 
 
 # --- EAGLE-2-style dynamic trees (engine/trees/grow.py, eagle_tree.py) ---
