@@ -52,11 +52,6 @@ from specchat.errors import SpecchatError
 PLAIN = None  # a request kind: no proposer
 
 
-def request_kinds(gamma: int, profile_gamma: int | str) -> list[int | str | None]:
-    """The γ of each request kind, in the order requests cycle through them."""
-    return [gamma, PLAIN, 1, profile_gamma]
-
-
 @torch.inference_mode()
 def verify_batched(loaded: Any, profile: Any, *, concurrency: int, samples: int = 2000, tokens: int = 3,
                    prompt: str | None = None, reply_start: str = "", params: SamplingParams | None = None,
@@ -72,7 +67,8 @@ def verify_batched(loaded: Any, profile: Any, *, concurrency: int, samples: int 
         raise SpecchatError(f"batched verify checks point-mass drafts (n-gram lookup) only, not "
                             f"{probe_proposer.kind}'s", key="speculation.method",
                             hint="verify an ngram profile, or use --concurrency 1")
-    kind_gammas = request_kinds(gamma, profile.speculation.num_speculative_tokens)
+    # the γ of each request kind, in the order requests cycle through them
+    kind_gammas = [gamma, PLAIN, 1, profile.speculation.num_speculative_tokens]
     chosen = choose_prompt(loaded, profile, target, probe_proposer, params, gamma, prompt, reply_start, samples,
                            tokens, report, concurrency=concurrency,
                            kinds=["plain" if g is PLAIN else f"γ={g}" for g in kind_gammas])
