@@ -17,16 +17,12 @@ from specchat.errors import SpecchatError
 MIN_ROOM = 256  # tokens a chat holds at least (build_service's floor)
 
 
-def max_sequences() -> int:
-    import llama_cpp
-
-    return int(llama_cpp.llama_max_parallel_sequences())
-
-
 def check_parallel(parallel: int, n_ctx: int | None) -> None:
     """One line, exit 2, for an N no batched context can hold (before the model loads;
     N < 1 is check_profile's)."""
-    most = max_sequences()
+    import llama_cpp
+
+    most = int(llama_cpp.llama_max_parallel_sequences())
     if parallel > most:
         raise too_many(parallel, n_ctx, f"llama.cpp batches at most {most} sequences in one context", most)
 
