@@ -126,7 +126,7 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
         return rows
     # a withheld measured speed-up says why (busy machine, too few steps…), not a bare
     # dash: its cell is marked, and the reason, too long for a cell, follows the table
-    why = [withheld_because(m) for m in (turn, session)]
+    why = [m.measured_speedup_note if m.measured_speedup is None else "" for m in (turn, session)]
     at = [r.label for r in rows].index("measured speedup")
     rows[at] = Row(rows[at].label, *(cell + ("*" if note else "") for cell, note in
                                      zip((rows[at].turn, rows[at].session), why)))
@@ -138,11 +138,6 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
         shown = {"both": shown["turn"]}
     spread = [Row(f"  {'' if name == 'both' else name + ' '}95 %: {text}", "", "") for name, text in shown.items()]
     return rows + spread + [Row(f"* {note}", "", "") for note in dict.fromkeys(n for n in why if n)]
-
-
-def withheld_because(m: MetricsSnapshot) -> str:
-    """Why the measured speed-up is withheld ("" when it is shown or nothing says why)."""
-    return m.measured_speedup_note if m.measured_speedup is None else ""
 
 
 def _verify_at_gamma(m: MetricsSnapshot) -> float | None:
