@@ -17,12 +17,6 @@ from specchat.ui.backend import replay_loader
 from specchat.ui.screens.history import HistoryScreen
 
 
-def screenshots_dir() -> Path:
-    from specchat.paths import data_dir
-
-    return data_dir() / "screenshots"
-
-
 class SessionControls:
     def action_history(self) -> None:
         if isinstance(self.screen, HistoryScreen):  # the key toggles
@@ -52,7 +46,9 @@ class SessionControls:
 
     def action_screenshot(self) -> None:
         """An SVG of the screen (the chat in it), private like the recordings: 0600 in a 0700 dir."""
-        directory = screenshots_dir()
+        from specchat.paths import data_dir
+
+        directory = data_dir() / "screenshots"
         try:
             private_dir(directory)
             saved = self.save_screenshot(path=str(directory))
