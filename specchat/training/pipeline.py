@@ -202,9 +202,8 @@ class Stages:
     # --- train + export -------------------------------------------------------------------
     def new_head(self, layer_ids: tuple[int, ...], draft_ids: torch.Tensor, embed: torch.Tensor) -> Eagle3Head:
         b = self.backend
-        target = {"hidden_size": b.hidden_size, "intermediate_size": self._intermediate(),
-                  "num_attention_heads": self._heads()[0], "num_key_value_heads": self._heads()[1],
-                  "vocab_size": b.vocab_size, "max_position_embeddings": b.max_length}
+        target = {"hidden_size": b.hidden_size, **self._shape(), "vocab_size": b.vocab_size,
+                  "max_position_embeddings": b.max_length}
         config = Eagle3Config.for_target(target, layer_ids, int(draft_ids.numel()))
         head = Eagle3Head(config, embed)
         with torch.no_grad():
@@ -212,22 +211,17 @@ class Stages:
             early_exit(head, embed[draft_ids])
         return head
 
-    def _intermediate(self) -> int:
-        meta = getattr(getattr(self.backend, "llm", None), "metadata", {}) or {}
-        arch = meta.get("general.architecture", "llama")
-        value = meta.get(f"{arch}.feed_forward_length")
-        if value is None:
-            value = getattr(getattr(self.backend, "model", None), "config", None).intermediate_size
-        return int(value)
-
-    def _heads(self) -> tuple[int, int]:
+    def _shape(self) -> dict[str, int]:
+        """The target's MLP width and attention heads: a GGUF's metadata (llama.cpp), else its config."""
         meta = getattr(getattr(self.backend, "llm", None), "metadata", {}) or {}
         arch = meta.get("general.architecture", "llama")
         if f"{arch}.attention.head_count" in meta:
             n = int(meta[f"{arch}.attention.head_count"])
-            return n, int(meta.get(f"{arch}.attention.head_count_kv", n))
+            return {"intermediate_size": int(meta[f"{arch}.feed_forward_length"]), "num_attention_heads": n,
+                    "num_key_value_heads": int(meta.get(f"{arch}.attention.head_count_kv", n))}
         config = self.backend.model.config
-        return int(config.num_attention_heads), int(getattr(config, "num_key_value_heads", config.num_attention_heads))
+        return {"intermediate_size": int(config.intermediate_size), "num_attention_heads": int(config.num_attention_heads),
+                "num_key_value_heads": int(getattr(config, "num_key_value_heads", config.num_attention_heads))}
 
     def train_and_export(self, taught, rows, layer_ids, draft_ids, out: Path, resume: bool) -> History:
         embed = self.backend.token_embeddings()
