@@ -86,18 +86,14 @@ def _nbytes(shape: tuple[int, ...], kind: str) -> int:
     return shape[0] * shape[1] // per * size
 
 
-def _shape(name, arch, hidden, layers, ffn, heads, kv_heads, head_dim, vocab, tied, rope_base, quant) -> Shape:
-    return Shape(name, arch, hidden, layers, ffn, heads, kv_heads, head_dim, vocab, tied, rope_base, quant)
-
-
 # the published configurations (config.json of each model on the Hugging Face Hub)
-QWEN3_8B = _shape("Qwen3-8B", "qwen3", 4096, 36, 12288, 32, 8, 128, 151936, False, 1e6, "Q4_K_M")
-QWEN3_06B = _shape("Qwen3-0.6B", "qwen3", 1024, 28, 3072, 16, 8, 128, 151936, True, 1e6, "Q8_0")
-LLAMA31_8B = _shape("Llama-3.1-8B", "llama", 4096, 32, 14336, 32, 8, 128, 128256, False, 5e5, "Q4_K_M")
-LLAMA32_1B = _shape("Llama-3.2-1B", "llama", 2048, 16, 8192, 32, 8, 64, 128256, True, 5e5, "Q8_0")
+QWEN3_8B = Shape("Qwen3-8B", "qwen3", 4096, 36, 12288, 32, 8, 128, 151936, False, 1e6, "Q4_K_M")
+QWEN3_06B = Shape("Qwen3-0.6B", "qwen3", 1024, 28, 3072, 16, 8, 128, 151936, True, 1e6, "Q8_0")
+LLAMA31_8B = Shape("Llama-3.1-8B", "llama", 4096, 32, 14336, 32, 8, 128, 128256, False, 5e5, "Q4_K_M")
+LLAMA32_1B = Shape("Llama-3.2-1B", "llama", 2048, 16, 8192, 32, 8, 64, 128256, True, 5e5, "Q8_0")
 # small enough to build and time anywhere in seconds: a check of the path, not a model
-TINY_QWEN3 = _shape("tiny-qwen3", "qwen3", 256, 4, 512, 4, 2, 64, 1024, False, 1e6, "Q4_K_M")
-TINY_LLAMA = _shape("tiny-llama", "llama", 256, 2, 512, 4, 2, 64, 1024, True, 5e5, "Q8_0")
+TINY_QWEN3 = Shape("tiny-qwen3", "qwen3", 256, 4, 512, 4, 2, 64, 1024, False, 1e6, "Q4_K_M")
+TINY_LLAMA = Shape("tiny-llama", "llama", 256, 2, 512, 4, 2, 64, 1024, True, 5e5, "Q8_0")
 PAIRS = {"qwen3-8b": (QWEN3_8B, QWEN3_06B), "llama3.1-8b": (LLAMA31_8B, LLAMA32_1B), "tiny": (TINY_QWEN3, TINY_LLAMA)}
 
 
