@@ -25,12 +25,7 @@ from specchat.engine.proposers.base import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, sample, warp
 from specchat.heads.drafter import Drafter
 from specchat.heads.eagle3 import Eagle3Head
-from specchat.heads.int8 import AVAILABLE as _INT8
-
-
-def int8_available() -> bool:
-    return _INT8
-
+from specchat.heads.int8 import AVAILABLE as INT8_AVAILABLE
 
 # positions whose features wait for the head's next turn: beyond this, the oldest go
 MAX_QUEUED = 128
@@ -56,7 +51,7 @@ class EagleProposer(Proposer):
         if siblings > (target.max_tree_leaves or siblings):
             raise ValueError(f"the {target.name} backend verifies trees of at most {target.max_tree_leaves} leaves")
         # "first": the chain and rivals of its first draft; "dynamic": every depth gets
-        # ``siblings`` nodes where the head is most confident (eagle_tree.py)
+        # ``siblings`` nodes where the head is most confident (trees/eagle.py)
         if tree not in ("first", "dynamic"):
             raise ValueError(f"tree = {tree!r}: 'first' or 'dynamic'")
         self.tree_shape = tree
@@ -65,7 +60,7 @@ class EagleProposer(Proposer):
         # int8: drafts from int8 weights (heads/int8.py), a quarter of the bytes per draft;
         # None = on a CPU, where a draft's cost is reading the weights
         if int8 is None:
-            int8 = torch.device(self.device).type == "cpu" and int8_available()
+            int8 = torch.device(self.device).type == "cpu" and INT8_AVAILABLE
         self.int8 = bool(int8)
         self.drafter = Drafter(self.head, int8=self.int8)  # the head's arithmetic in fewer operations
         self.target = target
@@ -146,7 +141,7 @@ class EagleProposer(Proposer):
 
     def _dynamic(self, last: int, prenorm: torch.Tensor, k: int, params: SamplingParams,
                  generator: torch.Generator | None, catch_up: int) -> Proposal:
-        """An EAGLE-2-style tree, ``k`` deep and ``siblings`` nodes a depth (eagle_tree.py)."""
+        """An EAGLE-2-style tree, ``k`` deep and ``siblings`` nodes a depth (trees/eagle.py)."""
         nodes, forwards = dynamic_tree(self.drafter, self._cache, prenorm, last, k, self.siblings, params, generator,
                                        self._draft_ids, self.target.max_tree_leaves)
         self._cache.truncate(last + 1)  # drafts are re-made from the target's features once kept
