@@ -33,7 +33,7 @@ def length_bucket(length: int) -> int:
 
 def match_key(match: NgramMatch) -> MatchKey:
     """The acceptance estimates an n-gram match shares: its agreement bucket and whether
-    the n-gram's other occurrences went on alike (ngram.py)."""
+    the n-gram's other occurrences went on alike (ngram_index.py)."""
     return length_bucket(match.length), match.consensus
 
 
@@ -42,7 +42,7 @@ def match_prior(key: MatchKey) -> float:
     1 − 0.8 / L^0.8 — 0.20 at 1, 0.54 at 2, 0.74 at 4, 0.85 at 8, 0.91 at 16 — for a lone
     occurrence; a third of the way from there to certainty where every other occurrence went
     on alike, half of it where they went different ways. Fitted loosely to the first-draft
-    acceptance on our prompt sets (ngram.py), as a starting point that a few of the reply's
+    acceptance on our prompt sets (ngram_index.py), as a starting point that a few of the reply's
     own verdicts outweigh."""
     length, consensus = key
     alone = 1.0 - 0.8 / length ** 0.8

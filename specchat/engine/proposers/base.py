@@ -163,7 +163,7 @@ class DraftModelProposer(Proposer):
 class NgramProposer(Proposer):
     """Prompt lookup: find earlier occurrences of the context's last n tokens (n from
     prompt_lookup_max down to prompt_lookup_min) and propose the tokens that followed the
-    one whose preceding text agrees longest with the context (ngram.py). Drafts are point
+    one whose preceding text agrees longest with the context (ngram_index.py). Drafts are point
     masses (q = 1 on the drafted token).
 
     The match reported with a lookup (:class:`~specchat.engine.proposers.ngram_index.NgramMatch`) says how

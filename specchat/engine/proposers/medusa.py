@@ -41,7 +41,7 @@ class MedusaProposer(Proposer):
             raise ValueError(f"the {target.name} backend verifies chains only: siblings = {siblings} needs a tree")
         if tree not in ("first", "dynamic"):
             raise ValueError(f"tree = {tree!r}: 'first' or 'dynamic'")
-        # > 1: a candidate tree (draft_tree.py) — "first": siblings nodes at depth 1, one a
+        # > 1: a candidate tree (trees/grow.py) — "first": siblings nodes at depth 1, one a
         # depth below; "dynamic": siblings nodes at every depth, where the heads are surest
         self.siblings, self.tree_shape = siblings, tree
         self._tree = False

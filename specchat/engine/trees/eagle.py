@@ -1,4 +1,4 @@
-"""EAGLE-2-style dynamic trees for an EAGLE-3 head (the placement: draft_tree.py).
+"""EAGLE-2-style dynamic trees for an EAGLE-3 head (the placement: grow.py).
 
 Each depth's new nodes run through the head in one forward, with a tree mask over its
 KV cache (the context and each node's own ancestors), which gives their laws for the next

@@ -16,7 +16,7 @@ rejection sampling over siblings (engine/trees/walk.py) verifies the tree exactl
   plants exactly that and fails.)
 
 A node's law comes from ``laws(level)``, called once per depth on that depth's new nodes:
-an EAGLE head runs on them (eagle_tree.py), Medusa reads its next head (medusa.py).
+an EAGLE head runs on them (trees/eagle.py), Medusa reads its next head (medusa.py).
 """
 
 from __future__ import annotations

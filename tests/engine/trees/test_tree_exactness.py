@@ -42,7 +42,7 @@ def planted_bug_caught(engine, params, joint) -> tuple[bool, str]:
                                     lambda counts, n: chi_square_pvalue(counts, joint, n), ALPHA)
 
 
-# "first": a chain of 2 and two rivals; "dynamic" (draft_tree.py): three levels of three
+# "first": a chain of 2 and two rivals; "dynamic" (trees/grow.py): three levels of three
 # nodes each, placed by the head's estimates — the number of children a node gets depends
 # on what was drawn before, never on the child itself
 SHAPES = {"first": (2, 3), "dynamic": (3, 6)}  # shape: (γ, drafts a sample at least)
@@ -116,7 +116,7 @@ def test_point_mass_siblings_are_one_categorical_draw():
     assert torch.allclose(counts / n, p[0].float(), atol=0.015)
 
 
-# --- EAGLE-2-style dynamic trees (engine/trees/grow.py, eagle_tree.py) ---
+# --- EAGLE-2-style dynamic trees (engine/trees/grow.py, trees/eagle.py) ---
 
 def test_a_dynamic_tree_places_nodes_where_the_head_is_confident(target):
     """Greedy, a head whose law is peaked: the likeliest first draft gets more of the
