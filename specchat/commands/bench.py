@@ -129,10 +129,11 @@ def run(args: argparse.Namespace) -> int:
 def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_dir: Path) -> int:
     """N chats at once, decoded together (bench/concurrency.py)."""
     from specchat.bench.benchmark import benchmark_concurrency
-    from specchat.bench.concurrency import level_configs
-    from specchat.bench.concurrency_report import comparison_lines, table_rows, write_outputs
+    from specchat.bench.concurrency import check_context, level_configs
+    from specchat.bench.concurrency_report import COLUMNS, comparison_lines, table_rows, write_outputs
     from specchat.bench.configs import loaded_methods, parse_gammas
     from specchat.bench.peer_llama_server import plain_unavailable
+    from specchat.bench.runner import chat_requests
     from specchat.bench.table import render_rows
     from specchat.engine.batch.lanes import check_batchable
     from specchat.errors import SpecchatError
@@ -156,9 +157,6 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     no_server = "no peer" if args.no_peer else plain_unavailable(loaded)
     if no_server and not args.no_peer:
         console.print(f"[yellow]bench: {no_server}[/]")
-    from specchat.bench.concurrency import check_context
-    from specchat.bench.runner import chat_requests
-
     # more chats than the context holds: one line before any progress is drawn
     check_context(levels, chat_requests(loaded, profile, sets, args.max_new_tokens)[1], loaded.target.max_length)
     gammas = parse_gammas("auto" if args.gamma == GAMMA_DEFAULT else args.gamma)
@@ -172,8 +170,6 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     from rich.console import Console
 
     stdout = Console(file=sys.stdout, width=200)
-    from specchat.bench.concurrency_report import COLUMNS
-
     for name, levels_of in results["aggregates"]["by_set"].items():
         for sentence in [*results["aggregates"]["crossover"].get(name, {}).values(), *comparison_lines(levels_of)]:
             stdout.print(sentence, markup=False, highlight=False)
