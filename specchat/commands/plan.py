@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if is_remote(profile):
         raise SpecchatError(f"profile '{profile.name}' runs on a server: plan measures models run here",
                             key="target.backend", hint="plan a llama.cpp or transformers profile")
-    from specchat.engine.factory import build_proposer
+    from specchat.engine.factory import build_proposer, sampling_params
     from specchat.engine.engine import SpeculativeEngine
     from specchat.engine.template import ChatTemplate
     from specchat.loading import load_models
@@ -77,8 +77,6 @@ def run(args: argparse.Namespace) -> int:
 
     others = CpuShare()
     others.take(fresh=True)
-    from specchat.engine.factory import sampling_params
-
     if measured and args.contexts is None:  # time where the task ran, too
         contexts = task_contexts(CONTEXTS, [step for m in measured for step in m["steps"]])
     steps, spread = measure_target(loaded.target, sampling_params(profile.sampling), repeats=args.repeats,
@@ -138,7 +136,7 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str =
     from specchat.contention import BUSY_SHARE, CpuShare
     from specchat.engine.sampling import SamplingParams
     from specchat.plan import Costs, measure_target, report
-    from specchat.synthetic import PAIRS, cached, transformers_model
+    from specchat.synthetic import cached, transformers_model
 
     target_shape, draft_shape = PAIRS[pair]
     note = lambda text: print(f"plan: {text}", file=sys.stderr)  # noqa: E731
