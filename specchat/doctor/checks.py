@@ -151,11 +151,11 @@ def check_bitsandbytes(profile: Any) -> Check:
     if version is None:
         return Check("bitsandbytes", FAIL, f"not installed; {key}.quantization = '{spec.quantization}' needs it",
                      "pip install 'bitsandbytes>=0.48'")
+    import torch
+
     from specchat.loading.devices import quantization_config, resolve_device, resolve_dtype
 
     if needs_cuda(spec):
-        import torch
-
         if not torch.cuda.is_available():
             return Check("bitsandbytes", FAIL, f"{version}, but its {spec.quantization} kernels for "
                          f"{key}.device = '{spec.device}' need CUDA, which is not available here",
@@ -166,8 +166,6 @@ def check_bitsandbytes(profile: Any) -> Check:
     except SpecchatError as error:
         return from_error("bitsandbytes", error)
     if device.startswith("cuda") and _cuda_library_missing():
-        import torch
-
         return Check("bitsandbytes", FAIL, f"{version}: its CUDA library did not load, so {spec.quantization} "
                      f"cannot run on {device}", "pip install -U 'bitsandbytes>=0.48' (a build for torch's CUDA "
                                                 f"{torch.version.cuda}), or set device = \"cpu\"")
@@ -186,7 +184,7 @@ def _cuda_library_missing() -> bool:
 def check_llama_cpp(profile: Any) -> list[Check]:
     """llama-cpp-python: its version and build (specchat's patches, the staged layer-input
     API EAGLE-3 heads read, GPU offload, the CPU features it was compiled for)."""
-    from specchat.loading.llamacpp import GPU_BUILD_HINT, INSTALL_HINT
+    from specchat.loading.llamacpp import GPU_BUILD_HINT, INSTALL_HINT, batched_kernel, small_batch_attention_width
 
     specs = [(key, spec) for key, spec in local_specs(profile) if spec.backend == "llama.cpp"]
     try:
@@ -197,7 +195,6 @@ def check_llama_cpp(profile: Any) -> list[Check]:
                else "llama.cpp profiles (the default) cannot run")
         return [Check("llama-cpp-python", status, f"not importable ({error}): {why}", INSTALL_HINT)]
     from specchat.engine.backends.llamacpp_features import bind
-    from specchat.loading.llamacpp import batched_kernel, small_batch_attention_width
 
     kernel, width = batched_kernel(llama_cpp), small_batch_attention_width(llama_cpp)
     attention = (f"small-batch attention for {ATTENTION_WIDTH.get(width, f'width {width}')}" if width
