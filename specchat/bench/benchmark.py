@@ -9,7 +9,7 @@ from typing import Any
 
 from specchat.bench.configs import BenchConfig
 from specchat.bench.prompt_sets import PromptSet
-from specchat.bench.report import write_json, write_markdown
+from specchat.bench.report import markdown, write_files
 from specchat.bench.stats import aggregate
 
 
@@ -106,11 +106,4 @@ def describe(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Ben
 def write_outputs(out_dir: Path, results: dict) -> dict[str, Path | None]:
     from specchat.bench.plot import write_plot
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths: dict[str, Path | None] = {"json": out_dir / "results.json", "markdown": out_dir / "report.md",
-                                     "plot": out_dir / "speedup_vs_gamma.png"}
-    write_json(paths["json"], results)
-    write_markdown(paths["markdown"], results)
-    if not write_plot(paths["plot"], results):
-        paths["plot"] = None
-    return paths
+    return write_files(out_dir, results, markdown(results), "speedup_vs_gamma.png", write_plot)

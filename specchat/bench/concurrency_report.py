@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specchat.bench.report import write_json
+from specchat.bench.report import write_files
 
 COLUMNS = ("N", "config", "tok/s (all)", "× plain", "tok/s (one)", "× plain", "TTFT p50", "ITL p50", "ITL p95",
            "accepted", "+ms a draft")
@@ -108,11 +108,4 @@ def write_plot(path: Path, results: dict[str, Any]) -> bool:
 
 
 def write_outputs(out_dir: Path, results: dict) -> dict[str, Path | None]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths: dict[str, Path | None] = {"json": out_dir / "results.json", "markdown": out_dir / "report.md",
-                                     "plot": out_dir / "speedup_vs_concurrency.png"}
-    write_json(paths["json"], results)
-    paths["markdown"].write_text(markdown(results))
-    if not write_plot(paths["plot"], results):
-        paths["plot"] = None
-    return paths
+    return write_files(out_dir, results, markdown(results), "speedup_vs_concurrency.png", write_plot)

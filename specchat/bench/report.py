@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -165,5 +166,15 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_markdown(path: Path, results: dict[str, Any]) -> None:
-    path.write_text(markdown(results), encoding="utf-8")
+def write_files(out_dir: Path, results: dict, report_md: str, plot: str,
+                write_plot: Callable[[Path, dict], bool]) -> dict[str, Path | None]:
+    """results.json, report.md and the ``plot`` image in ``out_dir`` → their paths (the
+    plot's None when matplotlib is not installed)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path | None] = {"json": out_dir / "results.json", "markdown": out_dir / "report.md",
+                                     "plot": out_dir / plot}
+    write_json(paths["json"], results)
+    paths["markdown"].write_text(report_md, encoding="utf-8")
+    if not write_plot(paths["plot"], results):
+        paths["plot"] = None
+    return paths
