@@ -177,7 +177,9 @@ class LlamaCppBackend(Backend):
             bounds = list(range(0, max(len(new) - self._n_batch, 0), self._n_batch)) + [max(len(new) - self._n_batch, 0)]
             features, first = [], len(self._ids)
             for chunk, outputs, hidden in self._pieces(new, bounds, num_logits):
-                self._decode(chunk, len(self._ids), outputs, hidden)
+                n_past = len(self._ids)
+                rows = [(token, n_past + i, (0,), i >= len(chunk) - outputs) for i, token in enumerate(chunk)]
+                self._decode_rows(rows, n_past if hidden else None)
                 self._ids += chunk
                 if self._feature_layers and chunk:
                     features.append(self._read_features(len(chunk)))
@@ -231,7 +233,10 @@ class LlamaCppBackend(Backend):
             self._roll_back(keep, len(host) + max(tree.positions) - base + 1)
             tree.branch_out(llama_cpp, self._memory)
             self._tree = tree
-            self._decode_tree(tree.rows(host, keep), keep)
+            if not self._final_hidden:
+                self.last_final_hidden = None
+            # with final hidden states on, every row's: the last context token's (at keep), then the nodes'
+            self._decode_rows(tree.rows(host, keep), keep if self._final_hidden else None)
             if self._feature_layers:
                 rows = torch.from_numpy(self._read_features(len(host) + len(tokens)))
                 if before is not None:
@@ -274,59 +279,35 @@ class LlamaCppBackend(Backend):
                 yield chunk[:-num_logits], 0, False
             yield chunk[-num_logits:], num_logits, True
 
-    def _decode(self, tokens: list[int], n_past: int, num_logits: int, hidden: bool = False) -> None:
-        """One llama_decode; ``hidden``: also the final hidden states of all ``tokens``
-        (they are all logit rows then) into ``last_final_hidden``."""
-        n = len(tokens)
-        rows = [(token, n_past + i, (0,), i >= n - num_logits) for i, token in enumerate(tokens)]
+    def _decode_rows(self, rows: list[tuple[int, int, tuple[int, ...], bool]], hidden_at: int | None = None) -> None:
+        """One llama_decode of rows (token, position, sequences, wants logits); with
+        ``hidden_at``, also every row's final hidden state (they are all logit rows then)
+        into ``last_final_hidden``, the first at position ``hidden_at``."""
         llama_cpp = self._llama_cpp
-        if hidden:
+        if hidden_at is not None:
             llama_cpp.llama_set_embeddings(self._ctx, True)
         try:
-            self._decode_rows(rows)
-            if hidden:
+            batch = self._batch.batch
+            batch.n_tokens = len(rows)
+            for i, (token, position, seqs, wants) in enumerate(rows):
+                batch.token[i] = token
+                batch.pos[i] = position
+                batch.n_seq_id[i] = len(seqs)
+                for j, seq in enumerate(seqs):
+                    batch.seq_id[i][j] = seq
+                batch.logits[i] = wants
+            code = llama_cpp.llama_decode(self._ctx, batch)
+            if code != 0:
+                raise RuntimeError(f"llama_decode failed (code {code})")
+            if hidden_at is not None:
                 pointer = llama_cpp.llama_get_embeddings(self._ctx)
                 if not pointer:
                     raise RuntimeError("llama.cpp handed out no final hidden states")
-                out = np.ctypeslib.as_array(pointer, shape=(n, self.hidden_size))
-                self.last_final_hidden, self.final_hidden_start = torch.from_numpy(out.copy()), n_past
+                out = np.ctypeslib.as_array(pointer, shape=(len(rows), self.hidden_size))
+                self.last_final_hidden, self.final_hidden_start = torch.from_numpy(out.copy()), hidden_at
         finally:
-            if hidden:
+            if hidden_at is not None:
                 llama_cpp.llama_set_embeddings(self._ctx, False)
-
-    def _decode_tree(self, rows: list[tuple[int, int, tuple[int, ...], bool]], root: int) -> None:
-        """A tree's decode; with final hidden states on, every row's (the last context
-        token's, at ``root``, then the nodes') into ``last_final_hidden``."""
-        if not self._final_hidden:
-            self.last_final_hidden = None
-            self._decode_rows(rows)
-            return
-        llama_cpp = self._llama_cpp
-        llama_cpp.llama_set_embeddings(self._ctx, True)
-        try:
-            self._decode_rows(rows)
-            pointer = llama_cpp.llama_get_embeddings(self._ctx)
-            if not pointer:
-                raise RuntimeError("llama.cpp handed out no final hidden states")
-            out = np.ctypeslib.as_array(pointer, shape=(len(rows), self.hidden_size))
-            self.last_final_hidden, self.final_hidden_start = torch.from_numpy(out.copy()), root
-        finally:
-            llama_cpp.llama_set_embeddings(self._ctx, False)
-
-    def _decode_rows(self, rows: list[tuple[int, int, tuple[int, ...], bool]]) -> None:
-        """One llama_decode of rows (token, position, sequences, wants logits)."""
-        batch = self._batch.batch
-        batch.n_tokens = len(rows)
-        for i, (token, position, seqs, wants) in enumerate(rows):
-            batch.token[i] = token
-            batch.pos[i] = position
-            batch.n_seq_id[i] = len(seqs)
-            for j, seq in enumerate(seqs):
-                batch.seq_id[i][j] = seq
-            batch.logits[i] = wants
-        code = self._llama_cpp.llama_decode(self._ctx, batch)
-        if code != 0:
-            raise RuntimeError(f"llama_decode failed (code {code})")
 
     def cache_bytes(self) -> int:
         if not self._ids:
