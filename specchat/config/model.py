@@ -1,7 +1,7 @@
 """Profile dataclasses: what a TOML profile means once validated.
 
 Field names are a contract shared with the engine factory, the UI, sessions and
-bench (see the team brief); defaults here are the documented profile defaults.
+bench; defaults here are the documented profile defaults (docs/guide.md).
 """
 
 from __future__ import annotations

@@ -2,16 +2,15 @@
 
 The UI never imports torch; it sees only this protocol. Two kinds exist:
 
-Which one a backend is, it declares (``can_send``); the UI reads that, never probes.
-
-Either one folds its own steps into telemetry (``turn_metrics``, ``session_metrics``);
-the UI shows those snapshots and folds nothing itself.
-
 * a live chat (:class:`ChatBackend`) — the engine's ``ChatSession`` is one as it is.
   The UI never builds one: the CLI passes a :data:`Loader` from the composition root
   (:mod:`specchat.live`), which the app calls inside its loading worker thread;
 * a self-playing source (:class:`EventSource`) — a recorded session replayed with its
   timing, which needs no model and no user input.
+
+Which one a backend is, it declares (``can_send``); the UI reads that, never probes.
+Either one folds its own steps into telemetry (``turn_metrics``, ``session_metrics``);
+the UI shows those snapshots and folds nothing itself.
 """
 
 from __future__ import annotations
@@ -136,7 +135,7 @@ def replay_loader(path: str | Path, speed: float | str = 1.0) -> Loader:
     """A loader that opens a recording instead of loading models."""
 
     def load(_profile_ref: str | None, progress: ProgressCallback) -> LoadedBackend:
-        from specchat.sessions.replay_backend import ReplayBackend  # helper C's adapter
+        from specchat.sessions.replay_backend import ReplayBackend
 
         progress(LoadProgress(stage="replay", message=f"reading {path}"))
         source = ReplayBackend(path, speed=speed)

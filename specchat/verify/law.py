@@ -42,7 +42,7 @@ are 0 are dropped (no law of the sampler's involves them) and the order of the r
 kept. A wider support (temperature alone) is cut to its MAX_IDS likeliest ids and
 renormalised (for the host sampler: the other logits dropped, as if −inf), and the line
 says so; the host's two-level draw for supports over 1,024 ids is then not reached. Not
-read here: the tree walk (tree.py), which tests/engine/trees/test_tree_exactness.py covers.
+read here: the tree walk (engine/trees/walk.py), which tests/engine/trees/test_tree_exactness.py covers.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Draws ``samples`` seeded continuations of ``tokens`` tokens from the speculative engine
 (one short ``generate`` per sample, seed = index) and as many from plain sampling (the
-same engine with no proposer, seeds of another range), and compares (see verify_stats for the rule):
+same engine with no proposer, seeds of another range), and compares (see verify/stats.py for the rule):
 
 1. first-token marginal, speculative vs the exact target distribution p = warp(logits);
 2. the same for plain sampling (a check of the reference itself);
@@ -17,7 +17,7 @@ same engine with no proposer, seeds of another range), and compares (see verify_
    verification passes them) against one-token steps; a difference beyond the format's
    fixed bound (near_tie.noise_bound) fails — a backend fault, not rounding; and the exact
    law of the first token the sampler's own code emits, on the target's p and the probe
-   draft's q at the chosen prompt, against p (verify_law: no sampling noise, so an error
+   draft's q at the chosen prompt, against p (verify/law.py: no sampling noise, so an error
    over 2e-6 in TV fails it, far below what any sample size here could see).
 
 The sampled checks' default prompt is the widest of a few candidates
@@ -30,7 +30,7 @@ prompt whose next token has two likely values and a deterministic second token (
 default) gives a 2-cell test, blind to every bug that keeps one token's share — a wrong
 residual among the others, misaligned ids. Checks 1 and 3 print their cells and their
 power against a named bug (resampling from p after a rejection, its exact law from the
-probe draft's q at the first position; verify_stats, "Power").
+probe draft's q at the first position; verify/stats.py, "Power").
 
 Checks 1, 3, 4 and 5 run with drafts at every step (γ fixed, so the rejection sampler
 is exercised from the first token) and, when the profile's γ is "auto" (the shipped
