@@ -6,7 +6,7 @@ samples) and one plain request after every three, all on the prompt verify choos
 fed to one BatchedEngine with N slots. The requests cycle through four kinds — γ drafts,
 plain, one draft, the profile's own γ (auto: its adaptive controller) — so a decode holds
 sequences verifying different numbers of drafts, and plain ones beside them, whose rows
-a fault could hand to the wrong sequence. Checks, by verify_stats' rule:
+a fault could hand to the wrong sequence. Checks, by stats.py's rule:
 
 0. the law the batched engine samples from, enumerated in a batched context (the prompt
    prefilled for all N sequences in one decode, as the engine's first admission runs it;

@@ -33,7 +33,7 @@ Every bound here is a fixed constant of the format, never measured on the backen
 being judged: a backend fault that corrupts batched logits would otherwise widen its
 own tolerance (logits shifted one row in every batch measured a "noise" of 20 and
 waved every divergence through). ``specchat verify`` measures the batched-vs-one-token
-difference and fails when it exceeds :func:`noise_bound` (verify.batch_logit_noise).
+difference and fails when it exceeds :func:`noise_bound` (single.batch_logit_noise).
 Why twice: greedy speculation and plain decoding part where one computation's argmax
 differs from the other's, and two logits that each moved by at most b move their
 difference by at most 2b — so a flip needs a gap of at most 2b.
