@@ -95,11 +95,7 @@ class NgramIndex:
                 continue
             found: list[tuple[int, int]] = []  # (agreement, position), most recent first
             for i in range(len(positions) - 2, max(len(positions) - 2 - MAX_OCCURRENCES, -1), -1):
-                j = positions[i]
-                agree = n
-                while agree < MATCH_CAP and j >= agree and ids[j - agree] == ids[end - agree]:
-                    agree += 1
-                found.append((agree, j))
+                found.append((agreement(ids, positions[i], ids, n), positions[i]))
             longest = max(agree for agree, _ in found)
             ties = [j for agree, j in found if agree == longest]
             votes = Counter(ids[j + 1] for j in ties)
@@ -109,3 +105,13 @@ class NgramIndex:
             agreeing = sum(ids[j + 1] == first for _, j in found) - 1
             return ids[chosen + 1:chosen + 1 + k], NgramMatch(longest, agreeing, len(found) - 1 - agreeing)
         return [], None
+
+
+def agreement(text: list[int], j: int, ids: list[int], n: int) -> int:
+    """How far back (≤ MATCH_CAP) ``text`` ending at ``j`` agrees with the context's end,
+    given that its last ``n`` tokens do (END, before each of a suffix store's replies,
+    agrees with no id)."""
+    end, agree = len(ids) - 1, n
+    while agree < MATCH_CAP and j >= agree and agree <= end and text[j - agree] == ids[end - agree]:
+        agree += 1
+    return agree

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections import Counter
 
 from specchat.engine.proposers.base import Candidate, NgramProposer
-from specchat.engine.proposers.ngram_index import MATCH_CAP, MAX_OCCURRENCES, NgramMatch
+from specchat.engine.proposers.ngram_index import MAX_OCCURRENCES, NgramMatch, agreement
 from specchat.engine.proposers.suffix_store import END, SuffixStore
 
 MIN_SCORE = 0.1  # a draft is kept only while the occurrences' agreement product stays above this
@@ -89,15 +89,7 @@ class SuffixProposer(NgramProposer):
                 self.shares.append(share)
                 cursors = [(text, c + 1) for text, c in cursors if text[c] == token and c + 1 < len(text)]
             agreeing = first[draft[0]] - 1 if draft else 0
-            longest = max(_agreement(text, j, ids, n) for text, j in found)
+            longest = max(agreement(text, j, ids, n) for text, j in found)
             return draft, NgramMatch(longest, agreeing, len(found) - 1 - agreeing)
         return [], None
 
-
-def _agreement(text: list[int], j: int, ids: list[int], n: int) -> int:
-    """How far back (≤ MATCH_CAP) ``text`` ending at ``j`` agrees with the context's end,
-    given that its last ``n`` tokens do (END, before each of the store's replies, agrees with no id)."""
-    end, agree = len(ids) - 1, n
-    while agree < MATCH_CAP and j >= agree and agree <= end and text[j - agree] == ids[end - agree]:
-        agree += 1
-    return agree
