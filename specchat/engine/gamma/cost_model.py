@@ -224,10 +224,6 @@ class CostModel:
             out.append(None if w is None or (k and d is None) else (expected, k * (d or 0.0) + w))
         return out
 
-    def rates(self, survival: list[float], source: str) -> list[float | None]:
-        """Expected tokens per ms for k = 0..len(survival) (see :meth:`forecast`)."""
-        return [None if f is None else f[0] / f[1] for f in self.forecast(survival, source)]
-
     def survival(self, key: Hashable, limit: int, prior: Prior = None) -> list[float]:
         survival, alive = [], 1.0
         for estimate in self.acceptance(key, prior)[:limit]:
@@ -236,8 +232,9 @@ class CostModel:
         return survival
 
     def predicted_rates(self, key: Hashable, limit: int, source: str = "", prior: Prior = None) -> list[float | None]:
-        """rates for k = 0..limit when ``source`` drafts under acceptance ``key``."""
-        return self.rates(self.survival(key, limit, prior), source)
+        """Expected tokens per ms for k = 0..limit when ``source`` drafts under acceptance
+        ``key`` (None where :meth:`forecast` has no figure)."""
+        return [None if f is None else f[0] / f[1] for f in self.forecast(self.survival(key, limit, prior), source)]
 
     def step_prediction(self, key: Hashable, k: int, source: str, prior: Prior = None) -> tuple[float, float] | None:
         """(E(k), T(k)/w(0)) of the k a controller chose: tokens, and time in plain-step
