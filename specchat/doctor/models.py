@@ -225,12 +225,12 @@ def _hub_gguf(spec: Any, base: Path | None) -> bool:
     """Whether gguf_path would fetch ``spec`` from the Hub (its rule: no local file or
     folder by that name, and ``org/name`` with a gguf_file)."""
     from specchat.loading.embedded import is_embedded
+    from specchat.loading.llamacpp import local_candidates
 
     source = spec.source
     if is_embedded(source) or not spec.gguf_file:
         return False
-    path = Path(source).expanduser()
-    if any(p.exists() for p in ([path] if path.is_absolute() or base is None else [path, base / path])):
+    if any(p.exists() for p in local_candidates(source, base)):
         return False
     return not (source.startswith((".", "/", "~")) or source.endswith(".gguf") or source.count("/") != 1)
 

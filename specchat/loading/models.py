@@ -18,7 +18,7 @@ from . import embedded
 from .compat import check_draft_compatible
 from .devices import check_quantized_layers, quantization_config, resolve_device, resolve_dtype
 from .hub_errors import friendly_load_errors
-from .llamacpp import load_gguf_model, load_gguf_tokenizer
+from .llamacpp import load_gguf_model, load_gguf_tokenizer, local_candidates
 
 if TYPE_CHECKING:
     from specchat.engine.backends import Backend
@@ -170,7 +170,7 @@ def resolve_source(spec: ModelSpec, key: str, base: Path | None, report=None) ->
             return ResolvedSource(location, None, spec.revision, local=False)
         return ResolvedSource(str(location), None, None, local=True)
     looks_local = source.startswith((".", "/", "~")) or source.endswith(".gguf") or "\\" in source
-    for candidate in _local_candidates(source, base):
+    for candidate in local_candidates(source, base):
         if candidate.is_file() and candidate.suffix == ".gguf":
             return ResolvedSource(str(candidate.parent), candidate.name, None, local=True)
         if candidate.is_dir():
@@ -179,13 +179,6 @@ def resolve_source(spec: ModelSpec, key: str, base: Path | None, report=None) ->
         raise ModelLoadError(f"model path '{source}' does not exist", key=f"{key}.source",
                              hint="give an existing local model directory or .gguf file, or a Hub id like 'org/name'")
     return ResolvedSource(source, spec.gguf_file, spec.revision, local=False)
-
-
-def _local_candidates(source: str, base: Path | None) -> list[Path]:
-    path = Path(source).expanduser()
-    if path.is_absolute() or base is None:
-        return [path]
-    return [path, base / path]  # relative to cwd, then to the profile's folder
 
 
 def load_tokenizer(source: ResolvedSource, profile: Profile, key: str):
