@@ -133,18 +133,12 @@ class FixedGamma(Controller):
 
 CONTEXT_DECAY = 0.97  # per step: the situations γ = auto has met lately weigh most (~33 steps)
 class AdaptiveGamma(Controller):
-    """Picks k ∈ 0..max_gamma maximising E(k)/T(k) (see the module docstring).
-
-    E(k) = 1 + Σ_{j=1..k} Π_{i<j} a_i, where a_i is the estimated probability that draft i
-    is accepted given the drafts before it were; T(k) = k·d + w(k) is the step time in ms,
-    d the draft time per drafted token and w(k) the rest of a step that verifies k drafts
-    (measured per k; a line fitted through the measured k elsewhere).
-    """
+    """Picks k ∈ 0..max_gamma maximising E(k)/T(k), the cost model's rate (cost_model.py
+    defines both; the module docstring says how the choice is made)."""
 
     def __init__(self, max_gamma: int, proposer: Proposer | None = None, probe_every: int = 24,
-                 prior_acceptance: float = 0.6, calibrate_every: int = 64, turn_weight: float = 4.0) -> None:
+                 calibrate_every: int = 64, turn_weight: float = 4.0) -> None:
         self.max_gamma = max_gamma
-        self.model.prior = prior_acceptance
         self.proposer = proposer
         self.probe_every = probe_every
         # the situations it has been choosing in, recent ones weighing most: each a tuple of
