@@ -69,10 +69,11 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature is not None:
         profile = profile.replace(sampling={"temperature": args.temperature})
 
+    from specchat.commands.run import _progress_to_stderr
     from specchat.verify.single import DEFAULT_PROMPT, verify
     from specchat.loading import load_models
 
-    loaded = load_models(profile, progress=_to_stderr)
+    loaded = load_models(profile, progress=_progress_to_stderr)
     prompt = args.prompt or (DEFAULT_PROMPT if args.reply_start is not None else None)  # None: verify chooses
     if args.concurrency > 1:
         from specchat.verify.batched import verify_batched
@@ -161,8 +162,3 @@ def _progress(done: int, total: int, text: str) -> None:
     if tenth != _last_tenth[0]:
         _last_tenth[0] = tenth
         print(f"verify: {text}: {done}/{total} ({10 * tenth} %)", file=sys.stderr, flush=True)
-
-
-def _to_stderr(event) -> None:
-    if event.message and event.stage != "done":
-        print(f"[{event.stage}] {event.message}", file=sys.stderr, flush=True)
