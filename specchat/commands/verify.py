@@ -115,7 +115,7 @@ def render(report) -> str:
     if sp.get("drafted"):
         lines.append(f"speculation exercised: {sp['drafted']} drafts, {sp['accepted']} accepted, "
                      f"{sp['rejected']} rejected and resampled, {sp['bonus']} bonus tokens")
-    auto = getattr(report, "speculation_auto", None)
+    auto = report.speculation_auto
     if auto is not None:
         lines.append(f"γ = auto (the profile's own controller) also checked: {auto['drafted']} drafts, "
                      f"{auto['accepted']} accepted, {auto['rejected']} rejected, {auto['bonus']} bonus tokens")
@@ -145,7 +145,7 @@ def _as_dict(report) -> dict:
     import dataclasses
 
     return {"passed": report.passed, "settings": report.settings, "speculation": report.speculation,
-            "speculation_auto": getattr(report, "speculation_auto", None),
+            "speculation_auto": report.speculation_auto,
             "notes": report.notes, "checks": [dataclasses.asdict(c) for c in report.checks]}
 
 
