@@ -168,11 +168,8 @@ class NgramProposer(Proposer):
 
     The match reported with a lookup (:class:`~specchat.engine.proposers.ngram_index.NgramMatch`) says how
     far back the context agrees with the text before that occurrence, and whether the
-    n-gram's other occurrences were followed by the same token: the first draft was kept
-    ~20 % of the time after a lone 1-token agreement and 91–98 % after 16 or more, 33–74 %
-    after a 1-token match whose every earlier occurrence went on alike and ~10–15 % after
-    one whose occurrences went different ways. The adaptive controller keys its acceptance
-    estimates on both (controller.py)."""
+    n-gram's other occurrences were followed by the same token; acceptance differs widely
+    with both (ngram_index.py), so the adaptive controller keys its estimates on both."""
 
     kind = "ngram"
     MATCH_CAP = MATCH_CAP
