@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specchat.engine.gamma.acceptance import AcceptanceKey, acceptance_key
+from specchat.engine.gamma.acceptance import AcceptanceKey, acceptance_key, key_prior
 from specchat.engine.gamma.controller import Assessment, Controller
 from specchat.engine.gamma.cost_model import Ewma, RecentMedian, line
 from specchat.engine.proposers import Candidate
@@ -208,7 +208,7 @@ class BatchGamma(Controller):
         n = len(offers)
         self.steps += 1
         self._keys = [None if c is None or c.limit <= 0 else acceptance_key(c) for c in offers]
-        survival = [[] if key is None else self.model.survival(key, min(c.limit, self.max_gamma), self._prior(key))
+        survival = [[] if key is None else self.model.survival(key, min(c.limit, self.max_gamma), key_prior(key))
                     for c, key in zip(offers, self._keys)]
         w0, d = self.plain_time(pending_rows), self.draft_ms.value or 0.0
         alone = pending_rows == n  # one pending token each: no prompt in this step
@@ -277,7 +277,7 @@ class BatchGamma(Controller):
         self._promised = None
         for key, (k, kept) in zip(self._keys, verdicts):
             if key is not None and k:
-                self.model.verdicts(key, key[0], k, kept, self._prior(key))
+                self.model.verdicts(key, key[0], k, kept, key_prior(key))
 
     def recommendation(self) -> tuple[int | str | None, float | None]:
         """"auto" where drafting is predicted to beat plain decoding in the steps lately

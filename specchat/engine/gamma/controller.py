@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specchat.engine.gamma.acceptance import AcceptanceKey, acceptance_key, key_prior
-from specchat.engine.gamma.cost_model import CostModel, Prior
+from specchat.engine.gamma.cost_model import CostModel
 from specchat.engine.proposers import Candidate, Proposer
 from specchat.events import StepStats
 
@@ -76,16 +76,12 @@ class Controller:
     def observe(self, stats: StepStats, proposal: object) -> None:
         """The finished step's measurements."""
         source = stats.draft_source or self._key[0]  # what drafted; else what was chosen
-        self.model.observe(stats, self._key, source, self._prior(self._key))
-
-    def _prior(self, key: AcceptanceKey) -> Prior:
-        """The acceptance a key's estimates start from (None: the model's default)."""
-        return key_prior(key)
+        self.model.observe(stats, self._key, source, key_prior(self._key))
 
     def assess(self, k: int, source: str) -> Assessment:
         """The model's word on a step that drafted ``k`` tokens from ``source`` under the
         chosen context, asked before the step is observed (its own outcome is not in it)."""
-        forecast = self.model.step_prediction(self._key, k, source or self._key[0], self._prior(self._key))
+        forecast = self.model.step_prediction(self._key, k, source or self._key[0], key_prior(self._key))
         tokens, cost = forecast if forecast is not None else (None, None)
         gamma, gain = self.recommendation()
         return Assessment(tokens, cost, gamma, gain)
@@ -162,7 +158,7 @@ class AdaptiveGamma(Controller):
     def predicted_rates(self, key: AcceptanceKey, limit: int, source: str = "") -> list[float | None]:
         """Expected tokens per ms for k = 0..limit when ``source`` drafts (None where T(k)
         or its draft cost is unknown)."""
-        return self.model.predicted_rates(key, limit, source, self._prior(key))
+        return self.model.predicted_rates(key, limit, source, key_prior(key))
 
     def choose(self, ids: list[int]) -> tuple[int, float | None]:
         # n-gram: a miss means nothing to verify, and the match informs a_i; a hybrid
@@ -273,7 +269,7 @@ class AdaptiveGamma(Controller):
         known = False
         for (key, source), limit in deepest.items():
             running, table = (1.0, 1.0, 1.0), []
-            for f in self.model.forecast(self.model.survival(key, limit, self._prior(key)), source)[1:]:
+            for f in self.model.forecast(self.model.survival(key, limit, key_prior(key)), source)[1:]:
                 if f is not None:
                     known = True
                     if f[0] / f[1] * w0 > running[0]:
