@@ -164,8 +164,7 @@ def most_likely(probs: np.ndarray, width: int) -> np.ndarray:
         # the few ids within 1/1000 of the most likely hold the top, if there are enough
         near = np.flatnonzero(probs >= probs.max() * 1e-3)
         pool = near if len(near) >= width else np.argpartition(-probs, width - 1)[:width]
-        top = pool[np.argsort(-probs[pool], kind="stable")[:width]]
-        return top
+        return pool[np.argsort(-probs[pool], kind="stable")[:width]]
     return np.argsort(-probs, kind="stable")
 
 

@@ -24,11 +24,7 @@ AcceptanceKey = tuple[str, MatchKey | tuple[()]]  # (source, match key)
 
 def length_bucket(length: int) -> int:
     """The lower end of an agreement length's bucket (0 for none)."""
-    key = 0
-    for low in MATCH_BUCKETS:
-        if length >= low:
-            key = low
-    return key
+    return max((low for low in MATCH_BUCKETS if length >= low), default=0)
 
 
 def match_key(match: NgramMatch) -> MatchKey:
