@@ -26,7 +26,8 @@ from typing import Any
 
 from specchat.bench.configs import BenchConfig
 from specchat.bench.prompt_sets import PromptSet
-from specchat.bench.runner import SEED_STRIDE, WARMUP_TOKENS, Progress, Request, chat_requests, make_engine
+from specchat.bench.runner import (SEED_STRIDE, WARMUP_TOKENS, Progress, Request, chat_requests, make_engine,
+                                   run_specchat)
 from specchat.contention import BUSY_SHARE, CpuShare
 from specchat.errors import SpecchatError
 from specchat.methods import METHODS
@@ -98,8 +99,6 @@ def run_batched(engine: Any, requests: list[Request], params_for: Callable[[Requ
 def run_single(engine: Any, requests: list[Request], params_for: Callable[[Request], Any], stops: set[int]
                ) -> tuple[list[dict], float]:
     """One request after another through the one-sequence engine (N = 1's reference)."""
-    from specchat.bench.runner import run_specchat
-
     rows, t0 = [], time.perf_counter()
     for r in requests:
         start = (time.perf_counter() - t0) * 1000.0

@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from specchat.synthetic import PAIRS
+from specchat.synthetic import PAIRS, cached, transformers_model
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -136,7 +136,6 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str =
     from specchat.contention import BUSY_SHARE, CpuShare
     from specchat.engine.sampling import SamplingParams
     from specchat.plan import Costs, measure_target, report
-    from specchat.synthetic import cached, transformers_model
 
     target_shape, draft_shape = PAIRS[pair]
     note = lambda text: print(f"plan: {text}", file=sys.stderr)  # noqa: E731

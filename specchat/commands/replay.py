@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specchat.commands.export import add_output_arguments
+from specchat.commands.export import add_output_arguments, export
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -97,8 +97,6 @@ def run(args: argparse.Namespace) -> int:
             print("specchat replay: give a recording (a path, a name, or 'last'); --list shows them", file=sys.stderr)
             return 2
         if args.to:
-            from specchat.commands.export import export
-
             return export(args.file, "md" if args.to == "markdown" else args.to, args.output, args.force)
         from specchat.sessions.locate import locate
         from specchat.sessions.replay import parse_speed

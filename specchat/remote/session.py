@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
 
-from specchat.events import Step
+from specchat.events import LoadProgress, Step
 from specchat.remote.http import Endpoint, RemoteError
-from specchat.remote.metrics import BadCounters
+from specchat.remote.metrics import BadCounters, counter_delta, spec_counters
 from specchat.remote.servers import UNDERIVABLE, support_line
 from specchat.telemetry import ChatTelemetry
 from specchat.turn import Conversation, TurnPlan
@@ -39,8 +39,6 @@ class RemoteChat(Conversation):
     @classmethod
     def connect(cls, profile, progress=None):
         """Checks the server answers and reads what it serves; RemoteError (one line) if not."""
-        from specchat.events import LoadProgress
-
         report = progress or (lambda event: None)
         endpoint = Endpoint(profile.target.url, profile.target.api_key_env)
         report(LoadProgress(stage="connect", message=f"connecting to {cls.label} at {endpoint.url}"))
@@ -96,8 +94,6 @@ class RemoteChat(Conversation):
     def server_counters(self) -> dict[str, Any] | None:
         """The server's speculation counters now, or None where it exposes no /metrics.
         Raises BadCounters when they fail validation."""
-        from specchat.remote.metrics import spec_counters
-
         try:
             text = self.endpoint.get_text("/metrics")
         except RemoteError:
@@ -107,8 +103,6 @@ class RemoteChat(Conversation):
     def _counters_across(self, before: Any) -> tuple[dict[str, Any] | None, str | None]:
         """(the server's counters across the turn, or None; what was wrong with them, or None).
         ``before`` is the counters at its start, None, or the BadCounters they raised."""
-        from specchat.remote.metrics import counter_delta
-
         def problem(exc: BadCounters) -> str:
             return f"{self.endpoint.url}{exc.message}; the server's own counters are left out of this turn"
 

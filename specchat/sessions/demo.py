@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 from specchat.config.schema import value_problem
 from specchat.errors import SpecchatError
-from specchat.events import ChatReset
+from specchat.events import ChatReset, TurnFinished
 
 DIRECTIVES = ("pause", "reset", "gamma", "temperature", "thinking")
 
@@ -189,6 +189,4 @@ class ScriptedBackend:
 
 def _in_turn(event: Any) -> bool:
     """True while a turn still has events to come (let a cancelled turn finish cleanly)."""
-    from specchat.events import TurnFinished
-
     return not isinstance(event, (TurnFinished, ChatReset))

@@ -18,7 +18,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from specchat.errors import one_line
+from specchat.errors import SpecchatError, one_line
 from specchat.events import ErrorEvent, Loaded, LoadProgress, StepEvent, UserMessage
 from specchat.sanitize import clean_data, clean_line, decode_input
 from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader
@@ -370,8 +370,6 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
 
 
 def _no_loader(ref: str | None, progress: Any) -> LoadedBackend:
-    from specchat.errors import SpecchatError
-
     raise SpecchatError("this app was started without a model loader", hint="start it with `specchat`")
 
 
