@@ -90,7 +90,7 @@ def rollback_support(cache: DynamicCache) -> tuple[bool, bool]:
 
 def can_drop(cache: DynamicCache, drop: int) -> bool:
     """Whether dropping the last ``drop`` positions leaves every layer with all it needs
-    next: a sliding layer of window W that has seen ``cum`` positions must still hold the
+    next: a sliding layer of window W that has seen ``seen`` positions must still hold the
     W − 1 before the new end."""
     for layer in cache.layers:
         if not getattr(layer, "is_sliding", False) or not getattr(layer, "is_initialized", False):
