@@ -429,8 +429,7 @@ class ChatTelemetry:
         self.session_telemetry = Telemetry(max_gamma=max_gamma)
 
     def start_turn(self) -> None:
-        self.turn_telemetry.reset()
-        self.turn_telemetry.start_turn()
+        self.turn_telemetry.reset()  # its time to first token too
         self.session_telemetry.start_turn()
 
     def update(self, stats: StepStats, num_tokens: int) -> None:
