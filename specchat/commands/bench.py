@@ -13,6 +13,7 @@ import datetime as _dt
 import sys
 from pathlib import Path
 
+from specchat.errors import SpecchatError
 from specchat.methods import METHODS, SPELLINGS
 
 GAMMA_DEFAULT = "auto,1,2,3,5,8"  # one chat at a time; N at once runs auto unless --gamma says
@@ -64,7 +65,6 @@ def run(args: argparse.Namespace) -> int:
     from specchat.bench.configs import build_configs, parse_gammas, parse_methods
     from specchat.bench.prompt_sets import load_prompt_sets
     from specchat.config import load_profile
-    from specchat.errors import SpecchatError
     from specchat.remote import is_remote
 
     from specchat.bench.concurrency import parse_levels
@@ -136,7 +136,6 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     from specchat.bench.runner import chat_requests
     from specchat.bench.table import render_rows
     from specchat.engine.batch.lanes import check_batchable
-    from specchat.errors import SpecchatError
 
     levels = args.concurrency if isinstance(args.concurrency, list) else [args.concurrency]
     if loaded.target.name != "llama.cpp":

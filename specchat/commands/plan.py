@@ -8,6 +8,7 @@ import argparse
 import json
 import sys
 
+from specchat.errors import SpecchatError
 from specchat.synthetic import PAIRS, cached, transformers_model
 
 
@@ -47,7 +48,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from specchat.config import load_profile
-    from specchat.errors import SpecchatError
 
     if not 1 <= args.repeats <= 100:
         raise SpecchatError(f"--repeats {args.repeats} is out of range", key="--repeats", hint="use 1 to 100")
@@ -115,8 +115,6 @@ def _print(figures: dict, args: argparse.Namespace, measured: list[dict] | None)
 
 
 def _contexts(text: str | None, default: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    from specchat.errors import SpecchatError
-
     if text is None:
         return default
     parts = [p.strip() for p in text.split(",")]
@@ -185,7 +183,6 @@ def _measured(name: str) -> list[dict]:
     """What a recording, or bench's results.json (per configuration and prompt set, and
     "all"), measured: its α and its steps as run, (context, drafts verified, drafts kept),
     each request's prompt step left out (plan knows nothing of prompts)."""
-    from specchat.errors import SpecchatError
     from specchat.events import StepEvent, StepStats, TurnFinished
 
     def run_of(stats) -> list[tuple[int, int, int]]:

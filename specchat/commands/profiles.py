@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from specchat.errors import SpecchatError
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -73,7 +75,6 @@ def _print_table(data: dict, where: tuple) -> None:
 
 def _check(refs: list[str]) -> int:
     from specchat.config import load_all_profiles, load_profile
-    from specchat.errors import SpecchatError
 
     if refs:
         loaded, failed = [], []
@@ -95,7 +96,6 @@ def _check(refs: list[str]) -> int:
 
 def _check_servers(profiles) -> list:
     """One line per remote profile: what its server serves and how it speculates."""
-    from specchat.errors import SpecchatError
     from specchat.remote import is_remote, open_chat, support_line
     from specchat.sanitize import clean_line
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specchat.errors import SpecchatError
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -101,7 +103,6 @@ def apply_overrides(profile, args: argparse.Namespace):
 def checked_override(flag: str, key: str, value):
     """``value`` if the profile key ``key`` allows it, else a one-line SpecchatError naming ``flag``."""
     from specchat.config.schema import value_problem
-    from specchat.errors import SpecchatError
 
     problem = value_problem(key, value)
     if problem:
@@ -110,8 +111,6 @@ def checked_override(flag: str, key: str, value):
 
 
 def _gamma(text: str):
-    from specchat.errors import SpecchatError
-
     if text == "auto":
         return text
     if text.isdigit() and 1 <= int(text) <= 16:

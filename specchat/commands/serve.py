@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specchat.errors import SpecchatError
+
 DEFAULT_KEY_ENV = "SPECCHAT_API_KEY"
 
 
@@ -52,8 +54,6 @@ def is_loopback(host: str) -> bool:
 def api_key(host: str, env: str) -> str | None:
     """The key from ``env`` (None when unset and the host is loopback); a one-line
     SpecchatError for a non-loopback host without one."""
-    from specchat.errors import SpecchatError
-
     key = os.environ.get(env) or None
     if key is None and not is_loopback(host):
         raise SpecchatError(f"--host {host} is not a loopback address and ${env} holds no API key",
@@ -71,8 +71,6 @@ def api_key(host: str, env: str) -> str | None:
 
 def check_address(host: str, port: int) -> None:
     """--host and --port as a socket will take them (a name resolved), before anything loads."""
-    from specchat.errors import SpecchatError
-
     if not 0 <= port <= 65535:
         raise SpecchatError(f"--port {port} is not valid", key="--port", hint="use 0..65535")
     try:
@@ -110,7 +108,6 @@ def known_n_ctx(profile: Any) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     from specchat.config import load_profile
-    from specchat.errors import SpecchatError
     from specchat.sanitize import clean_line
 
     key = api_key(args.host, args.api_key_env)  # refused before anything loads
