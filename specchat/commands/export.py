@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from specchat.sanitize import clean_line
+
 FORMATS = {"cast": ".cast", "md": ".md", "markdown": ".md"}
 
 
@@ -39,7 +41,6 @@ def default_output(recording: Path, suffix: str) -> Path:
 
 def export(ref: str, fmt: str, output: str | None, force: bool = False) -> int:
     """Shared by ``specchat export`` and ``specchat replay --to``."""
-    from specchat.sanitize import clean_line
     from specchat.sessions.export_cast import cast_text
     from specchat.sessions.export_markdown import to_markdown
     from specchat.sessions.locate import locate
@@ -61,7 +62,6 @@ def export(ref: str, fmt: str, output: str | None, force: bool = False) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from specchat.errors import SpecchatError
-    from specchat.sanitize import clean_line
 
     try:
         return export(args.file, args.format, args.output, args.force)

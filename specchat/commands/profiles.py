@@ -7,6 +7,7 @@ import json
 import sys
 
 from specchat.errors import SpecchatError
+from specchat.sanitize import clean_line
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -36,7 +37,6 @@ def run(args: argparse.Namespace) -> int:
 def _list() -> int:
     from specchat import paths
     from specchat.config import load_all_profiles
-    from specchat.sanitize import clean_line
 
     loaded, failed = load_all_profiles()
     user_dir = paths.user_profiles_dir()
@@ -56,8 +56,6 @@ def _show(name: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps(data, indent=2))
         return 0
-    from specchat.sanitize import clean_line
-
     print(f"# {clean_line(data.pop('name'))} — {clean_line(data.pop('source_path'))}")  # values below: json.dumps escapes
     _print_table(data, ())
     return 0
@@ -97,7 +95,6 @@ def _check(refs: list[str]) -> int:
 def _check_servers(profiles) -> list:
     """One line per remote profile: what its server serves and how it speculates."""
     from specchat.remote import is_remote, open_chat, support_line
-    from specchat.sanitize import clean_line
 
     failed = []
     for profile in profiles:

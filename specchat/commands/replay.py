@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from specchat.commands.export import add_output_arguments, export
+from specchat.sanitize import clean_line
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -40,7 +41,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def _list() -> int:
     """One line per recording; a bad file is listed with its problem, never stops the list."""
-    from specchat.sanitize import clean_line
     from specchat.sessions.fileformat import sessions_dir
     from specchat.sessions.history import list_sessions
 
@@ -57,7 +57,6 @@ def _list() -> int:
 
 def _headless(path, speed: str) -> int:
     """The replay's event stream as text: the same ReplayBackend the TUI is driven by."""
-    from specchat.sanitize import clean_line
     from specchat.sessions.ansi import banner, render, write_stdout
     from specchat.sessions.replay_backend import ReplayBackend
 
@@ -111,7 +110,5 @@ def run(args: argparse.Namespace) -> int:
             return _headless(path, args.speed)
         return _tui(path, args.speed, args.trust_remote_code, args.trust_recorded_server)
     except (SpecchatError, OSError, ValueError) as exc:
-        from specchat.sanitize import clean_line
-
         print(clean_line(f"specchat replay: {exc}"), file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from specchat.errors import SpecchatError
+from specchat.sanitize import clean, clean_line, decode_input, inert_json
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,7 +32,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from specchat.config import load_profile
-    from specchat.sanitize import decode_input
 
     profile = apply_overrides(load_profile(args.profile), args)
     # Input is decoded once, here: bytes that are not UTF-8 become U+FFFD.
@@ -78,8 +78,6 @@ def _recorder(profile, info: dict, enabled: bool):
 
 def _say(text: str) -> None:
     """One line on stderr, inert whatever it quotes (a path, a model's error)."""
-    from specchat.sanitize import clean_line
-
     print(clean_line(text), file=sys.stderr, flush=True)
 
 
@@ -94,8 +92,6 @@ def apply_overrides(profile, args: argparse.Namespace):
     if args.num_speculative_tokens is not None:
         changes["speculation"] = {"num_speculative_tokens": _gamma(args.num_speculative_tokens)}
     if args.system is not None:
-        from specchat.sanitize import decode_input
-
         changes["chat"] = {"system_prompt": decode_input(args.system)}
     return profile.replace(**changes) if changes else profile
 
@@ -123,7 +119,6 @@ def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
     """Streams one reply to stdout. Model text is untrusted (a model can emit any
     byte): it is sanitised on a terminal or a pipe, and JSON-escaped with ``--json``."""
     from specchat.events import ErrorEvent, Notice, StepEvent, TurnFinished, TurnStarted, context_full_message
-    from specchat.sanitize import clean, inert_json
     from specchat.sessions.ansi import PROVENANCE_SGR, RESET  # "target" tokens keep the terminal's colour
 
     colour = not as_json and sys.stdout.isatty()
