@@ -8,8 +8,10 @@ ModelLoadError line naming the key and the fix.
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -141,8 +143,6 @@ def converted_gguf(llama_cpp: Any, path: Path, gguf_type: str, key: str, report=
 
 def _convert_into(llama_cpp: Any, path: Path, final: Path, gguf_type: str, key: str, problem: str,
                   report=None) -> None:
-    import ctypes
-
     if problem != "missing":
         cache_files.remove_entry(final, f"{key}.gguf_type")
     if report is not None:
@@ -266,8 +266,6 @@ def batched_kernel(llama_cpp: Any) -> str:
     "specchat" where the loaded llama.cpp carries specchat's patches (patches/llama.cpp,
     built by `make setup`, which verify drafts cheaper), "upstream" otherwise or where
     SPECCHAT_GGML_UPSTREAM turns them off."""
-    import os
-
     if "SPECCHAT_GGML_UPSTREAM" in os.environ:  # the patched library tests presence, not value
         return "upstream (SPECCHAT_GGML_UPSTREAM)"
     return "specchat" if _ggml_cpu_symbol(llama_cpp, "specchat_sgemm_stream_rows") else "upstream"
@@ -278,8 +276,6 @@ def small_batch_attention_width(llama_cpp: Any) -> int:
     llama.cpp (16 where it was compiled for AVX-512, 8 for AVX2), 0 where the build has
     none (another CPU, an unpatched build) or SPECCHAT_GGML_UPSTREAM turns it off. The
     build says so itself (patches/llama.cpp/0002 exports it): never guessed from the CPU."""
-    import os
-
     if "SPECCHAT_GGML_UPSTREAM" in os.environ:
         return 0
     width = _ggml_cpu_symbol(llama_cpp, "specchat_flash_attn_small_batch_width")
@@ -288,8 +284,6 @@ def small_batch_attention_width(llama_cpp: Any) -> int:
 
 def _ggml_cpu_symbol(llama_cpp: Any, name: str) -> Any:
     """An exported function of the loaded ggml CPU backend (ctypes), or None."""
-    import ctypes
-
     for library in _ggml_cpu_libraries(llama_cpp):
         try:
             symbol = getattr(ctypes.CDLL(str(library)), name, None)
