@@ -15,7 +15,6 @@ same way after. Each refusal is one line with the value and the fix, exit 2.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import socket
 import sys
@@ -42,26 +41,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve anywhere
-        return False
-
-
 def api_key(host: str, env: str) -> str | None:
     """The key from ``env`` (None when unset and the host is loopback); a one-line
     SpecchatError for a non-loopback host without one."""
+    from specchat.remote.http import header_problem, is_loopback
+
     key = os.environ.get(env) or None
     if key is None and not is_loopback(host):
         raise SpecchatError(f"--host {host} is not a loopback address and ${env} holds no API key",
                             key="--host", hint=f"set {env} (clients then send 'Authorization: Bearer KEY'), "
                                                "or serve on 127.0.0.1")
     if key is not None:
-        from specchat.remote.http import header_problem
-
         problem = header_problem(key)
         if problem:  # no client could send it: every request would be refused
             raise SpecchatError(f"${env} holds characters an HTTP header cannot carry ({problem})",

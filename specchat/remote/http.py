@@ -276,6 +276,16 @@ def header_problem(key: str) -> str | None:
     return None
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine's loopback: localhost, 127.0.0.0/8 or ::1."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
+
+
 def _loopback_direct(host: str) -> dict[str, None]:
     """httpx mounts that reach ``host`` without a proxy when it is this machine's loopback.
 
@@ -285,11 +295,7 @@ def _loopback_direct(host: str) -> dict[str, None]:
     llama-server's requests there only fails with the proxy's 502 — and shows the proxy
     the key and the conversation. Users with a corporate HTTPS_PROXY and no NO_PROXY
     would otherwise find that nothing local works."""
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a name, not an address
-        loopback = False
-    if not loopback:
+    if not is_loopback(host):
         return {}
     return {f"all://[{host}]" if ":" in host else f"all://{host}": None}
 
