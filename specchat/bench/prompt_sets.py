@@ -47,7 +47,7 @@ def load_prompt_set(spec: str) -> PromptSet:
         path = PROMPTS_DIR / f"{spec}.toml"
     elif not path.is_file():
         raise SpecchatError(f"--prompts {spec!r} is neither a shipped set nor a file", key="--prompts",
-                            hint=f"use one of {', '.join(SHIPPED_SETS)}, all, spec-bench[:N], "
+                            hint=f"use one of {', '.join(SHIPPED_SETS)}, all, spec-bench[:N], spec-bench/CATEGORY[:N], "
                                  "or a path to a .toml or .jsonl file")
     if path.suffix == ".toml":
         return _from_toml(path)

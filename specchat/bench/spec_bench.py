@@ -18,6 +18,9 @@ always names the same questions and a small N still spans each category:
   more to the first N % 8, then applies the same spacing within each sub-category; so
   N ≥ 8 covers every sub-category and N = 10 takes two of writing and of roleplay.
 
+``spec-bench/CATEGORY[:N]`` (e.g. ``spec-bench/qa:10``) is one of those six sets alone, the
+same questions as in the whole run: to rerun the category a table flagged.
+
 A prompt's id is its question_id; ``category`` keeps MT-bench's sub-category, and ``turns``
 every user turn of a two-turn question (``text`` is the first; bench runs that one).
 Spec-Bench generates up to 1024 tokens; these sets default to 256 (``--max-new-tokens``
@@ -48,15 +51,19 @@ CATEGORIES = {  # set suffix → (Spec-Bench categories, description)
 
 
 def is_spec_bench(spec: str) -> bool:
-    return spec == NAME or spec.startswith(NAME + ":")
+    return spec == NAME or spec.startswith((NAME + ":", NAME + "/"))
 
 
 def spec_bench_sets(spec: str) -> list[PromptSet]:
-    """The six category sets of ``spec-bench`` (all 480) or ``spec-bench:N`` (N per category)."""
+    """The six category sets of ``spec-bench`` (all 480) or ``spec-bench:N`` (N per
+    category); ``spec-bench/CATEGORY[:N]``, that category's set alone."""
+    chosen_category = _category(spec)
     per_category = parse_count(spec)
     by_category = _questions_by_category(QUESTIONS)
     sets = []
     for suffix, (categories, description) in CATEGORIES.items():
+        if chosen_category not in (None, suffix):
+            continue
         groups = [by_category.get(c, []) for c in categories]
         if per_category is not None:
             groups = [spread(group, n) for group, n in zip(groups, share(per_category, len(groups)))]
@@ -68,11 +75,24 @@ def spec_bench_sets(spec: str) -> list[PromptSet]:
     return sets
 
 
-def parse_count(spec: str) -> int | None:
-    """None for ``spec-bench``; N for ``spec-bench:N``, refused in one line unless 1 ≤ N ≤ 80."""
-    if spec == NAME:
+def _category(spec: str) -> str | None:
+    """The category of ``spec-bench/CATEGORY[:N]`` (None without one), refused in one
+    line unless it names one of the six sets."""
+    if not spec.startswith(NAME + "/"):
         return None
-    value = spec[len(NAME) + 1:]
+    category = spec[len(NAME) + 1:].partition(":")[0]
+    if category not in CATEGORIES:
+        raise SpecchatError(f"--prompts {spec!r}: {category!r} is not a Spec-Bench category", key="--prompts",
+                            hint=f"use {NAME}/CATEGORY[:N] with one of {', '.join(CATEGORIES)}")
+    return category
+
+
+def parse_count(spec: str) -> int | None:
+    """None for ``spec-bench[/CATEGORY]``; N for ``spec-bench[/CATEGORY]:N``, refused in one
+    line unless 1 ≤ N ≤ 80."""
+    _, colon, value = spec.partition(":")
+    if not colon:
+        return None
     fix = f"use {NAME}:N with N from 1 to {PER_CATEGORY} questions per category, or {NAME} for all"
     if not re.fullmatch(r"[+-]?[0-9]+", value):
         raise SpecchatError(f"--prompts {spec!r}: N {value!r} is not a whole number", key="--prompts", hint=fix)

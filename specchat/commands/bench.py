@@ -30,7 +30,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "or spec-bench[:N]: Spec-Bench's 480 questions as six category sets (mt-bench, "
                              "translation, summarization, qa, math_reasoning, rag); :N takes N per category "
                              "(1-80), those at index i*80//N; mt-bench's N are shared over its 8 sub-categories "
-                             "in order (N//8 each, one more to the first N mod 8), spaced the same way in each")
+                             "in order (N//8 each, one more to the first N mod 8), spaced the same way in each; "
+                             "spec-bench/CATEGORY[:N] (e.g. spec-bench/qa:10): one category's set alone")
     parser.add_argument("--gamma", default=GAMMA_DEFAULT, metavar="LIST",
                         help="γ values, comma-separated integers and/or auto (default: auto,1,2,3,5,8)")
     parser.add_argument("--methods", metavar="LIST",

@@ -86,6 +86,24 @@ def test_all_stays_the_four_shipped_sets_and_spec_bench_mixes_with_them():
         load_prompt_sets(["spec-bench:1", "spec-bench:2"])
 
 
+@pytest.mark.parametrize("n", ["", ":3", ":10"])
+def test_one_category_alone_is_the_same_questions_as_in_the_whole_run(n):
+    whole = ids(f"spec-bench{n}")
+    for name in NAMES:
+        assert ids(f"{name}{n}") == {name: whole[name]}
+    assert [s.name for s in load_prompt_sets(["spec-bench/qa:2", "spec-bench/rag:2"])] == [NAMES[3], NAMES[5]]
+
+
+def test_an_unknown_category_is_one_line_naming_it_and_the_six():
+    with pytest.raises(SpecchatError) as info:
+        load_prompt_sets(["spec-bench/chat:3"])
+    line = str(info.value)
+    assert "\n" not in line and "'chat' is not a Spec-Bench category" in line
+    assert all(name.split("/")[1] in line for name in NAMES)
+    with pytest.raises(SpecchatError, match="at most 80"):
+        load_prompt_sets(["spec-bench/qa:81"])
+
+
 @pytest.mark.parametrize("spec, fragment", BAD)
 def test_a_bad_n_is_one_line_naming_the_value_and_the_fix(spec, fragment):
     with pytest.raises(SpecchatError) as info:
