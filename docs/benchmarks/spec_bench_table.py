@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 
-SERVER = " (llama-server)"
+from specchat.bench.configs import SERVER  # ends the name of every llama-server row
+
 PLAIN_PEER = "peer:none"
 
 
