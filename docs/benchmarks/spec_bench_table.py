@@ -42,6 +42,10 @@ def main() -> int:
     print(f"{results['created']} · {results['environment'].get('profile')} · "
           f"T = {results['settings'].get('temperature')} · busy machine: {results.get('busy_machine')} "
           f"(others' share of the cores {results.get('cpu_others') or 0:.1%})\n")
+    stopped = results.get("stopped_early")
+    if stopped:
+        print(f"**Stopped early: {stopped['requests_done']} of {stopped['requests']} requests ran; sets with none "
+              "are missing below, and no bar can pass.**\n")
     print("| set | × llama.cpp plain [95% CI] | × our plain [95% CI] | predicted (as run) | off | "
           "mean acc. len | fastest llama-server n-gram row | × it [95% CI] |")
     print("|---|---|---|---|---|---|---|---|")
@@ -76,6 +80,8 @@ def main() -> int:
             failures.append(f"{label}: predicted (as run) off by {off:+.0%}" if off is not None
                             else f"{label}: no prediction")
     print()
+    if stopped:
+        failures.append(f"the run stopped early ({stopped['requests_done']} of {stopped['requests']} requests)")
     print("bars: PASS" if not failures else "bars: FAIL\n- " + "\n- ".join(failures))
     return 0 if not failures else 1
 

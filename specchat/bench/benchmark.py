@@ -33,6 +33,8 @@ def benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Be
         **described,
         "requests": raw["requests"],
         "rows": raw["rows"],
+        # None, or {"requests_done", "requests"}: stopped by the user, the rest not run
+        "stopped_early": raw["stopped_early"],
         "peak_rss_bytes": raw["peak_rss_bytes"],
         # other processes' share of the cores during our rows (contention.py): above
         # BUSY_SHARE the timings, and every ratio below, are not to be trusted

@@ -100,6 +100,11 @@ def attention_width(env: dict[str, Any]) -> str:
     return f", attention {width}-wide" if width else ", attention llama.cpp's own"
 
 
+def stopped_early_note(stopped: dict[str, int]) -> str:
+    return (f"**Stopped early: {stopped['requests_done']} of {stopped['requests']} requests ran under every "
+            "configuration; the figures cover those alone.**")
+
+
 def markdown(results: dict[str, Any]) -> str:
     env = results["environment"]
     settings = results["settings"]
@@ -115,6 +120,7 @@ def markdown(results: dict[str, Any]) -> str:
         *([f"Precision: {env['precision']}.", ""] if env.get("precision") else []),
         *([f"**Busy machine: other processes used {results['cpu_others']:.0%} of the CPU during this run — "
            "timings unreliable.**", ""] if results.get("busy_machine") else []),
+        *([stopped_early_note(results["stopped_early"]), ""] if results.get("stopped_early") else []),
         "## Method", "",
         METHOD_NOTE.format(sampling=settings["sampling"], seed=settings["base_seed"],
                            concurrency=settings["concurrency"],

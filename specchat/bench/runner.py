@@ -9,6 +9,9 @@ under the same configuration, as the next turn of the same chat: the model's own
 then the follow-up, with the KV of that prefix kept; its rows form a set of their own
 (``<set>/turn-2``).
 All configurations of a request share one sampling seed.
+Stopped early (Ctrl-C, SIGTERM), the run keeps the requests that finished under every
+configuration and says so (``stopped_early``): hours of a long run are not lost, and
+what is kept is still paired.
 
 Timing: ``t0`` is taken just before ``generate`` is called; each yielded step is stamped
 on arrival (the engine synchronises the device per step, so stamps are true on CUDA).
@@ -201,7 +204,7 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
             return peer.run(config, request, params, limit)
         return run_specchat(engines[config], request, params, stops, limit)
 
-    rows = []
+    rows, finished, stopped_early = [], 0, None  # finished: requests done under every configuration
     cpu, others_ms, timed_ms = CpuShare(), 0.0, 0.0  # other processes' share of the cores, per row
     try:
         if warmup and requests:  # first calls pay one-off costs (allocator, kernels, lazy init)
@@ -233,7 +236,11 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
                         "order": len(rows), "draft_param_bytes": draft_bytes if uses_draft else 0, **row,
                     })
                     turn = second_turn(turn, row["output_ids"], chat) if turn.follow_up else None
+            finished = r + 1
         report(total, total, "done")
+    except KeyboardInterrupt:  # keep whole requests only, so every kept row has its pairs
+        del rows[sum(1 + bool(q.follow_up) for q in requests[:finished]) * len(configs):]
+        stopped_early = {"requests_done": finished, "requests": len(requests)}
     finally:
         if peer is not None:
             peer.close()  # a server peer's processes stop with the run, whatever ends it
@@ -241,6 +248,7 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
         "requests": [{"set": q.set_name, "prompt_id": q.prompt_id, "repeat": q.repeat, "seed": q.seed,
                       "prompt_tokens": len(q.ids), "max_new_tokens": q.max_new_tokens} for q in requests],
         "rows": rows,
+        "stopped_early": stopped_early,
         "peak_rss_bytes": memory.peak_rss_bytes(),
         "cpu_others": others_ms / timed_ms if timed_ms else None,
         "busy_machine": (others_ms / timed_ms > BUSY_SHARE) if timed_ms else None,

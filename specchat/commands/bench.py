@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
+import signal
 import sys
+import time
 from pathlib import Path
 
 from specchat.errors import SpecchatError
@@ -211,9 +213,14 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
         console.print(f"precision: {loaded.info['precision']}", markup=False, highlight=False)
     if args.concurrency > 1:
         console.print(f"[yellow]--concurrency {args.concurrency}: {concurrency_note(args.concurrency)}[/]")
-    results = _with_progress(console, lambda progress: benchmark(
-        loaded, profile, sets, configs, repeat=args.repeat, max_new_tokens=args.max_new_tokens,
-        concurrency=args.concurrency, progress=progress, warmup=not args.no_warmup))
+    # SIGTERM stops it as Ctrl-C does: the requests already run are kept and written
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        results = _with_progress(console, lambda progress: benchmark(
+            loaded, profile, sets, configs, repeat=args.repeat, max_new_tokens=args.max_new_tokens,
+            concurrency=args.concurrency, progress=progress, warmup=not args.no_warmup))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     paths = write_outputs(out_dir, results)
     # piped output keeps the full table rather than wrapping at 80 columns
     stdout = Console(file=sys.stdout)
@@ -222,10 +229,27 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
     return 0
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def _with_progress(console, work):
-    """``work(progress)`` under a progress bar; its result."""
+    """``work(progress)`` under a progress bar; its result. Not on a terminal (a log file),
+    one line a minute at most instead: requests done, time so far and an estimate of the rest."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    if not console.is_terminal:
+        start, last = time.monotonic(), [0.0]
+
+        def log(done: int, total: int, text: str) -> None:
+            now = time.monotonic() - start
+            if total and done and (now - last[0] >= 60 or done == total):
+                last[0] = now
+                left = now * (total - done) / done
+                console.print(f"bench: {done}/{total} runs, {now / 60:.0f} min so far, about {left / 60:.0f} min "
+                              "left", markup=False, highlight=False)
+
+        return work(log)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("bench", total=None)
@@ -237,6 +261,10 @@ def _with_progress(console, work):
 
 
 def _say_outputs(console, results: dict, paths: dict) -> None:
+    if results.get("stopped_early"):
+        from specchat.bench.report import stopped_early_note
+
+        console.print(f"[bold yellow]{stopped_early_note(results['stopped_early']).strip('*')}[/]")
     if results.get("busy_machine"):
         console.print(f"[bold yellow]busy machine: other processes used {results['cpu_others']:.0%} of the CPU "
                       "during this run — timings unreliable; rerun on a quiet machine[/]")

@@ -201,3 +201,33 @@ def test_a_suffix_row_with_the_runs_store_drafts_a_question_asked_again_from_its
     assert reply0 == reply1 == kept("none", 1)[1]  # greedy: the same reply, exact whatever drafted it
     assert first == kept("suffix γ=4", 0)[0]  # nothing stored before the first chat
     assert again >= kept("suffix γ=4", 1)[0] + len(reply1) // 2  # most of the second drafted from the first
+
+
+def test_a_run_stopped_by_sigterm_keeps_its_finished_requests_whole(tiny_ngram_profile_path, tmp_path, monkeypatch,
+                                                                    capsys):
+    """SIGTERM (or Ctrl-C) in the middle of a request: results.json and report.md are still
+    written, with the requests that ran under every configuration and none of the one cut
+    off, and both say the run stopped early. (Planted: keeping the cut request's rows, or
+    letting SIGTERM kill the process, fails it.)"""
+    import os
+    import signal
+
+    from specchat.commands import bench as bench_command
+
+    def with_progress(console, work):
+        def progress(done, total, text):
+            if done == 5:  # the second request's third configuration of three: mid-request
+                os.kill(os.getpid(), signal.SIGTERM)
+        return work(progress)
+
+    monkeypatch.setattr(bench_command, "_with_progress", with_progress)
+    prompts = tmp_path / "three.jsonl"
+    prompts.write_text("".join(f'{{"prompt": "say {w} {w} {w}"}}\n' for w in ("hi", "yes", "no")))
+    assert main(["bench", "--profile", str(tiny_ngram_profile_path), "--prompts", str(prompts), "--gamma", "3",
+                 "--max-new-tokens", "4", "--no-peer", "--no-warmup", "--out", str(tmp_path / "o")]) == 0
+    assert "Stopped early: 1 of 3 requests" in capsys.readouterr().err
+    results = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert results["stopped_early"] == {"requests_done": 1, "requests": 3}
+    assert len(results["rows"]) == 3 and {r["prompt_id"] for r in results["rows"]} == {results["rows"][0]["prompt_id"]}
+    assert "Stopped early: 1 of 3 requests" in (tmp_path / "o" / "report.md").read_text()
+    assert signal.getsignal(signal.SIGTERM) is not bench_command._interrupt  # put back after the run
