@@ -24,7 +24,10 @@ patches=(patches/llama.cpp/*.patch)
 
 # The wheel depends on the version, the patches, the cmake flags and (GGML_NATIVE) this CPU.
 cpu="$(uname -m) $(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || sysctl -n machdep.cpu.features 2>/dev/null || true)"
-key=$( { echo "$version"; echo "${CMAKE_ARGS:-}"; echo "$cpu"; cat "${patches[@]}"; } | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-16)
+# no AMX kernels on an AMX CPU (scripts/no-amx-flags.sh says why); CMake reads CFLAGS/CXXFLAGS
+noamx=$(scripts/no-amx-flags.sh)
+export CFLAGS="${CFLAGS:-} $noamx" CXXFLAGS="${CXXFLAGS:-} $noamx"
+key=$( { echo "$version"; echo "${CMAKE_ARGS:-}"; echo "$cpu"; [ -z "$noamx" ] || echo "$noamx"; cat "${patches[@]}"; } | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-16)
 wheels="$root/wheels/llama-cpp-python-$version-$key"
 
 install_wheel() {

@@ -15,7 +15,9 @@ bin="$cache/bin"
 # built for (as the llama-cpp-python wheel's cache does): a home shared by an AVX-512 and an
 # AVX2 machine must not hand the AVX2 one a binary that dies on its first AVX-512 instruction.
 cpu="$(uname -m) $(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || sysctl -n machdep.cpu.features 2>/dev/null || true)"
-key=$( { echo "${LLAMA_SERVER_CMAKE_ARGS:-}"; echo "$cpu"; } | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-16)
+# no AMX kernels on an AMX CPU (scripts/no-amx-flags.sh says why)
+noamx=$("$(dirname "$0")/no-amx-flags.sh")
+key=$( { echo "${LLAMA_SERVER_CMAKE_ARGS:-}"; echo "$cpu"; [ -z "$noamx" ] || echo "$noamx"; } | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-16)
 if [ -x "$bin/llama-server" ] && [ -x "$bin/rpc-server" ] && [ "$(cat "$bin/built-for" 2>/dev/null)" = "$key" ]; then
   echo "$bin"
   exit 0
@@ -36,6 +38,7 @@ srcdir="$cache/src/llama_cpp_python-$version/vendor/llama.cpp"
 cmake -S "$srcdir" -B "$cache/build-$key" -DCMAKE_BUILD_TYPE=Release \
   -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DGGML_RPC=ON -DLLAMA_BUILD_SERVER=ON \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF \
+  ${noamx:+"-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx"} \
   ${LLAMA_SERVER_CMAKE_ARGS:-} >&2
 # rpc-server's CMake target is ggml-rpc-server (the binary keeps that name)
 cmake --build "$cache/build-$key" --target llama-server ggml-rpc-server -j "${JOBS:-2}" >&2

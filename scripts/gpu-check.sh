@@ -54,6 +54,10 @@ tail = open(log, errors="replace").read()[-4000:]
 print(json.dumps({"step": name, "rc": rc, "seconds": round(time.time() - start, 1), "output_tail": tail}))
 PY
   echo "gpu-check: $name → exit $rc"
+  if [ "$rc" -ne 0 ]; then  # what failed, where a log (CI's) keeps it: the JSON may not outlive the run
+    echo "gpu-check: the end of $name's output:"
+    tail -n 40 "$work/$name.log" | tr -d '\000-\010\013-\037\177' | sed 's/^/  | /'
+  fi
   return $rc
 }
 
@@ -65,7 +69,7 @@ setup() {
 
 export SPECCHAT_GPU_CHECK="$mode" HF_HUB_OFFLINE=1
 step setup setup
-step gpu-tests "$PY" -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu
+step gpu-tests "$PY" -m pytest -v -p no:cacheprovider -m gpu -rs tests/gpu
 step doctor "$PY" -m specchat doctor --smoke
 step plan "$PY" - <<'PY'
 import json, subprocess, sys, tempfile
