@@ -15,6 +15,7 @@
 # kernels. Explicit -mno-* flags win over -march=native whatever their order (gcc and clang).
 # The build caches' keys change only on AMX machines.
 set -euo pipefail
-if [ "$(uname -m)" = x86_64 ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+# SPECCHAT_CPUINFO: another cpuinfo file to read (tests)
+if [ "$(uname -m)" = x86_64 ] && grep -m1 '^flags' "${SPECCHAT_CPUINFO:-/proc/cpuinfo}" 2>/dev/null | grep -qw amx_tile; then
   echo "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 fi

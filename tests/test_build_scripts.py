@@ -16,10 +16,38 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-llama-server.s
 
 
 def cpu_key(cmake_args: str = "") -> str:
-    """The script's rule, written out: sha256 of the cmake flags and the CPU's flag line."""
+    """The script's rule, written out: sha256 of the cmake flags, the CPU's flag line and,
+    on an AMX CPU only, the flags that leave AMX out."""
     flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith(("flags", "Features"))), "")
-    return hashlib.sha256(f"{cmake_args}\n{platform.machine()} {flags}\n".encode()).hexdigest()[:16]
+    amx = f"{NO_AMX}\n" if platform.machine() == "x86_64" and "amx_tile" in flags.split() else ""
+    return hashlib.sha256(f"{cmake_args}\n{platform.machine()} {flags}\n{amx}".encode()).hexdigest()[:16]
+
+
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="AMX is x86's; elsewhere the script prints nothing")
+def test_llama_cpp_builds_leave_amx_out_on_an_amx_cpu_only(tmp_path):
+    """scripts/no-amx-flags.sh: the three -mno-amx flags for a CPU whose flags list amx_tile,
+    nothing for one without; and with them, -march of an AMX CPU defines no __AMX_*__ macro
+    (the guard of ggml's AMX kernels), whichever comes first."""
+    script = SCRIPT.parent / "no-amx-flags.sh"
+
+    def flags_for(cpu_flags: str) -> str:
+        cpuinfo = tmp_path / "cpuinfo"
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {cpu_flags}\n")
+        env = {**os.environ, "SPECCHAT_CPUINFO": str(cpuinfo)}
+        return subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert flags_for("fpu sse2 avx2 avx512f avx512_bf16") == ""
+    assert flags_for("fpu sse2 avx2 avx512f amx_bf16 amx_tile amx_int8") == NO_AMX
+    try:
+        macros = subprocess.run(["gcc", *NO_AMX.split(), "-march=sapphirerapids", "-dM", "-E", "-"], input="",
+                                capture_output=True, text=True, check=True).stdout
+    except (FileNotFoundError, subprocess.CalledProcessError):
+        return  # no gcc that knows sapphirerapids: the flag rule above is still checked
+    assert "__AVX512F__" in macros and "__AMX_" not in macros
 
 
 def run_script(cache: Path, cmake_args: str = "") -> subprocess.CompletedProcess:
