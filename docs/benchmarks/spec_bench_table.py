@@ -17,6 +17,7 @@ row with the default's paired ratio to it. Then the issue's bars, each PASS or F
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 
 from specchat.bench.configs import SERVER  # ends the name of every llama-server row
@@ -36,7 +37,9 @@ def main() -> int:
     parser.add_argument("results")
     parser.add_argument("--config", default="ngram γ=auto", help="the default's row (default: %(default)s)")
     args = parser.parse_args()
-    results = json.load(open(args.results, encoding="utf-8"))
+    opener = gzip.open if args.results.endswith(".gz") else open  # the archive keeps them gzipped
+    with opener(args.results, "rt", encoding="utf-8") as f:
+        results = json.load(f)
     aggregates = results["aggregates"]
     ours = args.config
     print(f"{results['created']} · {results['environment'].get('profile')} · "
