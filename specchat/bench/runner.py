@@ -239,6 +239,8 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
             finished = r + 1
         report(total, total, "done")
     except KeyboardInterrupt:  # keep whole requests only, so every kept row has its pairs
+        if not finished:
+            raise  # nothing to keep: the CLI's "interrupted"
         del rows[sum(1 + bool(q.follow_up) for q in requests[:finished]) * len(configs):]
         stopped_early = {"requests_done": finished, "requests": len(requests)}
     finally:

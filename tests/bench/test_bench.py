@@ -231,3 +231,21 @@ def test_a_run_stopped_by_sigterm_keeps_its_finished_requests_whole(tiny_ngram_p
     assert len(results["rows"]) == 3 and {r["prompt_id"] for r in results["rows"]} == {results["rows"][0]["prompt_id"]}
     assert "Stopped early: 1 of 3 requests" in (tmp_path / "o" / "report.md").read_text()
     assert signal.getsignal(signal.SIGTERM) is not bench_command._interrupt  # put back after the run
+
+
+def test_a_run_stopped_before_any_request_finished_says_interrupted_and_writes_nothing(
+        tiny_ngram_profile_path, tmp_path, monkeypatch, capsys):
+    import os
+    import signal
+
+    from specchat.commands import bench as bench_command
+
+    def with_progress(console, work):
+        return work(lambda done, total, text: done == 1 and os.kill(os.getpid(), signal.SIGTERM))
+
+    monkeypatch.setattr(bench_command, "_with_progress", with_progress)
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text('{"prompt": "say hi hi hi"}\n')
+    assert main(["bench", "--profile", str(tiny_ngram_profile_path), "--prompts", str(prompts), "--gamma", "3",
+                 "--max-new-tokens", "4", "--no-peer", "--no-warmup", "--out", str(tmp_path / "o")]) == 130
+    assert "interrupted" in capsys.readouterr().err and not (tmp_path / "o").exists()
