@@ -21,6 +21,7 @@ import gzip
 import json
 
 from specchat.bench.configs import SERVER  # ends the name of every llama-server row
+from specchat.bench.report import stopped_early_note
 
 PLAIN_PEER = "peer:none"
 
@@ -47,8 +48,7 @@ def main() -> int:
           f"(others' share of the cores {results.get('cpu_others') or 0:.1%})\n")
     stopped = results.get("stopped_early")
     if stopped:
-        print(f"**Stopped early: {stopped['requests_done']} of {stopped['requests']} requests ran; sets with none "
-              "are missing below, and no bar can pass.**\n")
+        print(stopped_early_note(stopped) + " No bar can pass.\n")
     print("| set | × llama.cpp plain [95% CI] | × our plain [95% CI] | predicted (as run) | off | "
           "mean acc. len | fastest llama-server n-gram row | × it [95% CI] |")
     print("|---|---|---|---|---|---|---|---|")
