@@ -31,6 +31,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from specchat.bench import memory
@@ -259,6 +260,19 @@ def ngram_args(spec_type: str, size_n: int, size_m: int) -> list[str]:
     return ["--spec-type", spec_type, *knobs, "--spec-draft-n-max", str(size_m)]
 
 
+# The n-gram types whose drafts outlive a request: ngram-mod hashes every request's tokens
+# into one table that all slots share and clears only when it is a quarter full or keeps
+# missing (llama.cpp common/speculative.cpp, common_speculative_impl_ngram_mod). Asked the
+# same greedy question again, it drafts the whole earlier reply: 2-3.5x plain on a repeat
+# against ~1x on a first asking (Spec-Bench MT-bench at T = 0, RESULTS run 13). The other
+# types draft from the request's own tokens. Bench starts such a server afresh for each new
+# chat, so every row drafts from its own chat alone, as ours do; the cross-chat workload is
+# --suffix-store's.
+REMEMBERS_EARLIER_REQUESTS = frozenset({"ngram-mod"})
+WARMUP_TOKENS = 8  # a restarted server's untimed first call, as bench warms every row
+WARMUP_PROMPT = 8  # tokens of prompt for it: under ngram-mod's 24-token match, so it hashes none
+
+
 class LlamaServerPeer:
     """One llama-server per (γ, n-gram type) (0 and none: plain), started on first use
     and stopped by ``close``; with layers on a GPU only one lives at a time (each would
@@ -297,6 +311,8 @@ class LlamaServerPeer:
     def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
         spec_type = getattr(config, "spec_type", "")
         gamma = 0 if config.method == "none" or spec_type else self.ceiling if config.gamma == "auto" else int(config.gamma)
+        if spec_type in REMEMBERS_EARLIER_REQUESTS and getattr(request, "fresh", True):
+            self._restart(gamma, spec_type, request, params)
         url = self._url(gamma, spec_type)
         got = stream_completion(url, completion_body(request, params, max_new_tokens), self.stops)
         return {
@@ -305,6 +321,16 @@ class LlamaServerPeer:
             "peak_gpu_bytes": None, "rss_bytes": memory.rss_bytes(), "output_ids": got.output_ids,
             "server_drafted": got.timings.get("draft_n"), "server_accepted": got.timings.get("draft_n_accepted"),
         }
+
+    def _restart(self, gamma: int, spec_type: str, request: Any, params: Any) -> None:
+        """A new chat on a server that remembers earlier requests: a new server, warmed up
+        on the end of this prompt (too short for it to remember)."""
+        server = self._servers.pop((gamma, spec_type), None)
+        if server is None:
+            return  # not started yet: nothing to forget (bench's own warm-up starts it)
+        server.stop()
+        warmup = SimpleNamespace(ids=list(request.ids)[-WARMUP_PROMPT:], seed=request.seed)
+        stream_completion(self._url(gamma, spec_type), completion_body(warmup, params, WARMUP_TOKENS), self.stops)
 
     def close(self) -> None:
         for server in self._servers.values():

@@ -64,3 +64,33 @@ def test_every_listed_ngram_type_runs_and_keeps_greedy_output():
     for spec_type, row in rows.items():
         assert row["output_ids"] == plain["output_ids"], spec_type
     assert any(row["server_drafted"] for row in rows.values()), {t: r["server_drafted"] for t, r in rows.items()}
+
+
+def test_ngram_mod_drafts_from_its_own_chat_only():
+    """ngram-mod's table outlives a request (it hashes every request into one table), so a
+    greedy question asked again would be drafted from the first asking's reply. Bench's
+    rows are chats of their own: a new chat gets a new server, a follow-up turn keeps it.
+    Planted: without the restart the second asking drafts its memorised reply (≥ 48 more)."""
+    from specchat.bench.peer_llama_server import LlamaServerPeer, server_bin_dir
+    from specchat.config import load_profile
+    from specchat.engine import SamplingParams
+    from specchat.loading import load_models
+
+    if llama_cpp is None or server_bin_dir() is None:
+        pytest.skip(LLAMA_SERVER_NOT_BUILT)
+    profile = load_profile("default").replace(target={"n_threads": 1})
+    loaded = load_models(profile)
+    text = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+    ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}])
+    greedy, config = SamplingParams(temperature=0.0), BenchConfig("ngram", "auto", "peer", server=True, spec_type="ngram-mod")
+    peer = LlamaServerPeer(loaded, profile, stops=set())
+    try:
+        first, again = (peer.run(config, SimpleNamespace(ids=ids, seed=0, fresh=True), greedy, 160) for _ in range(2))
+        server = peer._servers[(0, "ngram-mod")]
+        peer.run(config, SimpleNamespace(ids=ids + first["output_ids"][:4], seed=0, fresh=False), greedy, 8)
+        assert peer._servers[(0, "ngram-mod")] is server  # the same chat's next turn: same server
+    finally:
+        peer.close()
+    assert again["output_ids"] == first["output_ids"]
+    assert len(first["output_ids"]) > 24 + 48  # long enough that a memorised reply would be drafted
+    assert again["server_drafted"] == first["server_drafted"]
