@@ -11,8 +11,9 @@ rate(k) = E(k) / T(k), where
   so a plain step timed 500 tokens ago says little of one now: w(0) is a line in the
   context through the recent plain steps (robust: one slow step cannot tilt it), and
   w(k) = v(k)·w(0), v(k) the recent k-steps' times each over the plain line at its own
-  context (their median; measured per k, whoever drafted; a line through the measured
-  k elsewhere).
+  context (the median of those timed near this context, by the rule that calls a plain
+  step stale, or of all where none is; measured per k, whoever drafted; a line through the
+  measured k elsewhere).
 
 gain(k) = rate(k) / rate(0) is the predicted speed-up over a plain step, and in plain-step
 units E(k) / (k·c + v(k)) with c = d / w(0) and v(k) = w(k) / w(0): the ratios telemetry
@@ -102,11 +103,15 @@ STALE_SPAN = 0.25  # a plain step timed this share of the context away (and MIN_
 
 def plain_line(points: list[tuple[int, float]]) -> tuple[float, float]:
     """(a, b) with w(0) ≈ a + b·context: b the median of the slopes between plain steps at
-    least MIN_SPAN tokens apart (Theil–Sen; never below 0; 0 until two are), a the median
-    of what the steps leave above b·context."""
+    least MIN_SPAN tokens apart (Theil–Sen; 0 until two are), a the median of what the steps
+    leave above b·context. b lies between 0 and the slope of the flattest line through the
+    origin and a step (min ms/context), so a ≥ 0: attention cannot cost more than the whole
+    step, and a slope read off a short span (1385-1502 tokens gave 0.026 ms a token, 5x the
+    true one) cannot carry the line below zero at shorter contexts."""
     slopes = [(m2 - m1) / (c2 - c1) for i, (c1, m1) in enumerate(points) for c2, m2 in points[i + 1:]
               if abs(c2 - c1) >= MIN_SPAN]
-    b = max(0.0, median(slopes)) if slopes else 0.0
+    steepest = min((m / c for c, m in points if c > 0), default=0.0)
+    b = min(max(0.0, median(slopes)), steepest) if slopes else 0.0
     return median(m - b * c for c, m in points), b
 
 
@@ -159,7 +164,7 @@ class CostModel:
         self.pooled: dict[str, list[Ewma]] = {}  # source → per-position a_i over every context
         self.step_ms: dict[int, Timings] = {}  # k → recent (context, w(k)), whoever drafted
         self.context = 0  # tokens before the next step: what the predictions are for
-        self._shape: tuple[tuple[float, float], dict[int, float]] | None = None  # (plain line, v by k)
+        self._shape: tuple[tuple[float, float], dict[int, float]] | None = None  # (plain line, v by k) at the context
         self.draft_ms: dict[str, RecentMedian] = {}  # source → time per drafted token
         self.drafting_share: dict[str, Ewma] = {}  # source → share of steps it drafted (n-gram misses)
         self._w: dict[int, float | None] = {}  # w(k) as of the last observation
@@ -183,6 +188,7 @@ class CostModel:
         if self.by_context and context_tokens != self.context:
             self.context = context_tokens
             self._w.clear()
+            self._shape = None  # v(k) reads the k-steps timed near the context
 
     def plain_is_stale(self) -> bool:
         """Whether no recent plain step ran near this context (within STALE_SPAN of it, or
@@ -204,11 +210,18 @@ class CostModel:
             return fitted({x: t.value for x, t in self.step_ms.items()}, k)
         if self._shape is None:
             a, b = plain_line(list(self.step_ms[0].points))
-            self._shape = (a, b), {x: median(ms / max(1e-3, a + b * c) for c, ms in t.points)
+            self._shape = (a, b), {x: median(ms / max(1e-3, a + b * c) for c, ms in self._near(t.points))
                                    for x, t in self.step_ms.items()}
         (a, b), v = self._shape
         ratio = fitted(v, k)
         return None if ratio is None else max(1e-3, a + b * self.context) * ratio
+
+    def _near(self, points: deque[tuple[int, float]]) -> list[tuple[int, float]]:
+        """The times taken near this context, by the rule that calls a plain step stale; all
+        of them where none is. A k-step timed in another chat, 1,300 tokens back, read
+        against a line through today's plain steps gave v(8) ≈ 28,000 (RESULTS run 14)."""
+        near = [(c, ms) for c, ms in points if abs(c - self.context) <= max(MIN_SPAN, STALE_SPAN * self.context)]
+        return near or list(points)
 
     def forecast(self, survival: list[float], source: str) -> list[tuple[float, float] | None]:
         """(E(k), T(k) in ms) for k = 0..len(survival), ``survival[i]`` the probability that

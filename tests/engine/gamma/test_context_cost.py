@@ -96,3 +96,25 @@ def test_one_slow_plain_step_does_not_tilt_the_line():
     assert a == pytest.approx(5.0) and b == pytest.approx(0.01)
     # closer than MIN_SPAN apart: no slope is read from them
     assert plain_line([(500, 10.0), (510, 12.0)]) == (11.0, 0.0)
+
+
+def test_k_steps_timed_far_from_the_plain_steps_keep_v_sane():
+    """Run 14 (T = 0 Spec-Bench): the plain steps of a summary, 1385-1502 tokens in, gave the
+    line a slope of 0.026 ms a token (~5x the true one) and an intercept of -23 ms; the k = 8
+    steps had been timed at 264-1458 tokens, in a translation, where that line is below zero,
+    so v(8) read ~28,000 and a step was forecast at 28,327 plain steps (it took 2.8).
+    Planted: v(8) from every k = 8 step, near or not (4.2), or a negative intercept."""
+    plain = [(1385, 13.85), (1386, 13.4), (1392, 13.66), (1427, 13.96), (1428, 13.77), (1432, 14.39),
+             (1441, 13.9), (1501, 16.46), (1502, 16.09)]
+    eight = [(264, 28.65), (273, 28.9), (282, 28.82), (875, 28.33), (898, 50.57), (792, 33.19),
+             (1079, 35.68), (1452, 39.44), (1458, 40.41)]
+    a, b = plain_line(plain)
+    assert a >= 0 and 0 <= b <= min(m / c for c, m in plain)
+    model = CostModel(10)
+    for k, points in ((0, plain), (8, eight)):
+        for c, ms in points:
+            model.observe(StepStats(k, k, 0, total_ms=ms, draft_source="ngram" if k else "", context_tokens=c),
+                          ("ngram", ()), "ngram" if k else "")
+    model.at(1556)
+    v8 = model.w(8) / model.w(0)
+    assert 2.5 < v8 < 3.2, v8  # measured there: 44.9 ms against a ~16 ms plain step (2.8)
