@@ -36,6 +36,7 @@ from typing import Any
 
 from specchat.bench import memory
 from specchat.bench.peer import clip_emissions
+from specchat.bench.runner import WARMUP_TOKENS
 from specchat.errors import SpecchatError
 from specchat.paths import cache_dir
 from specchat.sanitize import clean
@@ -269,8 +270,8 @@ def ngram_args(spec_type: str, size_n: int, size_m: int) -> list[str]:
 # chat, so every row drafts from its own chat alone, as ours do; the cross-chat workload is
 # --suffix-store's.
 REMEMBERS_EARLIER_REQUESTS = frozenset({"ngram-mod"})
-WARMUP_TOKENS = 8  # a restarted server's untimed first call, as bench warms every row
-WARMUP_PROMPT = 8  # tokens of prompt for it: under ngram-mod's 24-token match, so it hashes none
+WARMUP_PROMPT = 8  # a restarted server's untimed first call (bench's warm-up length): tokens
+                   # of prompt for it, under ngram-mod's 24-token match, so it hashes none
 
 
 class LlamaServerPeer:
@@ -311,7 +312,7 @@ class LlamaServerPeer:
     def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
         spec_type = getattr(config, "spec_type", "")
         gamma = 0 if config.method == "none" or spec_type else self.ceiling if config.gamma == "auto" else int(config.gamma)
-        if spec_type in REMEMBERS_EARLIER_REQUESTS and getattr(request, "fresh", True):
+        if spec_type in REMEMBERS_EARLIER_REQUESTS and request.fresh:
             self._restart(gamma, spec_type, request, params)
         url = self._url(gamma, spec_type)
         got = stream_completion(url, completion_body(request, params, max_new_tokens), self.stops)

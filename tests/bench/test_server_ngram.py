@@ -52,7 +52,7 @@ def test_every_listed_ngram_type_runs_and_keeps_greedy_output():
     assert plain_unavailable(loaded) is None
     text = "Repeat this list exactly three times: apple, banana, cherry, grape, lemon, mango, peach, plum."
     ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}])
-    request, greedy = SimpleNamespace(ids=ids, seed=0), SamplingParams(temperature=0.0)
+    request, greedy = SimpleNamespace(ids=ids, seed=0, fresh=True), SamplingParams(temperature=0.0)
     peer = LlamaServerPeer(loaded, profile, stops=set())
     try:
         plain = peer.run(BenchConfig("none", 0, "peer", server=True), request, greedy, 48)
