@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from specchat.bench.configs import BenchConfig
+from specchat.bench.configs import WARMUP_TOKENS, BenchConfig
 from specchat.bench.prompt_sets import PromptSet
-from specchat.bench.runner import (SEED_STRIDE, WARMUP_TOKENS, Progress, Request, chat_requests, make_engine,
+from specchat.bench.runner import (SEED_STRIDE, Progress, Request, chat_requests, make_engine,
                                    run_specchat)
 from specchat.contention import BUSY_SHARE, CpuShare
 from specchat.errors import SpecchatError

@@ -9,6 +9,7 @@ from specchat.errors import SpecchatError
 from specchat.methods import METHODS, SPELLINGS
 
 MAX_GAMMA = 16
+WARMUP_TOKENS = 8  # each configuration's untimed warm-up call, before its timed requests: new tokens
 
 
 @dataclass(frozen=True)

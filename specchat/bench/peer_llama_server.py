@@ -35,8 +35,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from specchat.bench import memory
+from specchat.bench.configs import WARMUP_TOKENS
 from specchat.bench.peer import clip_emissions
-from specchat.bench.runner import WARMUP_TOKENS
 from specchat.errors import SpecchatError
 from specchat.paths import cache_dir
 from specchat.sanitize import clean

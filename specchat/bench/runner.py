@@ -28,14 +28,13 @@ from collections.abc import Callable
 from typing import Any
 
 from specchat.bench import memory
-from specchat.bench.configs import BenchConfig
+from specchat.bench.configs import WARMUP_TOKENS, BenchConfig
 from specchat.bench.prompt_sets import PromptSet
 from specchat.contention import BUSY_SHARE, CpuShare
 
 Progress = Callable[[int, int, str], None]
 
 SEED_STRIDE = 1009  # request seeds: base + SEED_STRIDE · prompt number + repeat
-WARMUP_TOKENS = 8
 
 
 @dataclasses.dataclass(frozen=True)
