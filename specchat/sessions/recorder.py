@@ -24,7 +24,8 @@ from typing import Any, Iterator
 
 from specchat import __version__
 from specchat.errors import SpecchatError
-from specchat.events import ChatReset, ProfileSwitched, SessionHeader, TurnFinished, to_json
+from specchat.events import (ChatReset, ProfileSwitched, SessionHeader, StepEvent, TurnFinished, TurnStarted, UserMessage,
+                             to_json)
 from specchat.redact import redact_url
 from specchat.sanitize import inert_json
 from specchat.sessions.fileformat import FORMAT_VERSION, SUFFIX, sessions_dir
@@ -126,6 +127,7 @@ class Recorder:
         self._fd: int | None = None
         self._size = 0  # bytes of complete lines in the file
         self._lock = threading.Lock()
+        self._open_turn: tuple[int, float, list[str]] | None = None  # (turn, time.time() at its start, reply pieces)
         self.events_written = 0
         self.failure: str | None = None
         self._failure_taken = False
@@ -189,25 +191,39 @@ class Recorder:
         self._write(event, {})
 
     def _write(self, event: Any, extra: dict[str, Any]) -> None:
+        with self._lock:
+            self._write_locked(event, extra)
+
+    def _write_locked(self, event: Any, extra: dict[str, Any]) -> None:
+        if self._fd is None:  # disabled, failed or closed
+            return
         data = to_json(event)
         data.update(extra)
-        with self._lock:
-            if self._fd is None:  # disabled, failed or closed
-                return
-            self._last_ts = max(time.time(), self._last_ts)
-            data["ts"] = round(self._last_ts, 6)
-            # One write of one complete line: a kill mid-write leaves at most a partial
-            # last line. inert_json: `cat` and `grep` on a recording stay safe too.
-            line = (inert_json(data, separators=(",", ":")) + "\n").encode("utf-8")
-            try:
-                self._write_bytes(line)
-                if isinstance(event, _SYNC_AFTER):
-                    os.fsync(self._fd)
-            except OSError as exc:
-                self._stop(exc)
-                return
-            self._size += len(line)
-            self.events_written += 1
+        self._last_ts = max(time.time(), self._last_ts)
+        data["ts"] = round(self._last_ts, 6)
+        # One write of one complete line: a kill mid-write leaves at most a partial
+        # last line. inert_json: `cat` and `grep` on a recording stay safe too.
+        line = (inert_json(data, separators=(",", ":")) + "\n").encode("utf-8")
+        try:
+            self._write_bytes(line)
+            if isinstance(event, _SYNC_AFTER):
+                os.fsync(self._fd)
+        except OSError as exc:
+            self._stop(exc)
+            return
+        self._size += len(line)
+        self.events_written += 1
+        self._follow_turn(event)
+
+    def _follow_turn(self, event: Any) -> None:
+        """Keeps the open turn's reply as written, for :meth:`close`."""
+        if isinstance(event, (UserMessage, TurnStarted)):
+            if self._open_turn is None or self._open_turn[0] != event.turn:
+                self._open_turn = (event.turn, time.time(), [])
+        elif isinstance(event, StepEvent) and self._open_turn is not None:
+            self._open_turn[2].extend(token.text for token in event.step.tokens)
+        elif isinstance(event, TurnFinished):
+            self._open_turn = None
 
     def _write_bytes(self, data: bytes) -> None:
         write_all(self._fd, data)  # type: ignore[arg-type]
@@ -238,8 +254,12 @@ class Recorder:
         self._write(header, {})
 
     def close(self) -> None:
-        """Syncs and closes the file; a new file that got nothing but its header is removed."""
+        """Closes a turn left open (as "cancelled"), syncs and closes the file; a new file
+        that got nothing but its header is removed."""
         with self._lock:
+            if self._open_turn is not None:
+                turn, started, pieces = self._open_turn
+                self._write_locked(TurnFinished(turn, "cancelled", "".join(pieces), {}, time.time() - started), {})
             fd, self._fd = self._fd, None
             if fd is None:
                 return

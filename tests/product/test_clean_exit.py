@@ -144,6 +144,33 @@ def test_quit_mid_reply_cancels_records_restores_and_exits(env, how, code):
     assert b"Traceback" not in term.output
 
 
+@pytest.mark.parametrize("how, code", [("ctrl+q", 0), ("SIGTERM", 143)])
+def test_a_quit_during_a_step_that_outlasts_the_grace_still_records_the_turn_cancelled(env, how, code):
+    """The fourth step takes a minute and cannot be cancelled, so the app exits before the
+    turn loop can close the turn: the recorder closes it, with the three steps' text, and
+    a resume keeps that partial reply (it used to read as damaged, and lose it)."""
+    from specchat.sessions.resume import resume_from
+
+    term = Terminal([sys.executable, str(ENDLESS_APP), "stall"], env)
+    term.wait_for(lambda: b"ready" in term.output, "the app")
+    term.type(b"a reply that stalls, please\r")
+    term.wait_for(lambda: steps_recorded(env) >= 3, "the reply to stream")
+    time.sleep(0.2)  # into the stalled step
+    if how == "ctrl+q":
+        term.type(b"\x11")
+    else:
+        term.proc.send_signal(getattr(signal, how))
+    exit_code, took = term.finish(timeout=10)
+    assert exit_code == code and took < EXIT_WITHIN_S, f"exit {exit_code} after {took:.1f} s"
+    events = recorded(env)
+    assert [e["type"] for e in events[-2:]] == ["StepEvent", "TurnFinished"]
+    assert events[-1]["finish_reason"] == "cancelled" and events[-1]["text"] == "w0 w1 w2 "
+    resumed = resume_from(next((Path(env["SPECCHAT_DATA_DIR"]) / "sessions").glob("*.jsonl")))
+    assert resumed.damage is None and resumed.pending is None
+    assert resumed.history == [{"role": "user", "content": "a reply that stalls, please"},
+                               {"role": "assistant", "content": "w0 w1 w2 "}]
+
+
 def test_quit_while_a_model_loads_does_not_wait_for_it(env):
     """A load cannot be cancelled (nor can one long forward pass): the process must not
     stay alive for it once the app has quit."""

@@ -176,6 +176,29 @@ def test_a_full_disk_stops_recording_not_the_chat(monkeypatch):
     assert "middle of turn 1" in recording.damage.reason
 
 
+def test_closing_mid_turn_closes_the_turn_as_cancelled_with_its_text(tmp_path):
+    """The app quits while a step it cannot interrupt runs on: whatever the turn recorded
+    stays a turn (cancelled, with its steps' text), not a damaged file; a finished turn
+    gets nothing more."""
+    events = sample_events()
+    recorder = Recorder(tmp_path / "cut.jsonl")
+    recorder.start(build_header({"name": "tiny"}))
+    for event in events[:4]:  # turn 1's message, start and two of its three steps
+        recorder.record(event)
+    recorder.close()
+    recording = read_recording(tmp_path / "cut.jsonl")
+    assert recording.damage is None
+    last = recording.events[-1].event
+    assert isinstance(last, TurnFinished) and (last.turn, last.finish_reason, last.text) == (1, "cancelled", "Hello, world\n!")
+
+    whole = Recorder(tmp_path / "whole.jsonl")
+    whole.start(build_header({"name": "tiny"}))
+    for event in events:
+        whole.record(event)
+    whole.close()
+    assert [type(t.event) for t in read_recording(tmp_path / "whole.jsonl").events] == [type(e) for e in events]
+
+
 def test_an_unwritable_sessions_dir_is_one_warning_and_the_chat_goes_on(tmp_path, monkeypatch, tiny_profile_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")

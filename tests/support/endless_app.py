@@ -1,9 +1,11 @@
 """The real specchat TUI on an endless fake model, for the quit tests in a real pty.
 
-``python tests/support/endless_app.py chat|demo|loading`` runs :func:`specchat.ui.app.run_app`
+``python tests/support/endless_app.py chat|stall|demo|loading`` runs :func:`specchat.ui.app.run_app`
 — the CLI's entry point — with a recorded backend whose replies never end on their own
 (a token every 20 ms until cancelled), so a quit always lands mid-reply; no torch.
-``loading``: a model load that takes a minute and cannot be cancelled.
+``stall``: from the fourth step on, a step takes a minute and cannot be cancelled (a long
+prompt's first pass, a big model's step). ``loading``: a model load that takes a minute
+and cannot be cancelled.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ class EndlessChat:
 
     can_send = True
 
-    def __init__(self) -> None:
+    def __init__(self, stall_after: int | None = None) -> None:
+        self.stall_after = stall_after
         self._cancel = threading.Event()
         self.turn = 0
 
@@ -44,7 +47,7 @@ class EndlessChat:
             if self._cancel.is_set():
                 finish = "cancelled"
                 break
-            time.sleep(0.02)
+            time.sleep(60 if self.stall_after is not None and i >= self.stall_after else 0.02)
             pieces.append(f"w{i} ")
             step = Step((Token(i, "target", p=0.5, text=pieces[-1]),), StepStats(0, 0, 0, verify_ms=20.0, total_ms=20.0))
             yield StepEvent(turn, step, time.monotonic() - started)
@@ -74,7 +77,7 @@ class EndlessChat:
 def main(mode: str) -> int:
     recorder = Recorder.for_profile(SimpleNamespace(name="endless", record=True))
     recorder.start(build_header({"name": "endless"}))
-    backend = RecordingBackend(EndlessChat(), recorder)
+    backend = RecordingBackend(EndlessChat(stall_after=3 if mode == "stall" else None), recorder)
     source = ScriptedBackend(backend, parse_script(DEMO)) if mode == "demo" else backend
     info = BackendInfo(profile_name="endless", recording=recorder.path)
 
