@@ -19,18 +19,20 @@ from specchat.sessions.recorder import Recorder, build_header
 from specchat.sessions.replay import parse_speed, rebuild_metrics, replay_events
 from specchat.sessions.replay_backend import ReplayBackend
 from specchat.sessions.resume import resume_from
-from tests.support.sessions_helpers import sample_events, validate_cast
+from tests.support.sessions_helpers import killed_after, sample_events, validate_cast
 
 PROFILE = {"name": "tiny", "speculation": {"method": "draft_model", "num_speculative_tokens": 3,
                                            "max_speculative_tokens": 8}, "target": {"source": "/models/t"}}
 
 
-def record(path, events, profile=PROFILE):
+def record(path, events, profile=PROFILE, *, killed=False):
+    """``killed``: the process died after the last event, so it never closed the file (a
+    close ends an open turn as cancelled): the file holds the events and nothing more."""
     with Recorder(path) as rec:
         rec.start(build_header(profile, {"target": {"source": "/models/t"}, "torch_version": "2.x"}))
         for ev in events:
             rec.record(ev)
-    return path
+    return killed_after(path, len(events)) if killed else path
 
 
 def test_round_trip_keeps_every_event_and_the_header(tmp_path):
@@ -105,7 +107,7 @@ def test_corrupt_middle_line_stops_there(tmp_path):
 
 def test_recording_cut_mid_turn_is_reported(tmp_path):
     events = sample_events()[:4]  # UserMessage, TurnStarted, two steps
-    path = record(tmp_path / "s.jsonl", events)
+    path = record(tmp_path / "s.jsonl", events, killed=True)
     rec = read_recording(path)
     assert [t.event for t in rec.events] == events
     assert "middle of turn 1" in rec.damage.reason
@@ -180,7 +182,7 @@ def test_resume_rebuilds_history_and_keeps_an_unanswered_prompt(tmp_path):
     ]
     assert resumed.pending is None
     assert resume_from(record(tmp_path / "b.jsonl", events)).history == []  # ends with a reset
-    cut = resume_from(record(tmp_path / "c.jsonl", events[:9]))
+    cut = resume_from(record(tmp_path / "c.jsonl", events[:9], killed=True))
     assert len(cut.history) == 2 and cut.pending == "Count to ten" and cut.damage is not None
 
 
@@ -234,7 +236,7 @@ def test_history_lists_sessions_newest_first_and_survives_bad_files(tmp_path):
     d = tmp_path / "sessions"
     d.mkdir()
     record(d / "a.jsonl", sample_events())
-    record(d / "b.jsonl", sample_events()[:3])
+    record(d / "b.jsonl", sample_events()[:3], killed=True)
     (d / "c.jsonl").write_text("not json\n")
     rows = {r.path.name: r for r in list_sessions(d)}
     assert rows["a.jsonl"].profile == "tiny" and rows["a.jsonl"].first_prompt == "Say hello in two lines"
@@ -254,7 +256,7 @@ def test_profile_switch_keeps_one_file_with_the_new_header_aside(tmp_path):
         rec.switch_profile(build_header({"name": "ngram"}, {"target": {"source": "/models/n"}}))
         rec.record(events[1])
     recording = read_recording(path)
-    assert [t.event for t in recording.events] == [events[0], ProfileSwitched("ngram"), events[1]]
+    assert [t.event for t in recording.events][:3] == [events[0], ProfileSwitched("ngram"), events[1]]
     assert [t.event.profile["name"] for t in recording.later_headers] == ["ngram"]
     assert recording.later_headers[0].line == 4
 

@@ -103,7 +103,7 @@ def test_tui_replay_runs_where_torch_cannot_be_imported(tmp_path):
 
 
 def test_history_screen_lists_sessions_and_returns_the_choice(tmp_path):
-    from tests.support.sessions_helpers import sample_events
+    from tests.support.sessions_helpers import killed_after, sample_events
     from specchat.sessions.recorder import Recorder, build_header
     from specchat.ui.screens.history import HistoryScreen
     from textual.app import App
@@ -114,7 +114,7 @@ def test_history_screen_lists_sessions_and_returns_the_choice(tmp_path):
             rec.start(build_header({"name": "tiny"}))
             for ev in events:
                 rec.record(ev)
-    (tmp_path / "b.jsonl").touch()
+    killed_after(tmp_path / "b.jsonl", 1).touch()  # killed mid-turn, after the message
     results = []
 
     class Host(App):

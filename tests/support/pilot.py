@@ -29,15 +29,17 @@ async def chat(app, pilot, prompts, timeout: float = 60.0) -> None:
     await pilot.pause(0.1)
 
 
-def write_recording(path, events):
-    """A recording of ``events`` under a tiny profile's header, to replay without a model."""
+def write_recording(path, events, *, killed=False):
+    """A recording of ``events`` under a tiny profile's header, to replay without a model
+    (``killed``: as a process killed after the last event left it, an open turn open)."""
     from specchat.sessions.recorder import Recorder, build_header
+    from tests.support.sessions_helpers import killed_after
 
     with Recorder(path) as rec:
         rec.start(build_header({"name": "tiny"}))
         for event in events:
             rec.record(event)
-    return path
+    return killed_after(path, len(events)) if killed else path
 
 
 @asynccontextmanager

@@ -117,3 +117,10 @@ def cli(*args: str, env_dir: Path) -> subprocess.CompletedProcess:
 def heavy(proc: subprocess.CompletedProcess) -> list[str]:
     line = [x for x in proc.stderr.splitlines() if x.startswith("HEAVY=")][-1]
     return json.loads(line[len("HEAVY="):])
+
+
+def killed_after(path: Path, events: int) -> Path:
+    """The recording at ``path`` as a process killed after its first ``events`` events left
+    it: the header and those lines, never closed (a close ends an open turn as cancelled)."""
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:1 + events]))
+    return path

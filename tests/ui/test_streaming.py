@@ -416,7 +416,7 @@ def test_a_reply_box_whose_turn_never_finishes_goes_and_notes_before_its_first_t
 
     path = write_recording(tmp_path / "cut.jsonl", (
         UserMessage(1, "first"), TurnStarted(1, 5, 3), ErrorEvent("generation failed: boom", 1),
-        TurnFinished(1, "error", "", {}, 0.1), UserMessage(2, "cut short")))
+        TurnFinished(1, "error", "", {}, 0.1), UserMessage(2, "cut short")), killed=True)
 
     async def run():
         async with replayed(path) as (app, pilot):
