@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from specchat import sanitize
-from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, StepEvent, TurnFinished, UserMessage
+from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, StepEvent, TurnFinished, TurnStarted, UserMessage
 from specchat.sessions.reader import Recording
 
 RESET = "\x1b[0m"
@@ -52,6 +52,8 @@ def render(event: Any) -> str:
     """The terminal output for one event ("" for events that print nothing)."""
     if isinstance(event, UserMessage):
         return f"{USER_SGR}you ›{RESET} {clean(event.text)}\r\n\r\n"
+    if isinstance(event, TurnStarted):  # a note the TUI shows above the reply (e.g. turns out of the window)
+        return f"{DIM_SGR}[{sanitize.clean_line(event.note)}]{RESET}\r\n" if event.note else ""
     if isinstance(event, StepEvent):
         out = []
         for token in event.step.tokens:

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from specchat import sanitize
-from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, TurnFinished, UserMessage
+from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, TurnFinished, TurnStarted, UserMessage
 from specchat.sessions.reader import Recording
 from specchat.sessions.replay import rebuild_metrics
 from specchat.telemetry import MetricsSnapshot
@@ -122,6 +122,8 @@ def to_markdown(recording: Recording) -> str:
         ev = timed.event
         if isinstance(ev, UserMessage):
             lines += [f"**You** (turn {ev.turn}):", "", _quote(ev.text), ""]
+        elif isinstance(ev, TurnStarted) and ev.note:  # shown above the reply in the TUI too
+            lines += [f"_{_text(ev.note)}_", ""]
         elif isinstance(ev, TurnFinished):
             note = "" if ev.finish_reason in ("eos", "stop") else f" _({_text(ev.finish_reason)})_"
             lines += [f"**Assistant**{note}:", "", _fenced(ev.text), ""]

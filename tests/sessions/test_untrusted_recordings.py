@@ -88,7 +88,7 @@ def test_exports_are_inert_on_stdout_and_in_files(crafted, capsys, tmp_path, fmt
         for tag in TRANSCRIPT_TAGS:
             assert shown(tag) in _uncoloured(text), tag
     else:
-        for tag in ("user", "user2", "reply", "reply2", "switched", "error", "profile", "model"):
+        for tag in ("user", "user2", "note", "reply", "reply2", "switched", "error", "profile", "model"):
             assert _md_unescape(shown(tag)) in _md_unescape(raw), tag
 
 

@@ -93,7 +93,7 @@ def crafted_events() -> list[dict]:
         {"type": "ErrorEvent", "message": evil("error"), "turn": None},
         {"type": "ChatReset"},
         {"type": "UserMessage", "turn": 2, "text": evil("user2")},
-        {"type": "TurnStarted", "turn": 2, "prompt_tokens": 12, "num_speculative_tokens": "auto"},
+        {"type": "TurnStarted", "turn": 2, "prompt_tokens": 12, "num_speculative_tokens": "auto", "note": evil("note")},
         _step(2, "tok2", ("target",)),
         {"type": "TurnFinished", "turn": 2, "finish_reason": "eos", "text": evil("reply2"), "metrics": {}, "t": 0.05},
     ]
@@ -110,4 +110,4 @@ def write_crafted(path: Path, events: list[dict] | None = None, head: dict | Non
 
 
 # Tags whose text a transcript shows (headless replay, cast, Markdown, TUI).
-TRANSCRIPT_TAGS = ("user", "tok-accepted", "tok-resampled", "tok-bonus", "tok-target", "user2", "tok2-target")
+TRANSCRIPT_TAGS = ("user", "tok-accepted", "tok-resampled", "tok-bonus", "tok-target", "user2", "note", "tok2-target")
