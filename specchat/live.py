@@ -179,9 +179,10 @@ def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, 
         profile, models, session, info = _build(ref or chosen, progress, record)
         session.history = list(resumed.history)
         session.turn = max((t.event.turn for t in recording.events if isinstance(t.event, UserMessage)), default=0)
-        recorder = Recorder(None)
+        recorder, moved = Recorder(None), None
         if record and getattr(profile, "record", True):
             recorder = None
+            moved = f"{path.name} ends cut short ({recording.damage.reason})" if recording.damage else None
             if recording.damage is None:
                 last = max((t.ts for t in recording.events + recording.later_headers if t.ts is not None),
                            default=recording.header_ts)
@@ -189,14 +190,16 @@ def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, 
                     recorder = Recorder.append_to(path, after=last)  # the reader keeps this header aside
                     recorder.start(build_header(profile, models.info))
                 except RecordingBusy:
-                    recorder = None
+                    recorder, moved = None, f"another specchat is writing {path.name}"
             if recorder is None:
                 recorder = Recorder.for_profile(profile)
                 recorder.start(build_header(profile, models.info, resumed_from=str(path)))
         backend = RecordingBackend(session, recorder)
         loader.current = backend
         info.recording = recorder.path
-        info.warning = recorder.take_failure()
-        return LoadedBackend(backend, info, pending=resumed.pending)
+        info.warning = recorder.take_failure() or (
+            f"{moved}: it is left as it is, and this chat goes on in a new recording, {recorder.path.name}"
+            if moved and recorder.path is not None else None)
+        return LoadedBackend(backend, info, pending=resumed.pending, earlier=tuple(resumed.events))
 
     return load

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from specchat.events import ChatReset, TurnFinished, UserMessage
 from specchat.sessions.reader import Damage, read_recording
@@ -18,10 +19,12 @@ from specchat.sessions.reader import Damage, read_recording
 class Resumed:
     """``history`` for ChatSession; ``pending`` is the prompt of a turn that never got a
     reply (interrupted or failed) so the UI can put it back in the input box — nothing
-    the user typed is lost; ``damage`` is where the file stopped being readable."""
+    the user typed is lost; ``events`` the recorded events of that conversation (since its
+    last reset), for the transcript to show before it goes on; ``damage`` is where the file stopped being readable."""
 
     history: list[dict[str, str]] = field(default_factory=list)
     pending: str | None = None
+    events: list[Any] = field(default_factory=list)  # the conversation as recorded, since its last reset
     damage: Damage | None = None
     profile_name: str = ""
 
@@ -37,15 +40,18 @@ def resume_from(path: str | os.PathLike[str]) -> Resumed:
     recording = read_recording(path)
     history: list[dict[str, str]] = []
     pending: str | None = None
+    events: list[Any] = []
     for timed in recording.events:
         ev = timed.event
+        events.append(ev)
         if isinstance(ev, ChatReset):
-            history, pending = [], None
+            history, pending, events = [], None, []
         elif isinstance(ev, UserMessage):
             pending = ev.text
         elif isinstance(ev, TurnFinished) and pending is not None:
             history.append({"role": "user", "content": pending})
             history.append({"role": "assistant", "content": ev.text})
             pending = None
-    return Resumed(history=history, pending=pending, damage=recording.damage, profile_name=recording.profile_name)
+    return Resumed(history=history, pending=pending, events=events, damage=recording.damage,
+                   profile_name=recording.profile_name)
 

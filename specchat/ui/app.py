@@ -20,7 +20,7 @@ from textual.screen import Screen
 
 from specchat.errors import SpecchatError, one_line
 from specchat.events import ErrorEvent, Loaded, LoadProgress, StepEvent, UserMessage
-from specchat.sanitize import clean_data, clean_line, decode_input
+from specchat.sanitize import clean, clean_data, clean_line, decode_input
 from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader
 from specchat.ui.commands import profile_commands, system_commands
 from specchat.ui.controls import Controls
@@ -222,6 +222,11 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         # Names and descriptions may come from a recording: inert before they are shown.
         info = loaded.info = clean_data(loaded.info)
         self.sub_title = info.profile_name + (f" · {info.target_dtype}" if info.target_dtype else "")
+        if loaded.earlier:  # a reopened chat: what was said, as recorded, then it goes on
+            self.chat.apply_events([clean_data(event) for event in loaded.earlier])
+            self.chat.turn_ended()  # a reply cut short by a crash keeps its text, no box left open
+            turns = sum(isinstance(event, UserMessage) for event in loaded.earlier)
+            self.chat.transcript.add_note(f"— reopened: {turns} earlier turn{'' if turns == 1 else 's'} above —")
         self.chat.reset_figures(info.max_gamma, info.method, gamma=info.num_speculative_tokens)
         self.chat.apply_events([Loaded(info.profile_name, info.description)])
         note = (info.details or {}).get("speculation_source")
@@ -232,7 +237,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
             self.chat.transcript.add_note(info.warning, "warning")
             self.notify(info.warning, severity="warning", timeout=10, markup=False)
         if loaded.pending and not self.chat.input.text:
-            self.chat.input.text = loaded.pending  # the prompt that never got its reply
+            self.chat.input.text = clean(loaded.pending)  # the prompt that never got its reply (a recording's: inert)
         self._update_status()
         if not loaded.can_send:  # a replay plays by itself
             self.generating = True

@@ -113,11 +113,13 @@ class BackendInfo:
 @dataclass
 class LoadedBackend:
     """``pending``: a prompt that never got its reply (a reopened session), which the
-    app puts back in the input box."""
+    app puts back in the input box; ``earlier``: a reopened session's recorded events
+    (since its last new chat), which the transcript shows before the chat goes on."""
 
     backend: ChatBackend | EventSource
     info: BackendInfo
     pending: str | None = None
+    earlier: tuple[Any, ...] = ()
 
     @property
     def can_send(self) -> bool:

@@ -14,11 +14,13 @@ from pathlib import Path
 from specchat.events import ProfileSwitched, TurnFinished, UserMessage, to_json
 from specchat.live import LiveLoader, load_backend, resume_loader
 from specchat.paths import data_dir
+from specchat.sanitize import clean
 from specchat.sessions.fileformat import sessions_dir
 from specchat.sessions.reader import read_recording
 from specchat.sessions.resume import resume_from
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.history import HistoryScreen
+from specchat.ui.widgets.reply import NoteView, ReplyView, UserView
 from tests.support.cli import in_process, run_cli
 from tests.support.pilot import SIZE, wait_for
 
@@ -89,6 +91,15 @@ def test_history_key_reopens_a_session_with_its_pending_prompt_and_replays_one(t
             assert continued != path and continued.parent == path.parent
             assert app.chat.input.text == "an unanswered prompt"  # nothing typed is lost
             assert app.loaded.backend.history == history
+            # the transcript shows the conversation it carries on, then says so and why the file moved
+            views = app.chat.transcript.children
+            users = [str(v.render()) for v in views if isinstance(v, UserView)]
+            assert users == ["remember the word lighthouse", "an unanswered prompt"]
+            replies = [v for v in views if isinstance(v, ReplyView)]
+            assert [r.text for r in replies] == [clean(history[1]["content"])]  # the cut turn's empty box went
+            notes = [str(v.render()) for v in views if isinstance(v, NoteView)]
+            assert "— reopened: 2 earlier turns above —" in notes
+            assert any(f"{path.name} ends cut short" in n and f"new recording, {continued.name}" in n for n in notes)
             before = app.turns_ended
             app.chat.input.focus()
             await pilot.press("enter")
