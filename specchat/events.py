@@ -22,7 +22,7 @@ from typing import Any
 def context_full_message(prompt_tokens: int) -> str:
     """Why a turn that finished with "context" produced no token at all (one line)."""
     return (f"the prompt is {prompt_tokens:,} tokens and fills the model's context window, so nothing was "
-            "generated — shorten it, or start a new chat (the history counts too)")
+            "generated — shorten it, or start a new chat if earlier turns fill it")
 
 
 @dataclass(frozen=True)

@@ -114,10 +114,7 @@ class ChatSession(Conversation):
         note, self._notice = self._notice or "", None
         if self.overflow == "rolling":
             ids, dropped = self._window(messages, ids)
-            if dropped:
-                note = " ".join(filter(None, (note, f"the model no longer sees the first {dropped} turn"
-                                              f"{'s' if dropped > 1 else ''} of this chat, to leave room for "
-                                              f"the reply (they stay in the transcript and the recording)")))
+            note = " ".join(filter(None, (note, self._window_note(len(ids), dropped))))
         return TurnPlan(len(ids), self._steps(ids), self.num_speculative_tokens, note, tuple(ids))
 
     def _window(self, messages: list[dict[str, str]], ids: list[int]) -> tuple[list[int], int]:
@@ -132,6 +129,20 @@ class ChatSession(Conversation):
             dropped += 1
             ids = self.prompt_ids(messages[:system] + messages[turns[dropped] if dropped < len(turns) else -1:])
         return ids, dropped
+
+    def _window_note(self, prompt_tokens: int, dropped: int) -> str:
+        """What the rolling window did to this turn's prompt, for the user ("" if nothing)."""
+        context = self.engine.target.max_length
+        reply = min(self.max_new_tokens, context // 2)
+        if prompt_tokens + reply > context:  # all history gone, and the message alone is still too long
+            return (f"this message and the system prompt are {prompt_tokens:,} tokens of the model's {context:,}-token "
+                    f"context, leaving room for {max(context - prompt_tokens, 0):,} of the reply's {reply:,}: "
+                    f"shorten it" + (" (no earlier turn is in the prompt)" if dropped else ""))
+        if not dropped:
+            return ""
+        turns = "turn" if dropped == 1 else f"{dropped} turns"
+        return (f"the model no longer sees the first {turns} of this chat, to leave room for the reply "
+                f"(they stay in the transcript and the recording)")
 
     def _steps(self, ids: list[int]) -> Iterator[Step]:
         decoder = IncrementalDecoder(self.tokenizer)

@@ -49,7 +49,14 @@ def test_rolling_keeps_the_system_prompt_and_the_latest_turns(tiny_ngram_profile
     assert [f.finish_reason for f in finished] == ["length"] * TURNS
     assert all(ids[:len(system)] == system and len(ids) <= room for ids in seen)
     assert "no longer sees the first" in notes[-1] and not notes[0]
+    assert next(n for n in notes if n).startswith("the model no longer sees the first turn of this chat")
     assert len(chat.history) == 2 * TURNS  # the transcript keeps everything
+    # a message too long even with every earlier turn out: said as the message's fault, once
+    events = list(chat.send(MESSAGE * 25))
+    (note,) = [e.note for e in events if isinstance(e, TurnStarted)]
+    context = chat.engine.target.max_length
+    assert note.startswith("this message and the system prompt are ") and "shorten it" in note, note
+    assert f"of the model's {context:,}-token context" in note and "no longer sees" not in note
 
 
 def test_planted_a_window_that_drops_the_system_prompt_is_caught(tiny_ngram_profile_path):
