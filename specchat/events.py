@@ -19,6 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# How a reply that did not end by itself ended, in words (the transcript, the exports).
+FINISH_NOTES = {
+    "cancelled": "cancelled",
+    "length": "stopped: max_new_tokens reached",
+    "context": "stopped: context window full",
+    "error": "stopped by an error",
+}
+
+
 def context_full_message(prompt_tokens: int) -> str:
     """Why a turn that finished with "context" produced no token at all (one line)."""
     return (f"the prompt is {prompt_tokens:,} tokens and fills the model's context window, so nothing was "

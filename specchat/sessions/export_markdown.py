@@ -16,7 +16,8 @@ import re
 from typing import Any
 
 from specchat import sanitize
-from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, TurnFinished, TurnStarted, UserMessage
+from specchat.events import (FINISH_NOTES, ChatReset, ErrorEvent, ProfileSwitched, TurnFinished, TurnStarted,
+                             UserMessage)
 from specchat.sessions.reader import Recording
 from specchat.sessions.replay import rebuild_metrics
 from specchat.telemetry import MetricsSnapshot
@@ -125,7 +126,8 @@ def to_markdown(recording: Recording) -> str:
         elif isinstance(ev, TurnStarted) and ev.note:  # shown above the reply in the TUI too
             lines += [f"_{_text(ev.note)}_", ""]
         elif isinstance(ev, TurnFinished):
-            note = "" if ev.finish_reason in ("eos", "stop") else f" _({_text(ev.finish_reason)})_"
+            reason = FINISH_NOTES.get(ev.finish_reason, ev.finish_reason)
+            note = "" if ev.finish_reason in ("eos", "stop") else f" _({_text(reason)})_"
             lines += [f"**Assistant**{note}:", "", _fenced(ev.text), ""]
         elif isinstance(ev, ProfileSwitched):
             lines += [f"_— switched to profile {_code(ev.name)} —_", ""]

@@ -5,6 +5,7 @@ the file layer; recording a real model is in sessions/test_live.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -225,7 +226,11 @@ def test_cast_never_replays_escape_sequences_from_model_text(tmp_path):
 def test_markdown_has_the_transcript_and_the_metrics(tmp_path):
     md = to_markdown(read_recording(record(tmp_path / "s.jsonl", sample_events())))
     assert "> Say hello\n> in two lines" in md
-    assert "Hello, world\n! bye" in md and "_(cancelled)_" in md
+    assert "Hello, world\n! bye" in md and "_(cancelled)_" in md and "**Assistant**:" in md
+    events = sample_events()
+    events[5] = dataclasses.replace(events[5], finish_reason="length")
+    md = to_markdown(read_recording(record(tmp_path / "l.jsonl", events)))
+    assert "**Assistant** _(stopped: max\\_new\\_tokens reached)_:" in md  # in words, not the code
     assert "| mean acceptance length (tokens per verification) | 3.00 |" in md
     assert "| draft acceptance rate | 75.0 % |" in md
     assert "| α (alpha, measured) |" in md and "| c (cost ratio" in md

@@ -12,7 +12,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Markdown, Static
 
-from specchat.events import Token
+from specchat.events import FINISH_NOTES, Token
 from specchat.ui.widgets.provenance_text import KIND_STYLES, ProvenanceText, provenance_content
 
 __all__ = ["KIND_LABELS", "KIND_STYLES", "NoteView", "ProvenanceText", "ReplyView", "UserView", "provenance_content"]
@@ -22,12 +22,6 @@ KIND_LABELS: dict[str, str] = {
     "resampled": "resampled",
     "bonus": "bonus",
     "target": "target",
-}
-FINISH_NOTES = {
-    "cancelled": "cancelled",
-    "length": "stopped: max_new_tokens reached",
-    "context": "stopped: context window full",
-    "error": "stopped by an error",
 }
 
 
