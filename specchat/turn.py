@@ -129,3 +129,10 @@ class Conversation:
         if problem is not None:
             yield ErrorEvent(problem, turn)
         yield TurnFinished(turn, finish, text_out, metrics, time.perf_counter() - start)
+
+
+def closed_at_quit(turn: int, text: str, t: float) -> TurnFinished:
+    """The end of a turn whose loop could not record it (the app quit while a step that
+    cannot be interrupted ran on): cancelled, as the loop would have ended it after that
+    step, with the text of the steps recorded. The recorder writes it as it closes."""
+    return TurnFinished(turn, "cancelled", text, {}, t)

@@ -30,6 +30,7 @@ from specchat.redact import redact_url
 from specchat.sanitize import inert_json
 from specchat.sessions.fileformat import FORMAT_VERSION, SUFFIX, sessions_dir
 from specchat.sessions.private_files import create_private, private_dir, write_all
+from specchat.turn import closed_at_quit
 
 # LoadedModels.info keys that describe the software rather than the models.
 ENVIRONMENT_KEYS = ("torch", "transformers", "python", "platform", "cuda", "bitsandbytes")
@@ -259,7 +260,7 @@ class Recorder:
         with self._lock:
             if self._open_turn is not None:
                 turn, started, pieces = self._open_turn
-                self._write_locked(TurnFinished(turn, "cancelled", "".join(pieces), {}, time.time() - started), {})
+                self._write_locked(closed_at_quit(turn, "".join(pieces), time.time() - started), {})
             fd, self._fd = self._fd, None
             if fd is None:
                 return
