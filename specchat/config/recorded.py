@@ -2,7 +2,7 @@
 
 A recording is shared like any document, so the profile in its header is untrusted:
 it is validated like a profile file, but no file it names is read (``source_path`` and
-``extends`` are never followed) and its ``trust_remote_code = true`` — which would run
+``extends`` are never followed; a ``suffix_store`` path becomes "auto", your own store) and its ``trust_remote_code = true`` — which would run
 the model repository's own Python code — is refused unless the user passes
 ``--trust-remote-code``. A server profile is refused the same way unless the user
 passes ``--trust-recorded-server``: connecting would let whoever shared the file choose
@@ -53,6 +53,8 @@ def profile_from_recording(data: Any, file: str, *, trust_remote_code: bool = Fa
         )
     if profile.target.backend in REMOTE_BACKENDS and not trust_server:
         raise _server_refused(profile, file)
+    if profile.speculation.suffix_store not in ("off", "auto"):  # a path: never read or written for a recording
+        profile = dataclasses.replace(profile, speculation=dataclasses.replace(profile.speculation, suffix_store="auto"))
     # The recorded file's folder still anchors relative model paths, as it did live;
     # the file itself is never read.
     return dataclasses.replace(profile, source_path=Path(source_path) if isinstance(source_path, str) else None)

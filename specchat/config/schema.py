@@ -75,6 +75,9 @@ def _env_name(v: str) -> str | None:
 
 
 def _store(v: str) -> str | None:
+    word = v.strip().lower()
+    if word in ("off", "auto") and v != word:  # not a file named "Off": the keyword, mistyped
+        return f'must be "off", "auto" or the path of a store file; did you mean "{word}"? (a file named so: "./{v}")'
     if v.strip() and "\0" not in v:
         return None
     return 'must be "off", "auto" or the path of a store file'

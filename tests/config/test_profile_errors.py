@@ -53,6 +53,8 @@ CASES = [
      ["key 'target.source' is missing", 'extends = "default"']),
     ("bad-device", 'extends = "default"\n[target]\ndevice = "gpu"\n',
      ["key 'target.device' has bad value 'gpu'", "'cuda:N'"]),
+    ("store-keyword-capitalised", 'extends = "default"\n[speculation]\nmethod = "suffix"\nsuffix_store = "Off"\n',
+     ["key 'speculation.suffix_store' has bad value 'Off'", "(line 4)", 'did you mean "off"?', '"./Off"']),
     ("draft-not-a-table", 'extends = "default"\n[speculation]\ndraft = "Qwen/Qwen3-0.6B"\n',
      ["'speculation.draft' must be a table", "[speculation.draft] section"]),
 ]

@@ -101,3 +101,17 @@ def test_every_shipped_profile_comes_back_whole_from_a_recording_header():
     for profile in loaded:
         header = build_header(profile)  # what a recording carries
         assert profile_from_recording(header.profile, "rec.jsonl") == profile, profile.name
+
+
+def test_a_recorded_suffix_store_path_becomes_your_own_store(tmp_path):
+    """A shared recording could name any path as its store: resuming would read it and
+    write your replies there. Its path gives way to "auto" (the data dir's store)."""
+    profile_file = tmp_path / "store.toml"
+    elsewhere = tmp_path / "elsewhere" / "replies.bin"
+    profile_file.write_text(f'extends = "default"\n[speculation]\nmethod = "suffix"\nsuffix_store = "{elsewhere}"\n')
+    recorded = build_header(load_profile(profile_file)).profile
+    assert recorded["speculation"]["suffix_store"] == str(elsewhere)
+    assert profile_from_recording(recorded, "shared.jsonl").speculation.suffix_store == "auto"
+    for kept in ("off", "auto"):
+        recorded["speculation"]["suffix_store"] = kept
+        assert profile_from_recording(recorded, "shared.jsonl").speculation.suffix_store == kept
