@@ -128,7 +128,9 @@ def test_bad_input_is_one_line(tiny_ngram_profile_path, capsys, argv, says):
 
 @pytest.mark.parametrize("text", ['{"rows": [{"config": "x"}]}', '{"rows": [{"config": "a", "set": "b", '
                                   '"steps": [{"num_speculative_tokens": 1, "num_draft_tokens": -1, '
-                                  '"num_accepted_tokens": 0}]}]}', "[1, 2", '{"rows": []}'])
+                                  '"num_accepted_tokens": 0}]}]}', "[1, 2", '{"rows": []}',
+                                  pytest.param('{"rows": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                                               id="nested-too-deeply")])
 def test_a_json_that_is_no_bench_results_is_one_line(tiny_ngram_profile_path, capsys, tmp_path, text):
     from specchat.cli import main
 

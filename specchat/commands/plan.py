@@ -204,7 +204,7 @@ def _measured(name: str) -> list[dict]:
                     groups.setdefault((str(key[0]), str(key[1])), []).extend(steps)
             sets = results.get("aggregates", {}).get("sets", {})
             alphas = {key: (sets.get(key[1], {}).get(key[0]) or {}).get("alpha") for key in groups}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise SpecchatError(f"not a bench results.json ({type(e).__name__}: {e})", file=name,
                                 hint="give the results.json that specchat bench wrote") from None
         out = [{"config": config, "set": set_name, "steps": steps,

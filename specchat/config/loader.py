@@ -149,6 +149,10 @@ def _parse(text: str, file: Path) -> dict:
         reason = _TOML_POSITION.sub("", message)
         raise ProfileError(f"TOML syntax error: {reason}", file=file, line=line,
                            hint=f"{where}check quotes, brackets and the '=' on that line") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise ProfileError("TOML nested too deeply to read", file=file,
+                           hint="nest arrays and inline tables less deeply (no specchat key needs more than a few)"
+                           ) from None
 
 
 _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")

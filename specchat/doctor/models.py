@@ -263,15 +263,20 @@ def safetensors_params(folder: Path) -> int:
     """Parameters in a folder's *.safetensors, from their headers (a few KB read)."""
     total = 0
     for path in sorted(folder.glob("*.safetensors")):
-        with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(size))
-        for name, tensor in header.items():
-            if name != "__metadata__":
-                count = 1
-                for dim in tensor["shape"]:
-                    count *= dim
-                total += count
+        try:  # an untrusted file: cut short, not JSON, nested past the decoder, fields of the wrong type
+            with open(path, "rb") as f:
+                (size,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(size))
+            for name, tensor in header.items():
+                if name != "__metadata__":
+                    count = 1
+                    for dim in tensor["shape"]:
+                        count *= dim
+                    total += count
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error, RecursionError) as error:
+            raise ModelLoadError(f"the safetensors header cannot be read ({type(error).__name__}: {error})",
+                                 file=str(path), hint="the file is damaged or not safetensors: download it again"
+                                 ) from None
     return total
 
 

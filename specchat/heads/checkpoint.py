@@ -90,7 +90,7 @@ def read_config(directory: Path, kind: str) -> dict:
     except FileNotFoundError:
         raise HeadError("no config.json: not a head checkpoint folder", file=str(directory),
                         hint="give the folder that holds config.json and model.safetensors") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise HeadError(f"config.json cannot be read ({e})", file=str(path),
                         hint="download the head again") from None
     if not isinstance(config, dict):

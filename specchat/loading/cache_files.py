@@ -72,7 +72,7 @@ def entry_problem(entry: Path, fingerprint) -> str | None:
     try:
         record = json.loads(record_path(entry).read_text(encoding="utf-8"))
         size, expected = int(record["size"]), str(record["fingerprint"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "no record of a complete conversion"
     try:
         actual_size = entry.stat().st_size

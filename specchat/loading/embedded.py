@@ -183,6 +183,6 @@ def check_cache(final: Path) -> None:
             end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
             if path.stat().st_size != 8 + size + end:
                 raise ValueError(f"{path.name} is {path.stat().st_size:,} bytes, its header says {8 + size + end:,}")
-    except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error) as error:
+    except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error, RecursionError) as error:
         raise ModelLoadError(f"the cached embedded model is damaged ({error})", file=str(final), key="target.source",
                              hint=f"delete {final} and start again: it is rebuilt from the installed wheel") from None

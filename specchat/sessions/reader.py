@@ -66,6 +66,8 @@ def _json_object(raw: str) -> dict[str, Any]:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:  # arrays or objects nested past the decoder's depth
+        raise ValueError("not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     return data
@@ -124,8 +126,8 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
             if recording is None:
                 _check_header_line(data, number, path)
             event, ts = _parse_event(data, previous_ts)
-        except ValueError as exc:
-            reason = str(exc)
+        except (ValueError, RecursionError) as exc:  # RecursionError: a value nested just short of the decoder's limit
+            reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply to check"
             if not complete:
                 reason = f"the last line is cut short (the session was interrupted while writing it): {reason}"
             if recording is None:

@@ -94,6 +94,8 @@ def theme_from_toml(path: Path) -> Theme:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"not valid TOML ({exc})") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise ValueError("not valid TOML (nested too deeply)") from None
     except OSError as exc:
         raise ValueError(f"cannot read ({exc.strerror})") from None
     import difflib

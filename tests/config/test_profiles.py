@@ -69,14 +69,20 @@ def test_profile_by_path_and_relative_extends(tmp_path):
     assert profile.speculation.method == "ngram"  # the documented default
 
 
-def test_load_all_profiles_reports_a_bad_file_and_keeps_the_rest():
+@pytest.mark.parametrize("text, reason", [
+    ("[sampling\n", "line 1"),
+    ('extends = "default"\nx = ' + "[" * 500 + "]" * 500 + "\n", "TOML nested too deeply to read"),  # RecursionError
+], ids=["syntax", "nested-too-deeply"])
+def test_load_all_profiles_reports_a_bad_file_and_keeps_the_rest(text, reason):
     user = paths.user_profiles_dir()
     user.mkdir(parents=True)
-    (user / "broken.toml").write_text("[sampling\n")
+    (user / "broken.toml").write_text(text)
     loaded, failed = load_all_profiles()
     assert {p.name for p in loaded} >= set(SHIPPED)
     assert len(failed) == 1 and isinstance(failed[0], ProfileError)
-    assert "broken.toml" in str(failed[0]) and "line 1" in str(failed[0])
+    assert "broken.toml" in str(failed[0]) and reason in str(failed[0])
+    with pytest.raises(ProfileError, match=reason):  # named by path, as `profiles check FILE` and `run -p FILE` do
+        load_profile(user / "broken.toml")
 
 
 def test_unknown_profile_name_suggests_the_close_one():

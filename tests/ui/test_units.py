@@ -24,6 +24,7 @@ from tests.support import ROOT
         ('name = "x"\nprimary = "#112233"\ndark = "yes"\n', "key 'dark' must be bool"),
         ('name = "x"\nprimary = "#112233"\n[variables]\nspec-bonus = 3\n', "variables.spec-bonus"),
         ("primary = [", "not valid TOML"),
+        ("primary = " + "[" * 500 + "]" * 500, "not valid TOML (nested too deeply)"),  # tomllib's RecursionError
     ],
 )
 def test_bad_theme_files_name_the_key(tmp_path, text, reason):

@@ -183,7 +183,7 @@ def load_store(path: str | os.PathLike[str], fingerprint: str, vocab_size: int,
         raise _damaged(path, "no header line")
     try:
         header = json.loads(data[:newline].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise _damaged(path, "its header is not JSON") from None
     if not isinstance(header, dict) or header.get("magic") != MAGIC:
         raise SuffixStoreError("not a specchat suffix store", file=str(path),

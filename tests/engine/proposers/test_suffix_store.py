@@ -87,6 +87,7 @@ DAMAGE = {
     "field type": lambda p: _rewrite(p, lambda h, b: ({**h, "tokens": "5"}, b)),
     "id past vocab": lambda p: _rewrite(p, lambda h, b: (h, VOCAB.to_bytes(4, "little") + b[4:])),
     "no separator": lambda p: _rewrite(p, lambda h, b: (h, b[:-4] + b"\x01\0\0\0")),
+    "nested header": lambda p: p.write_bytes(b"[" * 1500 + b"]" * 1500 + b"\n"),  # within MAX_HEADER; RecursionError
 }
 
 
