@@ -95,8 +95,14 @@ def simulate(events: list, speculation, method: str, gamma: int | str,
     if any(t is not None and not t.prompt_ids for t in recorded):
         raise SpecchatError("this recording has no prompt ids (made by an older specchat, or from a server), "
                             "so there is nothing to draft from", hint="record the chat again with this version")
-    vocab = 2 + max((max(t.prompt_ids + tuple(t.reply_ids)) for t in recorded if t is not None), default=0)
-    backend = _Recorded(vocab)
+    # The proposers compare ids and never read them, so the chat's ids are renumbered
+    # 0..n-1: the stand-in target's logits are as wide as the tokens the chat used, not
+    # as its largest id (a crafted recording's 2^31 − 1 would ask for gigabytes a row).
+    seen = sorted({i for t in recorded if t is not None for i in (*t.prompt_ids, *t.reply_ids)})
+    index = {token: n for n, token in enumerate(seen)}
+    recorded = [None if t is None else Turn(tuple(index[i] for i in t.prompt_ids), [index[i] for i in t.reply_ids],
+                                            t.finish) for t in recorded]
+    backend = _Recorded(len(seen) + 1)
     proposer = build_proposer(speculation, None, gamma, None, method)
     engine = SpeculativeEngine(backend, proposer, eos_token_ids=[])  # the controller a live chat makes
     ended = ("eos", "stop")  # the reply's last token ended it: the same token ends the simulated one

@@ -5,6 +5,8 @@ chat's own measured step times."""
 
 from __future__ import annotations
 
+import sys
+
 from specchat.errors import SpecchatError
 
 
@@ -20,7 +22,9 @@ def simulate_recording(path, method: str | None, gamma: str | None) -> int:
     recording = read_recording(path)
     settings = recorded_settings(recording.header.profile)
     model_free = [m.name for m in METHODS.values() if m.builds]
-    methods = method.split(",") if method else [settings["method"] if settings["method"] in model_free else "ngram"]
+    # --method "" names one empty method, refused as "," is: only no --method means the default
+    methods = (method.split(",") if method is not None
+               else [settings["method"] if settings["method"] in model_free else "ngram"])
     for name in methods:
         if name not in model_free:
             raise SpecchatError(f"--method '{name}' is not a model-free proposer", key="--method",
@@ -55,6 +59,9 @@ def simulate_recording(path, method: str | None, gamma: str | None) -> int:
                                              "; no prediction: the chat timed no plain and drafting steps"))
     recorded = rebuild_metrics(recording)
     print(_line(f"recorded ({settings['method']}, γ = {settings['num_speculative_tokens']})", recorded))
+    if recording.damage is not None:  # as the headless replay says it: the figures above stop there
+        print(clean_line(f"specchat replay: simulated up to the damage: {recording.damage}"), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS, MAX_TREE_NODES
 from specchat.sanitize import clean
-from specchat.events import EVENT_TYPES, StepStats, TurnFinished, TurnStarted
+from specchat.events import EVENT_TYPES, Alternative, StepStats, Token, TurnFinished, TurnStarted
 from specchat.telemetry import MetricsSnapshot
 
 _NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", type(None): "null",
@@ -176,6 +176,17 @@ def _turn_started(value: dict[str, Any], where: str) -> None:
         raise FieldError(f"field '{_join(where, 'prompt_ids')}' must hold token ids between 0 and 2^31 − 1")
 
 
+def _token_ids(value: dict[str, Any], where: str) -> None:
+    """A token's ids (its own, a rejected draft's, an alternative's) are vocabulary
+    indices, or -1 where a server did not say (remote/): what --simulate and the
+    inspector index by."""
+    for key in ("id", "rejected_id"):
+        token_id = value.get(key)
+        if token_id is not None and not -1 <= token_id < 2**31:
+            raise FieldError(f"field '{_join(where, key)}' must be a token id between 0 and 2^31 − 1 (or -1: "
+                             f"unknown), not {_short(token_id)}")
+
+
 def _recommended(gamma: Any, where: str) -> None:
     """A recommended γ is shown as text: a count in range, or "auto", nothing else."""
     if gamma is None or gamma == "auto" or (isinstance(gamma, int) and not isinstance(gamma, bool)
@@ -189,7 +200,8 @@ def _join(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
 
 
-_RULES = {StepStats: _step_stats, TurnFinished: _metrics, TurnStarted: _turn_started}
+_RULES = {StepStats: _step_stats, TurnFinished: _metrics, TurnStarted: _turn_started, Token: _token_ids,
+          Alternative: _token_ids}
 
 
 def _short(value: Any) -> str:

@@ -3,6 +3,8 @@ model, accepts exactly what the live chat accepted, step for step."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import specchat.bench.simulate as simulate_module
@@ -153,3 +155,52 @@ def test_recorded_prompt_ids_are_checked_like_every_field(ids, why):
     check_record({"type": "TurnStarted", "turn": 1, "prompt_tokens": 2, "prompt_ids": [5, 6]})
     with pytest.raises(FieldError, match=why):
         check_record({"type": "TurnStarted", "turn": 1, "prompt_tokens": 2, "prompt_ids": ids})
+
+
+def test_the_stand_in_target_is_as_wide_as_the_tokens_the_chat_used(recording, monkeypatch):
+    """Ids are renumbered: the same chat with every id moved up by a million simulates the
+    same steps over logits as wide as its distinct tokens (a crafted id of 2^31 − 1 asked
+    for 8.6 GB a row before)."""
+    import dataclasses
+
+    def moved(event):
+        if isinstance(event, TurnStarted):
+            return dataclasses.replace(event, prompt_ids=tuple(i + 10**6 for i in event.prompt_ids))
+        if isinstance(event, StepEvent):
+            tokens = tuple(dataclasses.replace(t, id=t.id + 10**6) for t in event.step.tokens)
+            return dataclasses.replace(event, step=dataclasses.replace(event.step, tokens=tokens))
+        return event
+
+    widths, init = [], simulate_module._Recorded.__init__
+    monkeypatch.setattr(simulate_module._Recorded, "__init__", lambda self, n: (widths.append(n), init(self, n))[1])
+    events = [moved(t.event) for t in recording.events]
+    per_turn, _ = simulate(events, SpeculationSpec(), "ngram", 3, MAX_NEW)
+    used = {i for e in events if isinstance(e, TurnStarted) for i in e.prompt_ids}
+    used |= {t.id for e in events if isinstance(e, StepEvent) for t in e.step.tokens}
+    assert counts(per_turn) == live_counts(recording) and widths == [len(used) + 1]
+
+
+@pytest.mark.parametrize("token, why", [({"id": -7}, "'step.tokens[0].id' must be a token id"),
+                                        ({"id": 2**40}, "between 0 and 2^31"),
+                                        ({"id": 5, "rejected_id": -2}, "'step.tokens[0].rejected_id'")])
+def test_recorded_token_ids_are_checked_like_every_field(token, why):
+    from specchat.sessions.validate import FieldError, check_record
+
+    def step(**fields):
+        return {"type": "StepEvent", "turn": 1, "t": 0.1,
+                "step": {"tokens": [{"kind": "target", "p": 0.5, "text": "a", **fields}],
+                         "stats": {"num_speculative_tokens": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}}}
+
+    check_record(step(id=5))
+    check_record(step(id=-1))  # a server's token, whose id it did not say
+    with pytest.raises(FieldError, match=re.escape(why)):
+        check_record(step(**token))
+
+
+def test_a_damaged_recording_is_simulated_up_to_the_damage_and_says_so(recording, tmp_path):
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(recording.path.read_text() + '{"type": "NoSuchEvent", "ts": 9e9}\n')
+    result = in_process("replay", str(cut), "--simulate")
+    assert result.returncode == 1 and "simulated: ngram" in result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert "simulated up to the damage" in line and "cut.jsonl" in line and "unknown event type" in line
