@@ -70,6 +70,11 @@ class Conversation:
         """(figures to add to ``TurnFinished.metrics``, a problem to say in one line or None)."""
         return {}, None
 
+    def take_notice(self) -> str | None:
+        """Something to tell the user that came up after the turn (a store not saved), once;
+        the next turn's note says it too, for a chat that goes on."""
+        return None
+
     def close(self) -> None:
         """Nothing to release: the models belong to whoever loaded them."""
 

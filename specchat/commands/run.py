@@ -146,6 +146,9 @@ def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
             _say(f"specchat: warning: {event.message}")
         elif isinstance(event, TurnFinished):
             finished = event
+    notice = chat.take_notice()  # e.g. the suffix store could not be saved: there is no next turn to say it
+    if notice:
+        _say(f"specchat: warning: {notice}")
     turn = finished.metrics.get("turn", {}) if finished else {}
     if as_json:
         summary = {"type": "summary", "profile": profile.name,

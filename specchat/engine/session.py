@@ -130,6 +130,10 @@ class ChatSession(Conversation):
             ids = self.prompt_ids(messages[:system] + messages[turns[dropped] if dropped < len(turns) else -1:])
         return ids, dropped
 
+    def take_notice(self) -> str | None:
+        notice, self._notice = self._notice, None
+        return notice
+
     def _window_note(self, prompt_tokens: int, dropped: int) -> str:
         """What the rolling window did to this turn's prompt, for the user ("" if nothing)."""
         context = self.engine.target.max_length

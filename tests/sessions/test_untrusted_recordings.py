@@ -20,7 +20,7 @@ import pytest
 
 from specchat.cli import main
 from specchat.sessions.fileformat import sessions_dir
-from specchat.sessions.reader import read_recording
+from specchat.sessions.reader import RecordingError, read_recording
 from specchat.sessions.resume import resume_from
 from tests.support.crafted import TRANSCRIPT_TAGS, assert_inert, crafted_events, evil, header, shown, write_crafted
 
@@ -168,6 +168,9 @@ def test_run_output_is_inert_on_a_terminal_a_pipe_and_in_json(capsys, monkeypatc
             yield ErrorEvent(evil("error"), 1)
             yield TurnFinished(1, evil("finish"), evil("text"), {}, 0.2)
 
+        def take_notice(self):  # said after the turn (a store not saved, naming its path)
+            return evil("late-notice")
+
     profile = SimpleNamespace(name=evil("profile"))
     for tty, as_json in ((False, False), (True, False), (False, True)):
         monkeypatch.setattr(sys.stdout, "isatty", lambda: tty)
@@ -180,7 +183,8 @@ def test_run_output_is_inert_on_a_terminal_a_pipe_and_in_json(capsys, monkeypatc
             assert [t["text"] for t in tokens] == [evil(k) for k in ("accepted", "resampled", "bonus", "target")]
         else:
             assert all(shown(k) in _uncoloured(out) for k in ("accepted", "resampled", "bonus", "target"))
-        assert err.count("\n") == 6 and shown("notice") in err and shown("error") in err  # summary: 4 lines
+        assert err.count("\n") == 7 and shown("notice") in err and shown("error") in err  # summary: 4 lines
+        assert shown("late-notice") in err
 
 
 # --- malformed recordings: one line naming the file, the line and the field -----------
@@ -273,3 +277,30 @@ def test_a_bad_field_is_one_line_on_every_command(malformed, capsys, tmp_path):
     for text in (out, err):
         assert "Traceback" not in text
         assert_inert(text)
+
+
+# --- lines nested past what the decoder, or a check quoting a value, can recurse through ---
+
+DEEP_STEP = ('{"type": "StepEvent", "turn": 2, "t": 0.1, "step": {"tokens": %s, "stats": '
+             '{"num_speculative_tokens": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}}}')
+
+
+@pytest.mark.parametrize("line", [1, 2])
+def test_a_line_nested_too_deeply_is_one_line_of_damage_at_that_line(tmp_path, line):
+    """Every depth across the recursion limit (so whatever the stack above this test): a
+    value too deep to decode, or one that decodes but is too deep for a check to quote,
+    is a bad line like any other — never a RecursionError."""
+    path = tmp_path / "deep.jsonl"
+    good = [json.dumps({**e, "ts": 1000.0 + i}) for i, e in enumerate([header(), *GOOD])]
+    for depth in [*range(sys.getrecursionlimit() - 150, sys.getrecursionlimit() + 50, 3), 100_000]:
+        for deep in ("[" * depth + "]" * depth, DEEP_STEP % ("[" * depth + "]" * depth)):
+            path.write_text("\n".join([*good[:line - 1], deep, *good[line - 1:]]) + "\n", encoding="utf-8")
+            if line == 1:
+                with pytest.raises(RecordingError, match="not a specchat recording: line 1 is") as info:
+                    read_recording(path)
+                assert len(str(info.value).splitlines()) == 1
+                continue
+            recording = read_recording(path)
+            assert recording.damage.line == 2 and len(recording.damage.reason.splitlines()) == 1
+            assert resume_from(path).history == []  # --resume: nothing whole before the damage
+    assert "not valid JSON (nested too deeply)" in (str(info.value) if line == 1 else recording.damage.reason)

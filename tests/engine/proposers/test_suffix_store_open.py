@@ -54,7 +54,7 @@ def test_auto_is_built_from_the_same_models_recordings_and_saved_private():
     assert list(open_store("auto", Vocab(), "m", recorded=recorded_replies).store.replies)[-1] == [6, 7]
 
 
-@pytest.mark.parametrize("damage", ["corrupt", "foreign"])
+@pytest.mark.parametrize("damage", ["corrupt", "nested", "foreign"])
 def test_a_bad_auto_store_is_one_line_and_rebuilt(damage):
     record_chat("m", [[1, 2, 3]])
     fingerprint, vocab = tokenizer_fingerprint(Vocab())
@@ -62,6 +62,8 @@ def test_a_bad_auto_store_is_one_line_and_rebuilt(damage):
     path.parent.mkdir(parents=True)
     if damage == "corrupt":
         path.write_bytes(b'{"magic": "specchat-suffix-store"\n\x00')
+    elif damage == "nested":  # a header past the JSON decoder's depth (RecursionError)
+        path.write_bytes(b'{"magic": ' + b"[" * 1500 + b"]" * 1500 + b"}\n")
     else:
         SuffixStore("cd" * 32, vocab, [[8, 8]]).save(path)
     opened = open_store("auto", Vocab(), "m", recorded=recorded_replies)
@@ -140,6 +142,18 @@ def test_run_with_a_damaged_auto_store_warns_once_and_rebuilds_it(tmp_path, tiny
     warnings = [line for line in result.stderr.splitlines() if "suffix store" in line]
     assert len(warnings) == 1 and "rebuilt" in warnings[0] and str(path) in warnings[0]
     assert load_store(path, fingerprint, vocab).count > 0  # rebuilt, with this reply in it
+
+
+def test_run_says_when_the_store_could_not_be_saved(tmp_path, tiny_model_dir):
+    """The store is saved after the reply; a chat says a failure with its next turn, and
+    `run`, which has none, on stderr before it exits."""
+    (tmp_path / "a-file").write_text("")
+    store = tmp_path / "a-file" / "store.bin"  # its folder is a file: the save fails
+    result = in_process("run", "--profile", str(_profile(tmp_path, tiny_model_dir, str(store))),
+                        "--prompt", "hi", "--max-new-tokens", "4")
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("specchat: warning:")]
+    assert len(warnings) == 1 and str(store) in warnings[0], result.stderr
 
 
 def _store_files(tiny_model_dir, tmp_path, setting: str):
