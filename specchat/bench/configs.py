@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,18 @@ from specchat.methods import METHODS, SPELLINGS
 
 MAX_GAMMA = 16
 WARMUP_TOKENS = 8  # each configuration's untimed warm-up call, before its timed requests: new tokens
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Before a run: ``--out`` can become a folder to write in (a SpecchatError, one line,
+    if not), so a long run never ends on a path it cannot write. Nothing is created."""
+    where = out_dir if out_dir.exists() else next((p for p in out_dir.parents if p.exists()), Path("."))
+    if not where.is_dir():
+        raise SpecchatError(f"--out {out_dir}: {where} is a file, not a folder", key="--out",
+                            hint="give a folder (new or existing) for results.json and report.md")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise SpecchatError(f"--out {out_dir}: {where} is not writable", key="--out",
+                            hint="give a folder you can write in")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Prompt sets for ``specchat bench``: the shipped ones by name, or files of your own.
 
 A set is a TOML file (``description``, ``max_new_tokens``, ``[[prompts]] id/text``) or a
-JSON-lines file (one ``{"id": ..., "prompt": ...}`` or ``{"text": ...}`` per line). The
+JSON-lines file (one ``{"id": ..., "prompt": ...}`` or ``{"text": ...}`` per line). A file
+is untrusted: the names bench prints (the set's, each prompt's id, the description) are
+cleaned here, at the edge, of anything a terminal would act on. The
 shipped sets live in ``specchat/bench/prompts/`` and ship inside the wheel; so does
 Spec-Bench, which ``spec-bench[:N]`` turns into six category sets (``spec_bench.py`` has
 the rule that picks N questions per category).
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from specchat.bench.prompt import DEFAULT_MAX_NEW_TOKENS, PROMPTS_DIR, Prompt, PromptSet
 from specchat.errors import SpecchatError
+from specchat.sanitize import clean_line
 
 try:
     import tomllib
@@ -62,6 +65,8 @@ def _from_toml(path: Path) -> PromptSet:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise SpecchatError(f"cannot read prompt set: {error}", file=str(path)) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise SpecchatError("cannot read prompt set: TOML nested too deeply", file=str(path)) from None
     items = data.get("prompts")
     if not isinstance(items, list) or not items:
         raise SpecchatError("no [[prompts]] entries", file=str(path), key="prompts",
@@ -71,12 +76,12 @@ def _from_toml(path: Path) -> PromptSet:
         text = item.get("text") if isinstance(item, dict) else None
         if not isinstance(text, str) or not text.strip():
             raise SpecchatError(f"prompt {i + 1} has no text", file=str(path), key=f"prompts[{i}].text")
-        prompts.append(Prompt(str(item.get("id", f"{path.stem}-{i + 1}")), text))
+        prompts.append(Prompt(clean_line(item.get("id", f"{path.stem}-{i + 1}")), text))
     max_new = data.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
     if not isinstance(max_new, int) or max_new < 1:
         raise SpecchatError(f"max_new_tokens = {max_new!r} is not a positive integer", file=str(path),
                             key="max_new_tokens")
-    return PromptSet(path.stem, str(data.get("description", "")), max_new, tuple(prompts), str(path))
+    return PromptSet(clean_line(path.stem), clean_line(data.get("description", "")), max_new, tuple(prompts), str(path))
 
 
 def _from_jsonl(path: Path) -> PromptSet:
@@ -92,11 +97,13 @@ def _from_jsonl(path: Path) -> PromptSet:
             item = json.loads(line)
         except json.JSONDecodeError as error:
             raise SpecchatError(f"line {number} is not JSON: {error.msg}", file=str(path)) from None
+        except RecursionError:
+            raise SpecchatError(f"line {number} is not JSON: nested too deeply", file=str(path)) from None
         text = item.get("prompt", item.get("text")) if isinstance(item, dict) else item
         if not isinstance(text, str) or not text.strip():
             raise SpecchatError(f"line {number} has no \"prompt\" string", file=str(path))
-        prompts.append(Prompt(str(item.get("id", f"{path.stem}-{number}")) if isinstance(item, dict)
-                              else f"{path.stem}-{number}", text))
+        prompts.append(Prompt(clean_line(item.get("id", f"{path.stem}-{number}")) if isinstance(item, dict)
+                              else clean_line(f"{path.stem}-{number}"), text))
     if not prompts:
         raise SpecchatError("the file holds no prompts", file=str(path))
-    return PromptSet(path.stem, "", DEFAULT_MAX_NEW_TOKENS, tuple(prompts), str(path))
+    return PromptSet(clean_line(path.stem), "", DEFAULT_MAX_NEW_TOKENS, tuple(prompts), str(path))

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from specchat.bench.stats import ALL_SETS
+from specchat.errors import SpecchatError
 
 METHOD_NOTE = """\
 - Order: request-major — for every prompt and repeat, each configuration runs once, in an order
@@ -175,7 +177,20 @@ def markdown(results: dict[str, Any]) -> str:
 def write_files(out_dir: Path, results: dict, report_md: str, plot: str,
                 write_plot: Callable[[Path, dict], bool]) -> dict[str, Path | None]:
     """results.json, report.md and the ``plot`` image in ``out_dir`` → their paths (the
-    plot's None when matplotlib is not installed)."""
+    plot's None when matplotlib is not installed). Where ``out_dir`` cannot be written
+    after all (a full disk, a folder gone), they go to a new temporary folder and a
+    SpecchatError says where: a run's results are never lost."""
+    try:
+        return _write_files(out_dir, results, report_md, plot, write_plot)
+    except OSError as error:
+        kept = Path(tempfile.mkdtemp(prefix="specchat-bench-"))
+        _write_files(kept, results, report_md, plot, write_plot)
+        raise SpecchatError(f"cannot write the results to {out_dir} ({error.strerror or error}); they are in {kept}",
+                            key="--out") from None
+
+
+def _write_files(out_dir: Path, results: dict, report_md: str, plot: str,
+                 write_plot: Callable[[Path, dict], bool]) -> dict[str, Path | None]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path | None] = {"json": out_dir / "results.json", "markdown": out_dir / "report.md",
                                      "plot": out_dir / plot}

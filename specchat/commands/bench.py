@@ -81,13 +81,18 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     gammas = parse_gammas(args.gamma)
     needs = ("", "draft", METHODS[profile.speculation.method].needs)  # a draft is skipped if the profile has none
-    methods = parse_methods(args.methods or ",".join(m.name for m in METHODS.values() if m.needs in needs))
+    # --methods "" is a list of one empty name, refused as "," is: only no --methods means the default
+    methods = parse_methods(args.methods if args.methods is not None
+                            else ",".join(m.name for m in METHODS.values() if m.needs in needs))
     sets = load_prompt_sets(args.prompts)
     if args.suffix_store and ("suffix" not in methods or args.concurrency != 1 or is_remote(profile)):
         raise SpecchatError("--suffix-store adds rows to suffix decoding's, one chat at a time, on a local model",
                             key="--suffix-store", hint="add suffix to --methods, and drop --concurrency and remote "
                                                        "profiles for that run")
     out_dir = args.out or Path("bench-results") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    from specchat.bench.configs import check_out_dir
+
+    check_out_dir(out_dir)
 
     from rich.console import Console
 

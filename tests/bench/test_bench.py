@@ -2,6 +2,8 @@
 agree with each other and with the raw per-request rows. No speed is asserted."""
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -142,6 +144,65 @@ def test_prompt_sets_ship_and_parse(tmp_path):
     custom.write_text('{"id": "a", "prompt": "hi"}\n\n{"text": "there"}\n')
     assert [p.text for p in load_prompt_sets([str(custom)])[0].prompts] == ["hi", "there"]
     assert [s.name for s in load_prompt_sets(["all"])] == list(SHIPPED_SETS)
+
+
+def test_a_prompt_files_names_are_inert(tmp_path):
+    """bench prints a set's name and each prompt's id (progress, table, report.md): from a
+    file of someone else's, they come cleaned of what a terminal would act on."""
+    from tests.support.crafted import assert_inert, evil, shown
+
+    toml = tmp_path / f"set{evil('file')}.toml"
+    # a JSON string literal is a TOML basic string: the attack, escaped as \uXXXX
+    toml.write_text(f'description = {json.dumps(evil("about"))}\n[[prompts]]\nid = {json.dumps(evil("toml-id"))}\n'
+                    'text = "hi"\n')
+    jsonl = tmp_path / "lines.jsonl"
+    jsonl.write_text(json.dumps({"id": evil("jsonl-id"), "prompt": "hi"}) + "\n")
+    first, second = load_prompt_sets([str(toml), str(jsonl)])
+    for shown_text, tag in ((first.name, "file"), (first.description, "about"), (first.prompts[0].id, "toml-id"),
+                            (second.prompts[0].id, "jsonl-id")):
+        assert_inert(shown_text, where=tag)
+        assert shown(tag) in shown_text
+
+
+BAD_PROMPT_FILES = {  # deep.*: nested past the parser's recursion limit (a RecursionError, not a decode error)
+    "syntax.toml": ("[[prompts]\n", "cannot read prompt set: Expected ']]'"),
+    "deep.toml": ("x = " + "[" * 500 + "]" * 500 + "\n", "cannot read prompt set: TOML nested too deeply"),
+    "syntax.jsonl": ('{"prompt": "hi"}\n{oops\n', "line 2 is not JSON: Expecting property name"),
+    "deep.jsonl": ('{"prompt": "hi"}\n' + "[" * 100_000 + "]" * 100_000, "line 2 is not JSON: nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_PROMPT_FILES)
+def test_a_bad_prompt_file_is_one_line_naming_it(tmp_path, name):
+    from specchat.errors import SpecchatError
+
+    text, reason = BAD_PROMPT_FILES[name]
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecchatError) as error:
+        load_prompt_set(str(path))
+    assert "\n" not in str(error.value) and str(error.value).startswith(f"{path}: {reason}")
+
+
+def test_a_bad_out_is_one_line_before_the_run_and_a_failed_write_keeps_the_results(tmp_path):
+    from specchat.bench.configs import check_out_dir
+    from specchat.bench.report import write_files
+    from specchat.errors import SpecchatError
+
+    a_file = tmp_path / "results.toml"
+    a_file.write_text("")
+    for out in (a_file, a_file / "sub"):
+        with pytest.raises(SpecchatError, match="is a file, not a folder") as error:
+            check_out_dir(out)
+        assert "\n" not in str(error.value)
+    check_out_dir(tmp_path / "new" / "deeper")  # to be made: fine, and nothing made yet
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(SpecchatError, match="cannot write the results to") as error:
+        write_files(a_file / "sub", {"ran": True}, "# report", "plot.png", lambda path, results: False)
+    kept = Path(str(error.value).split("; they are in ")[1].split()[0])
+    assert json.loads((kept / "results.json").read_text()) == {"ran": True}
+    assert (kept / "report.md").read_text() == "# report"
+    shutil.rmtree(kept)
 
 
 def test_config_parsing_and_draftless_profiles():
