@@ -260,7 +260,7 @@ class Endpoint:
     def _parse(self, text: str, where: str, what: str = "answer is not JSON") -> Any:
         try:
             return json.loads(text, parse_constant=_not_finite, parse_float=_finite)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply (a hostile server)
             raise RemoteError(f"{where}: {what}: {self.shown(text[:4096], 80)!r}") from None
 
 
@@ -339,7 +339,7 @@ def _error_text(text: str) -> str:
     """The message inside a JSON error body ({"error": {"message": …}}), else the text."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text.strip() or "(empty body)"
     error = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(error, dict):

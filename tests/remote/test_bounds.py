@@ -100,3 +100,14 @@ def test_run_json_writes_a_non_finite_figure_as_null():
     from specchat.sanitize import inert_json
 
     assert strict(inert_json({"a": [float("nan"), 1.5, {"b": float("inf")}]})) == {"a": [None, 1.5, {"b": None}]}
+
+
+def test_a_reply_nested_too_deeply_is_a_remote_error_not_a_traceback():
+    """A hostile server's JSON nested past the decoder's depth: one RemoteError line, in a
+    reply and in an error body alike."""
+    from specchat.remote.http import Endpoint, RemoteError, _error_text
+
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(RemoteError, match="answer is not JSON"):
+        Endpoint("http://127.0.0.1:9")._parse(deep, "/completion")
+    assert _error_text(deep) == deep  # shown as text (shortened and cleaned where it is shown)
