@@ -25,4 +25,5 @@ def locate(ref: str) -> Path:
     for candidate in (directory / ref, directory / f"{ref}{SUFFIX}"):
         if candidate.is_file():
             return candidate
-    raise RecordingError("no such recording", file=ref, hint=f"give a path, a name in {directory}, or 'last'")
+    what = "a folder, not a recording" if path.is_dir() else "no such recording"
+    raise RecordingError(what, file=ref, hint=f"give a path, a name in {directory}, or 'last'")

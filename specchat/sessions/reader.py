@@ -65,7 +65,7 @@ def _json_object(raw: str) -> dict[str, Any]:
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        raise ValueError(f"not valid JSON ({exc.msg}, column {exc.colno})") from None
     except RecursionError:  # arrays or objects nested past the decoder's depth
         raise ValueError("not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
@@ -113,7 +113,8 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
     replayable; otherwise returns what was readable and sets ``damage``."""
     path = Path(path)
     if not path.is_file():
-        raise RecordingError("no such recording", file=str(path), hint="`specchat replay --list` lists recorded sessions")
+        what = "a folder, not a recording" if path.is_dir() else "no such recording"
+        raise RecordingError(what, file=str(path), hint="`specchat replay --list` lists recorded sessions")
     recording: Recording | None = None
     last_line = 0
     previous_ts: float | None = None
@@ -132,6 +133,8 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
                 reason = f"the last line is cut short (the session was interrupted while writing it): {reason}"
             if recording is None:
                 what = "is" if not isinstance(exc, FieldError) else "is the session header, but its"
+                if not complete:  # the header's own line, cut short: say that, once
+                    what, reason = "is cut short", f"(the session was interrupted while writing it): {exc}"
                 raise RecordingError(f"not a specchat recording: line {number} {what} {reason}", file=str(path)) from None
             recording.damage = Damage(str(path), number, reason)
             return recording

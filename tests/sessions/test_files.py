@@ -124,6 +124,8 @@ def test_recording_cut_mid_turn_is_reported(tmp_path):
         # a future header whose fields (even its type) changed is still named as one
         ('{"type":"Header","session":{"v":3},"format":2}\n', "written by a newer specchat (recording format 2"),
         ('{"type":"SessionHeader","specchat_version":1,"profile":{}}\n', "field 'specchat_version' must be a string"),
+        ('{"type": "SessionHeader", "specchat_ver', "line 1 is cut short (the session was interrupted while writing it): "
+                                                  "not valid JSON (Unterminated string starting at, column"),
     ],
 )
 def test_unreadable_files_give_one_clear_line(tmp_path, content, message):
@@ -136,8 +138,13 @@ def test_unreadable_files_give_one_clear_line(tmp_path, content, message):
 
 
 def test_missing_file(tmp_path):
+    from specchat.sessions.locate import locate
+
     with pytest.raises(RecordingError, match="no such recording"):
         read_recording(tmp_path / "nope.jsonl")
+    for read in (read_recording, lambda path: locate(str(path))):
+        with pytest.raises(RecordingError, match="a folder, not a recording"):
+            read(tmp_path)
 
 
 def test_replay_timing_scales_and_clamps_user_idle(tmp_path):
