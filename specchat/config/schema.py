@@ -189,10 +189,10 @@ def _check_value(value, rule: Key, dotted: str, file: Path, line: int | None) ->
     if rule.choices and value not in rule.choices:
         options = ", ".join(f"'{c}'" for c in rule.choices)
         hint = did_you_mean(value, rule.choices) or f"use one of {options}"
-        raise ProfileError(f"key '{dotted}' has bad value {value!r}", file=file, key=dotted, hint=hint, line=line)
+        raise ProfileError(f"key '{dotted}' has bad value {_quoted(value)}", file=file, key=dotted, hint=hint, line=line)
     problem = rule.check(value) if rule.check else None
     if problem:
-        raise ProfileError(f"key '{dotted}' has bad value {value!r}", file=file, key=dotted, line=line,
+        raise ProfileError(f"key '{dotted}' has bad value {_quoted(value)}", file=file, key=dotted, line=line,
                            hint=f"it {problem}")
 
 
@@ -212,7 +212,14 @@ def value_problem(dotted: str, value: Any) -> str | None:
 def _describe(value) -> str:
     names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
              dict: "a table", list: "an array"}
-    return f"{names.get(type(value), type(value).__name__)} ({value!r})"
+    return f"{names.get(type(value), type(value).__name__)} ({_quoted(value)})"
+
+
+def _quoted(value, limit: int = 60) -> str:
+    """A value as a message quotes it: TOML's true/false, and at most ``limit`` characters
+    (a table nested 300 deep, or a 4,000-digit number, stays one short line)."""
+    text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _type_hint(rule: Key) -> str:

@@ -55,6 +55,12 @@ CASES = [
      ["key 'target.device' has bad value 'gpu'", "'cuda:N'"]),
     ("store-keyword-capitalised", 'extends = "default"\n[speculation]\nmethod = "suffix"\nsuffix_store = "Off"\n',
      ["key 'speculation.suffix_store' has bad value 'Off'", "(line 4)", 'did you mean "off"?', '"./Off"']),
+    ("bool-for-number", 'extends = "default"\n[sampling]\ntemperature = true\n',
+     ["key 'sampling.temperature' must be a number, not a boolean (true)"]),
+    ("value-nested-deep", 'extends = "default"\n[sampling]\ntemperature = ' + "[" * 300 + "]" * 300 + "\n",
+     ["key 'sampling.temperature' must be a number, not an array ([[[", "[…) (line 3)"]),
+    ("number-of-3000-digits", 'extends = "default"\n[sampling]\nseed = ' + "9" * 3000 + "\n",
+     ["key 'sampling.seed' has bad value 9999", "9…"]),
     ("draft-not-a-table", 'extends = "default"\n[speculation]\ndraft = "Qwen/Qwen3-0.6B"\n',
      ["'speculation.draft' must be a table", "[speculation.draft] section"]),
 ]
@@ -63,6 +69,7 @@ CASES = [
 def assert_names_the_file(result, fragments: list[str], file_name: str) -> None:
     line = assert_one_line_error(result, file_name, *fragments)
     assert line.startswith("specchat: error: ")
+    assert len(line) < 600, f"{len(line)} characters: a value is quoted whole"
 
 
 @pytest.mark.parametrize("name,text,fragments", CASES, ids=[c[0] for c in CASES])
