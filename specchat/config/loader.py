@@ -51,7 +51,8 @@ def find_profile(name_or_path: str | Path) -> Path:
             raise ProfileError("is a directory, not a profile file", file=path,
                                hint="give the .toml file itself, or a profile name (see `specchat profiles list`)")
         if not path.is_file():
-            raise ProfileError("profile file not found", file=path,
+            there = path.exists() or path.is_symlink()  # a device, a pipe, a link that leads nowhere
+            raise ProfileError("is not a regular file" if there else "profile file not found", file=path,
                                hint="check the path, or give a profile name (see `specchat profiles list`)")
         return path
     files = profile_files()

@@ -86,6 +86,15 @@ def test_extends_cycle(tmp_path):
                           ["'extends' forms a cycle (a → b → a)"], "a.toml")
 
 
+def test_a_path_that_is_there_but_no_file_is_not_called_missing(tmp_path):
+    import os
+
+    loop = tmp_path / "loop.toml"
+    os.symlink(loop, loop)  # a link to itself
+    for path, name in (("/dev/null", "/dev/null"), (str(loop), "loop.toml")):
+        assert_names_the_file(in_process("profiles", "check", path), ["is not a regular file"], name)
+
+
 def test_missing_file_and_unknown_name_via_run_and_tui(tmp_path):
     missing = tmp_path / "nope.toml"
     assert_names_the_file(run_cli("run", "--profile", str(missing), "--prompt", "hi"),
