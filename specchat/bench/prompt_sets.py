@@ -88,8 +88,11 @@ def _from_jsonl(path: Path) -> PromptSet:
     prompts = []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise SpecchatError(f"cannot read prompt set: {error}", file=str(path)) from None
+    except UnicodeDecodeError as error:
+        raise SpecchatError(f"cannot read prompt set: byte {error.start} is not UTF-8", file=str(path),
+                            hint="save the file as UTF-8") from None
+    except OSError as error:
+        raise SpecchatError(f"cannot read prompt set: {error.strerror or error}", file=str(path)) from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -100,7 +103,9 @@ def _from_jsonl(path: Path) -> PromptSet:
         except RecursionError:
             raise SpecchatError(f"line {number} is not JSON: nested too deeply", file=str(path)) from None
         text = item.get("prompt", item.get("text")) if isinstance(item, dict) else item
-        if not isinstance(text, str) or not text.strip():
+        if isinstance(text, str) and not text.strip():
+            raise SpecchatError(f"line {number}'s prompt is empty", file=str(path), hint="give it some text, or drop the line")
+        if not isinstance(text, str):
             raise SpecchatError(f"line {number} has no \"prompt\" string", file=str(path))
         prompts.append(Prompt(clean_line(item.get("id", f"{path.stem}-{number}")) if isinstance(item, dict)
                               else clean_line(f"{path.stem}-{number}"), text))

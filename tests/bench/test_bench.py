@@ -169,6 +169,8 @@ BAD_PROMPT_FILES = {  # deep.*: nested past the parser's recursion limit (a Recu
     "deep.toml": ("x = " + "[" * 500 + "]" * 500 + "\n", "cannot read prompt set: TOML nested too deeply"),
     "syntax.jsonl": ('{"prompt": "hi"}\n{oops\n', "line 2 is not JSON: Expecting property name"),
     "deep.jsonl": ('{"prompt": "hi"}\n' + "[" * 100_000 + "]" * 100_000, "line 2 is not JSON: nested too deeply"),
+    "empty.jsonl": ('{"prompt": "hi"}\n{"prompt": " "}\n', "line 2's prompt is empty"),
+    "latin-1.jsonl": (b'{"prompt": "caf\xe9"}\n', "cannot read prompt set: byte 15 is not UTF-8"),
 }
 
 
@@ -178,7 +180,7 @@ def test_a_bad_prompt_file_is_one_line_naming_it(tmp_path, name):
 
     text, reason = BAD_PROMPT_FILES[name]
     path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
     with pytest.raises(SpecchatError) as error:
         load_prompt_set(str(path))
     assert "\n" not in str(error.value) and str(error.value).startswith(f"{path}: {reason}")
