@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
                             hint=f"use 1 to {MAX_CONCURRENCY} (1: one sequence, as plain verify)")
     if args.gamma is not None and not 1 <= args.gamma <= 16:
         raise SpecchatError(f"--gamma {args.gamma} is out of range", key="--gamma", hint="use 1 to 16")
+    if args.prompt is not None and not args.prompt.strip():  # not the default's prompt in silence
+        raise SpecchatError("--prompt is empty", key="--prompt", hint="give a prompt, or leave --prompt out")
     if args.temperature is not None:
         from specchat.commands.run import checked_override
 

@@ -124,3 +124,9 @@ def test_an_empty_simulate_method_is_refused_as_a_lone_comma_is(tmp_path):
     for method in (",", ""):
         assert_one_line_error(in_process("replay", str(recording), "--simulate", "--method", method),
                               "--method '' is not a model-free proposer")
+
+
+def test_an_empty_verify_prompt_is_refused_not_swapped_for_the_default(tmp_path):
+    for prompt in ("", "  "):  # checked before the profile loads: the missing file is never reached
+        assert_one_line_error(in_process("verify", "--profile", str(tmp_path / "none.toml"), "--prompt", prompt),
+                              "--prompt is empty", "leave --prompt out")
