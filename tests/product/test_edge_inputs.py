@@ -56,8 +56,12 @@ def test_the_tui_says_why_a_reply_is_empty_when_the_context_is_full(tmp_path):
     from specchat.events import TurnFinished, TurnStarted, UserMessage
     from specchat.ui.widgets.reply import NoteView
 
+    said = "this message and the system prompt are 40,000 tokens of the model's 512-token context, … shorten it"
     path = write_recording(tmp_path / "long.jsonl", (UserMessage(1, "long"), TurnStarted(1, 40000, 3),
-                                                     TurnFinished(1, "context", "", {}, 0.1)))
+                                                     TurnFinished(1, "context", "", {}, 0.1),
+                                                     # under the rolling window the turn's note says why, once
+                                                     UserMessage(2, "longer"), TurnStarted(2, 40000, 3, said),
+                                                     TurnFinished(2, "context", "", {}, 0.1)))
 
     async def run():
         async with replayed(path) as (app, pilot):
@@ -65,7 +69,8 @@ def test_the_tui_says_why_a_reply_is_empty_when_the_context_is_full(tmp_path):
             return [str(view.render()) for view in app.chat.query(NoteView)]
 
     notes = asyncio.run(run())
-    assert any("the prompt is 40,000 tokens and fills the model's context window" in n for n in notes)
+    full = [n for n in notes if "the prompt is 40,000 tokens and fills the model's context window" in n]
+    assert len(full) == 1 and notes.index(full[0]) < notes.index(said)  # turn 1's; turn 2 has its own note
 
 
 def test_a_profile_that_is_a_directory_or_unreadable_says_so(tmp_path, monkeypatch):

@@ -43,6 +43,7 @@ class ChatScreen(Screen):
         self.current: ReplyView | None = None
         self._panel_dirty = False
         self._prompt_tokens = 0
+        self._turn_noted = False  # the turn's TurnStarted carried a note (e.g. why it has no room)
         self._reply_lines_per_s: float | None = None  # the last reply's pace (its box's opening room)
 
     def compose(self) -> ComposeResult:
@@ -191,6 +192,7 @@ class ChatScreen(Screen):
             self.figures.apply(event)
             gamma = event.num_speculative_tokens
             self._prompt_tokens = event.prompt_tokens
+            self._turn_noted = bool(event.note)
             self._reply_for(event.turn)
             if event.note:  # e.g. speculation off for this model: said once, above the reply
                 transcript.add_note(event.note, before=self.current)
@@ -202,7 +204,8 @@ class ChatScreen(Screen):
             reply = self._reply_for(event.turn)
             reply.finish(event.finish_reason, event.text)
             self._reply_lines_per_s = reply.provenance.lines_per_s or self._reply_lines_per_s
-            if event.finish_reason == "context" and not reply.tokens:
+            # said once: under the rolling window the turn's note has said why already
+            if event.finish_reason == "context" and not reply.tokens and not self._turn_noted:
                 transcript.add_note(context_full_message(self._prompt_tokens), "warning")
             self.current = None
             self.flush_panel(force=True)
