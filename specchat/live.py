@@ -182,7 +182,7 @@ def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, 
         recorder, moved = Recorder(None), None
         if record and getattr(profile, "record", True):
             recorder = None
-            moved = f"{path.name} ends cut short ({recording.damage.reason})" if recording.damage else None
+            moved = f"{path.name} was cut short: {recording.damage.reason}" if recording.damage else None
             if recording.damage is None:
                 last = max((t.ts for t in recording.events + recording.later_headers if t.ts is not None),
                            default=recording.header_ts)
@@ -198,7 +198,7 @@ def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, 
         loader.current = backend
         info.recording = recorder.path
         info.warning = recorder.take_failure() or (
-            f"{moved}: it is left as it is, and this chat goes on in a new recording, {recorder.path.name}"
+            f"{moved}; it is left as it is, and this chat goes on in a new recording, {recorder.path.name}"
             if moved and recorder.path is not None else None)
         return LoadedBackend(backend, info, pending=resumed.pending, earlier=tuple(resumed.events))
 

@@ -144,9 +144,9 @@ class ChatSession(Conversation):
                     f"shorten it" + (" (no earlier turn is in the prompt)" if dropped else ""))
         if not dropped:
             return ""
-        turns = "turn" if dropped == 1 else f"{dropped} turns"
+        turns, they = ("turn", "it stays") if dropped == 1 else (f"{dropped} turns", "they stay")
         return (f"the model no longer sees the first {turns} of this chat, to leave room for the reply "
-                f"(they stay in the transcript and the recording)")
+                f"({they} in the transcript and the recording)")
 
     def _steps(self, ids: list[int]) -> Iterator[Step]:
         decoder = IncrementalDecoder(self.tokenizer)

@@ -14,7 +14,8 @@ import sys
 from typing import Any
 
 from specchat import sanitize
-from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, StepEvent, TurnFinished, TurnStarted, UserMessage
+from specchat.events import (FINISH_NOTES, ChatReset, ErrorEvent, ProfileSwitched, StepEvent, TurnFinished, TurnStarted,
+                             UserMessage)
 from specchat.sessions.reader import Recording
 
 RESET = "\x1b[0m"
@@ -39,7 +40,7 @@ def _fmt(value: Any, spec: str, suffix: str = "") -> str:
 
 def _turn_summary(ev: TurnFinished) -> str:
     turn = ev.metrics.get("turn") if isinstance(ev.metrics, dict) else None
-    parts = [f"turn {ev.turn}: {sanitize.clean_line(ev.finish_reason)}"]
+    parts = [f"turn {ev.turn}: {sanitize.clean_line(FINISH_NOTES.get(ev.finish_reason, ev.finish_reason))}"]
     if isinstance(turn, dict):
         parts.append(f"{_fmt(turn.get('num_tokens', 0), 'd')} tokens")
         parts.append(_fmt(turn.get("tokens_per_s"), ".1f", " tok/s"))

@@ -128,7 +128,7 @@ def to_markdown(recording: Recording) -> str:
         elif isinstance(ev, TurnFinished):
             reason = FINISH_NOTES.get(ev.finish_reason, ev.finish_reason)
             note = "" if ev.finish_reason in ("eos", "stop") else f" _({_text(reason)})_"
-            lines += [f"**Assistant**{note}:", "", _fenced(ev.text), ""]
+            lines += [f"**Assistant**{note}:", "", _fenced(ev.text) if ev.text else "_(nothing generated)_", ""]
         elif isinstance(ev, ProfileSwitched):
             lines += [f"_— switched to profile {_code(ev.name)} —_", ""]
         elif isinstance(ev, ChatReset):

@@ -49,7 +49,8 @@ def test_rolling_keeps_the_system_prompt_and_the_latest_turns(tiny_ngram_profile
     assert [f.finish_reason for f in finished] == ["length"] * TURNS
     assert all(ids[:len(system)] == system and len(ids) <= room for ids in seen)
     assert "no longer sees the first" in notes[-1] and not notes[0]
-    assert next(n for n in notes if n).startswith("the model no longer sees the first turn of this chat")
+    assert next(n for n in notes if n).startswith("the model no longer sees the first turn of this chat, to leave "
+                                                  "room for the reply (it stays in")
     assert len(chat.history) == 2 * TURNS  # the transcript keeps everything
     # a message too long even with every earlier turn out: said as the message's fault, once
     events = list(chat.send(MESSAGE * 25))

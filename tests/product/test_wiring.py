@@ -99,7 +99,7 @@ def test_history_key_reopens_a_session_with_its_pending_prompt_and_replays_one(t
             assert [r.text for r in replies] == [clean(history[1]["content"])]  # the cut turn's empty box went
             notes = [str(v.render()) for v in views if isinstance(v, NoteView)]
             assert "— reopened: 2 earlier turns above —" in notes
-            assert any(f"{path.name} ends cut short" in n and f"new recording, {continued.name}" in n for n in notes)
+            assert any(f"{path.name} was cut short: the recording ends in the middle of turn 2" in n and f"new recording, {continued.name}" in n for n in notes)
             before = app.turns_ended
             app.chat.input.focus()
             await pilot.press("enter")

@@ -238,6 +238,11 @@ def test_markdown_has_the_transcript_and_the_metrics(tmp_path):
     events[5] = dataclasses.replace(events[5], finish_reason="length")
     md = to_markdown(read_recording(record(tmp_path / "l.jsonl", events)))
     assert "**Assistant** _(stopped: max\\_new\\_tokens reached)_:" in md  # in words, not the code
+    assert "[turn 1: stopped: max_new_tokens reached · " in cast_text(read_recording(tmp_path / "l.jsonl"))
+    events[10] = dataclasses.replace(events[10], finish_reason="context", text="")
+    events[9] = dataclasses.replace(events[9], step=dataclasses.replace(events[9].step, tokens=()))
+    md = to_markdown(read_recording(record(tmp_path / "e.jsonl", events)))
+    assert "**Assistant** _(stopped: context window full)_:\n\n_(nothing generated)_" in md
     assert "| mean acceptance length (tokens per verification) | 3.00 |" in md
     assert "| draft acceptance rate | 75.0 % |" in md
     assert "| α (alpha, measured) |" in md and "| c (cost ratio" in md
