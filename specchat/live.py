@@ -194,7 +194,7 @@ def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, 
             if recorder is None:
                 recorder = Recorder.for_profile(profile)
                 recorder.start(build_header(profile, models.info, resumed_from=str(path)))
-        backend = RecordingBackend(session, recorder)
+        backend = RecordingBackend(session, recorder, carries=tuple(resumed.events) if moved else ())
         loader.current = backend
         info.recording = recorder.path
         info.warning = recorder.take_failure() or (

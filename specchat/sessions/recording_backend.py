@@ -3,6 +3,11 @@
 Torch-free: it wraps any ChatBackend (the UI's protocol, which the engine's
 ``ChatSession`` satisfies) and a :class:`~specchat.sessions.recorder.Recorder`.
 
+A reopened chat that cannot go on in its own file (cut short by a kill, or in use) goes
+on in a new one that ``carries`` its recorded conversation, written with the first message
+or reset (a chat reopened and left at once leaves no file), so the new file is whole: a
+later reopen of it finds every turn.
+
 One conversation, one file: when the user switches profile, the new backend is built
 with ``takes_over=(previous, header)``. It does not touch the file until it is first
 used, so the previous backend can finish the reply it is streaming without a
@@ -27,10 +32,12 @@ class RecordingBackend:
 
     can_send = True
 
-    def __init__(self, inner: Any, recorder: Any, *, takes_over: tuple[RecordingBackend, SessionHeader] | None = None) -> None:
+    def __init__(self, inner: Any, recorder: Any, *, takes_over: tuple[RecordingBackend, SessionHeader] | None = None,
+                 carries: tuple[Any, ...] = ()) -> None:
         self.inner = inner
         self.recorder = recorder
         self._takes_over = takes_over
+        self._carries = tuple(carries)
         self._lock = threading.Lock()
         self.closed = False
         # Whoever owns the recorder closes it; ownership moves to a successor as soon as
@@ -43,6 +50,9 @@ class RecordingBackend:
     def _activate(self) -> None:
         with self._lock:
             takes_over, self._takes_over = self._takes_over, None
+            carries, self._carries = self._carries, ()
+        for event in carries:
+            self.recorder.record(event)
         if takes_over is None:
             return
         previous, header = takes_over

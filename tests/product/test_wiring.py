@@ -116,8 +116,12 @@ def test_history_key_reopens_a_session_with_its_pending_prompt_and_replays_one(t
     (continued,) = set(sessions_dir().iterdir()) - {path}
     recording = read_recording(continued)
     assert recording.header.environment["resumed_from"] == str(path)
-    assert len([t for t in recording.events if isinstance(t.event, TurnFinished)]) == 1
-    assert [t.event.text for t in recording.events if isinstance(t.event, UserMessage)] == ["an unanswered prompt"]
+    # the new file carries the conversation it goes on with, so reopening it later finds every turn
+    assert len([t for t in recording.events if isinstance(t.event, TurnFinished)]) == 2
+    assert [t.event.text for t in recording.events if isinstance(t.event, UserMessage)] == [
+        "remember the word lighthouse", "an unanswered prompt", "an unanswered prompt"]
+    again = resume_from(continued)
+    assert again.damage is None and again.history[:2] == history and len(again.history) == 4
 
 
 def test_history_without_a_model_loader_only_replays(tiny_profile_path):
@@ -177,3 +181,14 @@ def test_bad_resume_file_is_one_line_before_any_model_loads(tmp_path):
     junk.write_text("not json\n")
     bad = run_cli("--resume", str(junk), "--no-record")
     assert bad.returncode == 2 and "not a specchat recording" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_cut_file_reopened_and_left_at_once_leaves_no_new_file(tiny_profile_path):
+    """The new recording gets the carried conversation with its first message, not at once:
+    opening a cut file to look at it, again and again, leaves no copies behind."""
+    path, _ = _recording_with_unanswered_prompt(tiny_profile_path)
+    before = set(sessions_dir().iterdir())
+    loaded = resume_loader(path, record=True)(None, noop)
+    assert loaded.info.recording != path
+    loaded.close()
+    assert set(sessions_dir().iterdir()) == before
