@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from specchat.events import ErrorEvent, SessionHeader, TurnFinished, TurnStarted, UserMessage, from_json
+from specchat.events import ChatReset, ErrorEvent, SessionHeader, TurnFinished, TurnStarted, UserMessage, from_json
 from specchat.sessions.fileformat import FORMAT_VERSION, RESERVED_KEYS
 from specchat.sessions.validate import FieldError, check_record, check_timestamp
 
@@ -165,6 +165,6 @@ def _open_turn(events: list[TimedEvent]) -> int | None:
         ev = timed.event
         if isinstance(ev, (UserMessage, TurnStarted)):
             open_turn = ev.turn
-        elif isinstance(ev, TurnFinished) or (isinstance(ev, ErrorEvent) and ev.turn is not None):
-            open_turn = None
+        elif isinstance(ev, (TurnFinished, ChatReset)) or (isinstance(ev, ErrorEvent) and ev.turn is not None):
+            open_turn = None  # a reset ends a turn left open (a cut one, carried into a new file), as the recorder does
     return open_turn

@@ -223,7 +223,7 @@ class Recorder:
                 self._open_turn = (event.turn, time.time(), [])
         elif isinstance(event, StepEvent) and self._open_turn is not None:
             self._open_turn[2].extend(token.text for token in event.step.tokens)
-        elif isinstance(event, TurnFinished):
+        elif isinstance(event, (TurnFinished, ChatReset)):  # a reset ends a turn left open (a cut one, carried)
             self._open_turn = None
 
     def _write_bytes(self, data: bytes) -> None:

@@ -46,12 +46,17 @@ class RecordingBackend:
         if takes_over is not None:
             self._owner = takes_over[0]._owner
             self._owner[0] = self
+            self._carries = takes_over[0]._take_carries() + self._carries  # not yet written: ours to write
+
+    def _take_carries(self) -> tuple[Any, ...]:
+        with self._lock:
+            carries, self._carries = self._carries, ()
+        return carries
 
     def _activate(self) -> None:
         with self._lock:
             takes_over, self._takes_over = self._takes_over, None
-            carries, self._carries = self._carries, ()
-        for event in carries:
+        for event in self._take_carries():
             self.recorder.record(event)
         if takes_over is None:
             return

@@ -192,3 +192,15 @@ def test_a_cut_file_reopened_and_left_at_once_leaves_no_new_file(tiny_profile_pa
     assert loaded.info.recording != path
     loaded.close()
     assert set(sessions_dir().iterdir()) == before
+
+
+def test_a_profile_switch_before_the_first_message_keeps_the_carried_conversation(tiny_profile_path):
+    path, history = _recording_with_unanswered_prompt(tiny_profile_path)
+    load = resume_loader(path, record=True)
+    first = load(None, noop)
+    second = load(str(tiny_profile_path), noop)  # Ctrl+P before anything was sent
+    list(second.backend.send("and now?"))
+    first.close()
+    second.close()
+    again = resume_from(second.info.recording)
+    assert again.damage is None and again.history[:2] == history and len(again.history) == 4

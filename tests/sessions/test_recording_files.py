@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from specchat.events import Notice, TurnFinished, UserMessage
+from specchat.events import ChatReset, Notice, TurnFinished, UserMessage
 from specchat.sessions.fileformat import sessions_dir
 from specchat.sessions.reader import read_recording
 from specchat.sessions.recorder import Recorder, RecordingBusy, build_header
@@ -190,6 +190,14 @@ def test_closing_mid_turn_closes_the_turn_as_cancelled_with_its_text(tmp_path):
     assert recording.damage is None
     last = recording.events[-1].event
     assert isinstance(last, TurnFinished) and (last.turn, last.finish_reason, last.text) == (1, "cancelled", "Hello, world\n!")
+
+    reset = Recorder(tmp_path / "reset.jsonl")  # a cut turn carried, then a new chat: nothing left open
+    reset.start(build_header({"name": "tiny"}))
+    for event in [*events[:4], ChatReset()]:
+        reset.record(event)
+    reset.close()
+    recording = read_recording(tmp_path / "reset.jsonl")
+    assert recording.damage is None and isinstance(recording.events[-1].event, ChatReset)
 
     whole = Recorder(tmp_path / "whole.jsonl")
     whole.start(build_header({"name": "tiny"}))
