@@ -70,7 +70,25 @@ def _json_object(raw: str) -> dict[str, Any]:
         raise ValueError("not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
+    if _depth(data) > MAX_DEPTH:  # what reads it next (the sanitiser, the recorder) recurses too
+        raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
     return data
+
+
+MAX_DEPTH = 32  # a recorded event nests ~6 deep (a header's profile tables, a turn's metrics)
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests arrays and objects, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level > MAX_DEPTH:
+                break
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _check_header_line(data: dict[str, Any], number: int, path: Path) -> None:

@@ -304,3 +304,12 @@ def test_a_line_nested_too_deeply_is_one_line_of_damage_at_that_line(tmp_path, l
             assert recording.damage.line == 2 and len(recording.damage.reason.splitlines()) == 1
             assert resume_from(path).history == []  # --resume: nothing whole before the damage
     assert "not valid JSON (nested too deeply)" in (str(info.value) if line == 1 else recording.damage.reason)
+
+
+def test_a_free_field_nested_deep_is_damage_before_anything_recurses_on_it(tmp_path):
+    """A TurnFinished's metrics take any keys: a value nested 600 deep decodes and passed the
+    checks, then crashed the TUI's sanitiser (and a reopened chat's recorder) with RecursionError."""
+    events = crafted_events()
+    events[3] = {**events[3], "metrics": {"extra": json.loads("[" * 600 + "]" * 600)}}
+    recording = read_recording(write_crafted(tmp_path / "deep.jsonl", events))
+    assert recording.damage.line == 5 and "nested more than 32 levels deep" in recording.damage.reason
