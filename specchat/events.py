@@ -28,6 +28,11 @@ FINISH_NOTES = {
 }
 
 
+# How the rolling window's note on a message too long for the context begins (engine/
+# session.py): with it, the turn has said why its reply is empty (ui/screens/chat.py).
+MESSAGE_TOO_LONG = "this message and the system prompt are"
+
+
 def context_full_message(prompt_tokens: int) -> str:
     """Why a turn that finished with "context" produced no token at all (one line)."""
     return (f"the prompt is {prompt_tokens:,} tokens and fills the model's context window, so nothing was "

@@ -14,7 +14,7 @@ from specchat.engine.gamma.controller import make_controller
 from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.sampling import SamplingParams
 from specchat.engine.template import ChatTemplate
-from specchat.events import Step, Token
+from specchat.events import MESSAGE_TOO_LONG, Step, Token
 from specchat.telemetry import ChatTelemetry
 from specchat.turn import Conversation, TurnPlan
 
@@ -139,7 +139,7 @@ class ChatSession(Conversation):
         context = self.engine.target.max_length
         reply = min(self.max_new_tokens, context // 2)
         if prompt_tokens + reply > context:  # all history gone, and the message alone is still too long
-            return (f"this message and the system prompt are {prompt_tokens:,} tokens of the model's {context:,}-token "
+            return (f"{MESSAGE_TOO_LONG} {prompt_tokens:,} tokens of the model's {context:,}-token "
                     f"context, leaving room for {max(context - prompt_tokens, 0):,} of the reply's {reply:,}: "
                     f"shorten it" + (" (no earlier turn is in the prompt)" if dropped else ""))
         if not dropped:

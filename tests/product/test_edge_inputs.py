@@ -57,7 +57,9 @@ def test_the_tui_says_why_a_reply_is_empty_when_the_context_is_full(tmp_path):
     from specchat.ui.widgets.reply import NoteView
 
     said = "this message and the system prompt are 40,000 tokens of the model's 512-token context, … shorten it"
-    path = write_recording(tmp_path / "long.jsonl", (UserMessage(1, "long"), TurnStarted(1, 40000, 3),
+    path = write_recording(tmp_path / "long.jsonl", (UserMessage(1, "long"),
+                                                     # another note (under "stop") does not say why: still said
+                                                     TurnStarted(1, 40000, 3, "speculation is off for this model"),
                                                      TurnFinished(1, "context", "", {}, 0.1),
                                                      # under the rolling window the turn's note says why, once
                                                      UserMessage(2, "longer"), TurnStarted(2, 40000, 3, said),

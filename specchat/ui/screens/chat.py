@@ -15,8 +15,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
-from specchat.events import (ChatReset, ErrorEvent, Loaded, LoadProgress, Notice, ProfileSwitched, SessionHeader,
-                             StepEvent, Token, TurnFinished, TurnStarted, UserMessage, context_full_message)
+from specchat.events import (MESSAGE_TOO_LONG, ChatReset, ErrorEvent, Loaded, LoadProgress, Notice, ProfileSwitched,
+                             SessionHeader, StepEvent, Token, TurnFinished, TurnStarted, UserMessage,
+                             context_full_message)
 from specchat.ui.figures import Figures, LiveFigures
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.legend import Legend
@@ -43,7 +44,7 @@ class ChatScreen(Screen):
         self.current: ReplyView | None = None
         self._panel_dirty = False
         self._prompt_tokens = 0
-        self._turn_noted = False  # the turn's TurnStarted carried a note (e.g. why it has no room)
+        self._turn_explained = False  # the turn's note said its message is too long for the context
         self._reply_lines_per_s: float | None = None  # the last reply's pace (its box's opening room)
 
     def compose(self) -> ComposeResult:
@@ -192,7 +193,7 @@ class ChatScreen(Screen):
             self.figures.apply(event)
             gamma = event.num_speculative_tokens
             self._prompt_tokens = event.prompt_tokens
-            self._turn_noted = bool(event.note)
+            self._turn_explained = MESSAGE_TOO_LONG in event.note
             self._reply_for(event.turn)
             if event.note:  # e.g. speculation off for this model: said once, above the reply
                 transcript.add_note(event.note, before=self.current)
@@ -205,7 +206,7 @@ class ChatScreen(Screen):
             reply.finish(event.finish_reason, event.text)
             self._reply_lines_per_s = reply.provenance.lines_per_s or self._reply_lines_per_s
             # said once: under the rolling window the turn's note has said why already
-            if event.finish_reason == "context" and not reply.tokens and not self._turn_noted:
+            if event.finish_reason == "context" and not reply.tokens and not self._turn_explained:
                 transcript.add_note(context_full_message(self._prompt_tokens), "warning")
             self.current = None
             self.flush_panel(force=True)
