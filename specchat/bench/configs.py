@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from specchat.errors import SpecchatError
 from specchat.methods import METHODS, SPELLINGS
 
+T = TypeVar("T")
 MAX_GAMMA = 16
 WARMUP_TOKENS = 8  # each configuration's untimed warm-up call, before its timed requests: new tokens
 
@@ -23,6 +27,23 @@ def check_out_dir(out_dir: Path) -> None:
     if not os.access(where, os.W_OK | os.X_OK):
         raise SpecchatError(f"--out {out_dir}: {where} is not writable", key="--out",
                             hint="give a folder you can write in")
+
+
+def written(out_dir: Path, write: Callable[[Path], T]) -> T:
+    """``write(out_dir)``. Where that fails after all (a full disk, a folder gone), the
+    results go to a new temporary folder and a SpecchatError says where: a run's results
+    are never lost; if even that fails, the one line says so, with both reasons."""
+    try:
+        return write(out_dir)
+    except OSError as error:
+        first = f"cannot write the results to {out_dir} ({error.strerror or error})"
+    try:
+        kept = Path(tempfile.mkdtemp(prefix="specchat-bench-"))
+        write(kept)
+    except OSError as error:
+        raise SpecchatError(f"{first}, nor to a temporary folder ({error.strerror or error})", key="--out",
+                            hint="free some space, or give --out a folder on another disk") from None
+    raise SpecchatError(f"{first}; they are in {kept}", key="--out")
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specchat.bench.configs import written
 from specchat.bench.stats import ALL_SETS
-from specchat.errors import SpecchatError
 
 METHOD_NOTE = """\
 - Order: request-major — for every prompt and repeat, each configuration runs once, in an order
@@ -180,13 +179,7 @@ def write_files(out_dir: Path, results: dict, report_md: str, plot: str,
     plot's None when matplotlib is not installed). Where ``out_dir`` cannot be written
     after all (a full disk, a folder gone), they go to a new temporary folder and a
     SpecchatError says where: a run's results are never lost."""
-    try:
-        return _write_files(out_dir, results, report_md, plot, write_plot)
-    except OSError as error:
-        kept = Path(tempfile.mkdtemp(prefix="specchat-bench-"))
-        _write_files(kept, results, report_md, plot, write_plot)
-        raise SpecchatError(f"cannot write the results to {out_dir} ({error.strerror or error}); they are in {kept}",
-                            key="--out") from None
+    return written(out_dir, lambda folder: _write_files(folder, results, report_md, plot, write_plot))
 
 
 def _write_files(out_dir: Path, results: dict, report_md: str, plot: str,

@@ -187,6 +187,7 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
 
 def _remote(profile, sets, args, out_dir: Path) -> int:
     """A server speculates itself: compare it with a plain server (--plain-url)."""
+    from specchat.bench.configs import written
     from specchat.remote.bench import remote_bench, table, write
     from specchat.sanitize import clean
 
@@ -200,7 +201,8 @@ def _remote(profile, sets, args, out_dir: Path) -> int:
         results = remote_bench(profile, sets, plain_url=args.plain_url, repeat=args.repeat,
                                max_new_tokens=args.max_new_tokens, concurrency=n, say=say)
         print(table(results))
-        say(f"results: {write(out_dir / f'N{n}' if len(levels) > 1 else out_dir, results)}")
+        folder = out_dir / f"N{n}" if len(levels) > 1 else out_dir
+        say(f"results: {written(folder, lambda where: write(where, results))}")
     return 0
 
 

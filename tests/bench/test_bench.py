@@ -207,6 +207,27 @@ def test_a_bad_out_is_one_line_before_the_run_and_a_failed_write_keeps_the_resul
     shutil.rmtree(kept)
 
 
+def test_bench_checks_out_before_loading_anything_and_a_write_with_nowhere_to_go_is_one_line(tmp_path, monkeypatch):
+    import tempfile
+
+    from specchat.bench.configs import written
+    from specchat.errors import SpecchatError
+    from tests.support.cli import assert_one_line_error, in_process
+
+    a_file = tmp_path / "results.toml"
+    a_file.write_text("")
+    assert_one_line_error(in_process("bench", "--out", str(a_file), "--prompts", "repetitive", "--no-peer"),
+                          "--out", "is a file, not a folder")
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda prefix: str(a_file / "tmp"))  # no temporary folder either
+
+    def write(folder):
+        (folder / "results.json").write_text("{}")
+
+    with pytest.raises(SpecchatError, match="nor to a temporary folder") as error:
+        written(a_file / "out", write)
+    assert "\n" not in str(error.value)
+
+
 def test_config_parsing_and_draftless_profiles():
     assert parse_gammas("auto,1,3,3") == ["auto", 1, 3]
     notes = []
