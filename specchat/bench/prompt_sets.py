@@ -60,10 +60,18 @@ def load_prompt_set(spec: str) -> PromptSet:
                         hint="use .toml ([[prompts]] id/text) or .jsonl (one {\"prompt\": ...} per line)")
 
 
+def _utf8(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecchatError(f"cannot read prompt set: byte {error.start} is not UTF-8", file=str(path),
+                            hint="save the file as UTF-8") from None
+
+
 def _from_toml(path: Path) -> PromptSet:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        data = tomllib.loads(_utf8(path))
+    except (OSError, tomllib.TOMLDecodeError) as error:
         raise SpecchatError(f"cannot read prompt set: {error}", file=str(path)) from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise SpecchatError("cannot read prompt set: TOML nested too deeply", file=str(path)) from None
@@ -87,10 +95,7 @@ def _from_toml(path: Path) -> PromptSet:
 def _from_jsonl(path: Path) -> PromptSet:
     prompts = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise SpecchatError(f"cannot read prompt set: byte {error.start} is not UTF-8", file=str(path),
-                            hint="save the file as UTF-8") from None
+        lines = _utf8(path).splitlines()
     except OSError as error:
         raise SpecchatError(f"cannot read prompt set: {error.strerror or error}", file=str(path)) from None
     for number, line in enumerate(lines, 1):

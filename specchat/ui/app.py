@@ -223,6 +223,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         info = loaded.info = clean_data(loaded.info)
         self.sub_title = info.profile_name + (f" · {info.target_dtype}" if info.target_dtype else "")
         if loaded.earlier:  # a reopened chat: what was said, as recorded, then it goes on
+            self.chat.transcript.add_note("— a reopened chat, as recorded —")  # apart from a chat shown before
             self.chat.apply_events([clean_data(event) for event in loaded.earlier])
             self.chat.turn_ended()  # a reply cut short by a crash keeps its text, no box left open
             turns = sum(isinstance(event, UserMessage) for event in loaded.earlier)

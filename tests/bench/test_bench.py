@@ -171,6 +171,7 @@ BAD_PROMPT_FILES = {  # deep.*: nested past the parser's recursion limit (a Recu
     "deep.jsonl": ('{"prompt": "hi"}\n' + "[" * 100_000 + "]" * 100_000, "line 2 is not JSON: nested too deeply"),
     "empty.jsonl": ('{"prompt": "hi"}\n{"prompt": " "}\n', "line 2's prompt is empty"),
     "latin-1.jsonl": (b'{"prompt": "caf\xe9"}\n', "cannot read prompt set: byte 15 is not UTF-8"),
+    "latin-1.toml": (b'[[prompts]]\ntext = "caf\xe9"\n', "cannot read prompt set: byte 23 is not UTF-8"),
 }
 
 

@@ -99,6 +99,8 @@ def test_history_key_reopens_a_session_with_its_pending_prompt_and_replays_one(t
             assert [r.text for r in replies] == [clean(history[1]["content"])]  # the cut turn's empty box went
             notes = [str(v.render()) for v in views if isinstance(v, NoteView)]
             assert "— reopened: 2 earlier turns above —" in notes
+            # the chat shown before stays above a divider, apart from the reopened one
+            assert notes.index("— a reopened chat, as recorded —") < notes.index("— reopened: 2 earlier turns above —")
             assert any(f"{path.name} was cut short: the recording ends in the middle of turn 2" in n and f"new recording, {continued.name}" in n for n in notes)
             before = app.turns_ended
             app.chat.input.focus()
