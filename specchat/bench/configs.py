@@ -1,4 +1,5 @@
-"""What a benchmark compares: (runner, method, γ) configurations, parsed from the CLI."""
+"""What a benchmark compares: (runner, method, γ) configurations, parsed from the CLI;
+and where its results go (``--out``: checked before the run, never lost after it)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 
 A recording is shared like any document, so the profile in its header is untrusted:
 it is validated like a profile file, but no file it names is read (``source_path`` and
-``extends`` are never followed; a ``suffix_store`` path becomes "auto", your own store) and its ``trust_remote_code = true`` — which would run
-the model repository's own Python code — is refused unless the user passes
-``--trust-remote-code``. A server profile is refused the same way unless the user
+``extends`` are never followed; a ``suffix_store`` path becomes "auto", your own store)
+and its ``trust_remote_code = true`` — which would run the model repository's own
+Python code — is refused unless the user passes ``--trust-remote-code``. A server profile is refused the same way unless the user
 passes ``--trust-recorded-server``: connecting would let whoever shared the file choose
 where specchat connects and which environment variable it sends as a key.
 """

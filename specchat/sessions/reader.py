@@ -145,15 +145,14 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
             if recording is None:
                 _check_header_line(data, number, path)
             event, ts = _parse_event(data, previous_ts)
-        except (ValueError, RecursionError) as exc:  # RecursionError: a value nested just short of the decoder's limit
-            why = str(exc) if isinstance(exc, ValueError) else "nested too deeply to check"
-            reason = why
+        except ValueError as exc:  # nothing nested past MAX_DEPTH gets this far: the checks cannot recurse out
+            reason = str(exc)
             if not complete:
-                reason = f"the last line is cut short (the session was interrupted while writing it): {why}"
+                reason = f"the last line is cut short (the session was interrupted while writing it): {exc}"
             if recording is None:
                 what = "is" if not isinstance(exc, FieldError) else "is the session header, but its"
                 if not complete:  # the header's own line, cut short: say that, once
-                    what, reason = "is cut short", f"(the session was interrupted while writing it): {why}"
+                    what, reason = "is cut short", f"(the session was interrupted while writing it): {exc}"
                 raise RecordingError(f"not a specchat recording: line {number} {what} {reason}", file=str(path)) from None
             recording.damage = Damage(str(path), number, reason)
             return recording

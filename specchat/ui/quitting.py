@@ -4,8 +4,8 @@ A mixin of :class:`specchat.ui.app.SpecchatApp`, like :mod:`specchat.ui.controls
 Quitting cancels the reply (or the demo, or the replay) in flight, gives its worker a
 moment to record how the turn ended, exits — the recording is synced and closed on
 unmount, closing as "cancelled" a turn whose step outlasted that moment (the recorder
-keeps the text its steps carried), and Textual puts the terminal back (main screen, mouse and bracketed paste
-off) — and never waits on a model: thread pools are joined at interpreter exit, so a
+keeps the text its steps carried), and Textual puts the terminal back (main screen,
+mouse and bracketed paste off) — and never waits on a model: thread pools are joined at interpreter exit, so a
 worker still busy then (a model loading, a forward pass that has not reached the
 engine's next cancel check) would keep the process alive; :func:`run_to_exit` ends it
 at once instead, with nothing left to save. A process killed outright (llama.cpp's
