@@ -6,13 +6,21 @@ model (a 512-token context) with 100-token replies: twelve turns.
   the reply; once turns are left out, TurnStarted's note says how many; the history (what
   the transcript and the recording hold) keeps every turn. Planted bug: a window that
   drops the system prompt with the earliest turn fails it.
+* The window itself (``ChatSession._window``, on a stand-in template of ten tokens a
+  message), in a table: which messages the prompt holds — whole turns, each user message
+  with its reply — and the room kept for the reply, capped at half the context when
+  max_new_tokens nears it. Planted bugs: a window that drops the earliest kept turn's user
+  message (``+ 1``), and one without the half-context cap — each caught.
 * ``"stop"``: today's behaviour, the reply ends for want of room ("context").
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from specchat.engine.session import ChatSession
 from specchat.events import TurnFinished, TurnStarted
 from tests.support.mutations import mutant, patched
 
@@ -61,11 +69,55 @@ def test_rolling_keeps_the_system_prompt_and_the_latest_turns(tiny_ngram_profile
 
 
 def test_planted_a_window_that_drops_the_system_prompt_is_caught(tiny_ngram_profile_path):
-    from specchat.engine.session import ChatSession
-
     bug = mutant(ChatSession._window, [("messages[:system] + ", "")])
     with patched(ChatSession, "_window", bug), pytest.raises(AssertionError):
         test_rolling_keeps_the_system_prompt_and_the_latest_turns(tiny_ngram_profile_path)
+
+
+CHAT = [{"role": "system", "content": "s"}] + [
+    {"role": role, "content": f"{role[0]}{turn}"} for turn in range(3) for role in ("user", "assistant")
+] + [{"role": "user", "content": "new"}]
+
+
+def kept(max_new_tokens: int, context: int) -> tuple[list[str], int]:
+    """(the contents of the messages the windowed prompt holds, turns left out), for a
+    template of ten tokens a message."""
+    def prompt_ids(these):
+        seen.append(these)
+        return [0] * (10 * len(these))
+
+    seen = []
+    session = SimpleNamespace(prompt_ids=prompt_ids, max_new_tokens=max_new_tokens,
+                              engine=SimpleNamespace(target=SimpleNamespace(max_length=context)))
+    ids, dropped = ChatSession._window(session, CHAT, prompt_ids(CHAT))
+    assert len(ids) == 10 * len(seen[-1])
+    return [m["content"] for m in seen[-1]], dropped
+
+
+WINDOWS = [  # (max_new_tokens, context, the messages kept, turns left out)
+    (20, 100, ["s", "u0", "a0", "u1", "a1", "u2", "a2", "new"], 0),  # 80 + 20 fits
+    (30, 100, ["s", "u1", "a1", "u2", "a2", "new"], 1),  # the earliest turn goes, question and reply
+    (50, 100, ["s", "u2", "a2", "new"], 2),
+    (25, 60, ["s", "new"], 3),  # every earlier turn out, the system prompt and the message stay
+    (1000, 100, ["s", "u2", "a2", "new"], 2),  # max_new_tokens past the context: half of it is kept
+    (60, 120, ["s", "u1", "a1", "u2", "a2", "new"], 1),  # exactly half
+]
+
+
+@pytest.mark.parametrize("max_new_tokens, context, want, dropped", WINDOWS)
+def test_the_window_keeps_whole_latest_turns_and_half_the_context_at_most(max_new_tokens, context, want, dropped):
+    assert kept(max_new_tokens, context) == (want, dropped)
+
+
+@pytest.mark.parametrize("edit", [
+    ("messages[turns[dropped] if", "messages[turns[dropped] + 1 if"),  # the kept turn's question lost
+    ("min(self.max_new_tokens, self.engine.target.max_length // 2)", "self.max_new_tokens"),  # no cap
+])
+def test_planted_window_bugs_are_caught(edit):
+    bug = mutant(ChatSession._window, [edit])
+    with patched(ChatSession, "_window", bug), pytest.raises(AssertionError):
+        for case in WINDOWS:
+            test_the_window_keeps_whole_latest_turns_and_half_the_context_at_most(*case)
 
 
 def test_stop_ends_the_reply_for_want_of_room(tiny_ngram_profile_path):
