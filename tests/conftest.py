@@ -14,8 +14,41 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 from tests.support import tiers  # noqa: E402
+from tests.support.needs import LLAMA_CPP_NOT_BUILT, llama_cpp  # noqa: E402
 from tests.support.tiers import _fast_tier_guard  # noqa: E402,F401 (autouse: the fast tier's guard)
 from tests.support.tiny_models import build_tiny_model, build_tiny_tokenizer, write_tiny_profile  # noqa: E402
+
+
+# the default profile's backend: without it four catches cannot run (the loosened GGUF
+# noise bound, max_tokens ≤ 0, slot reuse, batched rollback), so a run says so at its start
+# and again as its last word, not only as a line among the skips
+LLAMA_CPP_BUILT = llama_cpp is not None
+
+
+def missing_backend_banner(skipped: int | None) -> list[str]:
+    """The lines a run without llama-cpp-python shouts ([] when it imports); ``skipped``:
+    how many tests it cost (None at the start, before any ran)."""
+    if LLAMA_CPP_BUILT:
+        return []
+    cost = "" if skipped is None else f"{skipped} test{'s' if skipped != 1 else ''} skipped, "
+    return ["THE LLAMA.CPP BACKEND IS NOT TESTED: llama-cpp-python does not import in this environment",
+            f"{cost}among them the only checks of the GGUF noise bound, max_tokens ≤ 0, slot reuse and batched "
+            "rollback; this run is NOT a pass of the default profile",
+            "make setup builds it (its log: .venv/llama-cpp-build.log); CI (.ci/run) fails without it"]
+
+
+def _shout(reporter, lines: list[str]) -> None:
+    reporter.write_sep("!", "llama.cpp backend missing", red=True, bold=True)
+    for line in lines:
+        reporter.write_line(line, red=True, bold=True)
+    reporter.write_sep("!", red=True, bold=True)
+
+
+def pytest_sessionstart(session):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = missing_backend_banner(None)
+    if lines and reporter is not None and not hasattr(session.config, "workerinput"):  # once, not per xdist worker
+        _shout(reporter, lines)
 
 
 def pytest_addoption(parser):
@@ -119,7 +152,8 @@ def pytest_terminal_summary(terminalreporter):
     """Says how many tests were skipped and why (tests/support/needs.py gives the skips of a part
     set-up did not build one reason each, e.g. "23 tests skipped: llama.cpp backend not
     built"), then prints the mutation check's table (tests/product/test_mutations.py), which workers
-    hand back as a user property of each mutation's report."""
+    hand back as a user property of each mutation's report; last, without llama-cpp-python, its
+    red banner (missing_backend_banner)."""
     skipped = skip_counts(terminalreporter.stats.get("skipped", []))
     terminalreporter.write_sep("=", "skipped tests")
     for reason, count in sorted(skipped.items(), key=lambda item: -item[1]):
@@ -135,6 +169,8 @@ def pytest_terminal_summary(terminalreporter):
     if parts:
         terminalreporter.write_sep("=", "mutation check: each planted bug, per setting, and the checks that caught it")
         terminalreporter.write_line("\n".join(sorted(parts)))
+    if banner := missing_backend_banner(skipped.get(LLAMA_CPP_NOT_BUILT, 0)):
+        _shout(terminalreporter, banner)  # the run's last word
 
 
 def skip_counts(reports) -> dict[str, int]:
