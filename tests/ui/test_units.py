@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -11,7 +12,8 @@ from specchat.telemetry import MetricsSnapshot
 from specchat.ui.figures import breakeven_text, figure_rows, histogram_lines, recommended_gamma_text
 from specchat.ui.pump import EventPump, EventsReady
 from specchat.ui.themes import load_themes, theme_from_toml
-from specchat.ui.widgets.reply import KIND_STYLES, provenance_content
+from specchat.ui.widgets.provenance_text import NO_COLOUR_STYLES
+from specchat.ui.widgets.reply import KIND_STYLES, kind_styles, provenance_content
 from tests.support import ROOT
 
 
@@ -113,17 +115,21 @@ def test_histogram_shows_every_bin_up_to_gamma():
     assert histogram_lines((0, 0, 0)) == []
 
 
-def test_provenance_runs_share_spans_and_markers_survive_without_colour():
+def test_provenance_runs_share_spans_in_colour_alone_and_markers_only_without_colour():
     tokens = [Token(1, "accepted", text="a"), Token(2, "accepted", text="b"), Token(3, "resampled", text="c"),
               Token(4, "bonus", text="d"), Token(5, "target", text="e")]
     content = provenance_content(tokens)
     assert content.plain == "abcde"
     assert [(s.start, s.end, s.style) for s in content.spans] == [
-        (0, 2, KIND_STYLES["accepted"]), (2, 3, KIND_STYLES["resampled"]),
-        (3, 4, KIND_STYLES["bonus"]), (4, 5, KIND_STYLES["target"])]
-    # Each kind but the common one carries a text attribute, not only a colour.
-    assert "underline" in KIND_STYLES["resampled"] and "bold" in KIND_STYLES["bonus"]
-    assert "italic" in KIND_STYLES["target"]
+        (0, 2, "$spec-accepted"), (2, 3, "$spec-resampled"), (3, 4, "$spec-bonus"), (4, 5, "$spec-target")]
+    # with colour, colour is the only cue: no attribute starts and stops mid-word
+    assert not any(word in style for style in KIND_STYLES.values() for word in ("bold", "underline", "italic"))
+    # without colour, each kind but the common one carries a text attribute
+    plain = provenance_content(tokens, styles=NO_COLOUR_STYLES)
+    assert [s.style for s in plain.spans] == [
+        "$spec-accepted", "$spec-resampled underline", "$spec-bonus bold", "$spec-target italic"]
+    assert kind_styles(SimpleNamespace(no_color=True)) is NO_COLOUR_STYLES
+    assert kind_styles(SimpleNamespace(no_color=False)) is KIND_STYLES
     highlighted = provenance_content(tokens, highlight=2, clickable=True)
     assert any("reverse" in s.style and "@click=screen.select(2)" in s.style for s in highlighted.spans)
 

@@ -26,8 +26,9 @@ def help_text(bindings: list[Binding]) -> Content:
     lines = ["Keys", ""] + [f"{k:<{width}}{d}" for k, d in rows]
     lines += [
         "",
-        "Token styles: accepted draft (colour), resampled (underlined),",
-        "bonus (bold), target (italic). F4 inspects the last reply's tokens.",
+        "Token colours: accepted draft, resampled, bonus, target (the legend",
+        "under the chat); with NO_COLOR set: resampled underlined, bonus bold,",
+        "target italic. F4 inspects the last reply's tokens.",
         "",
         "Press Esc or F1 to close.",
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.style import Style
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -13,7 +14,7 @@ from textual.widgets import Footer, Static
 from specchat.events import Token
 from specchat.methods import METHODS
 from specchat.ui.figures import fmt
-from specchat.ui.widgets.reply import KIND_LABELS, provenance_content
+from specchat.ui.widgets.reply import KIND_LABELS, kind_styles, provenance_content
 
 
 def token_details(token: Token, index: int, total: int) -> str:
@@ -47,6 +48,16 @@ def token_details(token: Token, index: int, total: int) -> str:
     return "\n".join(lines)
 
 
+class TokenText(Static):
+    """The reply's tokens, each a link that selects it, drawn in its provenance style
+    alone: Textual's link style (underlined, in the text colour) would hide the
+    provenance colour of every token."""
+
+    @property
+    def link_style(self) -> Style:
+        return Style()
+
+
 class InspectorScreen(ModalScreen[None]):
     # Priority: the scrollable reply above would otherwise take Home/End and arrows.
     BINDINGS = [
@@ -68,7 +79,7 @@ class InspectorScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="inspector-box"):
             with VerticalScroll(id="inspector-reply"):
-                yield Static("", id="inspector-text")
+                yield TokenText("", id="inspector-text")
             yield Static("", id="inspector-details")
             yield Static("←/→ move · click a token · n: next resampled or bonus · Esc: close", id="inspector-hint")
         yield Footer()
@@ -87,7 +98,7 @@ class InspectorScreen(ModalScreen[None]):
             text.update(Content("the last reply has no tokens to inspect"))
             details.update("")
             return
-        text.update(provenance_content(self.tokens, highlight=self.index, clickable=True))
+        text.update(provenance_content(self.tokens, highlight=self.index, clickable=True, styles=kind_styles(self.app)))
         details.update(Content(token_details(self.tokens[self.index], self.index, len(self.tokens))))
 
     @property

@@ -5,14 +5,14 @@ from __future__ import annotations
 from textual.content import Content, Span
 from textual.widgets import Static
 
-from specchat.ui.widgets.reply import KIND_LABELS, KIND_STYLES
+from specchat.ui.widgets.reply import KIND_LABELS, KIND_STYLES, kind_styles
 
 
-def legend_content(view: str = "provenance", note: str = "") -> Content:
+def legend_content(view: str = "provenance", note: str = "", styles: dict[str, str] = KIND_STYLES) -> Content:
     parts, spans, offset = [], [], 0
     for kind in ("accepted", "resampled", "bonus", "target"):
         label = KIND_LABELS[kind]
-        spans.append(Span(offset, offset + len(label), KIND_STYLES[kind]))
+        spans.append(Span(offset, offset + len(label), styles[kind]))
         parts.append(label + "   ")
         offset += len(label) + 3
     text = "".join(parts)
@@ -30,11 +30,17 @@ class Legend(Static):
     view = "provenance"
     note = ""
 
+    def on_mount(self) -> None:
+        self._show()  # the app's terminal is known from here: colour alone, or the text markers
+
     def set_view(self, view: str) -> None:
         self.view = view
-        self.update(legend_content(view, self.note))
+        self._show()
 
     def set_note(self, note: str) -> None:
         """What the provenance rests on when a server made the tokens ("" for the local engine)."""
         self.note = note
-        self.update(legend_content(self.view, note))
+        self._show()
+
+    def _show(self) -> None:
+        self.update(legend_content(self.view, self.note, kind_styles(self.app)))

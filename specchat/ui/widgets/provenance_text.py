@@ -27,20 +27,32 @@ from textual.widget import Widget
 
 from specchat.events import Token
 
-# Colour comes from the theme; the text attribute is the cue that survives without it
-# (monochrome terminals, colour-blind users). Accepted drafts are the common case, so
-# they stay plain.
+# Colour comes from the theme, and where there is colour it is the only cue: bold,
+# underlined and italic runs starting and stopping mid-word made prose flicker as it
+# streamed. Without colour (NO_COLOR) a text attribute carries the kind instead.
+# Accepted drafts are the common case, so they stay plain either way.
 KIND_STYLES: dict[str, str] = {
     "accepted": "$spec-accepted",
-    "resampled": "$spec-resampled underline",
-    "bonus": "$spec-bonus bold",
-    "target": "$spec-target italic",
+    "resampled": "$spec-resampled",
+    "bonus": "$spec-bonus",
+    "target": "$spec-target",
 }
+KIND_MARKERS: dict[str, str] = {"resampled": "underline", "bonus": "bold", "target": "italic"}
+NO_COLOUR_STYLES: dict[str, str] = {kind: f"{style} {KIND_MARKERS.get(kind, '')}".strip()
+                                    for kind, style in KIND_STYLES.items()}
 
 
-def provenance_content(tokens: list[Token], highlight: int | None = None, clickable: bool = False) -> Content:
+def kind_styles(app) -> dict[str, str]:
+    """The provenance styles for ``app``'s terminal: colour alone, or with the text
+    attributes where colour is off (Textual's ``no_color``, from NO_COLOR)."""
+    return NO_COLOUR_STYLES if app.no_color else KIND_STYLES
+
+
+def provenance_content(tokens: list[Token], highlight: int | None = None, clickable: bool = False,
+                       styles: dict[str, str] = KIND_STYLES) -> Content:
     """The tokens as styled text; runs of one kind share a span. ``highlight`` reverses
-    one token (the inspector's cursor); ``clickable`` makes each token select itself."""
+    one token (the inspector's cursor); ``clickable`` makes each token select itself;
+    ``styles``: each kind's (:func:`kind_styles`)."""
     parts: list[str] = []
     spans: list[Span] = []
     offset = 0
@@ -50,23 +62,23 @@ def provenance_content(tokens: list[Token], highlight: int | None = None, clicka
         parts.append(text)
         end = offset + len(text)
         if clickable or index == highlight:
-            style = KIND_STYLES.get(token.kind, "")
+            style = styles.get(token.kind, "")
             if index == highlight:
                 style += " reverse"
             if clickable:
                 style += f" @click=screen.select({index})"
             if run_kind is not None and run_start < offset:
-                spans.append(Span(run_start, offset, KIND_STYLES.get(run_kind, "")))
+                spans.append(Span(run_start, offset, styles.get(run_kind, "")))
             if end > offset:
                 spans.append(Span(offset, end, style.strip()))
             run_kind, run_start = None, end
         elif token.kind != run_kind:
             if run_kind is not None and run_start < offset:
-                spans.append(Span(run_start, offset, KIND_STYLES.get(run_kind, "")))
+                spans.append(Span(run_start, offset, styles.get(run_kind, "")))
             run_kind, run_start = token.kind, offset
         offset = end
     if run_kind is not None and run_start < offset:
-        spans.append(Span(run_start, offset, KIND_STYLES.get(run_kind, "")))
+        spans.append(Span(run_start, offset, styles.get(run_kind, "")))
     return Content("".join(parts), spans)
 
 
@@ -161,7 +173,7 @@ class ProvenanceText(Widget):
 
     def render(self) -> Content:
         if self._content is None:
-            self._content = provenance_content(self.tokens)
+            self._content = provenance_content(self.tokens, styles=kind_styles(self.app))
         return self._content
 
     def render_line(self, y: int) -> Strip:
@@ -187,7 +199,7 @@ class ProvenanceText(Widget):
                     break
             if end > self._done:  # whole paragraphs ended: wrap them once (less the newline
                 # that ends them: the next paragraph's first line is where it leads)
-                ended = provenance_content(self.tokens[self._done:end])
+                ended = provenance_content(self.tokens[self._done:end], styles=kind_styles(self.app))
                 self._done_lines = self._done_lines + self._strips(ended[:-1], width, self._done_breaks)
                 self._done, self._done_breaks = end, self._done_breaks + ended.plain.count("\n")
             self._lines = self._done_lines + self._growing_lines(width)
@@ -198,7 +210,7 @@ class ProvenanceText(Widget):
         changes only the last lines: the lines above the last two are kept
         (``_settled``), and the text from where those two start is wrapped again (two:
         a line that ends the text exactly at the width wraps its space to an empty one)."""
-        growing = provenance_content(self.tokens[self._done:])
+        growing = provenance_content(self.tokens[self._done:], styles=kind_styles(self.app))
         first, settled, at, x, y = self._settled
         if first != self._done or "\t" in growing.plain:  # a new paragraph; tabs: see _starts_a_word
             settled, at, x, y = [], 0, 0, 0
