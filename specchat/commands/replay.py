@@ -1,14 +1,16 @@
 """``specchat replay FILE [--speed 1|2|max]``: watch a recorded session, no model needed.
 
-Opens the TUI driven by the recording (the UI cannot tell it from a live chat), or with
-``--headless`` prints the same event stream as coloured text, or with ``--to`` exports
-it. Never imports torch or transformers: this runs where they are not installed (but
+Opens the TUI driven by the recording (the UI cannot tell it from a live chat), at the
+recorded pace; or with ``--headless`` prints the same event stream as coloured text, at
+full speed unless ``--speed`` says otherwise (it is for scripts and pipes: a reader that
+goes away, ``| head``, ends it quietly); or with ``--to`` exports it. Never imports torch or transformers: this runs where they are not installed (but
 ``--simulate``, which runs the engine's proposers over the recorded text: bench/simulate.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from specchat.commands.export import add_output_arguments, export
@@ -21,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Replay a recorded session with its recorded timing. FILE is a recording path, "
         "a name in the sessions dir, or 'last'.")
     parser.add_argument("file", nargs="?", help="the recording to replay ('last' for the newest)")
-    parser.add_argument("--speed", default="1", help="1, 2 or max (default 1: as recorded)")
+    parser.add_argument("--speed", help="1, 2 or max (default: 1, as recorded, in the TUI; max with --headless)")
     parser.add_argument("--headless", action="store_true", help="print the replay to stdout instead of the TUI")
     parser.add_argument("--to", choices=("cast", "markdown", "md"), help="export instead of replaying")
     add_output_arguments(parser)
@@ -62,13 +64,18 @@ def _headless(path, speed: str) -> int:
 
     backend = ReplayBackend(path, speed=speed)
     colour = sys.stdout.isatty()
-    write_stdout(banner(backend.recording), colour)
     try:
+        write_stdout(banner(backend.recording), colour)
         for event in backend.events():
             write_stdout(render(event), colour)
     except KeyboardInterrupt:
         backend.cancel()
         return 130
+    except BrokenPipeError:  # the reader went away (| head): what it wanted, it has
+        backend.cancel()
+        # stdout's buffer would raise again when Python flushes it at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     if backend.damage is not None:
         print(clean_line(f"specchat replay: replay stopped: {backend.damage}"), file=sys.stderr)
         return 1
@@ -100,15 +107,16 @@ def run(args: argparse.Namespace) -> int:
         from specchat.sessions.locate import locate
         from specchat.sessions.replay import parse_speed
 
-        parse_speed(args.speed)  # a bad --speed fails before anything opens
+        speed = args.speed or ("max" if args.headless else "1")
+        parse_speed(speed)  # a bad --speed fails before anything opens
         path = locate(args.file)
         if args.simulate:
             from specchat.commands.simulate import simulate_recording
 
             return simulate_recording(path, args.method, args.gamma)
         if args.headless:
-            return _headless(path, args.speed)
-        return _tui(path, args.speed, args.trust_remote_code, args.trust_recorded_server)
+            return _headless(path, speed)
+        return _tui(path, speed, args.trust_remote_code, args.trust_recorded_server)
     except (SpecchatError, OSError, ValueError) as exc:
         print(clean_line(f"specchat replay: {exc}"), file=sys.stderr)
         return 2

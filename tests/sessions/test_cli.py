@@ -98,3 +98,35 @@ def test_bad_demo_scripts_name_file_and_line(text, message):
     with pytest.raises(SpecchatError) as info:
         parse_script(text, "demo.txt")
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("argv, speed", [
+    (["--headless"], "max"),  # for scripts: full speed
+    (["--headless", "--speed", "1"], "1"),
+    ([], "1"),  # the TUI: as recorded
+    (["--speed", "2"], "2"),
+])
+def test_headless_replay_runs_at_full_speed_unless_told(recording, monkeypatch, argv, speed):
+    from specchat.cli import main
+    from specchat.commands import replay
+
+    seen = []
+    monkeypatch.setattr(replay, "_headless", lambda path, speed: seen.append(speed) or 0)
+    monkeypatch.setattr(replay, "_tui", lambda path, speed, *trust: seen.append(speed) or 0)
+    assert main(["replay", str(recording), *argv]) == 0 and seen == [speed]
+
+
+def test_headless_replay_ends_quietly_when_its_reader_goes_away(recording, tmp_path):
+    """``replay --headless | head``: the pipe closes before the first line is written."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    env = {**os.environ, "SPECCHAT_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "specchat", "replay", str(recording), "--headless"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    proc.stdout.close()  # before the child has started Python: its first write finds no reader
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and err == "", err
