@@ -122,6 +122,7 @@ def _merge(base: dict, override: dict) -> dict:
 
 def _read_text(file: Path) -> str:
     try:
+        _refuse_a_model_file(file)
         return file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ProfileError("profile file not found", file=file, hint="check the path") from None
@@ -134,6 +135,20 @@ def _read_text(file: Path) -> str:
     except OSError as error:
         raise ProfileError(f"cannot read the profile ({error.strerror or error})", file=file,
                            hint="check that the path names a readable .toml file") from None
+
+
+def _refuse_a_model_file(file: Path) -> None:
+    """A GGUF given where a profile goes (``--profile model.gguf``) is named as one, with
+    the profile that runs it, before the whole model is read as text."""
+    if file.is_file():
+        with file.open("rb") as handle:
+            magic = handle.read(4)
+        if magic == b"GGUF":
+            source = str(file.resolve()).replace("\\", "\\\\").replace('"', '\\"')
+            raise ProfileError("this is a GGUF model file, not a profile", file=file,
+                               hint=f'write a profile, e.g. my-model.toml: [target] source = "{source}" and '
+                                    f'backend = "llama.cpp", [speculation] method = "ngram"; then --profile '
+                                    f'my-model.toml')
 
 
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
