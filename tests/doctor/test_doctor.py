@@ -148,7 +148,7 @@ def test_a_hub_model_not_in_the_cache_fails_without_downloading(capsys, tmp_path
     line = only_failure(lines)
     assert code == 1
     assert line.startswith("fail    target model: 'specchat-tests/not-cached' is not in the Hugging Face cache"), line
-    assert "fix: run once with network, or give a local path" in line
+    assert "fix: with network, run `hf download specchat-tests/not-cached` once" in line, line
     assert any(line.startswith("warning memory: not estimated") for line in lines)  # no figure made up
 
 
