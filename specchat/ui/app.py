@@ -22,7 +22,7 @@ from specchat.errors import SpecchatError, one_line
 from specchat.events import ErrorEvent, Loaded, LoadProgress, StepEvent, UserMessage
 from specchat.sanitize import clean, clean_data, clean_line, decode_input
 from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader
-from specchat.ui.commands import profile_commands, system_commands
+from specchat.ui.commands import REPLACED_SYSTEM_COMMANDS, profile_commands, system_commands
 from specchat.ui.controls import Controls
 from specchat.ui.figures import FigureFeed
 from specchat.ui.pump import EventPump, EventsReady
@@ -371,7 +371,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self._drain()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        yield from (c for c in super().get_system_commands(screen) if c.title not in REPLACED_SYSTEM_COMMANDS)
         yield from system_commands(self)
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
 from textual.app import SystemCommand
 from textual.command import CommandListItem, SimpleCommand
+from textual.markup import escape
 
+from specchat.sanitize import clean_line
 from specchat.ui.backend import BackendInfo
 
 
@@ -45,11 +48,36 @@ def available_profiles() -> dict[str, str]:
     return {name: str(path) for name, path in profile_files().items()}
 
 
-def profile_commands(app: PaletteHost) -> list[CommandListItem]:
-    return [
-        SimpleCommand(name, partial(app.switch_profile, name), f"load {path} (the current chat stays until it loads)")
-        for name, path in available_profiles().items()
-    ]
+def nvidia_gpu_visible() -> bool:
+    """Whether an NVIDIA driver shows a GPU here, read without torch (the UI never imports it)."""
+    return Path("/proc/driver/nvidia/gpus").is_dir() and any(Path("/proc/driver/nvidia/gpus").iterdir())
+
+
+def profile_about(name: str) -> tuple[str, bool]:
+    """(a profile's description, or why it does not load, in one clean line; whether it
+    is made for a CUDA GPU)."""
+    from specchat.config import load_profile
+    from specchat.errors import SpecchatError
+
+    try:
+        profile = load_profile(name)
+    except SpecchatError as error:
+        return clean_line(f"does not load: {error.message}"), False
+    return clean_line(profile.description or "no description"), profile.needs_gpu
+
+
+def profile_commands(app: PaletteHost, gpu: bool | None = None) -> list[CommandListItem]:
+    """A command per profile, by name with its description; on a machine without a GPU
+    (``gpu``: None reads the driver) a profile made for one says so and comes last."""
+    gpu = nvidia_gpu_visible() if gpu is None else gpu
+    usable, gpu_only = [], []
+    for name in available_profiles():
+        about, needs_gpu = profile_about(name)
+        if needs_gpu and not gpu:
+            about = f"needs a CUDA GPU, none here · {about}"
+        command = SimpleCommand(name, partial(app.switch_profile, name), escape(about))  # help is markup
+        (gpu_only if needs_gpu and not gpu else usable).append(command)
+    return usable + gpu_only
 
 
 def gamma_commands(app: PaletteHost) -> list[CommandListItem]:
@@ -66,6 +94,11 @@ def temperature_commands(app: PaletteHost) -> list[CommandListItem]:
         SimpleCommand(f"temperature {t:.1f}", partial(app.set_temperature, t), "greedy" if t == 0 else "sampling")
         for t in TEMPERATURES
     ]
+
+
+# Textual's own entries that specchat's replace: its "Keys" panel (specchat's lists every
+# key, F1) and its "Screenshot" (specchat's saves in the data dir): one of each in the palette
+REPLACED_SYSTEM_COMMANDS = ("Keys", "Screenshot")
 
 
 def system_commands(app: PaletteHost) -> Iterable[SystemCommand]:
