@@ -19,6 +19,12 @@ not even change a seeded reply, only its speed (the coupled form in sampling.py)
   the match's prior times the share of occurrences that went on with that draft
   (acceptance.py: :func:`key_prior`): its scores are the starting acceptance, its verdicts correct them.
   When no k beats a plain step it decodes plainly and probes again from time to time.
+  A drafting model whose drafts could not pay even if every one were kept (the cost model's
+  ceiling below 1: a draft model that costs nearly a target step, where verifying k rows
+  costs nearly k steps) is not drafted from again until the context has grown
+  RETEST_GROWTH-fold and by RETEST_SPAN tokens (where attention starts to change what a
+  step costs): probing it would only buy acceptance figures that cannot help, and each
+  probe of a draft model first runs it over every token it skipped.
 
 It must recover when acceptance comes back after a stretch where nothing was accepted:
 a draft model skipped during plain steps catches up on the tokens it missed at the next
@@ -32,10 +38,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specchat.contention import BUSY_SHARE
 from specchat.engine.gamma.acceptance import AcceptanceKey, acceptance_key, key_prior
 from specchat.engine.gamma.cost_model import CostModel
 from specchat.engine.proposers import Candidate, Proposer
 from specchat.events import StepStats
+from specchat.methods import METHODS
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,7 @@ class FixedGamma(Controller):
         return self.gamma > 0
 
 
+RETEST_GROWTH, RETEST_SPAN = 4, 2048  # a source that cannot pay at context C: looked at again past both
 CONTEXT_DECAY = 0.97  # per step: the situations γ = auto has met lately weigh most (~33 steps)
 class AdaptiveGamma(Controller):
     """Picks k ∈ 0..max_gamma maximising E(k)/T(k), the cost model's rate (cost_model.py
@@ -149,6 +158,7 @@ class AdaptiveGamma(Controller):
         self.calibrate_every = calibrate_every
         self.since_plain = 0
         self.turn_weight = turn_weight
+        self.hopeless: dict[str, int] = {}  # source → the context at which even α = 1 could not pay
 
     def start_turn(self) -> None:
         # a new reply may quote far more or far less than the last one: acceptance learnt
@@ -166,6 +176,7 @@ class AdaptiveGamma(Controller):
         self.model.at(len(ids))
         candidates = self.proposer.candidates(ids, self.max_gamma) if self.proposer else [Candidate("", self.max_gamma)]
         self._remember(tuple((acceptance_key(c), c.limit, c.source) for c in candidates))
+        candidates = [c for c in candidates if not self.cannot_pay(c.source)]
         if not candidates:
             return 0, None
         self.since_plain += 1
@@ -225,17 +236,32 @@ class AdaptiveGamma(Controller):
     def prefills_proposer(self) -> bool:
         # while speculation does not pay, a draft model's pass over each new prompt is
         # wasted time to first token; the next probe lets it catch up instead
-        return self.plain_run == 0
+        return self.plain_run == 0 and not (self.proposer is not None and self.cannot_pay(self.proposer.kind))
+
+    def cannot_pay(self, source: str) -> bool:
+        """Whether ``source`` was found unable to pay at a context this one has not yet
+        outgrown (RETEST_GROWTH-fold and by RETEST_SPAN tokens)."""
+        at = self.hopeless.get(source)
+        return at is not None and self.model.context < max(RETEST_GROWTH * at, at + RETEST_SPAN)
 
     def observe(self, stats: StepStats, proposal: object) -> None:
         k, n = stats.num_draft_tokens, stats.num_accepted_tokens
+        super().observe(stats, proposal)
+        source = stats.draft_source
+        # a model that drafts (not a point-mass lookup, whose probe costs one verification
+        # and nothing else); a busy machine's times judge nothing
+        if k and source in METHODS and not METHODS[source].point_mass and not (stats.cpu_others or 0.0) > BUSY_SHARE:
+            ceiling = self.model.ceiling(source, self.max_gamma)
+            if ceiling is not None and ceiling < 1.0:
+                self.hopeless[source] = self.model.context
+            elif ceiling is not None:
+                self.hopeless.pop(source, None)
         if self._probing:
             self._probing = False
             if k and n:  # its draft was kept: look again at once, the estimate is catching up
                 self.probe_after = 1
             else:  # it did not pay: wait twice as long next time, up to the cap
                 self.probe_after = min(max(self.probe_after, self.probe_every // 2) * 2, self.max_probe_after)
-        super().observe(stats, proposal)
         if k == 0:
             self.since_plain = 0
 

@@ -323,6 +323,18 @@ class CostModel:
             return None
         return best if best.gain > 1.0 else Recommendation(0, best.gain, best.source)
 
+    def ceiling(self, source: str, limit: int) -> float | None:
+        """The best speed-up any k in 1..limit drafted by ``source`` could give if every
+        draft were kept: max (k + 1) / (T(k) / w(0)). Below 1, no acceptance can make that
+        source pay at this context, so learning its acceptance is wasted time. None until
+        w(0), a k-step and the source's draft time are measured (two draft timings: one
+        slow step cannot condemn a source)."""
+        w0, draft = self.w(0), self.draft_ms.get(source)
+        if not w0 or draft is None or len(draft.values) < 2:
+            return None
+        known = [f for f in self.forecast([1.0] * limit, source)[1:] if f is not None]
+        return max(tokens / ms * w0 for tokens, ms in known) if known else None
+
     def gains(self, source: str, limit: int) -> list[float | None] | None:
         """Predicted speed-up of a fixed γ = 1..limit drafted by ``source`` under the pooled
         acceptance, on the share of steps where it drafted (the rest plain): (m·E + 1 − m) /

@@ -1,0 +1,84 @@
+"""γ = auto and a draft source that could not pay even if every draft were kept (the real
+pair on two CPU cores: a 0.5B draft costs about a 1.5B target step, and verifying k
+drafts costs nearly k steps). It must stop drafting from it, not keep probing because
+the probes' drafts are kept (issue 56: 0.83× plain, since each kept probe called the next
+at once), and look again only once the context has outgrown the one it judged at."""
+
+from specchat.engine.gamma.controller import RETEST_GROWTH, RETEST_SPAN, AdaptiveGamma
+from specchat.engine.proposers import Proposer
+from specchat.events import StepStats
+
+PLAIN_MS = 23.0
+
+
+class DraftModel(Proposer):
+    kind = "draft_model"
+
+
+def controller_for(kind="draft_model"):
+    proposer = DraftModel("auto", 8)
+    proposer.kind = kind
+    return AdaptiveGamma(8, proposer)
+
+
+def drive(controller, steps, draft_ms_per_token, verify, start=100):
+    """Every draft kept; the context grows by the tokens each step emits."""
+    context, chosen = start, []
+    for _ in range(steps):
+        k, _ = controller.choose(list(range(context)))
+        chosen.append(k)
+        stats = StepStats(num_speculative_tokens=k, num_draft_tokens=k, num_accepted_tokens=k,
+                          draft_ms=draft_ms_per_token * k, draft_forwards=k, verify_ms=verify(k),
+                          total_ms=verify(k) + draft_ms_per_token * k, draft_source=controller.proposer.kind if k else "",
+                          context_tokens=context, cpu_others=0.0)
+        controller.observe(stats, None)
+        context += k + 1
+    return chosen
+
+
+def dear(k):  # the pair's v(k) on two cores, Q4_K_M: 1.8, 2.1, 2.35, … plain steps
+    return PLAIN_MS * (1 + 0.8 * k if k < 2 else 1.3 + 0.35 * k)
+
+
+def test_a_draft_that_cannot_pay_even_when_every_draft_is_kept_stops_being_drafted():
+    controller = controller_for()
+    chosen = drive(controller, 600, draft_ms_per_token=27.0, verify=dear)
+    drafted = [i for i, k in enumerate(chosen) if k]
+    # exploring (two sizes) and the draft's second timing, then never: no probe, no catch-up
+    assert len(drafted) <= 4 and max(drafted) < 30, f"drafted {len(drafted)} times, at steps {drafted[:20]}"
+    assert controller.cannot_pay("draft_model")
+    assert not controller.prefills_proposer() or controller.plain_run > 0  # no pass over the next prompt
+
+
+def test_a_cheap_draft_whose_drafts_are_kept_goes_on_drafting():
+    controller = controller_for()
+    chosen = drive(controller, 300, draft_ms_per_token=2.0, verify=dear)
+    assert sum(k > 0 for k in chosen[50:]) / 250 > 0.9
+    assert not controller.cannot_pay("draft_model")
+
+
+def test_a_source_that_cannot_pay_is_looked_at_again_once_the_context_has_grown():
+    controller = controller_for()
+    drive(controller, 100, draft_ms_per_token=27.0, verify=dear)
+    judged_at = controller.hopeless["draft_model"]
+    later = max(RETEST_GROWTH * judged_at, judged_at + RETEST_SPAN) + 10
+    controller.model.at(later)
+    assert not controller.cannot_pay("draft_model")
+    controller.model.at(judged_at + 10)
+    assert controller.cannot_pay("draft_model")
+
+
+def test_a_point_mass_lookup_is_never_condemned_its_probe_costs_one_verification():
+    controller = controller_for("ngram")
+    drive(controller, 100, draft_ms_per_token=27.0, verify=dear)
+    assert not controller.hopeless
+
+
+def test_a_busy_machine_condemns_no_source():
+    controller = controller_for()
+    for k in (0, 0, 2, 3, 1, 1, 1):
+        controller.observe(StepStats(num_speculative_tokens=k, num_draft_tokens=k, num_accepted_tokens=k,
+                                     draft_ms=27.0 * k, verify_ms=dear(k), total_ms=dear(k) + 27.0 * k,
+                                     draft_source=controller.proposer.kind if k else "", context_tokens=100,
+                                     cpu_others=0.6), None)
+    assert "draft_model" not in controller.hopeless
