@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-COMMANDS = ["run", "profiles", "bench", "verify", "replay", "demo", "export", "train_head", "serve", "doctor", "plan"]
+COMMANDS = ["run", "profiles", "bench", "verify", "replay", "demo", "export", "train_head", "serve", "doctor", "plan", "models"]
 
 
 def available_commands() -> list[ModuleType]:

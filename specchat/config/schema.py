@@ -246,6 +246,11 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
     speculation = SpeculationSpec(**spec_raw)
     method = METHODS[speculation.method]
     if method.needs == "draft":
+        target_source = str(target_raw.get("source", ""))
+        if target_source.startswith("ollama:") and not (draft_raw and "source" in draft_raw):
+            # an Ollama model whose manifest carries a draft layer brings its draft along
+            draft_raw = {"backend": target_raw.get("backend", "llama.cpp"), **(draft_raw or {}),
+                         "source": "ollama-draft:" + target_source.removeprefix("ollama:")}
         if not draft_raw or "source" not in draft_raw:
             raise err(f"method '{method.name}' needs a draft model", "speculation.draft.source",
                       'add [speculation.draft] source = "…", or set method = "ngram"')

