@@ -74,7 +74,8 @@ class BenchConfig:
     @property
     def name(self) -> str:
         if self.server:
-            return f"peer:{self.spec_type or self.method}{SERVER}"
+            gamma = f" γ={self.gamma}" if self.method == "draft_model" and self.gamma != "auto" else ""
+            return f"peer:{self.spec_type or self.method}{gamma}{SERVER}"
         if self.method == "none":
             if self.runner == "specchat":
                 return "none"
@@ -132,13 +133,16 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
                   note=print, peer_methods: tuple[str, ...] = ("none", "draft_model", "ngram"),
                   peer_models: tuple[str, ...] = (), has_head: bool = False,
                   server_peer: bool = False, medusa_heads: int = 0,
-                  server_ngram_types: tuple[str, ...] = (), suffix_store: bool = False) -> list[BenchConfig]:
+                  server_ngram_types: tuple[str, ...] = (), suffix_store: bool = False,
+                  server_draft: int = 0) -> list[BenchConfig]:
     """The plain baseline first (always present: every speedup is relative to it), then
     each speculative method × γ; with ``peer``, the peer engine's own plain generation
     and its speculation at the same settings, for the methods it has (``peer_methods``),
     plain generation on each of ``peer_models``, and with ``server_peer`` llama-server's
     plain generation on the same GGUF and, where n-gram lookup is compared, a row for each
-    of its ``server_ngram_types``. ``suffix_store``: each suffix row again with a store of
+    of its ``server_ngram_types``; where a draft model is compared and ``server_draft`` is
+    our ceiling, llama-server -md with its own draft settings and drafting up to it.
+    ``suffix_store``: each suffix row again with a store of
     the run's earlier replies (BenchConfig.store)."""
     if suffix_store and "suffix" not in methods:
         raise SpecchatError("--suffix-store adds rows to suffix decoding's", key="--suffix-store",
@@ -166,6 +170,8 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
         configs += [BenchConfig("none", 0, "peer", server=True)] if server_peer else []
         if server_peer and any(c.method == "ngram" for c in ours):
             configs += [BenchConfig("ngram", "auto", "peer", server=True, spec_type=t) for t in server_ngram_types]
+        if server_peer and server_draft and any(c.method == "draft_model" for c in ours):
+            configs += [BenchConfig("draft_model", g, "peer", server=True) for g in ("auto", server_draft)]
         for method in sorted({c.method for c in ours if c.method != "none"} - set(peer_methods)):
             note(f"bench: the peer engine has no '{method}' speculation; no peer row for it")
         configs += [BenchConfig(c.method, c.gamma, "peer") for c in ours

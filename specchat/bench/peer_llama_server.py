@@ -1,7 +1,9 @@
 """The llama-server peer rows: its plain generation, and drafting with **the same head** as ours.
 
 ``peer:none (llama-server)`` runs ``llama-server -m TARGET.gguf`` on the profile's own
-GGUF: plain decoding by the server a user would run instead. ``peer:ngram-… (llama-server)``
+GGUF: plain decoding by the server a user would run instead. With a GGUF draft model,
+``peer:draft_model (llama-server)`` adds ``-md DRAFT.gguf`` with its own draft settings,
+and ``peer:draft_model γ=N (llama-server)`` drafts up to our ceiling N as ours does. ``peer:ngram-… (llama-server)``
 runs it with each of the n-gram ``--spec-type``s its ``--help`` lists, a row each
 (:func:`ngram_args`). ``peer:eagle3 γ`` runs ``llama-server -m TARGET.gguf -md head.gguf --spec-type
 draft-eagle3`` on the profile's own GGUF, with the profile's head converted by
@@ -287,6 +289,8 @@ class LlamaServerPeer:
         self.ceiling = profile.speculation.max_speculative_tokens
         self.lookup = profile.speculation.prompt_lookup_max
         self.bin_dir = server_bin_dir()
+        draft = loaded.draft  # a GGUF draft model: the -md rows (its default drafting, and ours)
+        self.draft_path = draft.model_path if draft is not None and draft.name == "llama.cpp" else None
         self.gguf = (head_gguf(head_folder, loaded.target_hf_folder(profile), convert_script(self.bin_dir))
                      if head_folder is not None else None)
         self.stops = set(stops)
@@ -309,12 +313,26 @@ class LlamaServerPeer:
             self._servers[(gamma, spec_type)] = start_server(args, f"-m {self.model_path}{what}")
         return self._servers[(gamma, spec_type)].url
 
+    def _draft_url(self, gamma: int | str) -> str:
+        """llama-server -md with the profile's draft model: "auto", its own draft settings;
+        γ, drafting up to γ as ours does (no minimum draft probability)."""
+        key = (-1 if gamma == "auto" else int(gamma), "-md")
+        if key not in self._servers:
+            knobs = [] if gamma == "auto" else ["--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0",
+                                                "--spec-draft-p-min", "0"]
+            args = ["-m", str(self.model_path), "-md", str(self.draft_path), *knobs, "-t", str(self.threads),
+                    "-c", str(self.n_ctx), "-np", "1", "-ngl", str(self.n_gpu_layers), "-ngld", str(self.n_gpu_layers)]
+            if self.n_gpu_layers:
+                self.close()
+            self._servers[key] = start_server(args, f"-m {self.model_path} -md {self.draft_path}")
+        return self._servers[key].url
+
     def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
         spec_type = getattr(config, "spec_type", "")
         gamma = 0 if config.method == "none" or spec_type else self.ceiling if config.gamma == "auto" else int(config.gamma)
         if spec_type in REMEMBERS_EARLIER_REQUESTS and request.fresh:
             self._restart(gamma, spec_type, request, params)
-        url = self._url(gamma, spec_type)
+        url = self._draft_url(config.gamma) if config.method == "draft_model" else self._url(gamma, spec_type)
         got = stream_completion(url, completion_body(request, params, max_new_tokens), self.stops)
         return {
             "new_tokens": len(got.output_ids), "finish_reason": got.finish_reason, "wall_ms": got.end_ms,

@@ -29,12 +29,15 @@ SHIPPED_SETS = ("repetitive", "open", "unusual", "long")
 def load_prompt_sets(specs: list[str]) -> list[PromptSet]:
     """Each spec is a shipped set name, ``all``, ``spec-bench[:N]`` (six sets), or a path
     to a .toml / .jsonl file."""
+    from specchat.bench.humaneval import humaneval_set, is_humaneval
     from specchat.bench.spec_bench import is_spec_bench, spec_bench_sets
 
     sets: list[PromptSet] = []
     for spec in specs:
         if is_spec_bench(spec):
             found = spec_bench_sets(spec)
+        elif is_humaneval(spec):
+            found = [humaneval_set(spec)]
         else:
             found = [load_prompt_set(name) for name in (SHIPPED_SETS if spec == "all" else (spec,))]
         for prompt_set in found:
@@ -50,7 +53,7 @@ def load_prompt_set(spec: str) -> PromptSet:
         path = PROMPTS_DIR / f"{spec}.toml"
     elif not path.is_file():
         raise SpecchatError(f"--prompts {spec!r} is neither a shipped set nor a file", key="--prompts",
-                            hint=f"use one of {', '.join(SHIPPED_SETS)}, all, spec-bench[:N], spec-bench/CATEGORY[:N], "
+                            hint=f"use one of {', '.join(SHIPPED_SETS)}, all, spec-bench[:N], spec-bench/CATEGORY[:N], humaneval[:N], "
                                  "or a path to a .toml or .jsonl file")
     if path.suffix == ".toml":
         return _from_toml(path)

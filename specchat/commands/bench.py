@@ -130,7 +130,9 @@ def run(args: argparse.Namespace) -> int:
                             note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=has_peer_methods,
                             peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model),
                             server_peer=not no_server, medusa_heads=medusa_heads,
-                            server_ngram_types=() if no_server else ngram_types(), suffix_store=args.suffix_store)
+                            server_ngram_types=() if no_server else ngram_types(), suffix_store=args.suffix_store,
+                            server_draft=(profile.speculation.max_speculative_tokens
+                                          if loaded.draft is not None and loaded.draft.name == "llama.cpp" else 0))
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
 
 
