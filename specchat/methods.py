@@ -19,6 +19,7 @@ class Method:
     tree: bool = False  # it drafts a tree when speculation.siblings > 1
     batched: bool = False  # llama.cpp's batched engine (serve, bench --concurrency) runs its chains
     aliases: tuple[str, ...] = ()  # other spellings bench's --methods accepts
+    auto_only: bool = False  # its controller picks the source and γ each step: γ = auto only
     # a model-free proposer's class ("module:Class", built like prompt lookup: γ, the n-gram
     # bounds, the γ = auto ceiling): the factory needs no line of its own for it
     builds: str = ""
@@ -32,7 +33,9 @@ METHODS = {m.name: m for m in (
            builds="specchat.engine.proposers.suffix:SuffixProposer"),
     Method("eagle3", "head", "EAGLE-3 head", needs="eagle3", tree=True, batched=True),
     Method("medusa", "medusa", "Medusa heads", needs="medusa", tree=True),
-    Method("hybrid", "hybrid", "n-gram lookup or EAGLE-3 head", needs="eagle3", tree=True, batched=True),
+    Method("hybrid", "hybrid", "n-gram lookup or EAGLE-3 head", needs="eagle3", tree=True, batched=True,
+           auto_only=True),
+    Method("ngram_draft", "n+draft", "n-gram lookup or draft model", needs="draft", batched=True, auto_only=True),
     Method("none", "none", "no proposer", batched=True),
 )}
 SPELLINGS = {spelling: m for m in METHODS.values() for spelling in (m.name, *m.aliases)}

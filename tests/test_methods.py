@@ -41,13 +41,13 @@ def test_every_head_kind_is_titled_by_a_method_of_its_own():
 
 def test_each_proposer_declares_what_its_row_says():
     from specchat.engine.proposers.eagle import EagleProposer
-    from specchat.engine.proposers.hybrid import HybridProposer
+    from specchat.engine.proposers.hybrid import HybridProposer, NgramDraftProposer
     from specchat.engine.proposers.medusa import MedusaProposer
     from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 
     built = tuple(getattr(importlib.import_module(m.builds.split(":")[0]), m.builds.split(":")[1])
                   for m in TABLE if m.builds)  # model-free: the row names the class the factory builds
-    proposers = (DraftModelProposer, EagleProposer, MedusaProposer, HybridProposer, Proposer) + built
+    proposers = (DraftModelProposer, EagleProposer, MedusaProposer, HybridProposer, NgramDraftProposer, Proposer) + built
     assert NgramProposer in built and all(m.point_mass and not m.needs for m in TABLE if m.builds)
     assert {p.kind: p.point_mass for p in proposers} == {m.name: m.point_mass for m in TABLE}
 

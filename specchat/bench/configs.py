@@ -158,7 +158,7 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
                      + ", ".join(str(g) for g in deep))
             configs += [BenchConfig(method, g) for g in gammas if g not in deep]
             continue
-        if method == "hybrid":  # its controller picks source and γ each step: auto only
+        if METHODS[method].auto_only:  # its controller picks source and γ each step: auto only
             configs.append(BenchConfig(method, "auto"))
             continue
         configs += [BenchConfig(method, gamma) for gamma in gammas]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from specchat.engine.session import ChatSession
 from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.engine import SpeculativeEngine
-from specchat.engine.proposers.hybrid import HEAD_CEILING, HybridProposer
+from specchat.engine.proposers.hybrid import HEAD_CEILING, HybridProposer, NgramDraftProposer
 from specchat.engine.proposers.medusa import MedusaProposer
 from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from specchat.engine.sampling import SamplingParams
@@ -44,6 +44,9 @@ def build_proposer(speculation: SpeculationSpec, loaded: Any = None, gamma: int 
     if method.name == "hybrid":
         ngram = NgramProposer("auto", speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
         return HybridProposer(ngram, EagleProposer(model, loaded.target, "auto", HEAD_CEILING, **tree), ceiling)
+    if method.name == "ngram_draft":
+        ngram = NgramProposer("auto", speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
+        return NgramDraftProposer(ngram, DraftModelProposer(model, "auto", ceiling), ceiling)
     return None
 
 

@@ -31,6 +31,7 @@ from scipy import stats
 
 from specchat.engine import AdaptiveGamma, DraftModelProposer, NgramProposer, Proposal, SamplingParams
 from specchat.engine.proposers.suffix import SuffixProposer
+from specchat.engine.proposers.hybrid import NgramDraftProposer
 from specchat.engine.proposers.suffix_store import SuffixStore
 from specchat.engine.proposers import Proposer
 from tests.support import power
@@ -145,6 +146,8 @@ def make_proposer(kind, target, draft):
         return DraftModelProposer(draft, "auto", 3)
     if kind == "ngram":
         return NgramProposer(3, 1, 3)
+    if kind == "ngram-draft":  # the hybrid of n-gram lookup and the draft model, γ = auto choosing between them
+        return NgramDraftProposer(NgramProposer("auto", 1, 3, 3), DraftModelProposer(draft, "auto", 3), 3)
     if kind == "suffix":
         return SuffixProposer(3, 1, 3)
     if kind == "suffix-store":  # earlier replies that outvote the prompt's own "3 1 2 → 3": their drafts win
@@ -171,7 +174,7 @@ def models(name, target, draft, table_pair):
 # every proposer under every setting on the table would double the grid; n-gram and the
 # adaptive controller run under the plainest and the most filtered setting
 TABLE_CASES = [(kind, setting) for kind in ("draft", "point-mass") for setting in SETTINGS] + [
-    (kind, setting) for kind in ("ngram", "suffix", "draft-auto") for setting in ("t1", "t0.9-topk6-topp0.9")
+    (kind, setting) for kind in ("ngram", "suffix", "draft-auto", "ngram-draft") for setting in ("t1", "t0.9-topk6-topp0.9")
 ] + [("suffix-store", "t1")]
 # on the Llama: each proposer once, the four settings shared out among them
 LLAMA_CASES = [("draft", "t1.2-topp0.8"), ("point-mass", "t0.7-topk5"), ("ngram", "t1"),
@@ -185,11 +188,13 @@ def test_joint_distribution_is_the_targets(target, draft, table_pair, model, kin
     target, draft, joint_of = models(model, target, draft, table_pair)
     params = SETTINGS[setting]
     proposer = make_proposer(kind, target, draft)
-    controller = SteadyClockAdaptive(3, proposer) if kind == "draft-auto" else None
+    controller = SteadyClockAdaptive(3, proposer) if kind in ("draft-auto", "ngram-draft") else None
     engine = folded(target, proposer, controller)
     joint = joint_of(target, PROMPT, LENGTH, params)
     counts = sample_counts(engine, params)
-    if controller is not None:  # the controller really varied γ, plain steps included
+    if kind == "ngram-draft":  # both sources drafted
+        assert {"ngram", "draft_model"} <= set(engine.metrics.drafts_by_source), engine.metrics.drafts_by_source
+    elif controller is not None:  # the controller really varied γ, plain steps included
         assert controller.used.get(0, 0) >= 50 and sum(n >= 50 for k, n in controller.used.items() if k) >= 2, \
             controller.used
     metrics = engine.metrics

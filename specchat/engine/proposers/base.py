@@ -88,6 +88,10 @@ class Proposer:
     def select(self, source: str) -> None:
         """The controller's pick among ``candidates`` for the next ``propose``."""
 
+    def drafted_elsewhere(self, k: int) -> None:
+        """Another source of a hybrid drafted this step's k tokens (hybrid.py). A draft
+        model needs nothing: it catches up on the ids at its next proposal."""
+
     def place(self, device: torch.device) -> None:
         """The target's device, told by the engine: point-mass drafts are made there (a
         model's drafts stay on its own device)."""

@@ -1,22 +1,24 @@
-"""Hybrid drafting: n-gram lookup where the context has a match, a head elsewhere.
+"""Hybrid drafting: n-gram lookup where the context has a match, a model elsewhere (an
+EAGLE-3 head: method "hybrid"; a draft model: "ngram_draft").
 
 Each step the adaptive controller weighs both sources (controller.py): n-gram lookup's
 continuation, with its acceptance estimate keyed on the match, at almost no drafting
-cost; and the head's chain, with its own measured acceptance and its measured cost per
-draft. It picks the source and γ with the most expected tokens per millisecond — or a
+cost; and the model's chain, with its own measured acceptance and its measured cost per
+draft (a draft model that cannot pay here is set aside by the controller, and the hybrid
+is then n-gram lookup alone). It picks the source and γ with the most expected tokens per millisecond — or a
 plain step when neither pays — and ``select`` routes the next ``propose`` there.
 
-The head follows every step whichever source drafted: the target hands out features
+A head follows every step whichever source drafted: the target hands out features
 for every position it runs, and those it keeps are queued for the head (eagle.py), so
 a switch back to the head finds its context whole. Exactness is each source's own:
-n-gram drafts are point masses, the head's come with their q.
+n-gram drafts are point masses, the model's come with their q. A draft model catches up
+on the tokens it missed at its next proposal (a catch-up, not a sample of its cost).
 """
 
 from __future__ import annotations
 
 import torch
 
-from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.proposers.base import Candidate, NgramProposer, Proposal, Proposer
 from specchat.engine.sampling import SamplingParams
 
@@ -27,11 +29,11 @@ HEAD_CEILING = 4  # the head's chains stop here: each further draft is kept less
 class HybridProposer(Proposer):
     kind = "hybrid"
 
-    def __init__(self, ngram: NgramProposer, head: EagleProposer, max_speculative_tokens: int | None = None) -> None:
+    def __init__(self, ngram: NgramProposer, head: Proposer, max_speculative_tokens: int | None = None) -> None:
         super().__init__("auto", max_speculative_tokens or max(ngram.max_speculative_tokens, head.max_speculative_tokens))
-        self.ngram, self.head = ngram, head
+        self.ngram, self.head = ngram, head  # head: the model that drafts, an EAGLE-3 head or a draft model
         self.head_limit = head.max_speculative_tokens  # a head's chain degrades fast: its own ceiling
-        self.ngram.place(head.device)
+        self.ngram.place(head.sampling_device or torch.device("cpu"))  # until the engine places it
         self.sampling_device = head.sampling_device
         self.can_rollback = ngram.can_rollback and head.can_rollback
         self._route: Proposer = ngram
@@ -66,3 +68,9 @@ class HybridProposer(Proposer):
     def reset(self) -> None:
         self.ngram.reset()
         self.head.reset()
+
+
+class NgramDraftProposer(HybridProposer):
+    """n-gram lookup where the context has a match, the draft model elsewhere."""
+
+    kind = "ngram_draft"
