@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from specchat.paths import cache_dir
     from specchat.training.pipeline import Plan, Stages, layer_ids_for
     from specchat.training.train import TrainConfig
+    from specchat.training.workdir import prepare_work
 
     plan = Plan(prompts=args.prompts, max_new_tokens=args.max_new_tokens, draft_vocab=args.draft_vocab,
                 replies=args.replies,
@@ -75,11 +76,7 @@ def run(args: argparse.Namespace) -> int:
         plan = Plan(prompts=6, held_out=2, max_new_tokens=12, draft_vocab=min(args.draft_vocab, 256), n_seq=3,
                     train=TrainConfig(epochs=1, steps=2, batch_tokens=256))
     out = Path(args.out) if args.out else cache_dir() / "heads" / f"{profile.name}-{args.kind}"
-    work = out / "work"
-    if not args.resume and work.exists():
-        import shutil
-
-        shutil.rmtree(work)
+    work = prepare_work(out, args.resume)  # before the model loads: what it refuses is said at once
     from specchat.sanitize import clean_line
 
     # load messages and paths name a profile's sources: untrusted text, cleaned at the edge

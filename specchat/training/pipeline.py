@@ -24,6 +24,7 @@ from specchat.heads.eagle3 import Eagle3Config, Eagle3Head
 from specchat.training.corpus import split, training_prompts
 from specchat.training.teacher import Taught, teach
 from specchat.training.train import History, TrainConfig, train
+from specchat.training.workdir import read_distilled
 
 
 @dataclass
@@ -77,11 +78,9 @@ class Stages:
         replies = max(1, self.plan.replies)
         path = self.work / "distilled.jsonl"
         done = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                row = json.loads(line)
-                if row.get("prompt", -1) < len(prompts) and row.get("replies") == replies:
-                    done[row["index"]] = row  # a resumed run may train on fewer prompts
+        for row in read_distilled(path):
+            if row["prompt"] < len(prompts) and row["replies"] == replies:
+                done[row["index"]] = row  # a resumed run may train on fewer prompts
         todo = [k for k in range(len(prompts) * replies) if k not in done]
         if todo:
             from specchat.engine.template import ChatTemplate
