@@ -3,8 +3,9 @@
 A recording or an export is someone's conversation: the sessions dir is 0700, the files
 in it 0600, whatever the umask. Files are created exclusively (``O_EXCL``), so two
 processes can never share one by picking the same name, and an export replaces an
-existing file only when asked to (``--force``) — never the recording it exports.
-Torch-free.
+existing file only when asked to (``--force``) — never the recording it exports, and
+only a regular file: a character device or a FIFO (``/dev/null``, a pipe) is written
+into, and anything else (a link, a folder) is refused in one line. Torch-free.
 """
 
 from __future__ import annotations
@@ -53,6 +54,26 @@ def write_export(out: str | os.PathLike[str], text: str, *, source: str | os.Pat
         raise SpecchatError("will not write the export over the recording it comes from", file=str(out),
                             hint="choose another name with -o")
     data = text.encode("utf-8")
+    try:
+        info = os.lstat(out)
+    except FileNotFoundError:
+        info = None
+    if force and info is not None and (stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
+        # a device or a pipe takes the export as a stream; replacing it would put a file in its place
+        try:
+            fd = os.open(out, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                write_all(fd, data)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise SpecchatError(f"cannot write the export ({exc.strerror or exc})", file=str(out),
+                                hint="name a file or a device that takes it with -o") from None
+        return out
+    if force and info is not None and not stat.S_ISREG(info.st_mode):
+        kind = "a link" if stat.S_ISLNK(info.st_mode) else "a folder" if stat.S_ISDIR(info.st_mode) else "not a file"
+        raise SpecchatError(f"is {kind}: --force replaces only a regular file", file=str(out),
+                            hint="name the file itself, or another name, with -o")
     if not force:
         try:
             fd = create_private(out, append=False)
