@@ -25,6 +25,7 @@ the store.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -33,7 +34,7 @@ import sys
 from array import array
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from specchat.errors import SpecchatError
 
@@ -50,6 +51,10 @@ SCAN = 1024  # most recent occurrences of a pair looked through for a longer n-g
 
 class SuffixStoreError(SpecchatError):
     """A store that cannot be used: unreadable, damaged, or another tokenizer's."""
+
+
+class NewerStoreError(SuffixStoreError):
+    """A store a newer specchat wrote: not damaged, and not this version's to replace."""
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> tuple[str, int]:
@@ -116,6 +121,11 @@ class SuffixStore:
         self.count += len(kept)
         return kept
 
+    def adopt(self, other: SuffixStore) -> None:
+        """Holds ``other``'s replies instead of its own (another process's saves merged in)."""
+        self.replies, self.count = other.replies, other.count
+        self._reindex()
+
     def _trim(self, limit: int) -> None:
         while self.count > limit and self.replies:
             self.count -= len(self.replies.popleft())
@@ -172,6 +182,25 @@ def _private_dir(path: Path) -> None:
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
 
 
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Holds an exclusive lock beside ``path`` (``.<name>.lock``, 0600): one process at a
+    time reads, merges and rewrites the store. Where the OS has no flock, no lock."""
+    _private_dir(path.parent)
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                 FILE_MODE)
+    try:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            yield
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released with the descriptor
+        yield
+    finally:
+        os.close(fd)
+
+
 def load_store(path: str | os.PathLike[str], fingerprint: str, vocab_size: int,
                max_tokens: int = MAX_TOKENS) -> SuffixStore:
     """The store at ``path``, checked whole; raises SuffixStoreError (one line) when it is
@@ -188,8 +217,13 @@ def load_store(path: str | os.PathLike[str], fingerprint: str, vocab_size: int,
     if not isinstance(header, dict) or header.get("magic") != MAGIC:
         raise SuffixStoreError("not a specchat suffix store", file=str(path),
                                hint="point speculation.suffix_store at a store specchat wrote, or remove the file")
-    if header.get("version") != VERSION:
-        raise _damaged(path, f"store version {str(header.get('version'))[:20]!r}; this specchat reads {VERSION}")
+    version = header.get("version")
+    if type(version) is int and version > VERSION:
+        raise NewerStoreError(f"the suffix store was written by a newer specchat (store version {version}; "
+                              f"this one reads {VERSION})", file=str(path),
+                              hint="upgrade specchat to draft from it, or point speculation.suffix_store elsewhere")
+    if version != VERSION:
+        raise _damaged(path, f"store version {str(version)[:20]!r}; this specchat reads {VERSION}")
     fields = {key: header.get(key) for key in ("vocab_size", "tokens", "replies")}
     if any(type(v) is not int or v < 0 for v in fields.values()) or not isinstance(header.get("fingerprint"), str):
         raise _damaged(path, "its header lacks a field or has one of the wrong type")

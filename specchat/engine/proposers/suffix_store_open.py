@@ -10,19 +10,28 @@
   the user's own choice, so a damaged or foreign one is an error (SuffixStoreError: the
   CLI prints one line and exits 2), never silently replaced.
 
-Each finished reply is added (bounded; the oldest go first) and the file rewritten —
-unless the chat is not recorded (``--no-record``, ``record = false``: ``keep=False``): then
+Each finished reply is added (bounded; the oldest go first) and the file rewritten, under
+a lock, merged with what other chats saved since (two chats on one store keep each
+other's replies) — unless the chat is not recorded (``--no-record``, ``record = false``: ``keep=False``): then
 the store is read and drafted from but its file is never written, not even to repair it,
 for a user who asks not to record a chat expects nothing of it to be kept.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from specchat.engine.proposers.suffix_store import SuffixStore, SuffixStoreError, load_store, tokenizer_fingerprint
+from specchat.engine.proposers.suffix_store import (
+    NewerStoreError,
+    SuffixStore,
+    SuffixStoreError,
+    load_store,
+    locked,
+    tokenizer_fingerprint,
+)
 from specchat.paths import data_dir
 from specchat.sanitize import clean_line
 
@@ -35,18 +44,54 @@ class OpenedStore:
     path: Path
     notice: str | None = None
     keep: bool = True
+    seen: tuple | None = None  # the file as this chat last read or wrote it (_identity)
+    unsaved: list[list[int]] = field(default_factory=list)  # replies the file does not hold yet
 
     def remember(self, reply: list[int]) -> str | None:
-        """Adds a finished reply's ids and saves; a line saying why when it could not be saved.
-        Not kept: nothing (the reply is in the chat's own context already)."""
+        """Adds a finished reply's ids and saves, merged with what other chats saved since
+        (under the store's lock); a line saying why when it could not be saved. Not kept:
+        nothing (the reply is in the chat's own context already)."""
         if not self.keep:
             return None
         self.store.add(reply)
+        self.unsaved.append(reply)
         try:
-            self.store.save(self.path)
+            with locked(self.path):
+                self._merge()
+                self.store.save(self.path)
+                self.seen = _identity(self.path)
+        except NewerStoreError as exc:
+            return clean_line(f"the suffix store was not saved: {exc}")
         except OSError as exc:
             return clean_line(f"the suffix store was not saved ({exc.strerror or exc}): {self.path}")
+        self.unsaved.clear()
         return None
+
+    def _merge(self) -> None:
+        """Where another chat rewrote the file since this one last did: its replies, then
+        this chat's unsaved ones. A file that no longer loads is replaced by this chat's
+        (as opening a damaged one does); a newer specchat's raises NewerStoreError."""
+        now = _identity(self.path)
+        if now is None or now == self.seen:
+            return
+        try:
+            disk = load_store(self.path, self.store.fingerprint, self.store.vocab_size, self.store.max_tokens)
+        except NewerStoreError:
+            raise
+        except SuffixStoreError:
+            return
+        for reply in self.unsaved:
+            disk.add(reply)
+        self.store.adopt(disk)
+
+
+def _identity(path: Path) -> tuple | None:
+    """What tells one write of the file from another (a save replaces it: a new inode)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
 
 
 def auto_path(fingerprint: str) -> Path:
@@ -69,19 +114,27 @@ def open_store(setting: str, tokenizer: Any, model_source: str, base: Path | Non
         path = path if path.is_absolute() or base is None else base / path
         if not path.exists():
             return OpenedStore(SuffixStore(fingerprint, vocab_size), path, keep=keep)
-        return OpenedStore(load_store(path, fingerprint, vocab_size), path, keep=keep)
+        return _loaded(path, fingerprint, vocab_size, keep)
     path = auto_path(fingerprint)
-    notice = None
+    notice, newer = None, False
     if path.exists():
         try:
-            return OpenedStore(load_store(path, fingerprint, vocab_size), path, keep=keep)
+            return _loaded(path, fingerprint, vocab_size, keep)
+        except NewerStoreError as exc:  # not this version's to replace: the chat drafts without it
+            notice, newer = f"{exc.message}: {path}", True
         except SuffixStoreError as exc:
             notice = f"{exc.message}: {path}"
     store = SuffixStore(fingerprint, vocab_size, recorded(model_source) if recorded else ())
-    opened = OpenedStore(store, path, keep=keep)
+    opened = OpenedStore(store, path, keep=keep and not newer)
     if notice is not None:
-        where = "" if keep else " for this chat only (not saved: it is not recorded)"
+        where = (" for this chat only (the newer store is left as it is)" if newer else
+                 "" if keep else " for this chat only (not saved: it is not recorded)")
         opened.notice = clean_line(f"{notice} — rebuilt{where} from {len(store.replies)} recorded replies")
     if store.replies or notice is not None:  # a damaged file is replaced now, not left for the next chat
         opened.notice = opened.remember([]) or opened.notice
     return opened
+
+
+def _loaded(path: Path, fingerprint: str, vocab_size: int, keep: bool) -> OpenedStore:
+    seen = _identity(path)  # before the read: a save in between is merged at the first reply
+    return OpenedStore(load_store(path, fingerprint, vocab_size), path, keep=keep, seen=seen)
