@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -105,11 +105,14 @@ class Runner(Protocol):
         """Other processes' share of the cores since the last step (None: not read)."""
 
 
-def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None) -> list[tuple[Sequence, Step]]:
+def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None,
+         alone: Callable[[Sequence, Exception], None] | None = None) -> list[tuple[Sequence, Step]]:
     """One speculative step for every sequence in ``seqs`` → each sequence's Step (a
     finished one's carries its finish reason). ``planner``: γ = auto's batch plan, which
     chooses the drafts of the sequences it ``plans``; every other sequence asks its own
-    controller. Exactness uses each sequence's own past only."""
+    controller. Exactness uses each sequence's own past only. ``alone``: where one
+    sequence's verification fails, it is handed the sequence and the error, and that
+    sequence's Step ends it ("error") while the others go on; None: the error ends the step."""
     timer = StepTimer(runner.device)  # the step's own time, not the consumer's
     contexts = [len(s.ids) for s in seqs]
     gammas, chosen, planned, plan = choose(seqs, planner)
@@ -126,10 +129,17 @@ def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None
     decoded = timer.mark()
     verdicts = []
     for s, proposal, here in zip(seqs, proposals, logits):
-        result = verify(here, proposal, s)
-        if result.nonfinite:
-            raise epilogue.nonfinite(result.nonfinite, f"at step {s.steps + 1} of {s.name}, before its token "
-                                                       f"{s.produced + 1}")
+        try:
+            result = verify(here, proposal, s)
+            if result.nonfinite:
+                raise epilogue.nonfinite(result.nonfinite, f"at step {s.steps + 1} of {s.name}, before its token "
+                                                           f"{s.produced + 1}")
+        except Exception as exc:
+            if alone is None:
+                raise
+            alone(s, exc)
+            verdicts.append(None)
+            continue
         runner.rollback(s, proposal, result)
         s.cached = len(s.ids) + result.num_accepted  # the emitted token's cells come with the next step
         if s.proposer:
@@ -142,9 +152,14 @@ def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None
     end = timer.mark()  # one time for the whole step, before anything is handed out
     if plan is not None:
         planner.observe_batch(rows, timer.ms(decoded - 1, end), timer.ms(0, decoded - 1), prompts > 0,
-                        [(len(p.tokens), r.num_accepted) if d else (0, 0) for (p, r, _), d in zip(verdicts, planned)])
+                              [(len(v[0].tokens), v[1].num_accepted) if d and v else (0, 0)
+                               for v, d in zip(verdicts, planned)])
     others, out = runner.cpu_others(), []
-    for i, (s, (proposal, result, settled)) in enumerate(zip(seqs, verdicts)):
+    for i, (s, verdict) in enumerate(zip(seqs, verdicts)):
+        if verdict is None:  # failed alone (handed to ``alone``)
+            out.append((s, epilogue.ended("error")))
+            continue
+        proposal, result, settled = verdict
         k = len(proposal.tokens)
         source = (proposal.source or s.proposer.kind) if k else ""
         if planned[i]:

@@ -28,6 +28,11 @@ import torch
 from specchat.errors import SamplingError
 
 MAX_SEED = 2**64 - 1  # torch generators and position_uniforms take 64-bit seeds
+# Below this temperature logits / T leaves float32's range for a logit float16 can hold
+# (|x| ≤ 65504): the division gives ±inf (a subnormal T rounds to 0 in float32) and the
+# sampler finds no token. So colder is greedy, which every T this small already is
+# (its distribution is one-hot at the argmax but for exact ties).
+GREEDY_BELOW = float(torch.finfo(torch.float16).max) / float(torch.finfo(torch.float32).max)
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        """temperature 0, or one below GREEDY_BELOW (≈ 1.9e-34), which is greedy in all but ties."""
+        return self.temperature < GREEDY_BELOW
 
 
 def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

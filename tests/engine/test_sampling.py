@@ -243,3 +243,22 @@ def test_coupled_point_mass_rule_has_the_textbook_law(draft):
     residual = residual_distribution(p[:1], torch.nn.functional.one_hot(torch.tensor([draft]), 4).double())[0]
     if n - kept:
         assert torch.allclose(emitted / (n - kept), residual, atol=2.0 / (n - kept))
+
+
+@pytest.mark.parametrize("temperature", [1e-320, 5e-324, 1e-36, 1e-34])
+def test_a_temperature_too_cold_for_floats_is_greedy(temperature):
+    """logits / T leaves float range for a subnormal or tiny T (a client's 1e-320): the
+    sampler found no token (IndexError, which failed every request on serve). Such a T is
+    greedy, plain and speculative, float32 and float64. Planted bug: ``greedy`` is ``T <= 0``."""
+    from specchat.engine import NgramProposer, SpeculativeEngine
+    from tests.support.table_lm import TableLM, random_table
+
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 30
+    assert torch.equal(warp(logits, SamplingParams(temperature=temperature)), warp(logits, SamplingParams(0.0)))
+    target = TableLM(random_table(0))
+    for proposer in (None, NgramProposer(3, 1, 3, 4)):
+        def reply(t):
+            target.reset()
+            engine = SpeculativeEngine(target, proposer)
+            return [x.id for s in engine.generate([1, 2, 3, 1, 2], SamplingParams(temperature=t), 24) for x in s.tokens]
+        assert reply(temperature) == reply(0.0)

@@ -126,13 +126,16 @@ class BatchedEngine:
             self.context.drop(seq)
         self._held.clear()  # what γ = auto measured stays, the batch plan's and the lanes' alike
 
-    def generate(self, requests: list[Request] | RequestQueue, admitted: Callable[[int], None] | None = None
-                 ) -> Iterator[tuple[int, Step]]:
+    def generate(self, requests: list[Request] | RequestQueue, admitted: Callable[[int], None] | None = None,
+                 failed: Callable[[int, Exception], None] | None = None) -> Iterator[tuple[int, Step]]:
         """``requests``: a list (request i is its i-th) or a RequestQueue still being
         filled (request i is its i-th put); with nothing to decode, the loop waits for the
         queue's next request until the queue is closed. ``admitted(i)`` is called as request
         i takes a slot (a closed-loop client's send time: its time to first token counts
-        from there)."""
+        from there). ``failed(i, error)``: request i's verification failed (a server: one
+        client's request must not end the others'); its last Step says "error" and the rest
+        go on. Without it, such an error ends the call."""
+        alone = None if failed is None else (lambda s, exc: failed(s.index, exc))
         source = requests if isinstance(requests, RequestQueue) else RequestQueue(requests, closed=True)
         with self._lock:
             self._cancelled.clear()  # a cancel from an earlier call never reaches this one
@@ -160,7 +163,10 @@ class BatchedEngine:
                     self._release(s, free)
                     yield s.index, epilogue.ended(reason)
                 if active:
-                    for s, done in step(list(active.values()), self.runner, self._auto):
+                    for s, done in step(list(active.values()), self.runner, self._auto, alone):
+                        if done.finish_reason == "error":  # its cells hold an unverified step: gone
+                            self.context.drop(s.lane)
+                            s.ids, s.cached = [], 0
                         if done.finish_reason:
                             del active[s.lane]
                             self._release(s, free)

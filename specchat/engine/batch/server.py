@@ -4,8 +4,9 @@ A worker thread owns the BatchedEngine (and so the llama.cpp context: no other t
 decodes) and runs ``generate`` over a RequestQueue that ``submit`` keeps filling. Each
 request's Steps go to its own :class:`Handle` (a ``queue.Queue``), read by whichever
 thread serves that client; ``handle.cancel()`` ends that request alone before the next
-step. An engine error ends every request in flight with its one line, and the worker
-starts over on the same queue (the requests that come next are served).
+step. A request whose own verification fails (its sampler, its logits) ends alone with
+its one line; any other engine error ends every request in flight with its line, and the
+worker starts over on the same queue (the requests that come next are served).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class BatchedServer:
         self.requests = RequestQueue()
         self._on_step = on_step or (lambda index, step: None)
         self._handles: dict[int, Handle] = {}
+        self._errors: dict[int, str] = {}  # a request that failed alone → its line (worker thread only)
         self._lock = threading.Lock()  # a handle is registered before the worker can yield its first step
         self._worker = threading.Thread(target=self._run, name="specchat-batch", daemon=True)
         self._worker.start()
@@ -105,18 +107,23 @@ class BatchedServer:
     def _run(self) -> None:
         while not self.requests.finished:
             try:
-                for index, step in self.engine.generate(self.requests):
+                for index, step in self.engine.generate(self.requests, failed=self._failed):
                     with self._lock:
                         handle = self._handles.pop(index) if step.finish_reason else self._handles.get(index)
                     if handle is not None and handle.stopped and step.finish_reason == "cancelled":
                         step = dataclasses.replace(step, finish_reason="stop")
                     self._on_step(index, step)
+                    line = self._errors.pop(index, None)  # set by _failed as the step failed
                     if handle is not None:
-                        handle.steps.put(step)
+                        handle.steps.put(line if line is not None else step)
             except Exception as exc:  # the batch's cells are dropped (generate): fail its requests, go on
+                self._errors.clear()
                 line = one_line(exc)
                 with self._lock:
                     self.requests.drain()
                     failed, self._handles = list(self._handles.values()), {}
                 for handle in failed:
                     handle.steps.put(line)
+
+    def _failed(self, index: int, exc: Exception) -> None:
+        self._errors[index] = one_line(exc)
