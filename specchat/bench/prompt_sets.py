@@ -92,7 +92,8 @@ def _from_toml(path: Path) -> PromptSet:
     if not isinstance(max_new, int) or max_new < 1:
         raise SpecchatError(f"max_new_tokens = {max_new!r} is not a positive integer", file=str(path),
                             key="max_new_tokens")
-    return PromptSet(clean_line(path.stem), clean_line(data.get("description", "")), max_new, tuple(prompts), str(path))
+    return PromptSet(clean_line(path.stem), clean_line(data.get("description", "")), max_new, _unique(prompts, path),
+                     str(path))
 
 
 def _from_jsonl(path: Path) -> PromptSet:
@@ -119,4 +120,16 @@ def _from_jsonl(path: Path) -> PromptSet:
                               else clean_line(f"{path.stem}-{number}"), text))
     if not prompts:
         raise SpecchatError("the file holds no prompts", file=str(path))
-    return PromptSet(clean_line(path.stem), "", DEFAULT_MAX_NEW_TOKENS, tuple(prompts), str(path))
+    return PromptSet(clean_line(path.stem), "", DEFAULT_MAX_NEW_TOKENS, _unique(prompts, path), str(path))
+
+
+def _unique(prompts: list[Prompt], path: Path) -> tuple[Prompt, ...]:
+    """``prompts``, whose ids must differ: bench pairs each run with its plain twin by
+    (set, id, repeat), so two prompts of one id would be paired with each other's rows."""
+    seen: set[str] = set()
+    for prompt in prompts:
+        if prompt.id in seen:
+            raise SpecchatError(f"prompt id {prompt.id!r} is given twice", file=str(path), key="id",
+                                hint="give each prompt an id of its own")
+        seen.add(prompt.id)
+    return tuple(prompts)
