@@ -256,5 +256,9 @@ def make_server(service: Service, host: str, port: int, quiet: bool = False) -> 
     """The server bound to (host, port) — port 0 picks a free one: ``server.server_address``."""
     handler = type("ServeHandler", (Handler,), {"service": service, "quiet": quiet})
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    server_class = type("ServeHTTPServer", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
+    # the listen backlog: the stdlib's 5 reset clients in a burst (4 of 20 at once); the
+    # kernel's own cap instead, for a connection accepted is only a thread, and requests
+    # past --parallel wait in the engine's queue, not in the kernel's
+    server_class = type("ServeHTTPServer", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True,
+                                                                    "request_queue_size": socket.SOMAXCONN})
     return server_class((host, port), handler)
