@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from specchat.errors import SpecchatError
 from specchat.synthetic import PAIRS, cached, transformers_model
@@ -190,6 +191,10 @@ def _measured(name: str) -> list[dict]:
 
     if name.endswith(".json"):  # bench's; untrusted like any file: every step is checked as a recording's is
         from specchat.sessions.validate import check_step_stats
+
+        if not Path(name).is_file():  # checked before opening, as a recording is: a FIFO would block forever
+            raise SpecchatError("not a regular file" if Path(name).exists() else "no such file", file=name,
+                                hint="give the results.json that specchat bench wrote")
 
         def checked(step: dict) -> StepStats:
             check_step_stats(step, "rows[].steps[]")

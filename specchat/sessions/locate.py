@@ -25,5 +25,6 @@ def locate(ref: str) -> Path:
     for candidate in (directory / ref, directory / f"{ref}{SUFFIX}"):
         if candidate.is_file():
             return candidate
-    what = "a folder, not a recording" if path.is_dir() else "no such recording"
+    what = ("a folder, not a recording" if path.is_dir() else "not a regular file (a FIFO or a device?)"
+            if path.exists() else "no such recording")
     raise RecordingError(what, file=ref, hint=f"give a path, a name in {directory}, or 'last'")

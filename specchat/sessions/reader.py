@@ -131,7 +131,8 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
     replayable; otherwise returns what was readable and sets ``damage``."""
     path = Path(path)
     if not path.is_file():
-        what = "a folder, not a recording" if path.is_dir() else "no such recording"
+        what = ("a folder, not a recording" if path.is_dir() else "not a regular file (a FIFO or a device?)"
+            if path.exists() else "no such recording")
         raise RecordingError(what, file=str(path), hint="`specchat replay --list` lists recorded sessions")
     recording: Recording | None = None
     last_line = 0
