@@ -51,7 +51,10 @@ def chunk_tokens(chunk: dict[str, Any]) -> tuple[list[tuple[str, float | None]],
     text = delta.get("content") or "" if isinstance(delta, dict) else ""
     if not isinstance(text, str):
         raise ChunkError("'delta.content' is not text")
-    entries = (choice.get("logprobs") or {}).get("content") or []
+    logprobs = choice.get("logprobs") or {}
+    if not isinstance(logprobs, dict):
+        raise ChunkError("'logprobs' is not an object")
+    entries = logprobs.get("content") or []
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ChunkError("'logprobs.content' is not a list of tokens")
     tokens: list[tuple[str, float | None]] = []
