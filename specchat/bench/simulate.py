@@ -105,7 +105,7 @@ def simulate(events: list, speculation, method: str, gamma: int | str,
     backend = _Recorded(len(seen) + 1)
     proposer = build_proposer(speculation, None, gamma, None, method)
     engine = SpeculativeEngine(backend, proposer, eos_token_ids=[])  # the controller a live chat makes
-    ended = ("eos", "stop")  # the reply's last token ended it: the same token ends the simulated one
+    ended = ("eos", "stop")
     telemetry = ChatTelemetry(max_gamma=max(speculation.max_speculative_tokens, gamma if gamma != "auto" else 0))
     out = []
     for turn in recorded:
@@ -115,8 +115,12 @@ def simulate(events: list, speculation, method: str, gamma: int | str,
         backend.text = list(turn.prompt_ids) + turn.reply_ids
         telemetry.start_turn()
         steps = []
-        bound = len(turn.reply_ids) if turn.finish not in ended else max_new_tokens or 1 << 30
-        stops = turn.reply_ids[-1:] if turn.finish in ended else []
+        # a reply its last token ended (EOS, a stop token) ends there again, with room to draft
+        # past it as live; a last token met earlier in the reply is an ordinary one (a stop
+        # string ended it), so the reply's own length ends it instead
+        stopped = turn.finish in ended and bool(turn.reply_ids) and turn.reply_ids[-1] not in turn.reply_ids[:-1]
+        bound = (max_new_tokens or 1 << 30) if stopped else len(turn.reply_ids)
+        stops = turn.reply_ids[-1:] if stopped else []
         for step in engine.generate(list(turn.prompt_ids), GREEDY, bound, stops):
             if step.tokens:
                 telemetry.update(step.stats, len(step.tokens))

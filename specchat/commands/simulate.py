@@ -11,8 +11,14 @@ from specchat.errors import SpecchatError
 
 
 def simulate_recording(path, method: str | None, gamma: str | None) -> int:
-    from specchat.bench.simulate import simulate
     from specchat.config.model import MAX_SPECULATIVE_TOKENS, SpeculationSpec
+
+    if gamma is not None and gamma != "auto":  # said before the recording is read and torch imported
+        if not gamma.isdigit() or not 1 <= int(gamma) <= MAX_SPECULATIVE_TOKENS:
+            raise SpecchatError(f"--gamma '{gamma}' is not a γ", key="--gamma",
+                                hint=f"give a whole number from 1 to {MAX_SPECULATIVE_TOKENS}, or auto")
+        gamma = int(gamma)
+    from specchat.bench.simulate import simulate
     from specchat.events import StepEvent
     from specchat.methods import METHODS
     from specchat.sanitize import clean_line
@@ -29,11 +35,6 @@ def simulate_recording(path, method: str | None, gamma: str | None) -> int:
         if name not in model_free:
             raise SpecchatError(f"--method '{name}' is not a model-free proposer", key="--method",
                                 hint="use --method " + " or ".join(model_free) + " (or both, comma-separated)")
-    if gamma is not None and gamma != "auto":
-        if not gamma.isdigit() or not 1 <= int(gamma) <= MAX_SPECULATIVE_TOKENS:
-            raise SpecchatError(f"--gamma '{gamma}' is not a γ", key="--gamma",
-                                hint=f"give a whole number from 1 to {MAX_SPECULATIVE_TOKENS}, or auto")
-        gamma = int(gamma)
     events = [t.event for t in recording.events]
     timed = [e.step.stats for e in events if isinstance(e, StepEvent)]
     low, high = settings["prompt_lookup"]
