@@ -210,7 +210,8 @@ def _gguf_model(key: str, spec: Any, base: Path | None) -> tuple[str, Footprint]
     check_gguf(path, key)
     gguf_type, _ = resolve_gguf_type(spec.gguf_type, spec.n_gpu_layers)
     where = str(path) + (f" ({_conversion(path, gguf_type)})" if gguf_type else "")
-    params = gguf_params(path) if gguf_type else None
+    params = gguf_params(path)  # always: the header is read whole, as the loader reads it
+    params = params if gguf_type else None
     if params:
         size, how = int(params * GGUF_BYTES.get(gguf_type, 2.0)), f"{params / 1e6:.0f}M parameters in {gguf_type}"
     else:
@@ -290,15 +291,22 @@ def safetensors_params(folder: Path) -> int:
 
 
 def gguf_params(path: Path) -> int | None:
-    """Parameters in a GGUF file, from its tensor table (the gguf package), or None."""
+    """Parameters in a GGUF file, from its tensor table (the gguf package; None without it).
+    The header is read whole and every tensor's data must lie inside the file, as llama.cpp's
+    loader requires: a header that lies (a tensor count past the file, a file cut short)
+    raises ModelLoadError, naming the file, where ``run`` would refuse it."""
     try:
         from gguf import GGUFReader
     except ImportError:
         return None
     try:
-        return sum(int(t.n_elements) for t in GGUFReader(path).tensors)
-    except (OSError, ValueError):
-        return None
+        tensors = GGUFReader(path).tensors
+        if any(t.data.nbytes != t.n_bytes for t in tensors):
+            raise ValueError("a tensor's data runs past the end of the file")
+        return sum(int(t.n_elements) for t in tensors)
+    except Exception as error:  # someone else's bytes: numpy's IndexError on a short file, struct's, a ValueError
+        raise ModelLoadError(f"the GGUF header cannot be read ({type(error).__name__}: {str(error)[:120]})",
+                             file=str(path), hint="the file is damaged or cut short: download it again") from None
 
 
 def _size(n: int) -> str:

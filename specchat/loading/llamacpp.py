@@ -72,6 +72,9 @@ def gguf_path(spec: ModelSpec, key: str, base: Path | None) -> Path:
                 raise ModelLoadError(f"{key}.gguf_file: '{inside}' does not exist", key=f"{key}.gguf_file",
                                      hint="name a .gguf file inside the directory")
             return inside
+        if candidate.exists():  # a FIFO, a device: never opened (a FIFO would block)
+            raise ModelLoadError(f"{key}.source: '{candidate}' is not a regular file", key=f"{key}.source",
+                                 hint="give a .gguf file")
     if source.startswith((".", "/", "~")) or source.endswith(".gguf") or source.count("/") != 1:
         raise ModelLoadError(f"{key}.source: model path '{source}' does not exist", key=f"{key}.source",
                              hint="give an existing .gguf file, or a Hub id like 'org/name' with gguf_file")
