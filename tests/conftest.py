@@ -53,6 +53,15 @@ def pytest_sessionstart(session):
 
 def pytest_addoption(parser):
     tiers.add_option(parser)
+    parser.addoption("--pair", action="store_true",
+                     help="run tests/pair: the real Qwen2.5-Coder pair (make test-pair; needs specchat models pull qwen2.5-coder)")
+
+
+def pytest_ignore_collect(collection_path, config):
+    # the real pair is 1.6 GB and opt-in: make test leaves tests/pair out, make test-pair runs it
+    if collection_path.name == "pair" and collection_path.parent.name == "tests" and not config.getoption("--pair"):
+        return True
+    return None
 
 
 def pytest_configure(config):

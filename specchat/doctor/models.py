@@ -59,6 +59,8 @@ def check_models(profile: Any) -> tuple[list[Check], list[Footprint]]:
             continue
         checks.append(Check(f"{key} model", OK, where))
         footprints.append(footprint)
+    if len(footprints) == len(checks) == 2 and (pairing := _draft_tokenizer(profile, base)) is not None:
+        checks.append(pairing)
     if METHODS[profile.speculation.method].needs in HEAD_KINDS:
         try:
             folder = _head_folder(profile.speculation, base)
@@ -68,6 +70,32 @@ def check_models(profile: Any) -> tuple[list[Check], list[Footprint]]:
         except SpecchatError as error:
             checks.append(from_error("head", error))
     return checks, footprints
+
+
+def _draft_tokenizer(profile: Any, base: Path | None) -> Check | None:
+    """Whether a GGUF draft's tokenizer is its GGUF target's (their headers' token lists),
+    when both are on disk here; loading then checks them id by id."""
+    draft = profile.speculation.draft
+    if draft is None or draft.backend != "llama.cpp" or profile.target.backend != "llama.cpp":
+        return None
+    if _hub_gguf(profile.target, base) or _hub_gguf(draft, base):
+        return None  # read from the Hub cache at load; nothing to open here without a download
+    from specchat.loading.llamacpp import gguf_path
+    from specchat.models.gguf_meta import read_info
+
+    try:
+        target, drafted = (read_info(gguf_path(spec, key, base))
+                           for key, spec in (("target", profile.target), ("speculation.draft", draft)))
+    except (SpecchatError, OSError, ValueError):
+        return None  # the model lines above say what is wrong with a file
+    if not target.tokenizer or not drafted.tokenizer:
+        return None
+    if target.tokenizer == drafted.tokenizer:
+        return Check("draft tokenizer", OK, f"the draft's {drafted.vocab_size:,} tokens are the target's")
+    return Check("draft tokenizer", WARNING,
+                 f"the draft's tokenizer ({drafted.vocab_size:,} tokens) is not the target's "
+                 f"({target.vocab_size:,}): loading refuses it if any id names another token",
+                 "pick a draft of the target's family (`specchat models list` names the candidates)")
 
 
 def check_memory(footprints: list[Footprint], complete: bool = True) -> list[Check]:

@@ -39,7 +39,7 @@ def test_the_profile_table_lists_every_shipped_profile():
 def test_the_profile_table_says_the_profiles_proposer_and_gamma(name):
     cell = profile_rows()[name]
     spec = load_profile(str(ROOT / "profiles" / f"{name}.toml")).speculation
-    method = ("ngram" if cell.startswith("n-gram lookup") else "hybrid" if cell.startswith("hybrid")
+    method = ("ngram_draft" if cell.startswith("n-gram lookup or") else "ngram" if cell.startswith("n-gram lookup") else "hybrid" if cell.startswith("hybrid")
               else "suffix" if cell.startswith("suffix decoding")
               else "eagle3" if "EAGLE-3 head" in cell else "draft_model")
     assert spec.method == method
