@@ -163,7 +163,7 @@ def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, 
     if profile_ref is not None:
         chosen = load_profile(profile_ref)
     else:
-        chosen = profile_from_recording(recording.header.profile, str(path), trust_remote_code=trust_remote_code,
+        chosen = profile_from_recording(recording.last_header.profile, str(path), trust_remote_code=trust_remote_code,
                                         trust_server=trust_recorded_server)
     loader = LiveLoader(record=False, quiet=quiet)
 

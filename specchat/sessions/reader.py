@@ -60,6 +60,11 @@ class Recording:
     def profile_name(self) -> str:
         return str(self.header.profile.get("name", "?"))
 
+    @property
+    def last_header(self) -> SessionHeader:
+        """The header in force where the recording ends: the last profile switched to, or the first."""
+        return self.later_headers[-1].event if self.later_headers else self.header
+
 
 def _json_object(raw: str) -> dict[str, Any]:
     try:

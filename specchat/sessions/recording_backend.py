@@ -88,6 +88,10 @@ class RecordingBackend:
     def close(self) -> None:
         self.closed = True
         if self._owner[0] is self:
+            with self._lock:
+                switched = self._takes_over is not None
+            if switched:  # a switch with no message after it is still the profile the chat ends on (--resume)
+                self._activate()
             self.recorder.close()
 
     def __getattr__(self, name: str) -> Any:
