@@ -96,7 +96,8 @@ class StepBuilder:
         new = [(-1, "", None)] * (count - 1) + [(ids[-1] if ids else -1, text, p)]
         self._prompt(timings)
         drafts, accepted = _int(timings, "draft_n"), _int(timings, "draft_n_accepted")
-        if (drafts, accepted) != (self.drafts, self.accepted) and not 0 <= accepted - self.accepted <= drafts - self.drafts:
+        changed = (drafts, accepted) != (self.drafts, self.accepted)
+        if changed and not 0 <= accepted - self.accepted <= drafts - self.drafts:
             # a step keeps at most the drafts it verified, and the counts only grow
             raise MalformedChunk(f"'timings.draft_n_accepted' {accepted} and 'draft_n' {drafts} do not follow "
                                  f"{self.accepted} and {self.drafts}: a step kept more drafts than it verified")
