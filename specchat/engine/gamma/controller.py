@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specchat.contention import BUSY_SHARE
 from specchat.engine.gamma.acceptance import AcceptanceKey, acceptance_key, key_prior
 from specchat.engine.gamma.cost_model import CostModel
 from specchat.engine.proposers import Candidate, Proposer
@@ -249,8 +248,9 @@ class AdaptiveGamma(Controller):
         super().observe(stats, proposal)
         source = stats.draft_source
         # a model that drafts (not a point-mass lookup, whose probe costs one verification
-        # and nothing else); a busy machine's times judge nothing
-        if k and source in METHODS and not METHODS[source].point_mass and not (stats.cpu_others or 0.0) > BUSY_SHARE:
+        # and nothing else). A busy machine slows its drafts and the target's steps alike, so
+        # the ratio still judges; one slow draft cannot (the ceiling waits for two timings)
+        if k and source in METHODS and not METHODS[source].point_mass:
             ceiling = self.model.ceiling(source, self.max_gamma)
             if ceiling is not None and ceiling < 1.0:
                 self.hopeless[source] = self.model.context

@@ -72,13 +72,3 @@ def test_a_point_mass_lookup_is_never_condemned_its_probe_costs_one_verification
     controller = controller_for("ngram")
     drive(controller, 100, draft_ms_per_token=27.0, verify=dear)
     assert not controller.hopeless
-
-
-def test_a_busy_machine_condemns_no_source():
-    controller = controller_for()
-    for k in (0, 0, 2, 3, 1, 1, 1):
-        controller.observe(StepStats(num_speculative_tokens=k, num_draft_tokens=k, num_accepted_tokens=k,
-                                     draft_ms=27.0 * k, verify_ms=dear(k), total_ms=dear(k) + 27.0 * k,
-                                     draft_source=controller.proposer.kind if k else "", context_tokens=100,
-                                     cpu_others=0.6), None)
-    assert "draft_model" not in controller.hopeless
