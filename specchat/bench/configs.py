@@ -129,6 +129,23 @@ def loaded_methods(methods: list[str], has_draft: bool, has_head: bool, medusa_h
     return kept
 
 
+def default_configs(method: str, gamma: int | str, peer: bool, peer_models: tuple[str, ...] = (),
+                    suffix_store: bool = False) -> list[BenchConfig]:
+    """``bench`` without ``--grid``, ``--gamma`` or ``--methods``: the question a user asks,
+    "does what my profile runs pay here?", in minutes rather than hours. Plain decoding,
+    the profile's method at its own γ (``num_speculative_tokens``; auto for a method whose
+    controller picks it), and with ``peer`` one peer row: the peer engine's plain
+    generation (plus plain rows on ``peer_models``, which the user named)."""
+    configs = [BenchConfig("none")]
+    if method != "none":
+        gamma = "auto" if METHODS[method].auto_only else gamma
+        configs.append(BenchConfig(method, gamma))
+        configs += [BenchConfig(method, gamma, store=True)] if suffix_store and method == "suffix" else []
+    if peer:
+        configs += [BenchConfig("none", 0, "peer"), *(BenchConfig("none", 0, "peer", m) for m in peer_models)]
+    return configs
+
+
 def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, peer: bool,
                   note=print, peer_methods: tuple[str, ...] = ("none", "draft_model", "ngram"),
                   peer_models: tuple[str, ...] = (), has_head: bool = False,

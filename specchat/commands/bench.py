@@ -1,8 +1,10 @@
 """``specchat bench``: does speculation pay on this machine, these models, these prompts?
 
-Runs the same requests with and without speculation (and with transformers' own
-assisted generation as a peer) and writes results.json, report.md and
-speedup_vs_gamma.png; prints a table per prompt set.
+Runs the same requests with and without speculation (and the engine a user would pick
+instead, as a peer) and writes results.json, report.md and speedup_vs_gamma.png; prints a
+table per prompt set. By default it compares what the profile runs (its method at its γ)
+with plain decoding and one peer row; ``--grid`` (or ``--gamma`` / ``--methods``) runs
+every method × γ, hours on a CPU.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ from pathlib import Path
 
 from specchat.errors import SpecchatError
 from specchat.methods import METHODS, SPELLINGS
+from specchat.sanitize import clean_line
 
-GAMMA_DEFAULT = "auto,1,2,3,5,8"  # one chat at a time; N at once runs auto unless --gamma says
+GAMMA_DEFAULT = "auto,1,2,3,5,8"  # --grid, one chat at a time; N at once runs auto unless --gamma says
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "bench", help="measure speed-up (tokens/s, TTFT, ITL, acceptance) with vs without speculation",
-        description="Benchmark speculative decoding against plain decoding (and transformers' assisted "
-                    "generation) on shipped or custom prompt sets. Results go to --out.")
+        description="Benchmark speculative decoding against plain decoding on shipped or custom prompt sets. "
+                    "By default: the profile's method at its own γ, plain decoding and one peer row (the peer "
+                    "engine's plain generation); --grid, --gamma or --methods compare every method × γ instead. "
+                    "Ctrl+C keeps the requests that finished and writes them. Results go to --out.")
     parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--prompts", nargs="+", default=["all"], metavar="SET|FILE",
                         help="prompt sets: repetitive, open, unusual, long, all (default), .toml/.jsonl files, "
@@ -34,11 +39,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "(1-80), those at index i*80//N; mt-bench's N are shared over its 8 sub-categories "
                              "in order (N//8 each, one more to the first N mod 8), spaced the same way in each; "
                              "spec-bench/CATEGORY[:N] (e.g. spec-bench/qa:10): one category's set alone")
-    parser.add_argument("--gamma", default=GAMMA_DEFAULT, metavar="LIST",
-                        help="γ values, comma-separated integers and/or auto (default: auto,1,2,3,5,8)")
+    parser.add_argument("--grid", action="store_true",
+                        help="every proposer the profile can run × γ auto,1,2,3,5,8, with every peer row, instead "
+                             "of the profile's own method and γ (hours on a CPU)")
+    parser.add_argument("--gamma", metavar="LIST",
+                        help=f"γ values, comma-separated integers and/or auto; implies --grid (its default: "
+                             f"{GAMMA_DEFAULT})")
     parser.add_argument("--methods", metavar="LIST",
-                        help=f"proposers to compare ({', '.join(SPELLINGS)}; default: those the profile can run; "
-                             "none always runs)")
+                        help=f"proposers to compare ({', '.join(SPELLINGS)}; implies --grid, whose default is those "
+                             "the profile can run; none always runs)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per prompt and configuration")
     parser.add_argument("--max-new-tokens", type=int, metavar="N",
                         help="tokens per reply (default: per set, e.g. 256; long: 1200)")
@@ -65,7 +74,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.bench.configs import build_configs, parse_gammas, parse_methods
+    from specchat.bench.configs import build_configs, default_configs, parse_gammas, parse_methods
     from specchat.bench.prompt_sets import load_prompt_sets
     from specchat.config import load_profile
     from specchat.remote import is_remote
@@ -79,11 +88,13 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise SpecchatError(f"--{name.replace('_', '-')} must be ≥ 1, got {value}", key=f"--{name}")
     profile = load_profile(args.profile)
-    gammas = parse_gammas(args.gamma)
+    grid = args.grid or args.gamma is not None or args.methods is not None
+    gammas = parse_gammas(args.gamma or GAMMA_DEFAULT)
     needs = ("", "draft", METHODS[profile.speculation.method].needs)  # a draft is skipped if the profile has none
     # --methods "" is a list of one empty name, refused as "," is: only no --methods means the default
     methods = parse_methods(args.methods if args.methods is not None
-                            else ",".join(m.name for m in METHODS.values() if m.needs in needs))
+                            else ",".join(m.name for m in METHODS.values() if m.needs in needs) if grid
+                            else f"{profile.speculation.method},none")
     sets = load_prompt_sets(args.prompts)
     if args.suffix_store and ("suffix" not in methods or args.concurrency != 1 or is_remote(profile)):
         raise SpecchatError("--suffix-store adds rows to suffix decoding's, one chat at a time, on a local model",
@@ -94,23 +105,24 @@ def run(args: argparse.Namespace) -> int:
 
     check_out_dir(out_dir)
 
-    from rich.console import Console
-
     if is_remote(profile):
         return _remote(profile, sets, args, out_dir)
-    from specchat.loading import load_models
+    from rich.console import Console
 
     console = Console(stderr=True)
+    # a line before torch and the models load (tens of seconds on a busy CPU): the run has begun
+    console.print(clean_line(f"bench: {profile.name}:", _plan(profile, grid, args), "; loading the models…"),
+                  markup=False, highlight=False)
+    from specchat.loading import load_models
+
     # the loader loads a draft only for a draft_model profile; without one, draft_model is skipped
-    loaded = load_models(profile, progress=lambda e: e.message and console.print(f"[dim][{e.stage}] {e.message}[/]"))
+    loaded = load_models(profile, progress=lambda e: e.message and console.print(
+        f"[{e.stage}] {clean_line(e.message)}", style="dim", markup=False, highlight=False))
     from specchat.bench.runner import peer_kind, peer_methods
 
     kind = peer_kind(loaded)
     if isinstance(args.concurrency, list) or (args.concurrency > 1 and kind == "llama.cpp"):
         return _concurrency(console, loaded, profile, sets, methods, args, out_dir)
-    has_peer_methods, no_head_peer = peer_methods(loaded, profile)
-    if no_head_peer and not args.no_peer:
-        console.print(f"[yellow]bench: {no_head_peer}; no peer:eagle3 row[/]")
     for path in args.peer_model:
         if kind != "llama.cpp":
             raise SpecchatError("--peer-model needs a profile whose target runs on backend 'llama.cpp'",
@@ -118,6 +130,14 @@ def run(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise SpecchatError(f"--peer-model file '{path}' does not exist", key="--peer-model",
                                 hint="give the path of a .gguf file")
+    if not grid:
+        configs = default_configs(profile.speculation.method, profile.speculation.num_speculative_tokens,
+                                  not args.no_peer, tuple(str(Path(p).resolve()) for p in args.peer_model),
+                                  args.suffix_store)
+        return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
+    has_peer_methods, no_head_peer = peer_methods(loaded, profile)
+    if no_head_peer and not args.no_peer:
+        console.print(f"[yellow]bench: {no_head_peer}; no peer:eagle3 row[/]")
     # the eagle3 / hybrid rows and the llama-server peer row run an EAGLE-3 head (not Medusa heads)
     has_eagle3 = loaded.head is not None and loaded.head.kind == "eagle3"
     medusa_heads = loaded.head.num_heads if loaded.head is not None and loaded.head.kind == "medusa" else 0
@@ -134,6 +154,16 @@ def run(args: argparse.Namespace) -> int:
                             server_draft=(profile.speculation.max_speculative_tokens
                                           if loaded.draft is not None and loaded.draft.name == "llama.cpp" else 0))
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
+
+
+def _plan(profile, grid: bool, args) -> str:
+    """What this run compares, in words, for the line printed before anything loads."""
+    if grid:
+        return "every method × γ (--grid)"
+    speculation = profile.speculation
+    gamma = "auto" if METHODS[speculation.method].auto_only else speculation.num_speculative_tokens
+    ours = "" if speculation.method == "none" else f"{speculation.method} γ={gamma} against "
+    return f"{ours}plain decoding{'' if args.no_peer else ' and one peer row'} (--grid: every method × γ)"
 
 
 def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_dir: Path) -> int:
@@ -168,7 +198,7 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
         console.print(f"[yellow]bench: {no_server}[/]")
     # more chats than the context holds: one line before any progress is drawn
     check_context(levels, chat_requests(loaded, profile, sets, args.max_new_tokens)[1], loaded.target.max_length)
-    gammas = parse_gammas("auto" if args.gamma == GAMMA_DEFAULT else args.gamma)
+    gammas = parse_gammas(args.gamma or "auto")
     configs = level_configs(methods, gammas, server=not no_server, single=1 in levels)
     console.print(f"bench: N = {', '.join(map(str, levels))} × {len(configs)} configurations × "
                   f"{len(sets)} sets × {args.repeat} repeats")
@@ -228,6 +258,10 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
         results = _with_progress(console, lambda progress: benchmark(
             loaded, profile, sets, configs, repeat=args.repeat, max_new_tokens=args.max_new_tokens,
             concurrency=args.concurrency, progress=progress, warmup=not args.no_warmup))
+    except KeyboardInterrupt:  # the runner keeps whole requests; here none had finished
+        console.print("bench: stopped before a request had run under every configuration; nothing to write",
+                      markup=False, highlight=False)
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     paths = write_outputs(out_dir, results)
@@ -244,15 +278,21 @@ def _interrupt(signum, frame) -> None:
 
 def _with_progress(console, work):
     """``work(progress)`` under a progress bar; its result. Not on a terminal (a log file),
-    one line a minute at most instead: requests done, time so far and an estimate of the rest."""
+    lines instead: each warm-up and the first timed run as they start (so a log shows the
+    run under way within seconds), then one line a minute at most: requests done, time so
+    far and an estimate of the rest."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     if not console.is_terminal:
-        start, last = time.monotonic(), [0.0]
+        start, last, begun = time.monotonic(), [0.0], [False]
 
         def log(done: int, total: int, text: str) -> None:
             now = time.monotonic() - start
-            if total and done and (now - last[0] >= 60 or done == total):
+            if not total or not begun[0]:  # a warm-up (no total yet), or the first timed run
+                begun[0] = bool(total)
+                console.print(clean_line(f"bench: {done}/{total} runs," if total else "bench:", text),
+                              markup=False, highlight=False)
+            elif done and (now - last[0] >= 60 or done == total):
                 last[0] = now
                 left = now * (total - done) / done
                 console.print(f"bench: {done}/{total} runs, {now / 60:.0f} min so far, about {left / 60:.0f} min "

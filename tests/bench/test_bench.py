@@ -334,3 +334,53 @@ def test_a_run_stopped_before_any_request_finished_says_interrupted_and_writes_n
     assert main(["bench", "--profile", str(tiny_ngram_profile_path), "--prompts", str(prompts), "--gamma", "3",
                  "--max-new-tokens", "4", "--no-peer", "--no-warmup", "--out", str(tmp_path / "o")]) == 130
     assert "interrupted" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_the_default_is_the_profiles_method_at_its_gamma_against_plain_and_one_peer(tiny_ngram_profile_path,
+                                                                                    tmp_path, monkeypatch, capsys):
+    """No --grid, --gamma or --methods: three rows, not every method × γ (26 configurations
+    and hours on a CPU for the default profile), and a line saying what runs before the
+    models load. (Planted: the grid as the default, or the first line after the load,
+    fails it.)"""
+    import specchat.loading as loading
+
+    real_load = loading.load_models
+    before_load = []
+    monkeypatch.setattr(loading, "load_models", lambda *a, **k: before_load.append(capsys.readouterr().err)
+                        or real_load(*a, **k))
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text('{"prompt": "say hello hello hello"}\n')
+    assert main(["bench", "--profile", str(tiny_ngram_profile_path), "--prompts", str(prompts),
+                 "--max-new-tokens", "4", "--no-warmup", "--out", str(tmp_path / "o")]) == 0
+    results = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert [c["name"] for c in results["configs"]] == ["none", "ngram γ=3", "peer:none"]
+    assert "ngram γ=3 against plain decoding and one peer row" in before_load[0]
+
+
+def test_the_default_rows_take_auto_where_the_method_picks_its_own_gamma_and_keep_the_store_row():
+    from specchat.bench.configs import default_configs
+
+    assert [c.name for c in default_configs("ngram_draft", 4, peer=False)] == ["none", "ngram_draft γ=auto"]
+    assert [c.name for c in default_configs("suffix", 2, peer=True, suffix_store=True)] == [
+        "none", "suffix γ=2", "suffix γ=2 +store", "peer:none"]
+
+
+def test_a_log_file_shows_the_run_under_way_at_once_then_a_line_a_minute(monkeypatch):
+    """Not on a terminal: each warm-up and the first timed run print as they start; later
+    runs only once a minute. (Planted: the old once-a-minute-only log prints nothing here.)"""
+    import io
+
+    from rich.console import Console
+
+    from specchat.commands import bench as bench_command
+
+    log = io.StringIO()
+
+    def work(progress):
+        progress(0, 0, "warm-up ngram γ=3")
+        progress(0, 6, "open/1 #0 · none")
+        progress(1, 6, "open/1 #0 · ngram γ=3")
+        return "done"
+
+    assert bench_command._with_progress(Console(file=log, force_terminal=False), work) == "done"
+    assert log.getvalue().splitlines() == ["bench: warm-up ngram γ=3", "bench: 0/6 runs, open/1 #0 · none"]
