@@ -89,22 +89,31 @@ def support(logits: np.ndarray, params: SamplingParams) -> list[tuple[np.ndarray
         return [(np.array([i]), np.ones(1, dtype=logits.dtype)) for i in logits.argmax(-1).tolist()]
     vocab = logits.shape[-1]
     scaled = logits / params.temperature  # in the logits' dtype, rounded as warp's torch division is
-    floor = None
+    # max(l / T) = max(l) / T: rounding is monotone
+    peaks = top / params.temperature
     if 0 < params.top_k < vocab:
-        floor = np.partition(scaled, vocab - params.top_k, axis=-1)[:, vocab - params.top_k:][:, :1]  # k-th largest
-    # max(l / T) = max(l) / T: rounding is monotone; without top-k the scaled logits are
-    # not read again, so their buffer takes the weights (one pass and allocation fewer)
-    weights = np.subtract(scaled, (top / params.temperature)[:, None], out=None if floor is not None else scaled)
+        # top-k first: only the ids it keeps are exponentiated (a few dozen of 151,936 on
+        # Qwen's vocabulary, where the whole row's exp and mask were a third of a plain
+        # step's host time); the same values as the path below, on the kept ids alone
+        floors = np.partition(scaled, vocab - params.top_k, axis=-1)[:, vocab - params.top_k]  # k-th largest
+        rows = []
+        for s, floor, peak in zip(scaled, floors, peaks):
+            ids = np.flatnonzero(s >= floor)  # ascending; top-k keeps the values equal to the k-th
+            w = np.exp(s[ids] - peak)  # exp(s − max s): the unnormalised softmax on them
+            total = float(w.sum())
+            if params.top_p < 1.0:
+                inside = nucleus(w, total, params.top_p)
+                ids, w = ids[inside], w[inside]
+            rows.append((ids, w / w.sum()))
+        return rows
+    # without top-k the scaled logits are not read again, so their buffer takes the weights
+    weights = np.subtract(scaled, peaks[:, None], out=scaled)
     np.exp(weights, out=weights)  # exp(s − max s): the unnormalised softmax
-    if floor is not None:
-        weights[scaled < floor] = 0.0  # top-k keeps the values equal to the k-th
     rows = []
-    for w, s, f in zip(weights, scaled, floor if floor is not None else [None] * len(weights)):
+    for w in weights:
         total = float(w.sum())
         if params.top_p < 1.0:
             ids = nucleus(w, total, params.top_p)
-        elif f is not None:
-            ids = np.flatnonzero(s >= f[0])
         else:  # temperature alone: the whole vocabulary, kept as it is (no index array)
             w /= total
             rows.append((every_id(vocab), w))

@@ -118,11 +118,12 @@ MUTATIONS = [
              ("t1.2-topp0.8", "t0.9-topk6-topp0.9")),
     Mutation("host-top-k-one-short", "the numpy sampler's top-k keeps the k−1 most likely tokens",
              lambda: patched(host_sampling, "support", mutant(host_sampling.support, [
-                 ("[:, vocab - params.top_k:][:, :1]", "[:, vocab - params.top_k + 1:][:, :1]")])),
+                 ("[:, vocab - params.top_k]  # k-th largest", "[:, vocab - params.top_k + 1]  # k-th largest")])),
              ("t0.7-topk5", "t0.9-topk6-topp0.9")),
     Mutation("host-p-not-renormalised", "the numpy sampler reports p before renormalising over the kept tokens",
              lambda: patched(host_sampling, "support", mutant(host_sampling.support, [
-                 ("rows.append((ids, kept / kept.sum()))", "rows.append((ids, kept / total))")])),
+                 ("rows.append((ids, kept / kept.sum()))", "rows.append((ids, kept / total))"),
+                 ("rows.append((ids, w / w.sum()))", "rows.append((ids, w / total))")])),
              ("t1.2-topp0.8", "t0.9-topk6-topp0.9")),  # top-k alone: the total is the kept tokens' mass
     Mutation("host-draw-mirrored", "the numpy sampler draws with 1 − u: the same law, another token for a seed",
              lambda: patched(host_sampling, "verify_point_mass", mutant(host_sampling.verify_point_mass, [
