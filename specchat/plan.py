@@ -20,6 +20,7 @@ import bisect
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -66,7 +67,8 @@ class Costs:
 
 
 def measure_target(target: Any, params: Any = None, contexts: tuple[int, ...] = CONTEXTS, max_k: int = MAX_K,
-                   repeats: int = REPEATS, seed: int = 0) -> tuple[dict[int, list[float]], dict[int, float]]:
+                   repeats: int = REPEATS, seed: int = 0,
+                   progress: Callable[[str], None] | None = None) -> tuple[dict[int, list[float]], dict[int, float]]:
     """({L: [ms of a step verifying k = 0..max_k drafts after L tokens]} for each L that
     fits the target's context, {L: the widest relative spread of those points}).
 
@@ -75,7 +77,8 @@ def measure_target(target: Any, params: Any = None, contexts: tuple[int, ...] = 
     the live cost model times a step (its time less the proposer's). The verification's
     share grows with k (a row each over the whole vocabulary), so a bare forward's ratio
     would under-state v(k). Random ids and random drafts (nearly always rejected): a
-    step's time does not depend on the text."""
+    step's time does not depend on the text. ``progress``: a line per (L, k) timed, as it
+    ends (a large target takes minutes a context)."""
     from specchat.engine.engine import SpeculativeEngine
     from specchat.engine.gamma.controller import FixedGamma
     from specchat.engine.sampling import SamplingParams
@@ -83,9 +86,8 @@ def measure_target(target: Any, params: Any = None, contexts: tuple[int, ...] = 
     params = params or SamplingParams(temperature=0.0)
     rng = random.Random(seed)
     out, spread = {}, {}
-    for context in contexts:
-        if context + (max_k + 1) * (repeats + max_k + 4) > target.max_length:
-            continue
+    fits = [c for c in contexts if c + (max_k + 1) * (repeats + max_k + 4) <= target.max_length]
+    for number, context in enumerate(fits, 1):
         ids = [rng.randrange(target.vocab_size) for _ in range(context)]
         target.reset()
         times = []
@@ -97,6 +99,8 @@ def measure_target(target: Any, params: Any = None, contexts: tuple[int, ...] = 
                        for s in engine.generate(ids, params, max_new_tokens=repeats + k + 4)  # room for k drafts
                        if not s.stats.prefill_tokens and s.stats.num_draft_tokens == k][:repeats]
             times.append(statistics.median(samples))
+            if progress is not None:
+                progress(f"context {context} ({number}/{len(fits)}), k = {k} of {max_k}: {times[-1]:.1f} ms a step")
             if len(samples) >= 4:
                 q = statistics.quantiles(samples, n=4)
                 spread[context] = max(spread.get(context, 0.0), (q[2] - q[0]) / times[-1])

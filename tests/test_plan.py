@@ -99,7 +99,12 @@ def test_plan_measures_the_tiny_model_and_prints_json(tiny_ngram_profile_path, c
                                    "aggregates": {"sets": {"open": {"ngram γ=auto": {"alpha": 0.75}}}}}))
     assert main(["plan", "--profile", str(tiny_ngram_profile_path), "--repeats", "1", "--json",
                  "--alpha-from", str(results)]) == 0
-    figures = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    figures = json.loads(captured.out)
+    # minutes of timing on a large model, each step said as it ends (issue 59: 14 silent minutes)
+    said = [line for line in captured.err.splitlines() if line.startswith("plan: context 256 (1/1), k = ")]
+    assert [line.split(", k = ")[1].split(" of")[0] for line in said] == [str(k) for k in range(9)]
+    assert captured.err.startswith("plan: loading ")
     assert list(figures["contexts"]) == ["256"]  # 1,024 and 4,096 do not fit a 512-token context
     f = figures["contexts"]["256"]
     assert len(f["step_ms"]) == 9 and all(t > 0 for t in f["step_ms"]) and f["v"][0] == 1.0

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from specchat.errors import SpecchatError
+from specchat.sanitize import clean_line
 from specchat.synthetic import PAIRS, cached, transformers_model
 
 
@@ -72,8 +73,10 @@ def run(args: argparse.Namespace) -> int:
     from specchat.loading import load_models
     from specchat.plan import CONTEXTS, Costs, measure_drafting, measure_target, report, task_contexts
 
+    note = lambda text: print(clean_line("plan:", text), file=sys.stderr, flush=True)  # noqa: E731
+    note(f"loading {profile.name} …")
     loaded = load_models(profile)
-    print(f"plan: timing {profile.name}'s target ({loaded.target.name}) …", file=sys.stderr)
+    note(f"timing {profile.name}'s target ({loaded.target.name}), a line per context and k …")
     from specchat.contention import BUSY_SHARE, CpuShare
 
     others = CpuShare()
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if measured and args.contexts is None:  # time where the task ran, too
         contexts = task_contexts(CONTEXTS, [step for m in measured for step in m["steps"]])
     steps, spread = measure_target(loaded.target, sampling_params(profile.sampling), repeats=args.repeats,
-                                   **({"contexts": contexts} if contexts else {}))
+                                   progress=note, **({"contexts": contexts} if contexts else {}))
     if not steps:
         raise SpecchatError(f"the target's context ({loaded.target.max_length} tokens) is shorter than 256 + 9",
                             key="target.n_ctx", hint="plan a profile with a larger n_ctx")
@@ -89,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
                         enable_thinking=profile.chat.enable_thinking)
     prompt = chat.prompt_ids(chat.with_system([{"role": "user", "content": DRAFT_PROMPT}]))
+    note(f"timing the proposer ({profile.speculation.method}) and plain decoding …")
     drafting = measure_drafting(SpeculativeEngine(loaded.target, proposer), prompt)
     plain = measure_drafting(SpeculativeEngine(loaded.target, None), prompt)
     costs = Costs(steps, drafting.per_draft_ms, profile.speculation.method, spread, drafting.lookup_ms,
@@ -137,7 +141,7 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str =
     from specchat.plan import Costs, measure_target, report
 
     target_shape, draft_shape = PAIRS[pair]
-    note = lambda text: print(f"plan: {text}", file=sys.stderr)  # noqa: E731
+    note = lambda text: print(clean_line("plan:", text), file=sys.stderr, flush=True)  # noqa: E731
     if backend == "llama.cpp":
         from specchat.engine.backends.llamacpp import LlamaCppBackend
 
@@ -162,7 +166,7 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str =
         note(f"timing {shape.name} ({what}) at contexts {', '.join(map(str, contexts))} …")
         model = load(i, max(contexts) + (max_k + 1) * (repeats + max_k + 4))  # room for measure_target's steps
         timed.append(measure_target(model, SamplingParams(temperature=0.6), contexts=contexts, max_k=max_k,  # the default profile's
-                                    repeats=repeats))
+                                    repeats=repeats, progress=note))
         del model  # its memory goes before the next model loads
         gc.collect()
     (steps, spread), (draft_steps, _) = timed
