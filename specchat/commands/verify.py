@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 MAX_CONCURRENCY = 64  # sequences one batched llama.cpp context takes here
 
@@ -77,15 +78,16 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = load_models(profile, progress=_progress_to_stderr)
     prompt = args.prompt or (DEFAULT_PROMPT if args.reply_start is not None else None)  # None: verify chooses
+    progress = _Progress()
     if args.concurrency > 1:
         from specchat.verify.batched import verify_batched
 
         report = verify_batched(loaded, profile, concurrency=args.concurrency, samples=args.samples,
                                 tokens=args.tokens, prompt=prompt, reply_start=args.reply_start or "",
-                                gamma=args.gamma, progress=_progress)
+                                gamma=args.gamma, progress=progress)
     else:
         report = verify(loaded, profile, samples=args.samples, tokens=args.tokens, prompt=prompt,
-                        reply_start=args.reply_start or "", gamma=args.gamma, progress=_progress)
+                        reply_start=args.reply_start or "", gamma=args.gamma, progress=progress)
     print("", file=sys.stderr)
     if args.json:
         print(json.dumps(_as_dict(report), ensure_ascii=False, default=str))
@@ -151,16 +153,24 @@ def _as_dict(report) -> dict:
             "notes": report.notes, "checks": [dataclasses.asdict(c) for c in report.checks]}
 
 
-_last_tenth = [-1]  # the last tenth of the work logged when stderr is not a terminal
+class _Progress:
+    """verify's progress on stderr. On a terminal, one updating line. Elsewhere (a log, CI,
+    ``2>file``) a line whenever the stage changes, at each tenth of a stage's work and at
+    least every ``every_s`` while reports come, so a log says which stage is running: a
+    line per tenth of the whole run alone once left "choosing the prompt: 0/1" standing
+    while minutes of sampling ran (its 0 % was the same tenth)."""
 
+    def __init__(self, terminal: bool | None = None, every_s: float = 30.0) -> None:
+        self.terminal = sys.stderr.isatty() if terminal is None else terminal
+        self.every_s = every_s
+        self.last: tuple[str | None, int, float] = (None, -1, 0.0)  # stage, tenth, time of the last line
 
-def _progress(done: int, total: int, text: str) -> None:
-    """One updating line on a terminal; elsewhere (a log, CI) a line per tenth of the work,
-    so a run of several minutes is never silent."""
-    if sys.stderr.isatty():
-        print(f"\r{text}: {done}/{total}   ", end="", file=sys.stderr, flush=True)
-        return
-    tenth = 10 * done // max(total, 1)
-    if tenth != _last_tenth[0]:
-        _last_tenth[0] = tenth
-        print(f"verify: {text}: {done}/{total} ({10 * tenth} %)", file=sys.stderr, flush=True)
+    def __call__(self, done: int, total: int, text: str) -> None:
+        if self.terminal:
+            print(f"\r{text}: {done}/{total}   ", end="", file=sys.stderr, flush=True)
+            return
+        tenth, now = 10 * done // max(total, 1), time.monotonic()
+        stage, last_tenth, when = self.last
+        if text != stage or tenth != last_tenth or now - when >= self.every_s:
+            self.last = (text, tenth, now)
+            print(f"verify: {text}: {done}/{total} ({100 * done // max(total, 1)} %)", file=sys.stderr, flush=True)

@@ -164,10 +164,11 @@ def test_verify_checks_the_gamma_auto_path_too(peaked, monkeypatch):
 
 def test_progress_is_logged_a_line_per_tenth_off_a_terminal(capsys):
     """Into a log or CI, verify's minutes of sampling still say how far they are."""
-    from specchat.commands.verify import _progress
+    from specchat.commands.verify import _Progress
 
+    progress = _Progress(terminal=False)
     for done in range(0, 401, 5):
-        _progress(done, 400, "speculative samples")
+        progress(done, 400, "speculative samples")
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 11 and lines[0].endswith("0/400 (0 %)") and lines[-1].endswith("400/400 (100 %)")
 
