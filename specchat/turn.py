@@ -33,6 +33,15 @@ class TurnPlan:
     prompt_ids: tuple[int, ...] = ()  # where the source tokenises (events.TurnStarted)
 
 
+def with_system(system_prompt: str | None, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """``messages`` with the profile's system prompt first, unless they start with one (a
+    client's own). The one place a prompt gets it: ChatTemplate.prompt_ids, and a remote
+    chat, whose server applies the template."""
+    if system_prompt and (not messages or messages[0]["role"] != "system"):
+        return [{"role": "system", "content": system_prompt}, *messages]
+    return list(messages)
+
+
 class Conversation:
     """History, turn numbers and telemetry of one chat, and :meth:`send`, the turn loop.
 
@@ -42,10 +51,8 @@ class Conversation:
     bounds_reply = True
     can_send = True  # a live chat, for the UI (specchat.ui.backend.ChatBackend)
 
-    def __init__(self, telemetry: ChatTelemetry, *, system_prompt: str | None = None,
-                 max_new_tokens: int = 512) -> None:
+    def __init__(self, telemetry: ChatTelemetry, *, max_new_tokens: int = 512) -> None:
         self.telemetry = telemetry
-        self.system_prompt = system_prompt
         self.max_new_tokens = max_new_tokens
         self.history: list[dict[str, str]] = []
         self.turn = 0
@@ -88,8 +95,8 @@ class Conversation:
         return self.telemetry.session
 
     def messages(self, text: str) -> list[dict[str, str]]:
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return system + self.history + [{"role": "user", "content": text}]
+        """The chat so far and ``text``; the source adds the system prompt (with_system)."""
+        return self.history + [{"role": "user", "content": text}]
 
     def send(self, text: str) -> Iterator[Any]:
         """Runs one turn, yielding UserMessage, TurnStarted, StepEvent…, TurnFinished

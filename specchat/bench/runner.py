@@ -67,7 +67,7 @@ def second_turn(request: Request, reply_ids: list[int], chat: Any) -> Request:
     reply, the second question (Spec-Bench's MT-bench runs its two turns so)."""
     reply = chat.tokenizer.decode(reply_ids, skip_special_tokens=True)
     messages = (*request.messages, ("assistant", reply), ("user", request.follow_up))
-    ids = tuple(chat.prompt_ids(chat.with_system([{"role": r, "content": c} for r, c in messages])))
+    ids = tuple(chat.prompt_ids([{"role": r, "content": c} for r, c in messages]))
     return dataclasses.replace(request, set_name=request.set_name + TURN_2, ids=ids, messages=messages,
                                follow_up="", fresh=False)
 
@@ -81,7 +81,7 @@ def build_requests(sets: list[PromptSet], chat: Any, repeat: int, base_seed: int
     for prompt_set in sets:
         limit = max_new_tokens or prompt_set.max_new_tokens
         for prompt in prompt_set.prompts:
-            ids = tuple(chat.prompt_ids(chat.with_system([{"role": "user", "content": prompt.text}])))
+            ids = tuple(chat.prompt_ids([{"role": "user", "content": prompt.text}]))
             follow_up = prompt.turns[1] if len(prompt.turns) > 1 else ""
             for r in range(repeat):
                 requests.append(Request(prompt_set.name, prompt.id, r, base_seed + SEED_STRIDE * number + r, ids, limit,
@@ -176,8 +176,7 @@ def chat_requests(loaded: Any, profile: Any, sets: list[PromptSet], max_new_toke
     from specchat.engine.factory import sampling_params
 
     base = sampling_params(profile.sampling)
-    chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
-                        enable_thinking=profile.chat.enable_thinking)
+    chat = ChatTemplate.of(profile, loaded.tokenizer)
     return chat, build_requests(sets, chat, repeat, base.seed if base.seed is not None else 0, max_new_tokens)
 
 

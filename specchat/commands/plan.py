@@ -89,9 +89,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecchatError(f"the target's context ({loaded.target.max_length} tokens) is shorter than 256 + 9",
                             key="target.n_ctx", hint="plan a profile with a larger n_ctx")
     proposer = build_proposer(profile.speculation, loaded)
-    chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
-                        enable_thinking=profile.chat.enable_thinking)
-    prompt = chat.prompt_ids(chat.with_system([{"role": "user", "content": DRAFT_PROMPT}]))
+    prompt = ChatTemplate.of(profile, loaded.tokenizer).prompt_ids([{"role": "user", "content": DRAFT_PROMPT}])
     note(f"timing the proposer ({profile.speculation.method}) and plain decoding …")
     drafting = measure_drafting(SpeculativeEngine(loaded.target, proposer), prompt)
     plain = measure_drafting(SpeculativeEngine(loaded.target, None), prompt)

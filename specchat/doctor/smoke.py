@@ -42,17 +42,15 @@ def _compare(profile: Any, loaded: Any, load_s: float) -> Check:
     from specchat.engine import SpeculativeEngine
     from specchat.engine.factory import build_proposer
     from specchat.engine.sampling import SamplingParams
-    from specchat.engine.session import ChatSession
+    from specchat.engine.template import ChatTemplate
     from specchat.verify.single import DEFAULT_PROMPT, DEFAULT_REPLY_START, EveryStep
 
     spec = profile.speculation
     gamma = spec.num_speculative_tokens if isinstance(spec.num_speculative_tokens, int) else SMOKE_GAMMA
     proposer = build_proposer(spec, loaded, gamma, gamma)
     plain_engine = SpeculativeEngine(loaded.target, None)
-    chat = ChatSession(plain_engine, loaded.tokenizer, system_prompt=profile.chat.system_prompt,
-                       enable_thinking=profile.chat.enable_thinking)
     # a reply that repeats itself, so lookup drafts are plausible and both kept and rejected
-    ids = chat.prompt_ids([{"role": "user", "content": DEFAULT_PROMPT}])
+    ids = ChatTemplate.of(profile, loaded.tokenizer).prompt_ids([{"role": "user", "content": DEFAULT_PROMPT}])
     ids += list(loaded.tokenizer(DEFAULT_REPLY_START, add_special_tokens=False)["input_ids"])
     greedy = SamplingParams(temperature=0.0, seed=0)
     plain, plain_s, _ = _decode(plain_engine, ids, greedy)

@@ -54,11 +54,12 @@ class ChatSession(Conversation):
                  overflow: str = "rolling", suffix_store: Any = None) -> None:
         proposer = engine.proposer
         super().__init__(ChatTelemetry(max_gamma=proposer.max_speculative_tokens if proposer else 1),
-                         system_prompt=system_prompt, max_new_tokens=max_new_tokens)
+                         max_new_tokens=max_new_tokens)
         self.engine = engine
         self.tokenizer = tokenizer
         self.sampling = sampling
-        self.template = ChatTemplate(tokenizer, enable_thinking=enable_thinking, stop_token_ids=stop_token_ids)
+        self.template = ChatTemplate(tokenizer, system_prompt=system_prompt, enable_thinking=enable_thinking,
+                                     stop_token_ids=stop_token_ids)
         self.stop_token_ids = self.template.stop_token_ids
         self._alt_text: dict[int, str] = {}
         self._notice = engine.notice  # said once, with the next turn
@@ -119,15 +120,15 @@ class ChatSession(Conversation):
 
     def _window(self, messages: list[dict[str, str]], ids: list[int]) -> tuple[list[int], int]:
         """(the prompt ids with as many of the latest turns as leave room for a reply,
-        how many earlier turns were left out). The system prompt and the new message always
-        stay; room for a reply is max_new_tokens, at most half the context."""
+        how many earlier turns were left out). The new message always stays, and the system
+        prompt, which the template adds; room for a reply is max_new_tokens, at most half the
+        context."""
         limit = self.engine.target.max_length - min(self.max_new_tokens, self.engine.target.max_length // 2)
-        system = 1 if messages and messages[0]["role"] == "system" else 0
-        turns = [i for i in range(system, len(messages) - 1) if messages[i]["role"] == "user"]
+        turns = [i for i in range(len(messages) - 1) if messages[i]["role"] == "user"]
         dropped = 0
         while len(ids) > limit and dropped < len(turns):
             dropped += 1
-            ids = self.prompt_ids(messages[:system] + messages[turns[dropped] if dropped < len(turns) else -1:])
+            ids = self.prompt_ids(messages[turns[dropped] if dropped < len(turns) else -1:])
         return ids, dropped
 
     def take_notice(self) -> str | None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from specchat.turn import with_system
+
 # end-of-turn markers of common chat templates, stopped on when the vocabulary has them
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "</s>", "<|endoftext|>")
 
 
 class ChatTemplate:
-    """``system_prompt``: the profile's, put first by :meth:`with_system`;
+    """``system_prompt``: the profile's, put first in every prompt (turn.with_system);
     ``enable_thinking``: passed to templates that take it (Qwen3), None for their default;
     ``stop_token_ids``: ids that end a reply, besides the vocabulary's end-of-turn markers
     and EOS."""
@@ -26,13 +28,13 @@ class ChatTemplate:
         if tokenizer.eos_token_id is not None:
             self.stop_token_ids.add(tokenizer.eos_token_id)
 
-    def with_system(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
-        """``messages`` with the system prompt first, unless they start with one."""
-        if self.system_prompt and (not messages or messages[0]["role"] != "system"):
-            return [{"role": "system", "content": self.system_prompt}, *messages]
-        return list(messages)
+    @classmethod
+    def of(cls, profile: Any, tokenizer: Any) -> ChatTemplate:
+        """The profile's template: what every command that tokenises a chat asks."""
+        return cls(tokenizer, system_prompt=profile.chat.system_prompt, enable_thinking=profile.chat.enable_thinking)
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        messages = with_system(self.system_prompt, messages)
         kwargs = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
         if self.tokenizer.chat_template:
             out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs)

@@ -21,7 +21,7 @@ from specchat.remote.http import Endpoint, RemoteError
 from specchat.remote.metrics import BadCounters, counter_delta, spec_counters
 from specchat.remote.servers import UNDERIVABLE, support_line
 from specchat.telemetry import ChatTelemetry
-from specchat.turn import Conversation, TurnPlan
+from specchat.turn import Conversation, TurnPlan, with_system
 
 # how often a turn waiting on the network looks at Esc (s)
 CANCEL_POLL_S = 0.05
@@ -53,8 +53,8 @@ class RemoteChat(Conversation):
     def __init__(self, endpoint: Endpoint, profile: Any, info: dict[str, Any]) -> None:
         gamma = int(info.get("server_num_speculative_tokens") or 8)
         super().__init__(ChatTelemetry(max_gamma=max(1, gamma), underivable=UNDERIVABLE),
-                         system_prompt=profile.chat.system_prompt,
                          max_new_tokens=int(profile.sampling.max_new_tokens))
+        self.system_prompt = profile.chat.system_prompt
         self.endpoint = endpoint
         self.profile = profile
         self.info = info
@@ -206,7 +206,7 @@ class RemoteChat(Conversation):
         the plan has no steps and the loop closes the turn as cancelled."""
         self.finish_reason = "error"
         self._counters_before = None
-        answers = self._network(messages, self._cancel)
+        answers = self._network(with_system(self.system_prompt, messages), self._cancel)
         prompt_tokens = 0
         for kind, value in answers:
             if kind == "before":

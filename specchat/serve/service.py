@@ -34,9 +34,8 @@ class Service:
     def prompt_ids(self, job: Job) -> list[int]:
         if job.kind == "completion":
             return self.chat.tokenizer.encode(job.prompt)
-        messages = self.chat.with_system(job.messages)  # the profile's, unless the client sent one
-        try:
-            return self.chat.prompt_ids(messages)
+        try:  # the profile's system prompt, unless the client sent one
+            return self.chat.prompt_ids(job.messages)
         except Exception as exc:  # a template that raises on these messages (roles out of order)
             raise BadRequest(f"the chat template refused these messages ({type(exc).__name__})") from None
 
@@ -73,8 +72,7 @@ def build_service(profile: Any, loaded: Any, parallel: int, api_key: str | None 
     gamma = spec.num_speculative_tokens
     num_spec_tokens = 0 if spec.method == "none" else spec.max_speculative_tokens if gamma == "auto" else int(gamma)
     factory = LaneProposers(spec, loaded)  # one proposer per sequence
-    chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt,
-                        enable_thinking=profile.chat.enable_thinking)
+    chat = ChatTemplate.of(profile, loaded.tokenizer)
     metrics = ServeMetrics(profile.name)
     engine = BatchedEngine(loaded.target, parallel, factory, chat.stop_token_ids, n_ctx_per_seq=room)
     return Service(BatchedServer(engine, metrics.add_step), chat, profile.name, sampling_params(profile.sampling),

@@ -159,11 +159,10 @@ def choose_prompt(loaded: Any, profile: Any, target: Backend, proposer: Any, par
                   **more_settings: Any) -> Prompted:
     """The given prompt, or the widest of DEFAULT_CANDIDATES (_choose_prompt) with the yes/no
     one kept for the deterministic checks; ``more_settings`` follow the common ones."""
-    from specchat.engine.session import ChatSession
+    from specchat.engine.template import ChatTemplate
 
     plain_engine = SpeculativeEngine(target, None)
-    chat = ChatSession(plain_engine, loaded.tokenizer, system_prompt=profile.chat.system_prompt,
-                       enable_thinking=profile.chat.enable_thinking)
+    chat = ChatTemplate.of(profile, loaded.tokenizer)
 
     def prompt_ids(prompt: str, reply_start: str) -> list[int]:
         ids = chat.prompt_ids([{"role": "user", "content": prompt}])

@@ -4,8 +4,8 @@ model (a 512-token context) with 100-token replies: twelve turns.
 * ``"rolling"`` (the default): every turn replies in full; the prompt the model sees
   always starts with the system prompt and ends with the new message, and leaves room for
   the reply; once turns are left out, TurnStarted's note says how many; the history (what
-  the transcript and the recording hold) keeps every turn. Planted bug: a window that
-  drops the system prompt with the earliest turn fails it.
+  the transcript and the recording hold) keeps every turn. Planted bug: a template that
+  leaves the system prompt out (the one place that adds it) fails it.
 * The window itself (``ChatSession._window``, on a stand-in template of ten tokens a
   message), in a table: which messages the prompt holds — whole turns, each user message
   with its reply — and the room kept for the reply, capped at half the context when
@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 
 from specchat.engine.session import ChatSession
+from specchat.engine.template import ChatTemplate
 from specchat.events import TurnFinished, TurnStarted
 from tests.support.mutations import mutant, patched
 
@@ -68,15 +69,14 @@ def test_rolling_keeps_the_system_prompt_and_the_latest_turns(tiny_ngram_profile
     assert f"of the model's {context:,}-token context" in note and "no longer sees" not in note
 
 
-def test_planted_a_window_that_drops_the_system_prompt_is_caught(tiny_ngram_profile_path):
-    bug = mutant(ChatSession._window, [("messages[:system] + ", "")])
-    with patched(ChatSession, "_window", bug), pytest.raises(AssertionError):
+def test_planted_a_prompt_without_the_system_prompt_is_caught(tiny_ngram_profile_path):
+    bug = mutant(ChatTemplate.prompt_ids, [("messages = with_system(self.system_prompt, messages)", "pass")])
+    with patched(ChatTemplate, "prompt_ids", bug), pytest.raises(AssertionError):
         test_rolling_keeps_the_system_prompt_and_the_latest_turns(tiny_ngram_profile_path)
 
 
-CHAT = [{"role": "system", "content": "s"}] + [
-    {"role": role, "content": f"{role[0]}{turn}"} for turn in range(3) for role in ("user", "assistant")
-] + [{"role": "user", "content": "new"}]
+CHAT = [{"role": role, "content": f"{role[0]}{turn}"} for turn in range(3) for role in ("user", "assistant")] + [
+    {"role": "user", "content": "new"}]
 
 
 def kept(max_new_tokens: int, context: int) -> tuple[list[str], int]:
@@ -95,12 +95,12 @@ def kept(max_new_tokens: int, context: int) -> tuple[list[str], int]:
 
 
 WINDOWS = [  # (max_new_tokens, context, the messages kept, turns left out)
-    (20, 100, ["s", "u0", "a0", "u1", "a1", "u2", "a2", "new"], 0),  # 80 + 20 fits
-    (30, 100, ["s", "u1", "a1", "u2", "a2", "new"], 1),  # the earliest turn goes, question and reply
-    (50, 100, ["s", "u2", "a2", "new"], 2),
-    (25, 60, ["s", "new"], 3),  # every earlier turn out, the system prompt and the message stay
-    (1000, 100, ["s", "u2", "a2", "new"], 2),  # max_new_tokens past the context: half of it is kept
-    (60, 120, ["s", "u1", "a1", "u2", "a2", "new"], 1),  # exactly half
+    (30, 100, ["u0", "a0", "u1", "a1", "u2", "a2", "new"], 0),  # 70 + 30 fits
+    (40, 100, ["u1", "a1", "u2", "a2", "new"], 1),  # the earliest turn goes, question and reply
+    (44, 90, ["u2", "a2", "new"], 2),
+    (24, 50, ["new"], 3),  # every earlier turn out, the message stays (the template adds the system prompt)
+    (1000, 100, ["u1", "a1", "u2", "a2", "new"], 1),  # max_new_tokens past the context: half of it is kept
+    (60, 120, ["u1", "a1", "u2", "a2", "new"], 1),  # exactly half
 ]
 
 
