@@ -229,6 +229,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
             turns = sum(isinstance(event, UserMessage) for event in loaded.earlier)
             self.chat.transcript.add_note(f"— reopened: {turns} earlier turn{'' if turns == 1 else 's'} above —")
         self.chat.reset_figures(info.max_gamma, info.method, gamma=info.num_speculative_tokens)
+        self.chat.fresh_model = loaded.can_send  # a replay reads nothing
         self.chat.apply_events([Loaded(info.profile_name, info.description)])
         note = (info.details or {}).get("speculation_source")
         self.chat.query_one("#legend").set_note(note if isinstance(note, str) else "")  # type: ignore[attr-defined]

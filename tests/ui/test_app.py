@@ -136,8 +136,16 @@ def test_switch_profile_bad_keeps_old_good_replaces(tiny_profile_path, tiny_ngra
             notes = [str(n.render()) for n in app.chat.query(".note")]
             assert "precision: target float32 — set in the profile" in notes  # … and the note says why
             assert len(app.chat.query(ReplyView)) == 1, "the old chat stays readable"
+            assert not [n for n in notes if "re-reading the chat" in n]  # the first model read as it went
             await send(pilot, app, "def add(a, b): return a + b")
             assert app.chat.figures.turn == app.loaded.backend.turn_metrics
+            # the new model reads the whole chat before its first reply, and says so, once
+            # (issue 59: 21 s with no word; planted: no note, or one on every turn, fails it)
+            rereads = lambda: [str(n.render()) for n in app.chat.query(".note")  # noqa: E731
+                               if "re-reading the chat (" in str(n.render())]
+            assert len(rereads()) == 1 and "tokens)" in rereads()[0]
+            await send(pilot, app, "and again")
+            assert len(rereads()) == 1
 
     asyncio.run(run())
 

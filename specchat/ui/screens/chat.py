@@ -44,6 +44,10 @@ class ChatScreen(Screen):
         self.current: ReplyView | None = None
         self._panel_dirty = False
         self._prompt_tokens = 0
+        # set by the app when a live model comes in (a switch, a reopened chat): its cache
+        # holds none of the chat, so its first reply reads all of it first (21 s for a few
+        # turns on a CPU), which a note then says
+        self.fresh_model = False
         self._turn_explained = False  # the turn's note said its message is too long for the context
         self._reply_lines_per_s: float | None = None  # the last reply's pace (its box's opening room)
 
@@ -197,6 +201,10 @@ class ChatScreen(Screen):
             self._reply_for(event.turn)
             if event.note:  # e.g. speculation off for this model: said once, above the reply
                 transcript.add_note(event.note, before=self.current)
+            if self.fresh_model and event.turn > 1 and event.prompt_tokens:
+                transcript.add_note(f"re-reading the chat ({event.prompt_tokens:,} tokens): the new model has none "
+                                    "of it cached yet", before=self.current)
+            self.fresh_model = False
             # border titles are markup: only a number or "auto" goes in
             self.current.border_title = f"assistant · γ {gamma}" if gamma in ("auto", *range(1, 17)) else "assistant"
             self._panel_dirty = True
