@@ -35,8 +35,7 @@ class TurnPlan:
 
 def with_system(system_prompt: str | None, messages: list[dict[str, str]]) -> list[dict[str, str]]:
     """``messages`` with the profile's system prompt first, unless they start with one (a
-    client's own). The one place a prompt gets it: ChatTemplate.prompt_ids, and a remote
-    chat, whose server applies the template."""
+    client's own): for ChatTemplate.prompt_ids, and a remote chat's server's template."""
     if system_prompt and (not messages or messages[0]["role"] != "system"):
         return [{"role": "system", "content": system_prompt}, *messages]
     return list(messages)
@@ -94,10 +93,6 @@ class Conversation:
     def session_metrics(self) -> MetricsSnapshot:
         return self.telemetry.session
 
-    def messages(self, text: str) -> list[dict[str, str]]:
-        """The chat so far and ``text``; the source adds the system prompt (with_system)."""
-        return self.history + [{"role": "user", "content": text}]
-
     def send(self, text: str) -> Iterator[Any]:
         """Runs one turn, yielding UserMessage, TurnStarted, StepEvent…, TurnFinished
         (and ErrorEvent before TurnFinished if it failed). The user message and whatever
@@ -105,7 +100,7 @@ class Conversation:
         self.turn += 1
         turn = self.turn
         yield UserMessage(turn, text)
-        messages = self.messages(text)
+        messages = [*self.history, {"role": "user", "content": text}]  # the source adds the system prompt
         self.history.append({"role": "user", "content": text})
         self.telemetry.start_turn()
         start = time.perf_counter()

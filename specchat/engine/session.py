@@ -120,9 +120,8 @@ class ChatSession(Conversation):
 
     def _window(self, messages: list[dict[str, str]], ids: list[int]) -> tuple[list[int], int]:
         """(the prompt ids with as many of the latest turns as leave room for a reply,
-        how many earlier turns were left out). The new message always stays, and the system
-        prompt, which the template adds; room for a reply is max_new_tokens, at most half the
-        context."""
+        how many earlier turns were left out). The new message always stays (the template adds
+        the system prompt); room for a reply is max_new_tokens, at most half the context."""
         limit = self.engine.target.max_length - min(self.max_new_tokens, self.engine.target.max_length // 2)
         turns = [i for i in range(len(messages) - 1) if messages[i]["role"] == "user"]
         dropped = 0

@@ -54,7 +54,6 @@ class RemoteChat(Conversation):
         gamma = int(info.get("server_num_speculative_tokens") or 8)
         super().__init__(ChatTelemetry(max_gamma=max(1, gamma), underivable=UNDERIVABLE),
                          max_new_tokens=int(profile.sampling.max_new_tokens))
-        self.system_prompt = profile.chat.system_prompt
         self.endpoint = endpoint
         self.profile = profile
         self.info = info
@@ -206,7 +205,7 @@ class RemoteChat(Conversation):
         the plan has no steps and the loop closes the turn as cancelled."""
         self.finish_reason = "error"
         self._counters_before = None
-        answers = self._network(with_system(self.system_prompt, messages), self._cancel)
+        answers = self._network(with_system(self.profile.chat.system_prompt, messages), self._cancel)
         prompt_tokens = 0
         for kind, value in answers:
             if kind == "before":
