@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.errors import SpecchatError
 from specchat.methods import METHODS, SPELLINGS
 
 T = TypeVar("T")
-MAX_GAMMA = 16
 WARMUP_TOKENS = 8  # each configuration's untimed warm-up call, before its timed requests: new tokens
 
 
@@ -92,18 +92,11 @@ SERVER = " (llama-server)"  # ends the name of every llama-server row
 
 
 def parse_gammas(text: str) -> list[int | str]:
-    gammas: list[int | str] = []
-    for part in (p.strip() for p in text.split(",")):
-        if part == "auto":
-            value: int | str = "auto"
-        elif part.isdigit() and 1 <= int(part) <= MAX_GAMMA:
-            value = int(part)
-        else:
-            raise SpecchatError(f"--gamma value {part!r} is not valid", key="--gamma",
-                                hint=f'give a comma-separated list of integers 1..{MAX_GAMMA} and/or "auto"')
-        if value not in gammas:
-            gammas.append(value)
-    return gammas
+    parts = [p.strip() for p in text.split(",")]
+    for part in (p for p in parts if parse_gamma(p) is None):
+        raise SpecchatError(f"--gamma value {part!r} is not valid", key="--gamma",
+                            hint=f'give a comma-separated list of integers 1..{MAX_SPECULATIVE_TOKENS} and/or "auto"')
+    return list(dict.fromkeys(parse_gamma(p) for p in parts))
 
 
 def parse_methods(text: str) -> list[str]:

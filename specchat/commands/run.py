@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.errors import SpecchatError
 from specchat.sanitize import clean, clean_line, decode_input, inert_json
 
@@ -107,12 +108,11 @@ def checked_override(flag: str, key: str, value):
 
 
 def _gamma(text: str):
-    if text == "auto":
-        return text
-    if text.isdigit() and 1 <= int(text) <= 16:
-        return int(text)
-    raise SpecchatError(f"--num-speculative-tokens {text!r} is not valid", key="--num-speculative-tokens",
-                        hint='use an integer from 1 to 16 or "auto"')
+    gamma = parse_gamma(text)
+    if gamma is None:
+        raise SpecchatError(f"--num-speculative-tokens {text!r} is not valid", key="--num-speculative-tokens",
+                            hint=f'use an integer from 1 to {MAX_SPECULATIVE_TOKENS} or "auto"')
+    return gamma
 
 
 def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:

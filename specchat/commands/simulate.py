@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import sys
 
+from specchat.config.model import MAX_SPECULATIVE_TOKENS, SpeculationSpec, parse_gamma
 from specchat.errors import SpecchatError
 
 
 def simulate_recording(path, method: str | None, gamma: str | None) -> int:
-    from specchat.config.model import MAX_SPECULATIVE_TOKENS, SpeculationSpec
-
-    if gamma is not None and gamma != "auto":  # said before the recording is read and torch imported
-        if not gamma.isdigit() or not 1 <= int(gamma) <= MAX_SPECULATIVE_TOKENS:
-            raise SpecchatError(f"--gamma '{gamma}' is not a γ", key="--gamma",
-                                hint=f"give a whole number from 1 to {MAX_SPECULATIVE_TOKENS}, or auto")
-        gamma = int(gamma)
+    parsed = None if gamma is None else parse_gamma(gamma)
+    if gamma is not None and parsed is None:  # said before the recording is read and torch imported
+        raise SpecchatError(f"--gamma '{gamma}' is not a γ", key="--gamma",
+                            hint=f"give a whole number from 1 to {MAX_SPECULATIVE_TOKENS}, or auto")
+    gamma = parsed
     from specchat.bench.simulate import simulate
     from specchat.events import StepEvent
     from specchat.methods import METHODS
@@ -71,7 +70,7 @@ def predicted_gain(recorded, simulated) -> float | None:
     at its context from the recorded chat's own timings (the engine's one cost model)."""
     from specchat.engine.gamma.cost_model import CostModel
 
-    model = CostModel(max_gamma=16)
+    model = CostModel(max_gamma=MAX_SPECULATIVE_TOKENS)
     for stats in recorded:
         model.observe(stats, ("", ()), stats.draft_source)
     tokens = cost = 0.0

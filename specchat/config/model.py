@@ -17,9 +17,17 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "8bit", "4bit-nf4", "4bit-fp4")
 BACKENDS = ("transformers", "llama.cpp", *REMOTE_BACKENDS)
 GGUF_TYPES = ("auto", "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K")
-MAX_SPECULATIVE_TOKENS = 16
+MAX_SPECULATIVE_TOKENS = 16  # γ's upper bound, everywhere one is given
 MAX_SIBLINGS = 8  # a tree's nodes a depth (speculation.siblings)
 MAX_TREE_NODES = MAX_SPECULATIVE_TOKENS * MAX_SIBLINGS  # drafts one step may verify
+
+
+def parse_gamma(text: str) -> int | str | None:
+    """γ as typed: "auto" or a whole number 1..MAX_SPECULATIVE_TOKENS; None otherwise."""
+    if text == "auto":
+        return text
+    ok = text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_SPECULATIVE_TOKENS
+    return int(text) if ok else None
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def _store(v: str) -> str | None:
 
 def _gamma(v) -> str | None:
     if isinstance(v, str):
-        return None if v == "auto" else "must be an integer 1..16 or \"auto\""
+        return None if v == "auto" else f"must be an integer 1..{MAX_SPECULATIVE_TOKENS} or \"auto\""
     return _between(1, MAX_SPECULATIVE_TOKENS)(v)
 
 

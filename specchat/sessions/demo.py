@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.config.schema import value_problem
 from specchat.errors import SpecchatError
 from specchat.events import ChatReset, TurnFinished
@@ -51,11 +52,10 @@ def _directive(name: str, arg: str, file: str, line: int) -> DemoStep:
             raise bad("a non-negative number of seconds")
         return DemoStep("pause", seconds, line)
     if name == "gamma":
-        if arg == "auto":
-            return DemoStep("gamma", "auto", line)
-        if not arg.isdigit():
-            raise bad("a whole number of draft tokens or 'auto'")
-        return DemoStep("gamma", int(arg), line)
+        gamma = parse_gamma(arg)
+        if gamma is None:
+            raise bad(f"a whole number of draft tokens (1 to {MAX_SPECULATIVE_TOKENS}) or 'auto'")
+        return DemoStep("gamma", gamma, line)
     if name == "temperature":
         try:
             value = float(arg)

@@ -91,6 +91,7 @@ def test_demo_script_parsing():
     [
         ("hi\n/paus 2\n", "demo.txt: unknown directive /paus (line 2) — did you mean /pause?"),
         ("hi\n/gamma lots\n", "/gamma 'lots': expected a whole number"),
+        ("hi\n/gamma 17\n", "/gamma '17': expected a whole number of draft tokens (1 to 16)"),  # had no bound
         ("# only comments\n/pause 1\n", "the demo script has no prompts"),
     ],
 )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.engine.backends import Backend, as_backend, common_prefix_length
 from specchat.engine.proposers.ngram_index import MATCH_CAP, NgramIndex, NgramMatch
 from specchat.engine.sampling import SamplingParams, on_vocab, sample, warp
@@ -73,8 +74,9 @@ class Proposer:
             self.max_speculative_tokens = int(max_speculative_tokens or 8)
         else:
             self.max_speculative_tokens = int(max_speculative_tokens or num_speculative_tokens)
-            if not 1 <= int(num_speculative_tokens) <= 64:
-                raise ValueError(f"num_speculative_tokens must be 1..64 or 'auto', got {num_speculative_tokens!r}")
+            if not 1 <= int(num_speculative_tokens) <= MAX_SPECULATIVE_TOKENS:
+                raise ValueError(f"num_speculative_tokens must be 1..{MAX_SPECULATIVE_TOKENS} or 'auto', "
+                                 f"got {num_speculative_tokens!r}")
         self.num_speculative_tokens = num_speculative_tokens
 
     def prefill(self, ids: list[int]) -> None:

@@ -15,6 +15,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
+from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.events import (MESSAGE_TOO_LONG, ChatReset, ErrorEvent, Loaded, LoadProgress, Notice, ProfileSwitched,
                              SessionHeader, StepEvent, Token, TurnFinished, TurnStarted, UserMessage,
                              context_full_message)
@@ -206,7 +207,8 @@ class ChatScreen(Screen):
                                     "of it cached yet", before=self.current)
             self.fresh_model = False
             # border titles are markup: only a number or "auto" goes in
-            self.current.border_title = f"assistant · γ {gamma}" if gamma in ("auto", *range(1, 17)) else "assistant"
+            known = gamma in ("auto", *range(1, MAX_SPECULATIVE_TOKENS + 1))
+            self.current.border_title = f"assistant · γ {gamma}" if known else "assistant"
             self._panel_dirty = True
         elif isinstance(event, TurnFinished):
             self.figures.apply(event)
