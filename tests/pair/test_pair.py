@@ -37,8 +37,7 @@ def pair():
 def prompt_ids(loaded, profile, text):
     from specchat.engine.template import ChatTemplate
 
-    chat = ChatTemplate(loaded.tokenizer, system_prompt=profile.chat.system_prompt)
-    return chat.prompt_ids([{"role": "user", "content": text}])
+    return ChatTemplate.of(profile, loaded.tokenizer).prompt_ids([{"role": "user", "content": text}])
 
 
 def test_the_pair_loads_and_greedy_speculation_equals_plain_up_to_a_reported_near_tie(pair):
@@ -57,32 +56,29 @@ def test_the_pair_loads_and_greedy_speculation_equals_plain_up_to_a_reported_nea
 def test_gamma_auto_drafts_only_where_its_cost_model_says_it_pays(pair):
     """Two rounds of three prompts under γ = auto: the cost model prices the steps as run
     at ≥ 0.97× plain, and where it measured that no draft could pay even if every one
-    were kept, the second round drafts on at most 5 % of its steps (on a busy machine,
-    whose timings condemn nothing, only the first holds)."""
-    from specchat.contention import BUSY_SHARE
-
+    were kept, the second round never drafts from it (n-gram lookup drafts on where it
+    pays)."""
     profile, loaded = pair
     engine = SpeculativeEngine(loaded.target, build_proposer(profile.speculation, loaded))
     params = SamplingParams(temperature=0.0)
     tokens = cost = 0.0
-    second_round, busy = [], False
+    second_round = []
     for round_ in range(2):
         for text in PROMPTS:
             engine.reset()
             for step in engine.generate(prompt_ids(loaded, profile, text), params, 64):
                 s = step.stats
-                busy |= (s.cpu_others or 0.0) > BUSY_SHARE
                 if s.predicted_tokens is not None and s.predicted_cost is not None:
                     tokens, cost = tokens + s.predicted_tokens, cost + s.predicted_cost
-                if round_:
-                    second_round.append(s.num_draft_tokens)
+                if round_:  # the draft model's steps: n-gram lookup drafts where it pays, by design
+                    second_round.append(s.num_draft_tokens if s.draft_source == "draft_model" else 0)
     controller = engine.controller
     assert tokens / cost >= 0.97, f"γ = auto ran steps its own cost model priced at {tokens / cost:.2f}× plain"
     ceiling = controller.model.ceiling("draft_model", controller.max_gamma)
     drafted = sum(k > 0 for k in second_round)
-    if ceiling is not None and ceiling < 1.0 and not busy:
+    if ceiling is not None and ceiling < 1.0:  # set aside in the first round, at a context not since outgrown
         assert controller.cannot_pay("draft_model")
-        assert drafted <= 0.05 * len(second_round), f"drafted on {drafted} of {len(second_round)} steps"
+        assert drafted == 0, f"the draft model drafted on {drafted} of {len(second_round)} steps"
 
 
 def test_verify_passes_on_the_pair_at_the_profile_temperature(pair):
