@@ -306,11 +306,7 @@ class LlamaServerPeer:
                 what = f" -md {self.gguf}"
             else:
                 spec, what = [], ""
-            args = ["-m", str(self.model_path), *spec, "-t", str(self.threads), "-c", str(self.n_ctx), "-np", "1",
-                    "-ngl", str(self.n_gpu_layers)]
-            if self.n_gpu_layers:
-                self.close()
-            self._servers[(gamma, spec_type)] = start_server(args, f"-m {self.model_path}{what}")
+            self._start((gamma, spec_type), spec, what)
         return self._servers[(gamma, spec_type)].url
 
     def _draft_url(self, gamma: int | str) -> str:
@@ -320,12 +316,17 @@ class LlamaServerPeer:
         if key not in self._servers:
             knobs = [] if gamma == "auto" else ["--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0",
                                                 "--spec-draft-p-min", "0"]
-            args = ["-m", str(self.model_path), "-md", str(self.draft_path), *knobs, "-t", str(self.threads),
-                    "-c", str(self.n_ctx), "-np", "1", "-ngl", str(self.n_gpu_layers), "-ngld", str(self.n_gpu_layers)]
-            if self.n_gpu_layers:
-                self.close()
-            self._servers[key] = start_server(args, f"-m {self.model_path} -md {self.draft_path}")
+            self._start(key, ["-md", str(self.draft_path), *knobs, "-ngld", str(self.n_gpu_layers)],
+                        f" -md {self.draft_path}")
         return self._servers[key].url
+
+    def _start(self, key: tuple[int, str], spec: list[str], what: str) -> None:
+        """A server of the target with ``spec``'s speculation, at our threads, context and layers."""
+        args = ["-m", str(self.model_path), *spec, "-t", str(self.threads), "-c", str(self.n_ctx), "-np", "1",
+                "-ngl", str(self.n_gpu_layers)]
+        if self.n_gpu_layers:
+            self.close()
+        self._servers[key] = start_server(args, f"-m {self.model_path}{what}")
 
     def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
         spec_type = getattr(config, "spec_type", "")

@@ -199,19 +199,12 @@ def lmstudio_models() -> list[tuple[str, Path]]:
 
 # --- the Hugging Face cache ---------------------------------------------------------------
 
-def hf_hub_cache() -> Path:
-    """The Hugging Face hub cache as huggingface_hub finds it, read at each call."""
-    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(variable):
-            return Path(os.environ[variable]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
-
-
 def hf_cache_models() -> list[tuple[str, Path]]:
     """(``org/name`` + ``gguf_file``, path) of each GGUF in the Hugging Face cache's snapshots."""
+    from huggingface_hub import constants  # where huggingface_hub itself keeps the cache
+
     found = []
-    for repo in sorted(hf_hub_cache().glob("models--*--*")):
+    for repo in sorted(Path(constants.HF_HUB_CACHE).glob("models--*--*")):
         repo_id = repo.name[len("models--"):].replace("--", "/", 1)
         for snapshot in sorted(repo.glob("snapshots/*")):
             for gguf in sorted(snapshot.glob("**/*.gguf")):

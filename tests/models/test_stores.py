@@ -36,7 +36,9 @@ def ollama_model(store, name, tag, blob_bytes, draft_bytes=None, extra_layers=()
 def store(tmp_path, monkeypatch):
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "ollama"
 

@@ -4,9 +4,10 @@ EAGLE-3 head: method "hybrid"; a draft model: "ngram_draft").
 Each step the adaptive controller weighs both sources (controller.py): n-gram lookup's
 continuation, with its acceptance estimate keyed on the match, at almost no drafting
 cost; and the model's chain, with its own measured acceptance and its measured cost per
-draft (a draft model that cannot pay here is set aside by the controller, and the hybrid
-is then n-gram lookup alone). It picks the source and γ with the most expected tokens per millisecond — or a
-plain step when neither pays — and ``select`` routes the next ``propose`` there.
+draft. It picks the source and γ with the most expected tokens per millisecond — or a
+plain step when neither pays — and ``select`` routes the next ``propose`` there. A draft
+model that cannot pay here is set aside by the controller: the hybrid is then n-gram
+lookup alone.
 
 A head follows every step whichever source drafted: the target hands out features
 for every position it runs, and those it keeps are queued for the head (eagle.py), so
