@@ -59,6 +59,9 @@ class Measured:
     value: float | None
     interval: tuple[float, float] | None = None
     note: str = ""
+    # a busy machine's ratio, withheld from ``value``: shown only beside its interval and
+    # the caveat (the panel, a reply's footer), never alone as a result
+    busy_value: float | None = None
 
 
 def measured_speedup(steps: StepSums, plain_ms: list[float], others: float | None) -> Measured:
@@ -82,7 +85,7 @@ def measured_speedup(steps: StepSums, plain_ms: list[float], others: float | Non
     interval = (value * math.exp(-half), value * math.exp(half)) if math.isfinite(half) else None
     if others is not None and others > BUSY_SHARE:
         return Measured(None, interval, f"busy machine: other processes used {others:.0%} of the CPU, "
-                                        "timings unreliable")
+                                        "timings unreliable", busy_value=value)
     bound = steps.t / n
     if value > bound * (1 + 1e-9):
         return Measured(None, interval, f"cannot tell: {value:.2f}× is above the {bound:.2f} tokens a step "

@@ -141,6 +141,7 @@ class MetricsSnapshot:
     # measured_speedup_note says which; the interval is 95 %, from the step times' spread
     measured_speedup_interval: tuple[float, float] | None = None
     measured_speedup_note: str = ""
+    measured_speedup_busy: float | None = None  # the ratio a busy machine gave (measured_speedup withheld)
     busy_machine: bool | None = None
     cpu_others: float | None = None
     # several sequences decoded together (engine/batch/batched.py): how many in the latest step,
@@ -392,6 +393,7 @@ class Telemetry:
             measured_speedup=honest.value,
             measured_speedup_interval=honest.interval,
             measured_speedup_note=honest.note,
+            measured_speedup_busy=honest.busy_value,
             busy_machine=None if others is None else others > BUSY_SHARE,
             cpu_others=others,
             batch_size=self.batch_size, marginal_ms=self.marginal_ms,

@@ -88,6 +88,7 @@ class Controls:
             return
         backend.set_num_speculative_tokens(gamma)
         info.num_speculative_tokens = gamma
+        self.chat.gamma_changed(gamma)
         self._update_status()
 
     def action_gamma(self, delta: int) -> None:

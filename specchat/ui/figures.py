@@ -97,47 +97,83 @@ class Row:
     session: str
 
 
-def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool = False) -> list[Row]:
-    """The panel's table: (label, this turn, whole session)."""
-
-    def row(label: str, getter, digits: int = 2, suffix: str = "", timing: bool = False) -> Row:
+def _rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool, specs) -> list[Row]:
+    """A row per (label, getter, digits, suffix, timing): this turn's and the session's."""
+    rows = []
+    for label, getter, digits, suffix, timing in specs:
         if timing and hide_timing:
-            return Row(label, HIDDEN, HIDDEN)
-        return Row(label, fmt(getter(turn), digits, suffix), fmt(getter(session), digits, suffix))
+            rows.append(Row(label, HIDDEN, HIDDEN))
+        else:
+            rows.append(Row(label, fmt(getter(turn), digits, suffix), fmt(getter(session), digits, suffix)))
+    return rows
 
-    rows = [
-        row("tokens", lambda m: m.num_tokens),
-        row("steps", lambda m: m.num_steps),
-        row("γ (mean)", lambda m: m.gamma if m.gamma else None, 1),
-        row("mean accept len", lambda m: m.mean_acceptance_length),
-        row("draft accept rate", lambda m: m.draft_acceptance_rate if m.num_draft_tokens else None),
-        row("α measured", lambda m: m.alpha),
-        row("α empirical", lambda m: m.alpha_empirical),
-        row("c (draft/target)", lambda m: m.cost_ratio, 3, timing=True),
-        row("v(γ) verify cost", lambda m: _verify_at_gamma(m), 2, timing=True),
-        row("E tokens/round", lambda m: m.expected_tokens_per_round),
-        row("paper (no verify)", lambda m: m.predicted_speedup_paper, 2, "×", timing=True),
-        row("predicted, as run", lambda m: m.predicted_speedup, 2, "×", timing=True),
-        row("measured tok/s", lambda m: m.tokens_per_s, 1, timing=True),
-        row("measured speedup", lambda m: m.measured_speedup, 2, "×", timing=True),
-        row("time to 1st tok", lambda m: m.ttft_ms, 0, " ms", timing=True),
-    ]
+
+# the panel's table, always in view: what a reply cost and whether speculation paid
+SUMMARY = [
+    ("tokens", lambda m: m.num_tokens, 2, "", False),
+    ("tok/s", lambda m: m.tokens_per_s, 1, "", True),
+    ("mean accept len", lambda m: m.mean_acceptance_length, 2, "", False),
+    ("draft accept rate", lambda m: m.draft_acceptance_rate if m.num_draft_tokens else None, 2, "", False),
+]
+SPEEDUP = "measured speed-up"
+# behind the "details" fold: the cost model's inputs and the paper's reference figures
+DETAILS = [
+    ("steps", lambda m: m.num_steps, 2, "", False),
+    ("γ (mean)", lambda m: m.gamma if m.gamma else None, 1, "", False),
+    ("α measured", lambda m: m.alpha, 2, "", False),
+    ("α empirical", lambda m: m.alpha_empirical, 2, "", False),
+    ("c (draft/target)", lambda m: m.cost_ratio, 3, "", True),
+    ("v(γ) verify cost", lambda m: _verify_at_gamma(m), 2, "", True),
+    ("E tokens/round", lambda m: m.expected_tokens_per_round, 2, "", False),
+    ("paper (no verify)", lambda m: m.predicted_speedup_paper, 2, "×", True),
+    ("predicted, as run", lambda m: m.predicted_speedup, 2, "×", True),
+    ("time to 1st tok", lambda m: m.ttft_ms, 0, " ms", True),
+]
+
+
+def speedup_cell(m: MetricsSnapshot) -> str:
+    """The measured speed-up as a table cell: "1.31×", a busy machine's "1.31×*" (its
+    ratio, flagged), or "–*" where it cannot tell (too few steps, timing noise)."""
+    if m.measured_speedup is not None:
+        return f"{m.measured_speedup:.2f}×"
+    if m.measured_speedup_busy is not None:
+        return f"{m.measured_speedup_busy:.2f}×*"
+    return "–*" if m.measured_speedup_note else "–"
+
+
+def busy_caveat(*snapshots: MetricsSnapshot) -> str:
+    """The busy-machine caveat, once for all the figures it concerns (the busiest share
+    of them), "" when none was measured on a busy machine."""
+    shares = [m.cpu_others or 0.0 for m in snapshots if m.measured_speedup_busy is not None]
+    if not shares:
+        return ""
+    return f"busy machine: other processes used {max(shares):.0%} of the CPU, so the speed-up is rough"
+
+
+def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool = False) -> list[Row]:
+    """The panel's table, always in view: (label, this turn, whole session). The measured
+    speed-up carries its 95 % interval; where it is withheld or flagged the reason
+    follows the table, each once (a busy machine's caveat covers both columns)."""
+    rows = _rows(turn, session, hide_timing, SUMMARY)
     if hide_timing:
-        return rows
-    # a withheld measured speed-up says why (busy machine, too few steps…), not a bare
-    # dash: its cell is marked, and the reason, too long for a cell, follows the table
-    why = [m.measured_speedup_note if m.measured_speedup is None else "" for m in (turn, session)]
-    at = [r.label for r in rows].index("measured speedup")
-    rows[at] = Row(rows[at].label, *(cell + ("*" if note else "") for cell, note in
-                                     zip((rows[at].turn, rows[at].session), why)))
-    # a shown one carries its uncertainty (the 95 % interval over the step times)
+        return rows + [Row(SPEEDUP, HIDDEN, HIDDEN)]
+    rows.append(Row(SPEEDUP, speedup_cell(turn), speedup_cell(session)))
     shown = {name: f"{lo:.2f}–{hi:.2f}×" for name, m in (("turn", turn), ("session", session))
-             if m.measured_speedup is not None and m.measured_speedup_interval
-             for lo, hi in [m.measured_speedup_interval]}
+             if (m.measured_speedup is not None or m.measured_speedup_busy is not None)
+             and m.measured_speedup_interval for lo, hi in [m.measured_speedup_interval]}
     if len(shown) == 2 and shown["turn"] == shown["session"]:  # one turn so far: one line
         shown = {"both": shown["turn"]}
     spread = [Row(f"  {'' if name == 'both' else name + ' '}95 %: {text}", "", "") for name, text in shown.items()]
-    return rows + spread + [Row(f"* {note}", "", "") for note in dict.fromkeys(n for n in why if n)]
+    busy = busy_caveat(turn, session)
+    notes = [m.measured_speedup_note for m in (turn, session)
+             if m.measured_speedup is None and m.measured_speedup_busy is None and m.measured_speedup_note]
+    caveats = ([f"* {busy}"] if busy else []) + [f"* {note}" for note in dict.fromkeys(notes)]
+    return rows + spread + [Row(text, "", "") for text in caveats]
+
+
+def detail_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool = False) -> list[Row]:
+    """The rows behind the panel's "details" fold (F1 says what each one means)."""
+    return _rows(turn, session, hide_timing, DETAILS)
 
 
 def _verify_at_gamma(m: MetricsSnapshot) -> float | None:
@@ -155,27 +191,51 @@ def gain_text(gain: float) -> str:
     return f"{gain:.3f}×" if abs(gain - 1.0) < 0.005 else f"{gain:.2f}×"
 
 
-def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing: bool = False) -> tuple[str, str]:
-    """The cost model's verdict in plain words (pays / does not pay / too early to say),
-    with the paper's α > c test under it as a reference, and a level ("good" / "bad" /
-    "unknown") for styling. It reads the same recommendation as recommended_gamma_text,
-    so the two cannot disagree."""
+def drafting_lately(m: MetricsSnapshot, steps: int = 8) -> bool | None:
+    """Whether any of the last ``steps`` steps drafted (None before any step): a plain
+    calibration step now and then does not make γ = auto look idle."""
+    recent = m.gamma_history[-steps:]
+    return any(recent) if recent else None
+
+
+def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing: bool = False,
+                   gamma: int | str | None = None) -> tuple[str, str]:
+    """Is speculation paying? The cost model's verdict in plain words, with its one
+    prediction, saying what γ = auto is doing about it (``gamma``: the γ the chat runs
+    at, "auto" or a number; None if unknown), and a level ("good" / "bad" / "unknown")
+    for styling. It reads the same recommendation as recommended_gamma_text and the
+    controller, so none of them can disagree with it. The paper's α > c test is in the
+    details (paper_text)."""
     if hide_timing:
         return ("verdict needs timings (hidden in deterministic mode)", "unknown")
     if m.num_drafts == 0 and m.verdict is None:
         if method == "none":
-            return ("no speculation in this profile", "unknown")
+            return ("no speculation in this profile: plain decoding", "unknown")
         return ("too early to say: no drafts yet", "unknown")
-    paper = ("" if m.breakeven is None else
-             f"\npaper: α {m.alpha or 0.0:.2f} {'>' if m.breakeven else '≤'} c {m.cost_ratio or 0.0:.2f} "
-             "(no verify cost)")
     if m.verdict is None:
-        return ("too early to say: no plain step and draft timed yet" + paper, "unknown")
+        return ("too early to say: no plain step and draft timed yet", "unknown")
     gain = f" {gain_text(m.recommended_gain)}" if m.recommended_gain is not None else ""
+    lately = drafting_lately(m)
     if m.verdict == "pays":
-        return (f"speculation pays: γ {m.best_gamma} predicted{gain} plain speed" + paper, "good")
-    advice = "switch to n-gram" if method == "draft_model" else "turn speculation off"
-    return (f"does not pay: predicted{gain} plain speed at best; {advice}" + paper, "bad")
+        text = f"speculation pays: γ {m.best_gamma} predicted{gain} plain speed"
+        if gamma == "auto" and lately is False:
+            text += "; for now γ auto decodes plainly (no draft pays at this point)"
+        elif isinstance(gamma, int) and gamma != m.best_gamma:
+            text += f"; you run γ {gamma} (F5/F6)"
+        return (text, "good")
+    if gamma == "auto":
+        advice = "γ auto decodes plainly, probing now and then" + ("" if lately is False else " (probing now)")
+    else:
+        advice = "switch to n-gram" if method == "draft_model" else "turn speculation off"
+    return (f"does not pay: predicted{gain} plain speed at best; {advice}", "bad")
+
+
+def paper_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
+    """The paper's α > c test, a reference that ignores what verifying costs ("" until measured)."""
+    if hide_timing or m.breakeven is None:
+        return ""
+    sign = ">" if m.breakeven else "≤"
+    return f"paper: α {m.alpha or 0.0:.2f} {sign} c {m.cost_ratio or 0.0:.2f} (no verify cost)"
 
 
 def controller_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
@@ -187,7 +247,7 @@ def controller_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
     if m.predicted_gain is None or hide_timing:
         return f"γ now: {m.last_gamma}" + batch
     if m.last_gamma == 0:
-        return "γ now: 0 (auto: no γ beats plain decoding here; probing now and then)" + batch
+        return "γ now: 0 (auto: no draft pays at this point; probing now and then)" + batch
     return f"γ now: {m.last_gamma} (auto: this step predicted {m.predicted_gain:.2f}× plain)" + batch
 
 

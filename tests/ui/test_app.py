@@ -170,6 +170,7 @@ def test_inspector_controls_and_markdown(tiny_profile_path):
             backend = app.loaded.backend
             await pilot.press("f6")
             assert app.info.num_speculative_tokens == 4 and backend.num_speculative_tokens == 4
+            assert app.chat.panel.gamma == 4  # the verdict speaks of the γ the chat runs at
             await pilot.press("f8")
             assert backend.sampling.temperature == pytest.approx(0.1)
             # Markdown view of the same reply, and back.

@@ -67,8 +67,7 @@ def test_shipped_themes_all_load():
     [
         (MetricsSnapshot(num_drafts=5, alpha=0.8, cost_ratio=0.1, breakeven=True, verdict="pays", best_gamma=3,
                          recommended_gain=1.4),
-         "draft_model", "speculation pays: γ 3 predicted 1.40× plain speed\npaper: α 0.80 > c 0.10 (no verify "
-         "cost)", "good"),
+         "draft_model", "speculation pays: γ 3 predicted 1.40× plain speed", "good"),
         (MetricsSnapshot(num_drafts=5, alpha=0.1, cost_ratio=0.3, breakeven=False, verdict="does not pay",
                          best_gamma=0, recommended_gain=0.7),
          "draft_model", "does not pay: predicted 0.70× plain speed at best; switch to n-gram", "bad"),
@@ -100,12 +99,80 @@ def test_breakeven_and_gamma_hidden_without_timings():
 
 
 def test_a_withheld_measured_speedup_says_why_instead_of_a_bare_dash():
-    busy = MetricsSnapshot(measured_speedup_note="busy machine: other processes used 60% of the CPU, timings unreliable")
-    rows = {r.label: r for r in figure_rows(busy, MetricsSnapshot(measured_speedup=1.5))}
-    assert (rows["measured speedup"].turn, rows["measured speedup"].session) == ("–*", "1.50×")
-    assert "* " + busy.measured_speedup_note in rows
-    hidden = [r.label for r in figure_rows(busy, busy, hide_timing=True)]
+    noisy = MetricsSnapshot(measured_speedup_note="cannot tell: 1.70× is above the 1.03 tokens a step allow — timing noise")
+    rows = {r.label: r for r in figure_rows(noisy, MetricsSnapshot(measured_speedup=1.5))}
+    assert (rows["measured speed-up"].turn, rows["measured speed-up"].session) == ("–*", "1.50×")
+    assert "* " + noisy.measured_speedup_note in rows
+    hidden = [r.label for r in figure_rows(noisy, noisy, hide_timing=True)]
     assert not any(label.startswith("*") for label in hidden)  # deterministic mode shows no timings
+
+
+def busy(share: float, ratio: float, interval: tuple[float, float]) -> MetricsSnapshot:
+    return MetricsSnapshot(measured_speedup_busy=ratio, measured_speedup_interval=interval, busy_machine=True,
+                           cpu_others=share, measured_speedup_note=f"busy machine: other processes used {share:.0%} "
+                                                                   "of the CPU, timings unreliable")
+
+
+def test_a_busy_machine_shows_the_ratio_with_its_interval_and_the_caveat_once():
+    """Issue 59, newcomer item 3: on a busy machine the panel showed "–*" in both columns
+    and the footnote twice (each column's share of the CPU differed by a point)."""
+    turn, session = busy(0.63, 1.31, (1.05, 1.63)), busy(0.58, 1.27, (1.12, 1.44))
+    rows = figure_rows(turn, session)
+    by_label = {r.label: r for r in rows}
+    assert (by_label["measured speed-up"].turn, by_label["measured speed-up"].session) == ("1.31×*", "1.27×*")
+    assert "  turn 95 %: 1.05–1.63×" in by_label and "  session 95 %: 1.12–1.44×" in by_label
+    caveats = [r.label for r in rows if r.label.startswith("*")]
+    assert caveats == ["* busy machine: other processes used 63% of the CPU, so the speed-up is rough"]
+    # a recording made before the busy ratio was kept: the dash and its reason, once
+    old = [r.label for r in figure_rows(MetricsSnapshot(measured_speedup_note=turn.measured_speedup_note),
+                                        MetricsSnapshot(measured_speedup_note=turn.measured_speedup_note))]
+    assert sum(label.startswith("* busy machine") for label in old) == 1
+
+
+def test_the_telemetry_keeps_a_busy_machines_ratio_beside_the_withheld_figure():
+    from specchat.contention import BUSY_SHARE
+    from specchat.speedup import StepSums, measured_speedup
+
+    steps = StepSums()
+    for ms in (15.0, 16.0, 14.0, 15.5, 15.2):
+        steps.add(2, ms)
+    quiet = measured_speedup(steps, [10.0, 10.4, 9.8], others=0.0)
+    loud = measured_speedup(steps, [10.0, 10.4, 9.8], others=BUSY_SHARE + 0.2)
+    assert loud.value is None and loud.busy_value == pytest.approx(quiet.value) and loud.interval == quiet.interval
+    assert quiet.busy_value is None
+
+
+@pytest.mark.parametrize(
+    "snap, gamma, words, level",
+    [
+        # issue 59, newcomer item 1: "pays … 1.59×" stood over "γ now: 0": the verdict says what auto does
+        (MetricsSnapshot(num_drafts=5, verdict="pays", best_gamma="auto", recommended_gain=1.59,
+                         gamma_history=(3, 2, 0, 0, 0, 0, 0, 0, 0, 0), last_gamma=0), "auto",
+         "speculation pays: γ auto predicted 1.59× plain speed; for now γ auto decodes plainly", "good"),
+        (MetricsSnapshot(num_drafts=5, verdict="pays", best_gamma="auto", recommended_gain=1.59,
+                         gamma_history=(0, 0, 3, 0), last_gamma=0), "auto",
+         "speculation pays: γ auto predicted 1.59× plain speed", "good"),
+        (MetricsSnapshot(num_drafts=5, verdict="pays", best_gamma=3, recommended_gain=1.4, gamma_history=(5,)), 5,
+         "speculation pays: γ 3 predicted 1.40× plain speed; you run γ 5", "good"),
+        (MetricsSnapshot(num_drafts=5, verdict="does not pay", best_gamma=0, recommended_gain=0.8,
+                         gamma_history=(0, 0)), "auto", "does not pay: predicted 0.80× plain speed at best; γ auto "
+                                                        "decodes plainly, probing now and then", "bad"),
+    ],
+)
+def test_the_verdict_agrees_with_what_gamma_auto_is_doing(snap, gamma, words, level):
+    text, got = breakeven_text(snap, "draft_model", gamma=gamma)
+    assert text.startswith(words) and got == level
+    if gamma == "auto" and snap.gamma_history[-8:] and any(snap.gamma_history[-8:]):
+        assert "decodes plainly" not in text  # drafting lately: no "plain for now"
+
+
+def test_the_panel_key_explains_every_row():
+    from specchat.ui.figures import DETAILS, SPEEDUP, SUMMARY
+    from specchat.ui.glossary import PANEL_KEY, panel_key_lines
+
+    explained = {label for label, _ in PANEL_KEY}
+    assert {label for label, *_ in SUMMARY + DETAILS} | {SPEEDUP} <= explained
+    assert max(len(line) for line in panel_key_lines()) <= 72  # the help box's width
 
 
 def test_histogram_shows_every_bin_up_to_gamma():

@@ -126,8 +126,13 @@ class ChatScreen(Screen):
         drafts at (``gamma``: a number, or "auto" up to ``max_gamma``)."""
         self.figures.reset()
         deepest = max_gamma if gamma == "auto" else gamma if isinstance(gamma, int) else 0
-        self.panel.size_for(method, deepest)
+        self.panel.size_for(method, deepest, gamma)
         self.flush_panel(force=True, settle=True)
+
+    def gamma_changed(self, gamma: int | str) -> None:
+        """The user set γ: the verdict speaks of the γ the chat now runs at."""
+        self.panel.gamma = gamma
+        self.flush_panel(force=True)
 
     # --- events -------------------------------------------------------------------
     def apply_events(self, events: list[Any]) -> None:

@@ -1,4 +1,5 @@
-"""Help: every key, read from the app's bindings so the list cannot go stale."""
+"""Help: every key, read from the app's bindings so the list cannot go stale; the token
+colours, drawn in the theme's own; and what each row of the speculation panel means."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from specchat.ui.glossary import panel_key_lines
+from specchat.ui.widgets.legend import legend_content
+from specchat.ui.widgets.reply import KIND_STYLES, kind_styles
+
 INPUT_KEYS = [
     ("enter", "send the message"),
     ("shift+enter / ctrl+j", "new line in the message"),
@@ -17,22 +22,22 @@ INPUT_KEYS = [
 ]
 
 
-def help_text(bindings: list[Binding]) -> Content:
+def help_text(bindings: list[Binding], styles: dict[str, str] = KIND_STYLES) -> Content:
     rows = list(INPUT_KEYS)
     for binding in bindings:
         if binding.description:
             rows.append((binding.key_display or binding.key, binding.description))
     width = max(len(k) for k, _ in rows) + 2
-    lines = ["Keys", ""] + [f"{k:<{width}}{d}" for k, d in rows]
-    lines += [
+    keys = ["Keys", ""] + [f"{k:<{width}}{d}" for k, d in rows]
+    colours = [
         "",
-        "Token colours: accepted draft, resampled, bonus, target (the legend",
-        "under the chat); with NO_COLOR set: resampled underlined, bonus bold,",
-        "target italic. F4 inspects the last reply's tokens.",
+        "Token colours (the legend under the chat; with NO_COLOR set: resampled",
+        "underlined, bonus bold, target italic). F4 inspects the last reply's tokens.",
         "",
-        "Press Esc or F1 to close.",
     ]
-    return Content("\n".join(lines))
+    panel = ["", "", "The speculation panel (F2 shows or hides it)", ""] + panel_key_lines() + [
+        "", "Press Esc or F1 to close."]
+    return (Content("\n".join(keys + colours)) + legend_content(styles=styles) + Content("\n".join(panel)))
 
 
 class HelpScreen(ModalScreen[None]):
@@ -44,7 +49,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(help_text(self._bindings_list), id="help-text")
+            yield Static(help_text(self._bindings_list, kind_styles(self.app)), id="help-text")
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

@@ -1,5 +1,8 @@
 """The speculation side panel: this turn's and the whole session's figures.
 
+On top, one verdict in plain words (is speculation paying here?) and the few figures
+that answer it; the cost model's inputs, the paper's reference figures and the
+histograms sit behind a "details" fold, closed at first. F1 says what each row means.
 It only ever receives snapshots (attributes down); the app decides how often, so a
 fast model does not redraw the panel per token.
 """
@@ -13,16 +16,16 @@ from textual.widgets import Collapsible, Sparkline, Static
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.telemetry import MetricsSnapshot
-from specchat.ui.figures import (breakeven_text, controller_text, figure_rows, histogram_lines, position_lines,
-                                 source_lines, recommended_gamma_text)
+from specchat.ui.figures import (Row, breakeven_text, controller_text, detail_rows, figure_rows, histogram_lines,
+                                 paper_text, position_lines, recommended_gamma_text, source_lines)
 
 LABEL_W, COL_W = 18, 9
 
 
-def table_content(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool) -> Content:
+def table_content(rows: list[Row]) -> Content:
     header = f"{'':<{LABEL_W}}{'turn':>{COL_W}}{'session':>{COL_W}}"
     lines = [header]
-    for row in figure_rows(turn, session, hide_timing):
+    for row in rows:
         lines.append(f"{row.label:<{LABEL_W}}{row.turn:>{COL_W}}{row.session:>{COL_W}}")
     text = "\n".join(lines)
     return Content(text, [Span(0, len(header), "bold $text-muted")])
@@ -35,33 +38,38 @@ class SpecPanel(VerticalScroll):
         super().__init__(**kwargs)
         self.hide_timing = hide_timing
         self.method = "none"
+        self.gamma: int | str | None = None  # the γ the chat runs at (the verdict says what auto does)
         self._least: dict[str, int] = {}  # selector: lines it is laid out with at least
 
-    def size_for(self, method: str, max_gamma: int) -> None:
+    def size_for(self, method: str, max_gamma: int, gamma: int | str | None = None) -> None:
         """A profile's figures: its histogram can reach max_gamma + 1 rows, its
         per-position acceptance max_gamma, and the verdicts in words two lines on the
         panel's width, so they are laid out at that height from the start (blank rows
         until used) and do not grow while the model runs. Applied at the next
         ``show(settle=True)``."""
         self.method = method
+        self.gamma = gamma
         rows = min(max_gamma, MAX_SPECULATIVE_TOKENS) if isinstance(max_gamma, int) else 0  # a recording's, maybe
-        self._least = ({"#histogram": rows + 1, "#positions": rows, "#breakeven": 4, "#recommend": 2,
+        self._least = ({"#histogram": rows + 1, "#positions": rows, "#verdict": 4, "#recommend": 2,
                         "#controller": 2} if method != "none" and rows > 0 else {})
 
     def compose(self) -> ComposeResult:
         yield Static("", id="panel-title")
+        yield Static("", id="verdict")
         yield Static("", id="figures")
-        yield Static("", id="breakeven")
-        yield Static("", id="recommend")
-        yield Static("", id="controller")
-        with Collapsible(title="Acceptance histogram (turn)", collapsed=False, id="hist-section"):
-            yield Static("", id="histogram")
-        with Collapsible(title="Per-position acceptance (turn)", collapsed=False, id="pos-section"):
-            yield Static("", id="positions")
-        with Collapsible(title="Acceptance per step (turn)", collapsed=False, id="accept-section"):
-            yield Sparkline([], id="accept-spark")
-        with Collapsible(title="γ per step (session)", collapsed=True, id="gamma-section"):
-            yield Sparkline([], id="gamma-spark")
+        with Collapsible(title="details (F1: what each row means)", collapsed=True, id="details"):
+            yield Static("", id="detail-figures")
+            yield Static("", id="paper")
+            yield Static("", id="recommend")
+            yield Static("", id="controller")
+            with Collapsible(title="Acceptance histogram (turn)", collapsed=False, id="hist-section"):
+                yield Static("", id="histogram")
+            with Collapsible(title="Per-position acceptance (turn)", collapsed=False, id="pos-section"):
+                yield Static("", id="positions")
+            with Collapsible(title="Acceptance per step (turn)", collapsed=False, id="accept-section"):
+                yield Sparkline([], id="accept-spark")
+            with Collapsible(title="γ per step (session)", collapsed=True, id="gamma-section"):
+                yield Sparkline([], id="gamma-spark")
 
     def on_mount(self) -> None:
         self._shown: dict[str, tuple[tuple, int | None]] = {}  # selector: (text and spans, height shown)
@@ -101,10 +109,12 @@ class SpecPanel(VerticalScroll):
 
         title = "Speculation" + (f" · turn {turn_number}" if turn_number is not None else "")
         update("#panel-title", Content(title))
-        update("#figures", table_content(turn, session, self.hide_timing))
-        # the verdict and the recommendation read the same (session-wide) cost model
-        text, level = breakeven_text(session, self.method, self.hide_timing)
-        update("#breakeven", Content(text)).set_classes(f"-{level}")
+        # the verdict, the recommendation and the controller read the same (session-wide) cost model
+        text, level = breakeven_text(session, self.method, self.hide_timing, self.gamma)
+        update("#verdict", Content(text)).set_classes(f"-{level}")
+        update("#figures", table_content(figure_rows(turn, session, self.hide_timing)))
+        update("#detail-figures", table_content(detail_rows(turn, session, self.hide_timing)))
+        update("#paper", Content(paper_text(session, self.hide_timing)))
         update("#recommend", Content(recommended_gamma_text(session, self.hide_timing)))
         update("#controller", Content(controller_text(session, self.hide_timing)))
         hist = histogram_lines(turn.acceptance_histogram, max(turn.gamma_history, default=0)) or ["no drafting steps yet"]
