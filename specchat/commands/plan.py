@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from specchat import untrusted
 from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
 from specchat.synthetic import PAIRS, cached, transformers_model
@@ -203,7 +204,7 @@ def _measured(name: str) -> list[dict]:
             return StepStats(**step)
 
         try:
-            results = json.loads(open(name, encoding="utf-8").read())
+            results = untrusted.json_value(untrusted.read_text(name))
             groups: dict[tuple[str, str], list] = {}
             for row in results["rows"]:
                 steps = run_of(checked(step) for step in row["steps"])
@@ -211,7 +212,7 @@ def _measured(name: str) -> list[dict]:
                     groups.setdefault((str(key[0]), str(key[1])), []).extend(steps)
             sets = results.get("aggregates", {}).get("sets", {})
             alphas = {key: (sets.get(key[1], {}).get(key[0]) or {}).get("alpha") for key in groups}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # ValueError: Unreadable
             raise SpecchatError(f"not a bench results.json ({type(e).__name__}: {e})", file=name,
                                 hint="give the results.json that specchat bench wrote") from None
         out = [{"config": config, "set": set_name, "steps": steps,

@@ -8,18 +8,12 @@ add to them and override them by name. ``--profile`` takes a name or a path.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
-from .. import paths
+from .. import paths, untrusted
 from ..errors import ProfileError, SpecchatError
 from .model import Profile
 from .schema import build_profile, check_keys, did_you_mean
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 DEFAULT_PROFILE = "default"
 
@@ -123,15 +117,15 @@ def _merge(base: dict, override: dict) -> dict:
 def _read_text(file: Path) -> str:
     try:
         _refuse_a_model_file(file)
-        return file.read_text(encoding="utf-8")
+        return untrusted.read_text(file)
     except FileNotFoundError:
         raise ProfileError("profile file not found", file=file, hint="check the path") from None
     except PermissionError:
         raise ProfileError("cannot read the profile: permission denied", file=file,
                            hint="check the file's permissions (it must be readable by you)") from None
-    except UnicodeDecodeError as error:
-        raise ProfileError(f"the profile is not UTF-8 text (byte {error.start} is {error.object[error.start]:#04x})",
-                           file=file, hint="save it as UTF-8 text") from None
+    except untrusted.Unreadable as error:
+        raise ProfileError(f"the profile is not UTF-8 text ({error.reason})", file=file,
+                           hint="save it as UTF-8 text") from None
     except OSError as error:
         raise ProfileError(f"cannot read the profile ({error.strerror or error})", file=file,
                            hint="check that the path names a readable .toml file") from None
@@ -151,24 +145,17 @@ def _refuse_a_model_file(file: Path) -> None:
                                     f'my-model.toml')
 
 
-_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
-
-
 def _parse(text: str, file: Path) -> dict:
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        message = str(error)
-        match = _TOML_POSITION.search(message)
-        line = int(match.group(1)) if match else None
-        where = f"near column {match.group(2)}: " if match else ""
-        reason = _TOML_POSITION.sub("", message)
-        raise ProfileError(f"TOML syntax error: {reason}", file=file, line=line,
-                           hint=f"{where}check quotes, brackets and the '=' on that line") from None
-    except RecursionError:  # tomllib recurses once per nested array or inline table
+        return untrusted.toml(text)
+    except untrusted.TooDeep:
         raise ProfileError("TOML nested too deeply to read", file=file,
                            hint="nest arrays and inline tables less deeply (no specchat key needs more than a few)"
                            ) from None
+    except untrusted.Unreadable as error:
+        where = f"near column {error.column}: " if error.column else ""
+        raise ProfileError(f"TOML syntax error: {error.reason}", file=file, line=error.line,
+                           hint=f"{where}check quotes, brackets and the '=' on that line") from None
 
 
 _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")

@@ -10,12 +10,12 @@ and activations come on top, hence a warning above 80 % of what is free.
 
 from __future__ import annotations
 
-import json
-import struct
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specchat import untrusted
 from specchat.doctor.checks import FAIL, OK, WARNING, Check, from_error, local_specs
 from specchat.errors import ModelLoadError, SpecchatError
 from specchat.methods import HEAD_KINDS, METHODS
@@ -301,17 +301,9 @@ def safetensors_params(folder: Path) -> int:
     """Parameters in a folder's *.safetensors, from their headers (a few KB read)."""
     total = 0
     for path in sorted(folder.glob("*.safetensors")):
-        try:  # an untrusted file: cut short, not JSON, nested past the decoder, fields of the wrong type
-            with open(path, "rb") as f:
-                (size,) = struct.unpack("<Q", f.read(8))
-                header = json.loads(f.read(size))
-            for name, tensor in header.items():
-                if name != "__metadata__":
-                    count = 1
-                    for dim in tensor["shape"]:
-                        count *= dim
-                    total += count
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error, RecursionError) as error:
+        try:
+            total += sum(math.prod(tensor["shape"]) for tensor in untrusted.safetensors_header(path)[1].values())
+        except (OSError, untrusted.Unreadable) as error:
             raise ModelLoadError(f"the safetensors header cannot be read ({type(error).__name__}: {error})",
                                  file=str(path), hint="the file is damaged or not safetensors: download it again"
                                  ) from None

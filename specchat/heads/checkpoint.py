@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from specchat import untrusted
 from specchat.errors import ModelLoadError
 from specchat.heads.eagle3 import Eagle3Config, Eagle3Head
 
@@ -86,13 +87,12 @@ def read_config(directory: Path, kind: str) -> dict:
     """``directory``'s config.json, which must be a ``kind`` ("eagle3" or "medusa") head's."""
     path = directory / "config.json"
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = untrusted.json_value(untrusted.read_text(path))
     except FileNotFoundError:
         raise HeadError("no config.json: not a head checkpoint folder", file=str(directory),
                         hint="give the folder that holds config.json and model.safetensors") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise HeadError(f"config.json cannot be read ({e})", file=str(path),
-                        hint="download the head again") from None
+    except (OSError, untrusted.Unreadable) as e:
+        raise HeadError(f"config.json cannot be read ({e})", file=str(path), hint="download the head again") from None
     if not isinstance(config, dict):
         raise HeadError("config.json is not a JSON object", file=str(path), hint="download the head again")
     found = head_kind(config)

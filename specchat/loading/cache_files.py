@@ -15,6 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
+from .. import untrusted
 from ..errors import ModelLoadError
 
 def unwritable(folder: Path, error: OSError, what: str, key: str | None = None) -> ModelLoadError:
@@ -70,9 +71,9 @@ def entry_problem(entry: Path, fingerprint) -> str | None:
     if not entry.is_file():
         return "not a file"
     try:
-        record = json.loads(record_path(entry).read_text(encoding="utf-8"))
+        record = untrusted.json_object(untrusted.read_text(record_path(entry)))
         size, expected = int(record["size"]), str(record["fingerprint"])
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+    except (OSError, ValueError, KeyError, TypeError):  # ValueError: untrusted.Unreadable, int()'s
         return "no record of a complete conversion"
     try:
         actual_size = entry.stat().st_size

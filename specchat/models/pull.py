@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import paths
+from .. import paths, untrusted
 from ..errors import SpecchatError
 from .catalog import PULLS, Pull, PulledFile
 
@@ -51,7 +51,7 @@ def is_pulled(entry: PulledFile) -> bool:
     """Whether the joined file is there, of its size, with a record of the pinned hash."""
     path = pulled_path(entry.name)
     try:
-        record = json.loads(_record(path).read_text(encoding="utf-8"))
+        record = untrusted.json_value(untrusted.read_text(_record(path)))
         return path.is_file() and path.stat().st_size == entry.size == record.get("size") \
             and record.get("sha256") == entry.sha256
     except (OSError, ValueError, AttributeError):

@@ -12,11 +12,11 @@ path parts, so nothing it says can point outside the store.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 
+from .. import untrusted
 from ..errors import ModelLoadError
 
 PREFIXES = ("pulled:", "ollama:", "ollama-draft:", "lmstudio:")
@@ -97,10 +97,10 @@ def read_manifest(path: Path, key: str) -> dict:
     try:
         if path.stat().st_size > 1 << 20:
             raise ValueError("larger than 1 MB")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = untrusted.json_value(untrusted.read_text(path))
         if not isinstance(data, dict) or not isinstance(data.get("layers", []), list):
             raise ValueError("no list of layers")
-    except (OSError, ValueError, RecursionError) as error:
+    except (OSError, ValueError) as error:  # ValueError: untrusted.Unreadable, the checks above
         raise ModelLoadError(f"{key}.source: the Ollama manifest {path} is unreadable ({error})", file=str(path),
                              key=f"{key}.source", hint="pull the model again with ollama") from None
     return data

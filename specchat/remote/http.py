@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import math
 import os
 import socket
 import ssl
@@ -30,6 +29,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from specchat import untrusted
 from specchat.errors import SpecchatError
 from specchat.redact import redact, redact_url
 from specchat.sanitize import clean_line
@@ -259,8 +259,8 @@ class Endpoint:
 
     def _parse(self, text: str, where: str, what: str = "answer is not JSON") -> Any:
         try:
-            return json.loads(text, parse_constant=_not_finite, parse_float=_finite)
-        except (ValueError, RecursionError):  # RecursionError: nested too deeply (a hostile server)
+            return untrusted.json_value(text, finite=True)
+        except untrusted.Unreadable:
             raise RemoteError(f"{where}: {what}: {self.shown(text[:4096], 80)!r}") from None
 
 
@@ -323,23 +323,11 @@ def _reason(exc: BaseException) -> str:
     return reason
 
 
-def _not_finite(word: str) -> float:
-    """JSON has no NaN or Infinity; Python's parser takes them, a server's answer may not."""
-    raise ValueError(f"{word} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e999
-        raise ValueError(f"{text} is not a finite number")
-    return value
-
-
 def _error_text(text: str) -> str:
     """The message inside a JSON error body ({"error": {"message": …}}), else the text."""
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
+        data = untrusted.json_value(text)
+    except untrusted.Unreadable:
         return text.strip() or "(empty body)"
     error = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(error, dict):

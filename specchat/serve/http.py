@@ -27,6 +27,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from specchat import untrusted
 from specchat.errors import GenerationError, one_line
 from specchat.sanitize import clean_line
 from specchat.serve.openai import BadRequest, Shape, error_body, parse_job, usage
@@ -219,8 +220,8 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise BadRequest(f"the request body ended after {len(data)} of the {size} bytes its Content-Length says")
         try:
-            return json.loads(data)
-        except (UnicodeDecodeError, ValueError, RecursionError):
+            return untrusted.json_value(data)
+        except untrusted.Unreadable:
             raise BadRequest("the request body is not valid JSON (UTF-8)") from None
 
     def _json(self, obj: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> None:

@@ -8,7 +8,6 @@ and why it stopped — a recording cut by a crash is still worth replaying.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from specchat.events import ChatReset, ErrorEvent, SessionHeader, TurnFinished, 
 from specchat.sessions.fileformat import FORMAT_VERSION, RESERVED_KEYS
 from specchat.sessions.validate import FieldError, check_record, check_timestamp
 
+from specchat import untrusted
 from specchat.errors import SpecchatError
 from specchat.sanitize import clean, clean_line
 
@@ -68,32 +68,14 @@ class Recording:
 
 def _json_object(raw: str) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg}, column {exc.colno})") from None
-    except RecursionError:  # arrays or objects nested past the decoder's depth
-        raise ValueError("not valid JSON (nested too deeply)") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    if _depth(data) > MAX_DEPTH:  # what reads it next (the sanitiser, the recorder) recurses too
-        raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
-    return data
-
-
-MAX_DEPTH = 32  # a recorded event nests ~6 deep (a header's profile tables, a turn's metrics)
-
-
-def _depth(value: Any) -> int:
-    """How deeply ``value`` nests arrays and objects, counted without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, level)
-            if level > MAX_DEPTH:
-                break
-            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
+        return untrusted.json_object(raw)
+    except untrusted.TooDeep as exc:
+        if exc.limit:  # it decodes: too deep for what reads it next (the sanitiser, the recorder)
+            raise ValueError(str(exc)) from None
+        raise ValueError(f"not valid JSON ({exc})") from None
+    except untrusted.Unreadable as exc:
+        where = f", column {exc.column}" if exc.column else ""
+        raise ValueError(f"not valid JSON ({exc.reason}{where})" if exc.line else str(exc)) from None
 
 
 def _check_header_line(data: dict[str, Any], number: int, path: Path) -> None:
@@ -151,7 +133,7 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
             if recording is None:
                 _check_header_line(data, number, path)
             event, ts = _parse_event(data, previous_ts)
-        except ValueError as exc:  # nothing nested past MAX_DEPTH gets this far: the checks cannot recurse out
+        except ValueError as exc:  # nothing nested too deeply gets this far: the checks cannot recurse out
             reason = str(exc)
             if not complete:
                 reason = f"the last line is cut short (the session was interrupted while writing it): {exc}"

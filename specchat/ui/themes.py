@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -30,10 +29,7 @@ from textual.color import Color, ColorParseError
 from textual.css.constants import VALID_STYLE_FLAGS
 from textual.theme import Theme
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from specchat import untrusted
 
 # Provenance colours for themes that do not name their own (Textual's built-in themes).
 SPEC_VARIABLE_DEFAULTS: dict[str, str] = {
@@ -91,11 +87,9 @@ def _check_variable(key: str, value: object) -> str:
 def theme_from_toml(path: Path) -> Theme:
     """Parse one theme file. Raises ``ValueError`` with a one-line reason."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
+        data = untrusted.toml(untrusted.read_text(path))
+    except untrusted.Unreadable as exc:
         raise ValueError(f"not valid TOML ({exc})") from None
-    except RecursionError:  # tomllib recurses once per nested array or inline table
-        raise ValueError("not valid TOML (nested too deeply)") from None
     except OSError as exc:
         raise ValueError(f"cannot read ({exc.strerror})") from None
     import difflib

@@ -36,6 +36,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from specchat import untrusted
 from specchat.errors import SpecchatError
 
 MAGIC = "specchat-suffix-store"
@@ -211,8 +212,8 @@ def load_store(path: str | os.PathLike[str], fingerprint: str, vocab_size: int,
     if newline < 0:
         raise _damaged(path, "no header line")
     try:
-        header = json.loads(data[:newline].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        header = untrusted.json_value(data[:newline])
+    except untrusted.Unreadable:
         raise _damaged(path, "its header is not JSON") from None
     if not isinstance(header, dict) or header.get("magic") != MAGIC:
         raise SuffixStoreError("not a specchat suffix store", file=str(path),
