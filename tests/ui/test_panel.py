@@ -28,11 +28,15 @@ def test_the_panel_leads_with_a_verdict_and_folds_the_details(tmp_path):
             shown = text_of(app, "#figures")
             assert "mean accept len" in shown and "measured speed-up" in shown
             assert "α measured" not in shown and "E tokens/round" not in shown and "paper" not in shown
-            assert "α measured" in text_of(app, "#detail-figures")  # folded, not gone
-            assert not app.chat.query_one("#detail-figures").region.height  # not on screen while folded
+            # folded, the details are not drawn, nor kept up to date (each update would lay the screen out)
+            assert not app.chat.query_one("#detail-figures").region.height
+            assert text_of(app, "#detail-figures") == ""
             await pilot.click("#details CollapsibleTitle")
             await pilot.pause(0.1)
             assert not details.collapsed and app.chat.query_one("#detail-figures").region.height
+            steps = app.chat.figures.turn.num_steps
+            assert "α measured" in text_of(app, "#detail-figures") and f"steps{steps:>22}" in text_of(
+                app, "#detail-figures")  # brought up to date as it opens
 
             # "pays … 1.59×" over "γ now: 0" (the trial's screen): the verdict now says what auto does
             session = MetricsSnapshot(num_drafts=9, verdict="pays", best_gamma="auto", recommended_gain=1.59,

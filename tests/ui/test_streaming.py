@@ -15,7 +15,7 @@ import random
 from textual.app import App, ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
-from textual.widgets import Static
+from textual.widgets import Collapsible, Static
 
 from specchat.events import Token
 from specchat.ui.themes import SPEC_VARIABLE_DEFAULTS
@@ -154,8 +154,13 @@ def test_a_slow_reply_keeps_no_blank_lines():
 
 
 class PanelApp(App):
+    """The panel with its details unfolded (the histograms live there)."""
+
     def compose(self) -> ComposeResult:
         yield SpecPanel(hide_timing=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#details", Collapsible).collapsed = False
 
 
 def test_a_panel_figure_that_gets_shorter_keeps_its_height_until_the_panel_settles():
@@ -199,8 +204,8 @@ def test_the_panels_histograms_are_laid_out_at_their_largest_from_the_start():
             await pilot.pause()
             assert (histogram.size.height, positions.size.height) == (5, 4)
             assert str(histogram.render()).split("\n")[0] == "no drafting steps yet"
-            verdicts = [panel.query_one(f"#{name}", Static) for name in ("breakeven", "recommend", "controller")]
-            assert [static.size.height for static in verdicts] == [4, 2, 2]  # the verdict (two lines) and the paper's test (two)
+            verdicts = [panel.query_one(f"#{name}", Static) for name in ("verdict", "recommend", "controller")]
+            assert [static.size.height for static in verdicts] == [4, 2, 2]  # the verdict in words, up to four lines
             layouts = counting_layouts(histogram), counting_layouts(positions)
             for gamma in range(1, 5):
                 turn = MetricsSnapshot(num_steps=gamma, acceptance_histogram=(1,) * (gamma + 1),

@@ -20,6 +20,7 @@ from specchat.events import (MESSAGE_TOO_LONG, ChatReset, ErrorEvent, Loaded, Lo
                              SessionHeader, StepEvent, Token, TurnFinished, TurnStarted, UserMessage,
                              context_full_message)
 from specchat.ui.figures import Figures, LiveFigures
+from specchat.ui.reply_notes import AcceptanceWatch, reply_footer
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.legend import Legend
 from specchat.ui.widgets.panel import SpecPanel
@@ -42,6 +43,7 @@ class ChatScreen(Screen):
         self.hide_timing = hide_timing
         self.cursor_blink = cursor_blink
         self.figures = LiveFigures()
+        self.watch = AcceptanceWatch()  # says when acceptance collapses or γ = auto sets drafting aside
         self.current: ReplyView | None = None
         self._panel_dirty = False
         self._prompt_tokens = 0
@@ -125,6 +127,7 @@ class ChatScreen(Screen):
         """A profile loaded: its figures start over; the panel makes room for the γ it
         drafts at (``gamma``: a number, or "auto" up to ``max_gamma``)."""
         self.figures.reset()
+        self.watch.reset()
         deepest = max_gamma if gamma == "auto" else gamma if isinstance(gamma, int) else 0
         self.panel.size_for(method, deepest, gamma)
         self.flush_panel(force=True, settle=True)
@@ -142,6 +145,11 @@ class ChatScreen(Screen):
             if isinstance(event, Figures):  # the source's snapshots: no break in the tokens
                 self.figures.apply(event)
                 self._panel_dirty = True
+                notices = self.watch.observe(event.session, self.panel.gamma, self.hide_timing)
+                if notices:
+                    self._flush_tokens(pending)  # a notice goes under what the reply said so far
+                    pending = []
+                    self._notice(notices)
                 continue
             if isinstance(event, StepEvent):
                 self._panel_dirty = True
@@ -185,6 +193,13 @@ class ChatScreen(Screen):
         """The worker's turn is over, whatever events it sent."""
         self._close_reply()
 
+    def _notice(self, notices: list[str]) -> None:
+        """Drafting changed character (reply_notes.AcceptanceWatch): said in the chat, where
+        it happened, and in a toast."""
+        for text in notices:
+            self.transcript.add_note(text, "warning")
+            self.notify(text, severity="warning", timeout=10, markup=False)
+
     def _flush_tokens(self, tokens: list[Token]) -> None:
         if tokens and self.current is not None:
             self.current.append_tokens(tokens)
@@ -219,6 +234,9 @@ class ChatScreen(Screen):
             self.figures.apply(event)
             reply = self._reply_for(event.turn)
             reply.finish(event.finish_reason, event.text)
+            if "turn" in (event.metrics or {}):  # a recording cut short may carry none
+                reply.set_footer(reply_footer(self.figures.turn, self.hide_timing))
+            self._notice(self.watch.observe(self.figures.session, self.panel.gamma, self.hide_timing))
             self._reply_lines_per_s = reply.provenance.lines_per_s or self._reply_lines_per_s
             # said once: under the rolling window the turn's note has said why already
             if event.finish_reason == "context" and not reply.tokens and not self._turn_explained:

@@ -73,7 +73,17 @@ class SpecPanel(VerticalScroll):
 
     def on_mount(self) -> None:
         self._shown: dict[str, tuple[tuple, int | None]] = {}  # selector: (text and spans, height shown)
-        self.show(MetricsSnapshot(), MetricsSnapshot())
+        self._latest: tuple[MetricsSnapshot, MetricsSnapshot] = (MetricsSnapshot(), MetricsSnapshot())
+        self.show(*self._latest)
+
+    @property
+    def details_open(self) -> bool:
+        return not self.query_one("#details", Collapsible).collapsed
+
+    def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
+        """The details were left alone while folded (see show): brought up to date now."""
+        if event.collapsible.id == "details":
+            self._show_details(*self._latest, settle=True)
 
     def _update(self, selector: str, content: Content, settle: bool = False) -> Static:
         """Sets one figure's text. The panel refreshes while the model runs, and a layout
@@ -113,6 +123,14 @@ class SpecPanel(VerticalScroll):
         text, level = breakeven_text(session, self.method, self.hide_timing, self.gamma)
         update("#verdict", Content(text)).set_classes(f"-{level}")
         update("#figures", table_content(figure_rows(turn, session, self.hide_timing)))
+        self._latest = (turn, session)
+        if self.details_open:  # folded, they are not drawn: each update would cost a layout of the screen
+            self._show_details(turn, session, settle)
+
+    def _show_details(self, turn: MetricsSnapshot, session: MetricsSnapshot, settle: bool = False) -> None:
+        def update(selector: str, content: Content) -> Static:
+            return self._update(selector, content, settle)
+
         update("#detail-figures", table_content(detail_rows(turn, session, self.hide_timing)))
         update("#paper", Content(paper_text(session, self.hide_timing)))
         update("#recommend", Content(recommended_gamma_text(session, self.hide_timing)))

@@ -39,9 +39,13 @@ class ReplyView(Vertical):
         self.finish_reason: str | None = None
         self.provenance = ProvenanceText()
         self._markdown: Markdown | None = None
+        # the reply's figures once it is over (reply_notes.reply_footer); hidden till then
+        self.footer = Static("", classes="reply-footer")
+        self.footer.display = False
 
     def compose(self) -> ComposeResult:
         yield self.provenance
+        yield self.footer
 
     @property
     def tokens(self) -> list[Token]:
@@ -72,11 +76,16 @@ class ReplyView(Vertical):
         if self._markdown is not None:
             self._markdown.update(self.text)
 
+    def set_footer(self, text: str) -> None:
+        """The reply's figures under its text (numbers and words of ours: no markup read)."""
+        self.footer.update(Content(text))
+        self.footer.display = bool(text)
+
     def set_markdown(self, on: bool) -> None:
         self._markdown_mode = on
         if on and self._markdown is None:
             self._markdown = Markdown(self.text, classes="reply-markdown")
-            self.mount(self._markdown)
+            self.mount(self._markdown, before=self.footer)
         elif on and self._markdown is not None:
             self._markdown.update(self.text)
         self.provenance.display = not on
