@@ -70,3 +70,27 @@ def test_f1_says_what_each_panel_row_means_and_shows_the_token_colours(tmp_path)
             assert not isinstance(app.screen, HelpScreen)
 
     asyncio.run(run())
+
+
+def test_a_busy_machine_shows_the_ratio_its_interval_and_one_caveat(tmp_path):
+    """Issue 59, newcomer item 3: on a busy machine the speed-up read "–*" in both columns,
+    with its footnote printed twice."""
+    path = write_recording(tmp_path / "chat.jsonl", [turn_events(1, "hello")])
+
+    def busy(share: float, ratio: float, interval: tuple[float, float]) -> MetricsSnapshot:
+        return MetricsSnapshot(num_tokens=80, measured_speedup_busy=ratio, measured_speedup_interval=interval,
+                               busy_machine=True, cpu_others=share,
+                               measured_speedup_note=f"busy machine: other processes used {share:.0%} of the CPU, "
+                                                     "timings unreliable")
+
+    async def run():
+        async with replayed(path) as (app, pilot):
+            app.chat.panel.hide_timing = False  # as a live chat shows them
+            app.chat.panel.show(busy(0.63, 1.31, (1.05, 1.63)), busy(0.58, 1.27, (1.12, 1.44)))
+            await pilot.pause(0.1)
+            shown = text_of(app, "#figures")
+            assert "1.31×*" in shown and "1.27×*" in shown and "–*" not in shown
+            assert "turn 95 %: 1.05–1.63×" in shown and "session 95 %: 1.12–1.44×" in shown
+            assert shown.count("busy machine") == 1 and "63%" in shown
+
+    asyncio.run(run())
