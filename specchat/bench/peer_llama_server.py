@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import re
 import socket
@@ -31,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -41,6 +39,7 @@ from specchat.bench.configs import WARMUP_TOKENS
 from specchat.bench.peer import clip_emissions
 from specchat.errors import SpecchatError
 from specchat.paths import cache_dir
+from specchat.remote.http import Endpoint, RemoteError
 from specchat.sanitize import clean
 
 VERSION = "0.3.36"  # llama-cpp-python's, whose vendored llama.cpp `make llama-server` builds
@@ -101,6 +100,7 @@ def head_gguf(head_folder: Path, target_dir: Path, script: Path) -> Path:
 
 
 HEALTH_TIMEOUT_S = 120
+READ_TIMEOUT_S = 600  # the longest silence in a stream: a long prompt's prefill on a busy CPU
 _LEVEL = re.compile(r"[\d.]+ E ")  # llama.cpp's log prefix of an error: time, level
 
 
@@ -111,10 +111,11 @@ def _free_port() -> int:
 
 
 class ServerProcess:
-    """One llama-server started by :func:`start_server`: its process, base URL and log."""
+    """One llama-server started by :func:`start_server`: its process, endpoint and log."""
 
     def __init__(self, proc: subprocess.Popen, url: str, log: Any) -> None:
         self.proc, self.url, self.log = proc, url, log
+        self.endpoint = Endpoint(url, read_timeout=READ_TIMEOUT_S)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -152,6 +153,7 @@ def start_server(args: list[str], what: str) -> ServerProcess:
     proc = subprocess.Popen([str(bin_dir / "llama-server"), *args, "--host", "127.0.0.1", "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    health = Endpoint(url, connect_timeout=2, read_timeout=2)
     deadline = time.monotonic() + HEALTH_TIMEOUT_S
     while True:
         if proc.poll() is not None:
@@ -159,10 +161,9 @@ def start_server(args: list[str], what: str) -> ServerProcess:
             log.close()
             raise SpecchatError(message, hint=PEER_HINT)
         try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return ServerProcess(proc, url, log)
-        except OSError:
+            health.get_text("/health")  # 503 while the model loads
+            return ServerProcess(proc, url, log)
+        except RemoteError:
             pass
         if time.monotonic() > deadline:
             ServerProcess(proc, url, log).stop()
@@ -185,37 +186,28 @@ class Streamed:
     timings: dict
 
 
-def stream_completion(url: str, body: dict, stops: set[int]) -> Streamed:
-    """POST ``body`` (``stream`` and ``return_tokens`` set) to ``url``/completion and stamp
-    each chunk's tokens as they arrive. finish_reason "eos" when the server stopped on
-    an end-of-generation token (or the last token is one of ``stops``), else "length"."""
+def stream_completion(server: ServerProcess, body: dict, stops: set[int]) -> Streamed:
+    """POST ``body`` (``stream`` and ``return_tokens`` set) to the server's /completion,
+    through the bounded client, and stamp each chunk's tokens as they arrive.
+    finish_reason "eos" when the server stopped on an end-of-generation token (or the
+    last token is one of ``stops``), else "length"."""
     out: list[int] = []
     emissions: list[list[float]] = []
     finish, timings = "length", {}
-    data = json.dumps({**body, "stream": True, "return_tokens": True}).encode()
-    req = urllib.request.Request(url + "/completion", data, headers={"Content-Type": "application/json"})
     sent = time.perf_counter()
     try:
-        with urllib.request.urlopen(req, timeout=600) as r:
-            for line in r:
-                if line.startswith(b"error:"):
-                    said = clean(line[6:].decode("utf-8", "replace"))[:200]
-                    raise SpecchatError(f"llama-server at {url} reported: {said}", hint=PEER_HINT)
-                if not line.startswith(b"data: "):
-                    continue
-                chunk = json.loads(line[6:])
-                ids = [int(t) for t in chunk.get("tokens", [])]
-                if ids:
-                    emissions.append([(time.perf_counter() - sent) * 1000.0, len(ids)])
-                    out += ids
-                if chunk.get("stop"):
-                    timings = chunk.get("timings", {})
-                    if chunk.get("stop_type") == "eos" or (out and out[-1] in stops):
-                        finish = "eos"
-                    break
-    except (OSError, ValueError) as exc:  # refused, reset, an HTTP error status, a chunk that is not JSON
-        raise SpecchatError(f"llama-server at {url} failed mid-request: {clean(str(exc))[:200]}",
-                            hint=PEER_HINT) from None
+        for chunk in server.endpoint.stream("/completion", {**body, "stream": True, "return_tokens": True}):
+            ids = [int(t) for t in chunk.get("tokens", [])]
+            if ids:
+                emissions.append([(time.perf_counter() - sent) * 1000.0, len(ids)])
+                out += ids
+            if chunk.get("stop"):
+                timings = chunk.get("timings", {})
+                if chunk.get("stop_type") == "eos" or (out and out[-1] in stops):
+                    finish = "eos"
+                break
+    except (RemoteError, TypeError, ValueError) as exc:  # refused, an error status or line, tokens not ids
+        raise SpecchatError(f"llama-server failed mid-request: {exc}", hint=PEER_HINT) from None
     end_ms = (time.perf_counter() - sent) * 1000.0
     return Streamed(sent, out, clip_emissions(emissions, len(out)), finish, end_ms, timings)
 
@@ -296,7 +288,7 @@ class LlamaServerPeer:
         self.stops = set(stops)
         self._servers: dict[tuple[int, str], ServerProcess] = {}
 
-    def _url(self, gamma: int, spec_type: str = "") -> str:
+    def _server(self, gamma: int, spec_type: str = "") -> ServerProcess:
         if (gamma, spec_type) not in self._servers:
             if spec_type:
                 spec, what = ngram_args(spec_type, self.lookup, self.ceiling), f" --spec-type {spec_type}"
@@ -307,9 +299,9 @@ class LlamaServerPeer:
             else:
                 spec, what = [], ""
             self._start((gamma, spec_type), spec, what)
-        return self._servers[(gamma, spec_type)].url
+        return self._servers[(gamma, spec_type)]
 
-    def _draft_url(self, gamma: int | str) -> str:
+    def _draft_server(self, gamma: int | str) -> ServerProcess:
         """llama-server -md with the profile's draft model: "auto", its own draft settings;
         γ, drafting up to γ as ours does (no minimum draft probability)."""
         key = (-1 if gamma == "auto" else int(gamma), "-md")
@@ -318,7 +310,7 @@ class LlamaServerPeer:
                                                 "--spec-draft-p-min", "0"]
             self._start(key, ["-md", str(self.draft_path), *knobs, "-ngld", str(self.n_gpu_layers)],
                         f" -md {self.draft_path}")
-        return self._servers[key].url
+        return self._servers[key]
 
     def _start(self, key: tuple[int, str], spec: list[str], what: str) -> None:
         """A server of the target with ``spec``'s speculation, at our threads, context and layers."""
@@ -333,8 +325,9 @@ class LlamaServerPeer:
         gamma = 0 if config.method == "none" or spec_type else self.ceiling if config.gamma == "auto" else int(config.gamma)
         if spec_type in REMEMBERS_EARLIER_REQUESTS and request.fresh:
             self._restart(gamma, spec_type, request, params)
-        url = self._draft_url(config.gamma) if config.method == "draft_model" else self._url(gamma, spec_type)
-        got = stream_completion(url, completion_body(request, params, max_new_tokens), self.stops)
+        drafts = config.method == "draft_model"
+        server = self._draft_server(config.gamma) if drafts else self._server(gamma, spec_type)
+        got = stream_completion(server, completion_body(request, params, max_new_tokens), self.stops)
         return {
             "new_tokens": len(got.output_ids), "finish_reason": got.finish_reason, "wall_ms": got.end_ms,
             "emissions": got.emissions, "steps": [], "draft_kv_bytes": None,
@@ -350,7 +343,7 @@ class LlamaServerPeer:
             return  # not started yet: nothing to forget (bench's own warm-up starts it)
         server.stop()
         warmup = SimpleNamespace(ids=list(request.ids)[-WARMUP_PROMPT:], seed=request.seed)
-        stream_completion(self._url(gamma, spec_type), completion_body(warmup, params, WARMUP_TOKENS), self.stops)
+        stream_completion(self._server(gamma, spec_type), completion_body(warmup, params, WARMUP_TOKENS), self.stops)
 
     def close(self) -> None:
         for server in self._servers.values():

@@ -54,7 +54,7 @@ class ConcurrentServerPeer:
         return ["-m", str(self.model_path), *spec, "-t", str(self.threads), "-np", str(n),
                 "-c", str(n * self.n_ctx), "--no-kv-unified", "-ngl", str(self.n_gpu_layers)]
 
-    def _url(self, method: str, n: int) -> str:
+    def _serving(self, method: str, n: int) -> ServerProcess:
         if method not in ("none", "ngram") or n < 1:  # llama-server's counterparts of our batched methods
             raise ValueError(f"method {method!r} with {n} slots: need 'none' or 'ngram' and n ≥ 1")
         if self._key != (method, n):
@@ -62,7 +62,7 @@ class ConcurrentServerPeer:
             self._server = start_server(self.server_args(method, n), f"-m {self.model_path} -np {n}"
                                         + (" --spec-type ngram-simple" if method == "ngram" else ""))
             self._key = (method, n)
-        return self._server.url
+        return self._server
 
     def run(self, method: str, requests: list[Any], params_for: Callable[[Any], Any],
             n: int) -> tuple[list[dict], float]:
@@ -74,14 +74,14 @@ class ConcurrentServerPeer:
         send), wall_ms (its send to its last token; to the stream's end when it has
         none), emissions [[ms since its own send, tokens], ...], output_ids,
         server_drafted and server_accepted (the final chunk's timings; None if absent)."""
-        url = self._url(method, n)
+        server = self._serving(method, n)
         got: list[Streamed | None] = [None] * len(requests)
 
         def work(_: Any, i: int, request: Any) -> None:
             # a slot reuses the cells of a prompt prefix it holds (the chat template's
             # start), as our batched engine does within a run
             body = {**completion_body(request, params_for(request), request.max_new_tokens), "cache_prompt": True}
-            got[i] = stream_completion(url, body, self.stops)
+            got[i] = stream_completion(server, body, self.stops)
 
         closed_loop(requests, [None] * n, work)
         if not requests:
