@@ -48,11 +48,14 @@ def _build(profile_ref: Any, progress: ProgressCallback, record: bool):
     if is_remote(profile):  # the server runs the model: no torch here
         return _build_remote(profile, progress)
     from specchat.engine.factory import build_chat
+    from specchat.engine.gamma.calibrate import calibrate
+    from specchat.events import LoadProgress
     from specchat.loading import load_models
     from specchat.sessions.suffix_replies import recorded_replies
 
     models = load_models(profile, progress=progress)
     session = build_chat(profile, models, recorded_replies, record=record)
+    calibrate(session.engine, session.sampling, lambda text: progress(LoadProgress("timing", 0, 0, text)))
     spec = profile.speculation
     thinking: bool | None = None
     if template_has_thinking(models.tokenizer):

@@ -90,9 +90,10 @@ def build_requests(sets: list[PromptSet], chat: Any, repeat: int, base_seed: int
     return requests
 
 
-def make_engine(config: BenchConfig, loaded: Any, speculation: Any) -> Any:
+def make_engine(config: BenchConfig, loaded: Any, speculation: Any, params: Any = None) -> Any:
     from specchat.engine import SpeculativeEngine
     from specchat.engine.factory import build_proposer
+    from specchat.engine.gamma.calibrate import calibrate
 
     ceiling = speculation.max_speculative_tokens if config.gamma == "auto" else config.gamma
     proposer = build_proposer(speculation, loaded, config.gamma, ceiling, config.method)
@@ -100,7 +101,9 @@ def make_engine(config: BenchConfig, loaded: Any, speculation: Any) -> Any:
         from specchat.engine.proposers.suffix_store import SuffixStore, tokenizer_fingerprint
 
         proposer.store = SuffixStore(*tokenizer_fingerprint(loaded.tokenizer))
-    return SpeculativeEngine(loaded.target, proposer)
+    engine = SpeculativeEngine(loaded.target, proposer)
+    calibrate(engine, params)  # as a chat is made (live.py): γ = auto knows its draft model's cost
+    return engine
 
 
 def run_specchat(engine: Any, request: Request, params: Any, stops: set[int], max_new_tokens: int) -> dict:
@@ -190,7 +193,7 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
     base = sampling_params(profile.sampling)
     chat, requests = chat_requests(loaded, profile, sets, max_new_tokens, repeat)
     stops = set(chat.stop_token_ids)
-    engines = {c: make_engine(c, loaded, profile.speculation) for c in configs if c.runner == "specchat"}
+    engines = {c: make_engine(c, loaded, profile.speculation, base) for c in configs if c.runner == "specchat"}
     peer = (make_peer(loaded, profile, stops, eagle3=any(c.runner == "peer" and c.method == "eagle3" for c in configs),
                       server=any(c.server for c in configs))
             if any(c.runner == "peer" for c in configs) else None)

@@ -88,7 +88,8 @@ class ChatSession(Conversation):
             gamma = max(1, int(gamma))
             proposer.max_speculative_tokens = max(proposer.max_speculative_tokens, gamma)
         proposer.num_speculative_tokens = gamma
-        self.engine.controller = make_controller(proposer)
+        before, self.engine.controller = self.engine.controller, make_controller(proposer)
+        self.engine.controller.inherit(before)
 
     def set_temperature(self, temperature: float) -> None:
         """Raises SamplingError (one line) for a NaN, infinite or negative temperature."""

@@ -76,6 +76,10 @@ class Controller:
     def start_turn(self) -> None:
         """A new ``generate`` call begins."""
 
+    def inherit(self, other: Controller) -> None:
+        """Replacing ``other`` (a γ changed mid-chat): its times stay true of this machine."""
+        self.model.adopt(other.model)
+
     def choose(self, ids: list[int]) -> tuple[int, float | None]:
         """(γ for the next step, predicted gain over a plain step or None)."""
         raise NotImplementedError
@@ -251,11 +255,7 @@ class AdaptiveGamma(Controller):
         # and nothing else). A busy machine slows its drafts and the target's steps alike, so
         # the ratio still judges; one slow draft cannot (the ceiling waits for two timings)
         if k and source in METHODS and not METHODS[source].point_mass:
-            ceiling = self.model.ceiling(source, self.max_gamma)
-            if ceiling is not None and ceiling < 1.0:
-                self.hopeless[source] = self.model.context
-            elif ceiling is not None:
-                self.hopeless.pop(source, None)
+            self.judge(source)
         if self._probing:
             self._probing = False
             if k and n:  # its draft was kept: look again at once, the estimate is catching up
@@ -264,6 +264,19 @@ class AdaptiveGamma(Controller):
                 self.probe_after = min(max(self.probe_after, self.probe_every // 2) * 2, self.max_probe_after)
         if k == 0:
             self.since_plain = 0
+
+    def inherit(self, other: Controller) -> None:
+        super().inherit(other)
+        self.hopeless = dict(getattr(other, "hopeless", {}))
+
+    def judge(self, source: str) -> None:
+        """Sets ``source`` aside at this context if its ceiling is below 1 (looks again once
+        it is known and not); nothing while the ceiling is unknown."""
+        ceiling = self.model.ceiling(source, self.max_gamma)
+        if ceiling is not None and ceiling < 1.0:
+            self.hopeless[source] = self.model.context
+        elif ceiling is not None:
+            self.hopeless.pop(source, None)
 
     def _remember(self, context: tuple) -> None:
         # weights are kept against a growing scale (a step multiplies it by 1/decay), so

@@ -30,6 +30,7 @@ fixed γ under the acceptance pooled over contexts). The panel's verdict, its re
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -268,19 +269,32 @@ class CostModel:
         """A finished step: its time (w(k), and d unless a prompt or a catch-up is in it)
         and, along the kept path, its acceptance under ``key`` and pooled for ``source``."""
         k, n = stats.num_draft_tokens, stats.num_accepted_tokens
-        if stats.prefill_tokens == 0:  # a step that also ran the prompt says nothing of T(k)
-            self.step_ms.setdefault(k, Timings(self.window)).add(stats.context_tokens if self.by_context else 0,
-                                                                 stats.total_ms - stats.draft_ms)
-            self._w.clear()
-            self._shape = None
+        self.time(stats, source)
         if stats.num_speculative_tokens:  # drafts were asked for: did the source have any?
             self.drafting_share.setdefault(source, Ewma(decay=0.02)).add(1.0 if k else 0.0)
         if k == 0:
             return
-        if stats.prefill_tokens == 0 and stats.draft_catch_up_tokens == 0:
-            self.draft_ms.setdefault(source, RecentMedian(self.window)).add(stats.draft_ms / k)
         # a tree's k counts all its nodes; only the kept path's positions were judged
         self.verdicts(key, source, k if stats.verified_positions is None else stats.verified_positions, n, prior)
+
+    def time(self, stats: StepStats, source: str) -> None:
+        """A finished step's times alone: w(k), and d unless a prompt or a catch-up is in it."""
+        k = stats.num_draft_tokens
+        if stats.prefill_tokens:  # a step that also ran the prompt says nothing of T(k)
+            return
+        self.step_ms.setdefault(k, Timings(self.window)).add(stats.context_tokens if self.by_context else 0,
+                                                             stats.total_ms - stats.draft_ms)
+        self._w.clear()
+        self._shape = None
+        if k and stats.draft_catch_up_tokens == 0:
+            self.draft_ms.setdefault(source, RecentMedian(self.window)).add(stats.draft_ms / k)
+
+    def adopt(self, other: "CostModel") -> None:
+        """Takes ``other``'s step and draft times (the hardware's, whoever chose γ there)."""
+        self.step_ms = {k: copy.deepcopy(t) for k, t in other.step_ms.items()}
+        self.draft_ms = {s: copy.deepcopy(t) for s, t in other.draft_ms.items()}
+        self._w.clear()
+        self._shape = None
 
     def verdicts(self, key: Hashable, source: str, k: int, n: int, prior: Prior = None) -> None:
         """Acceptance along the kept path of k drafts of which the first n were kept, under

@@ -68,6 +68,9 @@ class Proposer:
     point_mass = False
     # the target's vocabulary size; the engine sets it (q is reported on it)
     vocab_size: int | None = None
+    # the source name of a separate draft model it drafts with, which γ = auto times before
+    # the first reply (engine/gamma/calibrate.py); "" for none
+    drafting_model = ""
 
     def __init__(self, num_speculative_tokens: int | str = 5, max_speculative_tokens: int | None = None) -> None:
         if num_speculative_tokens == "auto":
@@ -113,6 +116,7 @@ class DraftModelProposer(Proposer):
     sampling each from q = warp(draft logits) with the target's sampling settings."""
 
     kind = "draft_model"
+    drafting_model = "draft_model"
 
     def __init__(self, draft_model: Backend | torch.nn.Module, num_speculative_tokens: int | str = 5,
                  max_speculative_tokens: int | None = None) -> None:

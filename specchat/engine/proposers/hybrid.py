@@ -37,6 +37,7 @@ class HybridProposer(Proposer):
         self.ngram.place(head.sampling_device or torch.device("cpu"))  # until the engine places it
         self.sampling_device = head.sampling_device
         self.can_rollback = ngram.can_rollback and head.can_rollback
+        self.drafting_model = head.drafting_model
         self._route: Proposer = ngram
 
     @property

@@ -1,0 +1,74 @@
+"""Timing a draft model before the first reply, for γ = auto.
+
+γ = auto prices a draft by what it costs (cost_model.py), and a draft model's cost is
+unknown until it has drafted. Learned in a reply, that costs the reply: the draft first
+runs over the whole prompt, then drafts steps that may not pay. On two cores a 0.5B draft
+for a 1.5B Q4_K_M target cannot pay, and learning so took about half a second of the first
+reply (docs/benchmarks/qwen2.5-coder-pair.md). So when a chat or a benchmark's engine is
+made, a few steps on a short random prompt time the target's plain and k-draft steps and
+the draft's time a draft, through ``step()`` as the live controller times them. Only the
+times are kept (acceptance on random ids says nothing of a chat); a draft model that could
+not pay even if every draft were kept is set aside before the first reply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+from typing import Any, Callable
+
+from specchat.engine.gamma.controller import AdaptiveGamma, Controller
+from specchat.engine.sampling import SamplingParams
+from specchat.events import StepStats
+
+SCRIPT = (0, 0, 0, 2, 2, 2, 1, 1)  # γ per step; the first also runs the prompt (untimed)
+PROMPT_TOKENS = 32
+
+
+class _Script(Controller):
+    """SCRIPT's γ each step, the draft model drafting; each step's times go to ``live``'s model."""
+
+    def __init__(self, live: AdaptiveGamma, proposer: Any, source: str) -> None:
+        self.live, self.proposer, self.source = live, proposer, source
+        self.max_gamma = live.max_gamma
+        self._gammas = iter(SCRIPT)
+
+    def choose(self, ids: list[int]) -> tuple[int, float | None]:
+        self.live.model.at(len(ids))
+        self.proposer.select(self.source)
+        return next(self._gammas, 0), None
+
+    def observe(self, stats: StepStats, proposal: object) -> None:
+        self.live.model.time(stats, stats.draft_source or self.source)
+
+    def prefills_proposer(self) -> bool:
+        return False  # the draft runs over the prompt at its first draft (a catch-up, untimed)
+
+
+def calibrate(engine: Any, params: SamplingParams | None = None, say: Callable[[str], None] | None = None,
+              seed: int = 0) -> bool:
+    """Times ``engine``'s draft model for its γ = auto controller, then sets it aside if it
+    cannot pay; both caches are reset after. False (nothing run) unless the controller is
+    γ = auto and the proposer drafts with a separate model. ``say``: a line as it starts."""
+    live, proposer = engine.controller, engine.proposer
+    source = proposer.drafting_model if proposer is not None else ""
+    if not source or not isinstance(live, AdaptiveGamma):
+        return False
+    if say is not None:
+        say(f"timing the {source.replace('_', ' ')} against the target for γ = auto ({len(SCRIPT)} steps)")
+    rng = random.Random(seed)
+    ids = [rng.randrange(engine.target.vocab_size) for _ in range(PROMPT_TOKENS)]
+    params = dataclasses.replace(params or SamplingParams(temperature=0.0), seed=seed)
+    eos, engine.eos_token_ids = engine.eos_token_ids, set()  # every step of the script runs
+    engine.controller = _Script(live, proposer, source)
+    try:
+        # every draft may be kept: room for all, and the script's steps alone
+        for _ in itertools.islice(engine.generate(ids, params, max_new_tokens=sum(k + 1 for k in SCRIPT)),
+                                  len(SCRIPT)):
+            pass
+    finally:
+        engine.controller, engine.eos_token_ids = live, eos
+        engine.reset()
+    live.judge(source)
+    return True
