@@ -128,11 +128,13 @@ class RandomDrafts(Proposer):
 class Drafting(NamedTuple):
     """Medians over a short generation: the proposer's time per draft, its time in a step
     it drafted nothing for (a lookup that missed: paid on every step γ = auto decodes
-    plainly, which plain decoding never pays), and a step's time outside its own timing."""
+    plainly, which plain decoding never pays), a step's time outside its own timing, and a
+    plain step's own time (the target's, at the contexts the drafts were timed at)."""
 
     per_draft_ms: float
     lookup_ms: float
     outside_ms: float
+    plain_ms: float = 0.0
 
 
 def measure_drafting(engine: Any, prompt_ids: list[int], tokens: int = 48) -> Drafting:
@@ -149,8 +151,22 @@ def measure_drafting(engine: Any, prompt_ids: list[int], tokens: int = 48) -> Dr
     engine.reset()
     per_draft = [s.draft_ms / s.num_draft_tokens for s, _ in steps if s.num_draft_tokens]
     missed = [s.draft_ms for s, _ in steps if not s.num_draft_tokens]
+    plain = [s.total_ms - s.draft_ms for s, _ in steps if not s.num_draft_tokens]
     median = lambda xs: statistics.median(xs) if xs else 0.0  # noqa: E731
-    return Drafting(median(per_draft), median(missed) if engine.proposer else 0.0, median([o for _, o in steps]))
+    return Drafting(median(per_draft), median(missed) if engine.proposer else 0.0, median([o for _, o in steps]),
+                    median(plain))
+
+
+def draft_costs(drafting: Drafting, plain: Drafting, steps: dict[int, list[float]]) -> float | dict[int, float]:
+    """The draft's time per draft at each timed context: c, its time over a plain step's
+    where both were timed (one prompt, one context), held across contexts (a draft model's
+    step grows with the context as its target's does). Pricing a draft timed after 60 tokens
+    against a plain step after 256 read c 0.64 where bench, timing both in one reply, read
+    0.76 (issue 56). Without a plain time, the draft's time as measured."""
+    if not plain.plain_ms:
+        return drafting.per_draft_ms
+    c = drafting.per_draft_ms / plain.plain_ms
+    return {context: c * times[0] for context, times in steps.items()}
 
 
 def task_contexts(contexts: tuple[int, ...], steps: list[tuple[int, int, int]]) -> tuple[int, ...]:

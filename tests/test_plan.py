@@ -21,7 +21,7 @@ import json
 
 import pytest
 
-from specchat.plan import CONTEXTS, Costs, as_run, break_even, report, task_contexts
+from specchat.plan import CONTEXTS, Costs, Drafting, as_run, break_even, draft_costs, report, task_contexts
 from specchat.telemetry import predicted_speedup
 
 
@@ -71,6 +71,15 @@ def test_as_run_charges_each_side_its_time_outside_the_steps():
     measured = Costs({256: [10.0 + 2 * k for k in range(9)]}, 1.0, "test", outside_ms=(0.2, 0.6))
     assert as_run(measured, [(256, 2, 2)]) == pytest.approx(3 * 10.2 / (14.0 + 2.0 + 0.6))
     assert Costs.from_report(report(measured)).outside_ms == (0.2, 0.6)
+
+
+def test_c_is_the_draft_over_a_plain_step_timed_in_one_reply_held_across_contexts():
+    # the real pair: 20.8 ms a draft and 27.4 ms a plain step, both after ~60 tokens; the
+    # target's plain step after 256 tokens took 32.4 ms. c is 0.76 there, not 20.8 / 32.4
+    steps = {256: [32.4, 47.6], 1024: [40.0, 60.0]}
+    costs = Costs(steps, draft_costs(Drafting(20.8, 0.0, 0.1, 0.0), Drafting(0.0, 0.0, 0.1, 27.4), steps), "draft_model")
+    assert costs.c(256) == pytest.approx(20.8 / 27.4) and costs.c(1024) == pytest.approx(20.8 / 27.4)
+    assert draft_costs(Drafting(20.8, 0.0, 0.1), Drafting(0.0, 0.0, 0.1), steps) == 20.8  # no plain time: as measured
 
 
 def test_plan_also_times_where_a_tenth_of_the_task_ran_below_its_least_context():

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from specchat.engine.engine import SpeculativeEngine
     from specchat.engine.template import ChatTemplate
     from specchat.loading import load_models
-    from specchat.plan import CONTEXTS, Costs, measure_drafting, measure_target, report, task_contexts
+    from specchat.plan import CONTEXTS, Costs, draft_costs, measure_drafting, measure_target, report, task_contexts
 
     note = lambda text: print(clean_line("plan:", text), file=sys.stderr, flush=True)  # noqa: E731
     note(f"loading {profile.name} …")
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     note(f"timing the proposer ({profile.speculation.method}) and plain decoding …")
     drafting = measure_drafting(SpeculativeEngine(loaded.target, proposer), prompt)
     plain = measure_drafting(SpeculativeEngine(loaded.target, None), prompt)
-    costs = Costs(steps, drafting.per_draft_ms, profile.speculation.method, spread, drafting.lookup_ms,
+    costs = Costs(steps, draft_costs(drafting, plain, steps), profile.speculation.method, spread, drafting.lookup_ms,
                   (plain.outside_ms, drafting.outside_ms))
     share = others.take()
     figures = report(costs)
