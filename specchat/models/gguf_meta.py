@@ -1,14 +1,17 @@
-"""A GGUF file's header read with every count checked against the file's size, for
-``models list``: its architecture and name, and a fingerprint of its tokenizer (the
-model kind and the token list), which says which models can draft for which.
+"""A GGUF file's header read whole, with every count checked against the file's size, for
+``models list`` and doctor: its architecture and name, its parameters, and a fingerprint
+of its tokenizer (the model kind and the token list), which says which models can draft
+for which.
 
 The header is someone else's bytes: a count past what the file can hold, a key or
-string longer than 1 MB, or an unknown type ends the read with a ValueError.
+string longer than 1 MB, an unknown type, or a tensor whose data runs past the end of
+the file (llama.cpp's loader refuses it) ends the read with a ValueError.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +21,8 @@ STRING, ARRAY = 8, 9
 MAX_KEYS = 1 << 16
 MAX_STRING = 1 << 20
 WANTED = ("general.architecture", "general.name", "tokenizer.ggml.model")
+MAX_DIMS = 4  # GGML_MAX_DIMS
+
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,7 @@ class GgufInfo:
     name: str
     tokenizer: str  # a fingerprint: equal for two files whose ids name the same tokens
     vocab_size: int
+    parameters: int
 
 
 class _Reader:
@@ -56,12 +62,11 @@ def read_info(path: Path) -> GgufInfo:
         version = reader.scalar("<I")
         if version not in (2, 3):
             raise ValueError(f"GGUF version {version}")
-        reader.scalar("<Q")  # tensors: not needed here
-        n_keys = reader.scalar("<Q")
+        n_tensors, n_keys = reader.scalar("<Q"), reader.scalar("<Q")
         if n_keys > MAX_KEYS:
             raise ValueError(f"{n_keys:,} metadata keys")
         found: dict[str, str] = {}
-        tokens, vocab = hashlib.sha256(), 0
+        tokens, vocab, alignment = hashlib.sha256(), 0, 32
         for _ in range(n_keys):
             key = reader.string().decode("utf-8", "replace")
             kind = reader.scalar("<I")
@@ -80,12 +85,44 @@ def read_info(path: Path) -> GgufInfo:
                 if key in WANTED:
                     found[key] = value.decode("utf-8", "replace")
             elif kind in SCALARS:
-                reader.scalar(SCALARS[kind])
+                value = reader.scalar(SCALARS[kind])
+                if key == "general.alignment" and kind == 4:
+                    alignment = value
             else:
                 raise ValueError(f"unknown metadata type {kind}")
+        parameters = _tensors(reader, n_tensors, alignment)
     model = found.get("tokenizer.ggml.model", "")
     fingerprint = hashlib.sha256(model.encode() + b"\0" + tokens.digest()).hexdigest()[:16] if vocab else ""
-    return GgufInfo(found.get("general.architecture", "?"), found.get("general.name", ""), fingerprint, vocab)
+    return GgufInfo(found.get("general.architecture", "?"), found.get("general.name", ""), fingerprint, vocab,
+                    parameters)
+
+
+def _tensors(reader: _Reader, count: int, alignment: int) -> int:
+    """The parameters in the tensor table, each tensor's data checked to lie inside the
+    file (it starts at the table's end, rounded up to ``alignment``)."""
+    from gguf.constants import GGML_QUANT_SIZES  # per tensor type: (elements, bytes) a block
+
+    if count > reader.size // 24:  # a tensor's entry takes at least 24 bytes
+        raise ValueError(f"{count:,} tensors")
+    if alignment < 1 or alignment & (alignment - 1):
+        raise ValueError(f"an alignment of {alignment}")
+    parameters, extents = 0, []
+    for _ in range(count):
+        reader.string()  # its name
+        n_dims = reader.scalar("<I")
+        if n_dims > MAX_DIMS:
+            raise ValueError(f"a tensor of {n_dims} dimensions")
+        elements = math.prod(reader.scalar("<Q") for _ in range(n_dims))
+        kind, offset = reader.scalar("<I"), reader.scalar("<Q")
+        if kind not in GGML_QUANT_SIZES:
+            raise ValueError(f"unknown tensor type {kind}")
+        block, size = GGML_QUANT_SIZES[kind]
+        parameters += elements
+        extents.append(offset + elements * size // block)
+    start = -(-reader.handle.tell() // alignment) * alignment
+    if any(start + end > reader.size for end in extents):
+        raise ValueError("a tensor's data runs past the end of the file")
+    return parameters
 
 
 def _skip_array(reader: _Reader, inner: int, count: int) -> None:

@@ -14,8 +14,7 @@ import pytest
 from specchat.config import load_profile
 from specchat.doctor.models import check_models
 from specchat.loading import embedded
-
-pytest.importorskip("gguf")
+from specchat.models.gguf_meta import read_info
 
 
 def doctor_models(tmp_path, source) -> list[str]:
@@ -49,3 +48,13 @@ def test_a_fifo_model_path_is_not_a_regular_file(tmp_path):
     os.mkfifo(fifo)
     (line,) = [line for line in doctor_models(tmp_path, fifo) if "target" in line]
     assert "not a regular file" in line and "does not exist" not in line, line
+
+
+def test_the_one_gguf_reader_counts_what_gguf_py_counts():
+    """models/gguf_meta.py reads the tensor table doctor sizes a model from (gguf-py's
+    GGUFReader did, a second reader of the same header)."""
+    gguf = pytest.importorskip("gguf")
+    real = embedded.find_gguf()
+    if real is None:
+        pytest.skip("the embedded model is not installed")
+    assert read_info(real).parameters == sum(int(t.n_elements) for t in gguf.GGUFReader(real).tensors) > 0
