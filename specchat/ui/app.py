@@ -109,7 +109,6 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self.loaded: LoadedBackend | None = None
         self.loading: str | None = None
         self._generating = False
-        self.markdown = False
         self.theme_failures: list[str] = []
         self.max_lag_s = 0.0  # worst delay between a worker's put and the UI applying it
         self.loaded_at = 0.0  # perf_counter when the backend was installed
@@ -286,28 +285,19 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
             events = backend.send(text)
             for event in self.gate.steps(events, is_step) if gated else events:
                 delivered = delivered or isinstance(event, UserMessage)
-                self._hand_over(event, feed)
+                self.pump.hand_over(event, feed)
         except Exception as exc:
             self.pump.put(ErrorEvent(f"generation failed: {one_line(exc)}"))
         finally:
             self.pump.put_marker(_TurnEnded(text, delivered))
             self._engine_idle.set()
 
-    def _hand_over(self, event: Any, feed: FigureFeed) -> None:
-        """A source's event to the UI (worker side), with its figures when due: the source
-        folded the step already, so its snapshots are read here, on the thread that drives
-        it, never from the UI thread."""
-        self.pump.put(event)
-        figures = feed.after(event)
-        if figures is not None:
-            self.pump.put_marker(figures, urgent=False)
-
     @work(thread=True, exclusive=True, group="engine")
     def _play(self, source: EventSource) -> None:
         feed = FigureFeed(source)
         try:
             for event in source.events():
-                self._hand_over(event, feed)
+                self.pump.hand_over(event, feed)
         except Exception as exc:
             self.pump.put(ErrorEvent(f"replay stopped: {one_line(exc)}"))
         finally:

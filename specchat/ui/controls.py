@@ -9,11 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.inspector import InspectorScreen
 
 
 class Controls:
+    @property
+    def view(self) -> ChatScreen:
+        """The chat on screen, which the view keys act on: the live one, or a replay beside it."""
+        return self.screen if isinstance(self.screen, ChatScreen) else self.chat
+
+
     def _update_status(self) -> None:
         info = self.info
         if info is None:
@@ -41,18 +48,19 @@ class Controls:
         self.push_screen(HelpScreen(list(self.BINDINGS)))
 
     def action_toggle_panel(self) -> None:
-        self.chat.panel.display = not self.chat.panel.display
+        self.view.panel.display = not self.view.panel.display
 
     def action_toggle_markdown(self) -> None:
-        self.markdown = not self.markdown
-        self.chat.transcript.set_markdown(self.markdown)
-        self.chat.query_one("#legend").set_view("markdown" if self.markdown else "provenance")  # type: ignore[attr-defined]
+        view = self.view
+        markdown = not view.transcript.markdown
+        view.transcript.set_markdown(markdown)
+        view.query_one("#legend").set_view("markdown" if markdown else "provenance")  # type: ignore[attr-defined]
 
     def action_inspect(self) -> None:
         if isinstance(self.screen, InspectorScreen):  # F4 toggles
             self.screen.dismiss(None)
             return
-        self.push_screen(InspectorScreen(self.chat.last_tokens))
+        self.push_screen(InspectorScreen(self.view.last_tokens))
 
     def action_new_chat(self) -> None:
         if self.generating:
@@ -66,7 +74,7 @@ class Controls:
         self.notify("new chat")
 
     def action_copy_reply(self) -> None:
-        reply = self.chat.transcript.last_reply
+        reply = self.view.transcript.last_reply
         if reply is None:
             self.notify("no reply to copy yet", severity="warning")
             return

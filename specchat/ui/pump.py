@@ -50,6 +50,15 @@ class EventPump:
         next interval; figures are not urgent. Thread-safe."""
         self._put(marker, urgent=urgent)
 
+    def hand_over(self, event: Any, feed: Any) -> None:
+        """A source's event (worker side), with its figures when due (``feed``: a
+        figures.FigureFeed): the source folded the step already, so its snapshots are read
+        here, on the thread that drives it, never from the UI thread."""
+        self.put(event)
+        figures = feed.after(event)
+        if figures is not None:
+            self.put_marker(figures, urgent=False)
+
     @property
     def urgent(self) -> bool:
         """Whether a marker waits in the buffer."""

@@ -13,8 +13,8 @@ from pathlib import Path
 from specchat.errors import one_line
 from specchat.sanitize import clean_line
 from specchat.sessions.private_files import FILE_MODE, private_dir
-from specchat.ui.backend import replay_loader
 from specchat.ui.screens.history import HistoryScreen
+from specchat.ui.screens.replay import ReplayScreen
 
 
 class SessionControls:
@@ -29,8 +29,10 @@ class SessionControls:
         if choice is None:
             return
         path, action = choice
-        if action == "replay":
-            self.switch_profile(None, loader=replay_loader(path), label=f"replay of {path.name}")  # label: cleaned there
+        if isinstance(self.screen, ReplayScreen):  # one replay at a time: the one shown goes
+            self.pop_screen()
+        if action == "replay":  # beside the chat: its model, and a reply it is writing, stay as they are
+            self.push_screen(ReplayScreen(path, hide_timing=self.chat.hide_timing, cursor_blink=self.chat.cursor_blink))
             return
         if self.reopen is None:
             self.notify("reopening a session needs a live model — use Enter to replay it", severity="warning")

@@ -20,6 +20,7 @@ from specchat.sessions.reader import read_recording
 from specchat.sessions.resume import resume_from
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.history import HistoryScreen
+from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.widgets.reply import NoteView, ReplyView, UserView
 from tests.support.cli import in_process, run_cli
 from tests.support.pilot import SIZE, wait_for
@@ -109,10 +110,11 @@ def test_history_key_reopens_a_session_with_its_pending_prompt_and_replays_one(t
 
             await pilot.press("ctrl+r")
             await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen.sessions, what="the list")
-            await pilot.press("enter")
-            await wait_for(pilot, lambda: app.info.description.startswith("replay of"), what="the replay")
-            await wait_for(pilot, lambda: not app.generating, what="the replay to finish")
-            assert not hasattr(app.loaded.backend, "send")
+            live = app.loaded
+            await pilot.press("enter")  # a replay opens beside the chat (issue 59, newcomer item 5)
+            await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen) and not app.screen.playing,
+                           what="the replay to finish")
+            assert app.screen.transcript.replies and app.loaded is live and live.can_send
 
     asyncio.run(run())
     (continued,) = set(sessions_dir().iterdir()) - {path}

@@ -35,11 +35,15 @@ PANEL_INTERVAL_S = 1.0
 
 
 class ChatScreen(Screen):
+    # the app's own chat takes messages and, once composed, starts the app's loading; a
+    # replay beside it (screens/replay.py) shows a recording and does neither
+    LIVE = True
+
     class Ready(Message):
         """The screen is composed: the app may start loading and report progress."""
 
-    def __init__(self, hide_timing: bool = False, cursor_blink: bool = True) -> None:
-        super().__init__(id="chat")
+    def __init__(self, hide_timing: bool = False, cursor_blink: bool = True, id: str = "chat") -> None:
+        super().__init__(id=id)
         self.hide_timing = hide_timing
         self.cursor_blink = cursor_blink
         self.figures = LiveFigures()
@@ -61,14 +65,17 @@ class ChatScreen(Screen):
                 yield Transcript(id="transcript")
                 yield Legend(id="legend")
                 yield StatusLine(id="status")
-                yield ChatInput(id="input", placeholder="Message… (Enter sends, Shift+Enter or Ctrl+J: new line)")
+                if self.LIVE:
+                    yield ChatInput(id="input", placeholder="Message… (Enter sends, Shift+Enter or Ctrl+J: new line)")
             yield SpecPanel(hide_timing=self.hide_timing, id="panel")
         yield Footer()
 
     def on_mount(self) -> None:
+        self.set_interval(PANEL_INTERVAL_S, self.flush_panel)
+        if not self.LIVE:
+            return
         self.query_one(ChatInput).cursor_blink = self.cursor_blink
         self.query_one(ChatInput).focus()
-        self.set_interval(PANEL_INTERVAL_S, self.flush_panel)
         self.post_message(self.Ready())
 
     def _on_timer_update(self) -> None:
