@@ -64,6 +64,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="also run each suffix row drafting from a store of the run's earlier replies (empty "
                              "at its start; a prompt's --repeat runs back to back): the cross-chat workload, "
                              "a question asked again in a new chat")
+    parser.add_argument("--server-ngram", metavar="LIST",
+                        help="llama-server's n-gram --spec-types run beside the ngram rows, comma-separated, or "
+                             "none (default: every type it offers; each is a row over every request)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run per configuration")
     parser.add_argument("--plain-url", metavar="URL",
                         help="remote profiles: a second server of the same model started without speculation, "
@@ -150,10 +153,25 @@ def run(args: argparse.Namespace) -> int:
                             note=lambda text: console.print(f"[yellow]{text}[/]"), peer_methods=has_peer_methods,
                             peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model),
                             server_peer=not no_server, medusa_heads=medusa_heads,
-                            server_ngram_types=() if no_server else ngram_types(), suffix_store=args.suffix_store,
+                            server_ngram_types=() if no_server else server_ngram(args.server_ngram, ngram_types()),
+                            suffix_store=args.suffix_store,
                             server_draft=(profile.speculation.max_speculative_tokens
                                           if loaded.draft is not None and loaded.draft.name == "llama.cpp" else 0))
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
+
+
+def server_ngram(chosen: str | None, offered: tuple[str, ...]) -> tuple[str, ...]:
+    """--server-ngram's types, of those llama-server offers (all of them when not given)."""
+    if chosen is None:
+        return offered
+    names = tuple(t.strip() for t in chosen.split(",") if t.strip())
+    if names == ("none",):
+        return ()
+    unknown = [t for t in names if t not in offered]
+    if unknown or not names:
+        raise SpecchatError(f"--server-ngram {chosen!r}: {', '.join(unknown) or 'no type'} is not one llama-server "
+                            f"offers", key="--server-ngram", hint=f"give none or some of: {', '.join(offered) or '(none offered)'}")
+    return names
 
 
 def _plan(profile, grid: bool, args) -> str:

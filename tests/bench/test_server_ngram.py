@@ -94,3 +94,16 @@ def test_ngram_mod_drafts_from_its_own_chat_only():
     assert again["output_ids"] == first["output_ids"]
     assert len(first["output_ids"]) > 24 + 48  # long enough that a memorised reply would be drafted
     assert again["server_drafted"] == first["server_drafted"]
+
+
+def test_server_ngram_picks_of_the_offered_types_and_names_a_wrong_one():
+    from specchat.commands.bench import server_ngram
+    from specchat.errors import SpecchatError
+
+    offered = ("ngram-simple", "ngram-map-k", "ngram-cache")
+    assert server_ngram(None, offered) == offered
+    assert server_ngram("none", offered) == ()
+    assert server_ngram("ngram-cache, ngram-simple", offered) == ("ngram-cache", "ngram-simple")
+    with pytest.raises(SpecchatError) as bad:
+        server_ngram("ngram-typo", offered)
+    assert "ngram-typo" in str(bad.value) and "\n" not in str(bad.value)
