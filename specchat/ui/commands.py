@@ -109,7 +109,7 @@ def system_commands(app: PaletteHost) -> Iterable[SystemCommand]:
         partial(app.search_commands, temperature_commands(app), "temperature…"),
     )
     yield SystemCommand("New chat", "Clear the conversation", app.action_new_chat)
-    yield SystemCommand("Copy last reply", "Copy the last reply to the clipboard", app.action_copy_reply)
+    yield SystemCommand("Copy…", "A reply or a code block of the chat to the clipboard", app.action_copy_reply)
     yield SystemCommand("Toggle Markdown view", "Provenance colours ↔ rendered Markdown", app.action_toggle_markdown)
     yield SystemCommand("Toggle speculation panel", "Show or hide the side panel", app.action_toggle_panel)
     yield SystemCommand("Toggle thinking", "Qwen3-style thinking on/off (next turn)", app.action_toggle_thinking)

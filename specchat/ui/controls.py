@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from specchat.ui.copying import CopyChoice, copy_choices
 from specchat.ui.screens.chat import ChatScreen
+from specchat.ui.screens.copy import CopyScreen
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.inspector import InspectorScreen
 
@@ -74,12 +76,21 @@ class Controls:
         self.notify("new chat")
 
     def action_copy_reply(self) -> None:
-        reply = self.view.transcript.last_reply
-        if reply is None:
+        """Ctrl+O: a reply or a code block of the chat on screen, the last reply first."""
+        if isinstance(self.screen, CopyScreen):  # the key toggles
+            self.screen.dismiss(None)
+            return
+        replies = [reply.text for reply in self.view.transcript.replies]
+        if not any(replies):
             self.notify("no reply to copy yet", severity="warning")
             return
-        self.copy_to_clipboard(reply.text)
-        self.notify(f"copied the last reply ({len(reply.text)} characters)")
+        self.push_screen(CopyScreen(copy_choices(replies)), self._copy)
+
+    def _copy(self, choice: CopyChoice | None) -> None:
+        if choice is None:
+            return
+        self.copy_to_clipboard(choice.text)
+        self.notify(f"copied {choice.what} ({len(choice.text):,} characters)")
 
     def _live_backend(self) -> Any | None:
         if self.loaded is None or not self.loaded.can_send:

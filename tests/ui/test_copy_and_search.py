@@ -1,0 +1,68 @@
+"""Copy a code block or an earlier reply, and search the chat and the sessions (issue 59,
+newcomer item 11): the pure parts in tables, then each through a real app under Pilot."""
+
+from __future__ import annotations
+
+import asyncio
+
+from specchat.events import Step, StepEvent, StepStats, Token, TurnFinished, TurnStarted, UserMessage
+from specchat.ui.copying import CodeBlock, code_blocks, copy_choices
+from specchat.ui.screens.copy import CopyScreen
+from tests.support.pilot import replayed
+from tests.support.ui_session import write_recording
+
+FIRST = "Use a loop:\n\n```python\nfor i in range(3):\n    print(i)\n```\n\nor a comprehension."
+SECOND = "Two ways:\n\n```sh\nls -l\n```\n\nand\n\n~~~\nplain fence\n~~~\n"
+
+
+def turn(number: int, prompt: str, reply: str) -> list:
+    """One recorded turn whose reply is ``reply``, a word a plain step."""
+    words = reply.split(" ")
+    pieces = [w + " " for w in words[:-1]] + [words[-1]]
+    steps = [StepEvent(number, Step((Token(id=i, kind="target", p=0.5, text=piece),),
+                                    StepStats(0, 0, 0, verify_ms=10.0, total_ms=10.0)), 0.01 * i)
+             for i, piece in enumerate(pieces)]
+    return [UserMessage(number, prompt), TurnStarted(number, 8, 0), *steps,
+            TurnFinished(number, "eos", reply, {}, 0.5)]
+
+
+def test_code_blocks_of_a_reply():
+    assert code_blocks(FIRST) == [CodeBlock("python", "for i in range(3):\n    print(i)")]
+    assert code_blocks(SECOND) == [CodeBlock("sh", "ls -l"), CodeBlock("", "plain fence")]
+    assert code_blocks("no code here") == []
+    # a reply cut short inside its block: the block runs to the end
+    assert code_blocks("see:\n```js\nlet x = 1;\n") == [CodeBlock("js", "let x = 1;")]
+    # a longer fence holds a shorter one
+    assert code_blocks("````md\n```\ninner\n```\n````") == [CodeBlock("md", "```\ninner\n```")]
+
+
+def test_copy_choices_put_the_last_reply_first_then_its_blocks_then_earlier_replies():
+    choices = copy_choices([FIRST, SECOND])
+    assert [c.what for c in choices] == ["reply 2", "code block 1 of reply 2", "code block 2 of reply 2",
+                                         "reply 1", "code block 1 of reply 1"]
+    assert choices[0].text == SECOND and choices[0].label.startswith("reply 2 (last) · ")
+    assert choices[4].text == "for i in range(3):\n    print(i)" and "python · 2 lines · for i in range(3):" in choices[4].label
+    assert all("\n" not in c.label for c in choices)
+
+
+def test_ctrl_o_copies_the_last_reply_an_earlier_one_or_a_code_block(tmp_path):
+    path = write_recording(tmp_path / "chat.jsonl", [turn(1, "loop?", FIRST) + turn(2, "shell?", SECOND)])
+
+    async def run():
+        async with replayed(path) as (app, pilot):
+            await pilot.pause(0.1)
+            await pilot.press("ctrl+o")
+            assert isinstance(app.screen, CopyScreen)
+            await pilot.press("enter")  # Ctrl+O, Enter: the last reply, as Ctrl+O alone did
+            assert app.clipboard == SECOND and not isinstance(app.screen, CopyScreen)
+            await pilot.press("ctrl+o")
+            await pilot.press("down", "down", "down", "down", "enter")  # reply 1's code block
+            assert app.clipboard == "for i in range(3):\n    print(i)"
+            await pilot.press("ctrl+o", "down", "down", "down", "enter")  # reply 1 itself
+            assert app.clipboard == FIRST
+            await pilot.press("ctrl+o", "escape")
+            assert app.clipboard == FIRST and not isinstance(app.screen, CopyScreen)
+            messages = [n.message for n in app._notifications]
+            assert "copied code block 1 of reply 1 (31 characters)" in messages
+
+    asyncio.run(run())
