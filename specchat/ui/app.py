@@ -80,7 +80,8 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         Binding("ctrl+n", "new_chat", "New chat", priority=True),
         Binding("ctrl+o", "copy_reply", "Copy", priority=True),
         Binding("ctrl+r", "history", "Sessions", priority=True),
-        Binding("ctrl+s", "screenshot", "Screenshot", priority=True),
+        Binding("ctrl+f", "search", "Search", priority=True),
+        Binding("ctrl+s", "screenshot", "Screenshot", priority=True, show=False),  # F1 and the palette list it
         Binding("escape", "cancel", "Cancel", show=False),  # the status line says "Esc cancels" while answering
     ]
 

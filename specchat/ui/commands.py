@@ -33,6 +33,7 @@ class PaletteHost(Protocol):
     action_toggle_thinking: Callable[[], Any]
     action_inspect: Callable[[], Any]
     action_history: Callable[[], Any]
+    action_search: Callable[[], Any]
     action_screenshot: Callable[[], Any]
     action_help: Callable[[], Any]
 
@@ -115,5 +116,6 @@ def system_commands(app: PaletteHost) -> Iterable[SystemCommand]:
     yield SystemCommand("Toggle thinking", "Qwen3-style thinking on/off (next turn)", app.action_toggle_thinking)
     yield SystemCommand("Inspect tokens", "Provenance, p, q and alternatives of the last reply", app.action_inspect)
     yield SystemCommand("Sessions…", "Past recordings: replay one, or reopen it and keep chatting", app.action_history)
+    yield SystemCommand("Search…", "Find words in this chat and in past sessions", app.action_search)
     yield SystemCommand("Save screenshot", "An SVG of the screen, in the data dir's screenshots/", app.action_screenshot)
     yield SystemCommand("Keys", "Show every key", app.action_help)

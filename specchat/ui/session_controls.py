@@ -15,6 +15,11 @@ from specchat.sanitize import clean_line
 from specchat.sessions.private_files import FILE_MODE, private_dir
 from specchat.ui.screens.history import HistoryScreen
 from specchat.ui.screens.replay import ReplayScreen
+from specchat.ui.screens.search import SearchScreen
+from specchat.ui.searching import Hit, Searchable
+from specchat.ui.widgets.reply import ReplyView, UserView
+
+FOUND_S = 2.0  # how long a place found in the chat stays marked
 
 
 class SessionControls:
@@ -45,6 +50,36 @@ class SessionControls:
             return
         # Later profile switches carry this conversation on, so the reopen loader stays.
         self.switch_profile(None, loader=loader, label=path.name, adopt=True)
+
+    def action_search(self) -> None:
+        """Ctrl+F: this chat (the one on screen) and the recorded sessions."""
+        if isinstance(self.screen, SearchScreen):  # the key toggles
+            self.screen.dismiss(None)
+            return
+        items, replies = [], 0
+        for widget in self.view.transcript.children:
+            if isinstance(widget, UserView):
+                items.append(Searchable(widget, "you · this chat", widget.text))
+            elif isinstance(widget, ReplyView):
+                replies += 1
+                items.append(Searchable(widget, f"reply {replies} · this chat", widget.text))
+        self.push_screen(SearchScreen(items), self._go_to)
+
+    def _go_to(self, hit: Hit | None) -> None:
+        """A hit in this chat is scrolled to and marked for a moment; one in a session is
+        replayed beside the chat."""
+        if hit is None:
+            return
+        if isinstance(hit.target, Path):
+            self.open_recording((hit.target, "replay"))
+            return
+        widget = hit.target
+        if not widget.is_attached:  # a new chat cleared it meanwhile
+            self.notify("that message is no longer in the chat", severity="warning")
+            return
+        self.view.transcript.scroll_to_widget(widget, animate=False)
+        widget.add_class("-found")
+        self.set_timer(FOUND_S, lambda: widget.remove_class("-found"))
 
     def action_screenshot(self) -> None:
         """An SVG of the screen (the chat in it), private like the recordings: 0600 in a 0700 dir."""

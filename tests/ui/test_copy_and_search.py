@@ -66,3 +66,52 @@ def test_ctrl_o_copies_the_last_reply_an_earlier_one_or_a_code_block(tmp_path):
             assert "copied code block 1 of reply 1 (31 characters)" in messages
 
     asyncio.run(run())
+
+
+def test_search_finds_case_insensitively_and_shows_a_clean_snippet():
+    from specchat.ui.searching import Searchable, search, snippet
+
+    items = [Searchable("a", "you · this chat", "How do I Loop in Python?"),
+             Searchable("b", "reply 1 · this chat", "x" * 100 + " a loop\x1b]52;c;UFdORUQ=\x07 here\n" + "y" * 100)]
+    hits = search("LOOP", items)
+    assert [h.target for h in hits] == ["a", "b"]
+    assert hits[0].snippet == "How do I Loop in Python?"
+    assert "\x1b" not in hits[1].snippet and "\x07" not in hits[1].snippet and "\n" not in hits[1].snippet
+    assert hits[1].snippet.startswith("…") and hits[1].snippet.endswith("…") and "a loop" in hits[1].snippet
+    assert search("   ", items) == [] and search("absent", items) == []
+    assert len(snippet("z" * 1000, 500, 4)) <= 72
+
+
+def test_ctrl_f_goes_to_a_place_in_the_chat_or_replays_a_session_beside_it(tmp_path):
+    from specchat.sessions.fileformat import sessions_dir
+    from specchat.ui.screens.replay import ReplayScreen
+    from specchat.ui.screens.search import SearchScreen
+    from specchat.ui.widgets.reply import ReplyView
+    from tests.support.pilot import wait_for
+
+    directory = sessions_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    old = write_recording(directory / "old.jsonl", [turn(1, "what is a zeppelin?", "An airship.")])
+    path = write_recording(tmp_path / "chat.jsonl", [turn(1, "loop?", FIRST) + turn(2, "shell?", SECOND)])
+
+    async def run():
+        async with replayed(path) as (app, pilot):
+            await pilot.pause(0.1)
+            await pilot.press("ctrl+f")
+            assert isinstance(app.screen, SearchScreen)
+            await pilot.press(*"COMPREHENSION")
+            await pilot.pause(0.1)
+            assert [h.where for h in app.screen.hits] == ["reply 1 · this chat"]
+            await pilot.press("enter")
+            first = app.chat.transcript.replies[0]
+            assert not isinstance(app.screen, SearchScreen) and first.has_class("-found")
+            assert isinstance(first, ReplyView)
+
+            await pilot.press("ctrl+f", *"zeppelin")
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.sessions is not None and screen.hits, what="the sessions read")
+            assert [h.target for h in screen.hits] == [old]  # its message, in a recording of another chat
+            await pilot.press("down", "enter")
+            assert isinstance(app.screen, ReplayScreen) and app.screen.path == old
+
+    asyncio.run(run())

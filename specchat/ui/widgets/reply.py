@@ -105,4 +105,5 @@ class UserView(Static):
 
     def __init__(self, text: str) -> None:
         super().__init__(Content(text), classes="user")
+        self.text = text
         self.border_title = "you"

@@ -1,0 +1,75 @@
+"""Ctrl+F: search this chat and the recorded sessions. Pure Python (reading the
+recordings is the caller's, in a worker: sessions_texts).
+
+A hit carries what to go to (a transcript widget, or a recording's path) opaquely, and a
+one-line snippet around the match. Recorded text is untrusted: snippets are cleaned
+(sanitize.clean_line) and shown as text, never as markup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from specchat.sanitize import clean_line
+
+
+@dataclass(frozen=True)
+class Searchable:
+    target: Any  # what a hit goes to: a transcript widget, or a recording's Path
+    where: str  # "you · this chat", "reply 3 · this chat", "2026-12-06 chat.jsonl"
+    text: str
+
+
+@dataclass(frozen=True)
+class Hit:
+    target: Any
+    where: str
+    snippet: str
+
+
+def snippet(text: str, start: int, length: int, width: int = 70) -> str:
+    """One clean line of about ``width`` characters around text[start:start + length]."""
+    context = max(0, (width - length) // 2)
+    lo, hi = max(0, start - context), min(len(text), start + length + context)
+    line = clean_line(text[lo:hi])  # newlines and controls made inert, on one line
+    return ("…" if lo else "") + line + ("…" if hi < len(text) else "")
+
+
+def search(query: str, items: Iterable[Searchable], limit: int = 50) -> list[Hit]:
+    """Every item holding ``query`` (case-insensitive), in the order given, at most
+    ``limit``; nothing for a blank query."""
+    needle = query.strip().casefold()
+    if not needle:
+        return []
+    hits = []
+    for item in items:
+        at = item.text.casefold().find(needle)
+        if at >= 0:
+            hits.append(Hit(item.target, item.where, snippet(item.text, at, len(needle))))
+            if len(hits) >= limit:
+                break
+    return hits
+
+
+def sessions_texts(directory: Path | None = None) -> list[Searchable]:
+    """What the recordings in ``directory`` (the sessions dir by default) said, newest
+    first: each message and reply, pointing at its file. One that cannot be read is
+    left out (the sessions list, Ctrl+R, says why)."""
+    from specchat.events import TurnFinished, UserMessage
+    from specchat.sessions.history import list_sessions
+    from specchat.sessions.reader import read_recording
+
+    items = []
+    for summary in list_sessions(directory):
+        try:
+            recording = read_recording(summary.path)
+        except Exception:  # damaged, removed meanwhile: not searched
+            continue
+        where = clean_line(f"{summary.date} {summary.path.name}")
+        for timed in recording.events:
+            event = timed.event
+            if isinstance(event, (UserMessage, TurnFinished)) and event.text:
+                items.append(Searchable(summary.path, where, event.text))
+    return items
