@@ -56,7 +56,8 @@ class Token:
     ``q`` the proposer's probability for an accepted draft (1.0 for n-gram drafts).
     For a ``resampled`` token, ``rejected_id`` / ``rejected_p`` / ``rejected_q`` describe
     the draft that was rejected there (acceptance probability min(1, p/q)).
-    ``text`` is filled by the chat layer (the engine works in ids).
+    ``text`` (and a rejected draft's ``rejected_text``) is filled by the chat layer (the
+    engine works in ids).
     """
 
     id: int
@@ -69,6 +70,7 @@ class Token:
     rejected_q: float | None = None
     text: str = ""
     source: str = ""  # which proposer drafted it (accepted) or the rejected draft (resampled)
+    rejected_text: str = ""
 
     @property
     def acceptance_probability(self) -> float | None:

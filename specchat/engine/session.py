@@ -160,7 +160,8 @@ class ChatSession(Conversation):
 
     def _with_text(self, token: Token, decoder: IncrementalDecoder) -> Token:
         alternatives = tuple(replace(a, text=self._token_text(a.id)) for a in token.alternatives)
-        return replace(token, text=decoder.add(token.id), alternatives=alternatives)
+        rejected = "" if token.rejected_id is None else self._token_text(token.rejected_id)  # the inspector shows it
+        return replace(token, text=decoder.add(token.id), alternatives=alternatives, rejected_text=rejected)
 
     def _token_text(self, token_id: int) -> str:
         text = self._alt_text.get(token_id)

@@ -53,7 +53,8 @@ def copy_choices(replies: list[str], width: int = 60) -> list[CopyChoice]:
         text = replies[number - 1]
         last = " (last)" if number == len(replies) else ""
         name = f"reply {number}"
-        choices.append(CopyChoice(f"{name}{last} · {len(text):,} characters · {first_line(text, width)}", text, name))
+        label = f"{name}{last} · {len(text):,} characters · {first_line(text, width)}"
+        choices.append(CopyChoice(label, text, name))
         for i, block in enumerate(code_blocks(text), 1):
             lines = block.code.count("\n") + 1 if block.code else 0
             language = f"{block.language} · " if block.language else ""

@@ -85,7 +85,7 @@ def turn_events(turn: int, prompt: str, n_tokens: int | None = None, seed: int =
                     Alternative(9, round((1 - p) / 4, 3), ","))
             extra = {}
             if kind == "resampled":
-                extra = {"rejected_id": 55, "rejected_p": round(p / 3, 3), "rejected_q": q}
+                extra = {"rejected_id": 55, "rejected_p": round(p / 3, 3), "rejected_q": q, "rejected_text": " which"}
             tokens.append(Token(id=100 + i, kind=kind, p=p, q=q if kind == "accepted" else None,
                                 alternatives=alts, text=words[i], **extra))
             i += 1

@@ -59,6 +59,10 @@ def test_conversation_streams_provenance_tokens_and_panel_matches_engine(tiny_pr
             backend = app.loaded.backend
             # the reply as generated, made inert (a random model emits control bytes)
             assert reply.text == clean(backend.history[-1]["content"])
+            # a rejected draft carries its text (the inspector showed "id 198"; issue 59, newcomer item 11)
+            rejected = [t for t in reply.tokens if t.kind == "resampled"]
+            for token in rejected:
+                assert token.rejected_text == clean(backend.tokenizer.decode([token.rejected_id]))
             # The panel shows exactly the engine's figures for this turn and the session.
             assert app.chat.figures.turn == backend.turn_metrics
             assert app.chat.figures.session == backend.session_metrics

@@ -17,6 +17,14 @@ from specchat.ui.figures import fmt
 from specchat.ui.widgets.reply import KIND_LABELS, kind_styles, provenance_content
 
 
+def rejected_label(token: Token) -> str:
+    """The rejected draft by its text (repr: a space or a newline shows), its id beside;
+    by the target's top alternatives' text where the token carries none (a recording made
+    before it did); by id alone where neither knows it."""
+    text = token.rejected_text or next((a.text for a in token.alternatives if a.id == token.rejected_id and a.text), "")
+    return f"{text!r} (id {token.rejected_id})" if text else f"id {token.rejected_id}"
+
+
 def token_details(token: Token, index: int, total: int) -> str:
     """Plain-text facts about one token (p, q, min(1, p/q), rejected draft, alternatives)."""
     # a recording is untrusted: only names we know are shown (a hybrid's tokens name the proposer it routed to)
@@ -30,9 +38,8 @@ def token_details(token: Token, index: int, total: int) -> str:
         lines.append(f"q(x) draft:  {fmt(token.q, 4)}")
         lines.append(f"acceptance probability min(1, p/q): {fmt(token.acceptance_probability, 4)}")
     elif token.kind == "resampled":
-        lines.append(
-            f"rejected draft: id {token.rejected_id} with p {fmt(token.rejected_p, 4)}, q {fmt(token.rejected_q, 4)}"
-        )
+        lines.append(f"rejected draft: {rejected_label(token)} with p {fmt(token.rejected_p, 4)}, "
+                     f"q {fmt(token.rejected_q, 4)}")
         lines.append(f"its acceptance probability min(1, p/q): {fmt(token.acceptance_probability, 4)}")
         lines.append("this token was drawn from norm(max(p − q, 0))")
     elif token.kind == "bonus":
