@@ -26,6 +26,11 @@ def turn(number: int, prompt: str, reply: str) -> list:
             TurnFinished(number, "eos", reply, {}, 0.5)]
 
 
+def two_replies(tmp_path):
+    """A recorded chat of two turns, each reply with code in it."""
+    return write_recording(tmp_path / "chat.jsonl", [turn(1, "loop?", FIRST) + turn(2, "shell?", SECOND)])
+
+
 def test_code_blocks_of_a_reply():
     assert code_blocks(FIRST) == [CodeBlock("python", "for i in range(3):\n    print(i)")]
     assert code_blocks(SECOND) == [CodeBlock("sh", "ls -l"), CodeBlock("", "plain fence")]
@@ -46,10 +51,8 @@ def test_copy_choices_put_the_last_reply_first_then_its_blocks_then_earlier_repl
 
 
 def test_ctrl_o_copies_the_last_reply_an_earlier_one_or_a_code_block(tmp_path):
-    path = write_recording(tmp_path / "chat.jsonl", [turn(1, "loop?", FIRST) + turn(2, "shell?", SECOND)])
-
     async def run():
-        async with replayed(path) as (app, pilot):
+        async with replayed(two_replies(tmp_path)) as (app, pilot):
             await pilot.pause(0.1)
             await pilot.press("ctrl+o")
             assert isinstance(app.screen, CopyScreen)
@@ -92,10 +95,8 @@ def test_ctrl_f_goes_to_a_place_in_the_chat_or_replays_a_session_beside_it(tmp_p
     directory = sessions_dir()
     directory.mkdir(parents=True, exist_ok=True)
     old = write_recording(directory / "old.jsonl", [turn(1, "what is a zeppelin?", "An airship.")])
-    path = write_recording(tmp_path / "chat.jsonl", [turn(1, "loop?", FIRST) + turn(2, "shell?", SECOND)])
-
     async def run():
-        async with replayed(path) as (app, pilot):
+        async with replayed(two_replies(tmp_path)) as (app, pilot):
             await pilot.pause(0.1)
             await pilot.press("ctrl+f")
             assert isinstance(app.screen, SearchScreen)
