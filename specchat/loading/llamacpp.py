@@ -21,7 +21,7 @@ from ..errors import ModelLoadError
 from ..events import LoadProgress
 from ..models import stores
 from . import cache_files, embedded
-from .hub_errors import friendly_load_errors
+from .hub_errors import from_hub
 
 # llama.cpp's file types (enum llama_ftype) for the gguf_type key
 FTYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "BF16": 32}
@@ -48,8 +48,9 @@ def local_candidates(source: str, base: Path | None) -> list[Path]:
     return [path, base / path]  # relative to cwd, then to the profile's folder
 
 
-def gguf_path(spec: ModelSpec, key: str, base: Path | None) -> Path:
-    """The GGUF file a llama.cpp spec names (downloading a Hub file if it must)."""
+def gguf_path(spec: ModelSpec, key: str, base: Path | None, offline: bool = False) -> Path:
+    """The GGUF file a llama.cpp spec names (downloading a Hub file if it must, unless
+    ``offline``: then only the Hub cache is read)."""
     source = spec.source
     if embedded.is_embedded(source):
         embedded.check_embedded_name(source)
@@ -81,10 +82,7 @@ def gguf_path(spec: ModelSpec, key: str, base: Path | None) -> Path:
     if not spec.gguf_file:
         raise ModelLoadError(f"{key}.gguf_file is missing: backend 'llama.cpp' needs one GGUF file from Hub repo '{source}'",
                              key=f"{key}.gguf_file", hint="set gguf_file = \"<name>.gguf\" (one file of that repo)")
-    from huggingface_hub import hf_hub_download
-
-    with friendly_load_errors(source, f"{key}.source", "GGUF file"):
-        return Path(hf_hub_download(source, spec.gguf_file, revision=spec.revision))
+    return from_hub(source, spec.revision, f"{key}.source", "GGUF file", file=spec.gguf_file, offline=offline)
 
 
 def check_gguf(path: Path, key: str) -> None:
@@ -117,15 +115,25 @@ def source_fingerprint(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def conversion_path(path: Path, gguf_type: str) -> Path:
+    """Where the ``gguf_type`` conversion of ``path`` is cached."""
+    return paths.cache_dir() / "models" / "gguf" / f"{path.stem}-{source_fingerprint(path)}.{gguf_type}.gguf"
+
+
+def is_converted(final: Path) -> bool:
+    """Whether the cached conversion at ``final`` is the one its record describes."""
+    return cache_files.entry_problem(final, source_fingerprint) is None
+
+
 def converted_gguf(llama_cpp: Any, path: Path, gguf_type: str, key: str, report=None) -> Path:
     """``path`` converted once to ``gguf_type`` by llama.cpp's own quantiser, cached under
     the source's name and :func:`source_fingerprint`; the write goes to a temporary file
     renamed into place under a lock, so concurrent starts never see half a file. A cached
     file is used only if it matches the record written after its conversion (size and
     fingerprint): anything else in its place is rebuilt once (see :mod:`.cache_files`)."""
-    folder = paths.cache_dir() / "models" / "gguf"
-    final = folder / f"{path.stem}-{source_fingerprint(path)}.{gguf_type}.gguf"
-    if cache_files.entry_problem(final, source_fingerprint) is None:
+    final = conversion_path(path, gguf_type)
+    folder = final.parent
+    if is_converted(final):
         return final
     what = f"the {gguf_type} conversion of {path.name}"
     cache_files.make_folder(folder, what, f"{key}.gguf_type")

@@ -17,8 +17,8 @@ from ..remote.servers import is_remote
 from . import embedded
 from .compat import check_draft_compatible
 from .devices import check_quantized_layers, quantization_config, resolve_device, resolve_dtype
-from .hub_errors import friendly_load_errors
-from .llamacpp import load_gguf_model, load_gguf_tokenizer, local_candidates
+from .hub_errors import friendly_load_errors, from_hub
+from .llamacpp import gguf_path, load_gguf_model, load_gguf_tokenizer, local_candidates
 
 if TYPE_CHECKING:
     from specchat.engine.backends import Backend
@@ -160,14 +160,17 @@ def _load_transformers_target(profile: Profile, base: Path | None, report) -> tu
     return tokenizer, target, target_info
 
 
-def resolve_source(spec: ModelSpec, key: str, base: Path | None, report=None) -> ResolvedSource:
-    """Map a profile ``source`` to a from_pretrained location (converting the embedded model once)."""
+def resolve_source(spec: ModelSpec, key: str, base: Path | None, report=None, offline: bool = False) -> ResolvedSource:
+    """Map a profile ``source`` to a from_pretrained location (converting the embedded model
+    once, unless ``offline``: then its wheel's GGUF)."""
     source = spec.source
     if embedded.is_embedded(source):
         embedded.check_embedded_name(source)
-        location = embedded.ensure_embedded_model(report)
+        location = embedded.ensure_embedded_model(report, offline)
         if isinstance(location, str):  # wheel absent: the Hub copy
             return ResolvedSource(location, None, spec.revision, local=False)
+        if location.is_file():  # offline, not converted yet
+            return ResolvedSource(str(location.parent), location.name, None, local=True)
         return ResolvedSource(str(location), None, None, local=True)
     looks_local = source.startswith((".", "/", "~")) or source.endswith(".gguf") or "\\" in source
     for candidate in local_candidates(source, base):
@@ -179,6 +182,26 @@ def resolve_source(spec: ModelSpec, key: str, base: Path | None, report=None) ->
         raise ModelLoadError(f"model path '{source}' does not exist", key=f"{key}.source",
                              hint="give an existing local model directory or .gguf file, or a Hub id like 'org/name'")
     return ResolvedSource(source, spec.gguf_file, spec.revision, local=False)
+
+
+def locate(spec: ModelSpec, key: str, base: Path | None) -> Path:
+    """The GGUF file or model folder the loader would read ``spec``'s weights from, found
+    by its own rules without the network and without converting anything (doctor's
+    question): a Hub model not in the local cache is a ModelLoadError naming the download."""
+    if spec.backend == "llama.cpp":
+        return gguf_path(spec, key, base, offline=True)
+    source = resolve_source(spec, key, base, offline=True)
+    if source.local:
+        folder = Path(source.path)
+    else:
+        try:
+            return from_hub(source.path, source.revision, f"{key}.source", "model", file=source.gguf_file, offline=True)
+        except ModelLoadError as error:
+            raise embedded.missing_error(error) if embedded.is_embedded(spec.source) else error from None
+    if source.gguf_file and not (folder / source.gguf_file).is_file():
+        raise ModelLoadError(f"{key}.gguf_file '{source.gguf_file}' is not in {folder}", key=f"{key}.gguf_file",
+                             hint="name a .gguf file inside the directory")
+    return folder / source.gguf_file if source.gguf_file else folder
 
 
 def load_tokenizer(source: ResolvedSource, profile: Profile, key: str):
