@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from specchat import untrusted
 from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.config.schema import value_problem
 from specchat.errors import SpecchatError
@@ -111,9 +112,11 @@ def load_script(path: str | os.PathLike[str] | None) -> list[DemoStep]:
     """A script file, or the shipped ``demos/tour.txt`` when ``path`` is None."""
     path = Path(path) if path is not None else shipped_demo()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = untrusted.read_text(path)
     except OSError as exc:
         raise SpecchatError(f"cannot read the demo script: {exc.strerror}", file=str(path)) from None
+    except untrusted.Unreadable as exc:
+        raise SpecchatError(f"cannot read the demo script: {exc}", file=str(path), hint="save it as UTF-8") from None
     return parse_script(text, str(path))
 
 

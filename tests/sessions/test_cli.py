@@ -131,3 +131,11 @@ def test_headless_replay_ends_quietly_when_its_reader_goes_away(recording, tmp_p
     proc.stdout.close()  # before the child has started Python: its first write finds no reader
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0 and err == "", err
+
+
+def test_a_demo_script_that_is_not_utf8_is_one_line_not_a_traceback(tmp_path):
+    """It raised UnicodeDecodeError; untrusted.read_text words it (issue 58, item 4)."""
+    script = tmp_path / "tour.txt"
+    script.write_bytes(b"caf\xe9\n")
+    with pytest.raises(SpecchatError, match=r"cannot read the demo script: byte 3 is not UTF-8 — save it as UTF-8"):
+        load_script(script)
