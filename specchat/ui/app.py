@@ -240,11 +240,11 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
             self.notify(info.warning, severity="warning", timeout=10, markup=False)
         if loaded.pending and not self.chat.input.text:
             self.chat.input.text = clean(loaded.pending)  # the prompt that never got its reply (a recording's: inert)
-        self._update_status()
         if not loaded.can_send:  # a replay plays by itself
             self.generating = True
             self._engine_idle.clear()
             self._play(loaded.backend)
+        self._update_status()  # after the replay started: it said "ready" while one played
 
     @property
     def generating(self) -> bool:

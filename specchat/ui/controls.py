@@ -35,7 +35,10 @@ class Controls:
             parts.append(f"thinking {'on' if info.thinking else 'off'}")
         if self.loading:
             parts.append(f"loading {self.loading}…")
-        parts.append("answering… Esc cancels" if self.generating else "ready")
+        if self.loaded is not None and not self.loaded.can_send:  # a replay or a demo: it plays by itself
+            parts.append("playing… Esc stops it" if self.generating else "played: nothing to send")
+        else:
+            parts.append("answering… Esc cancels" if self.generating else "ready")
         self.chat.status.set_text(" · ".join(parts))
 
     def action_cancel(self) -> None:

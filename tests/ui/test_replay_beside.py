@@ -96,3 +96,23 @@ def test_a_replay_that_cannot_be_read_says_so_in_one_line_and_esc_comes_back(tmp
             assert app.screen is app.chat
 
     asyncio.run(run())
+
+
+def test_specchat_replay_says_it_plays_and_esc_stops_it(tmp_path):
+    """`specchat replay` (the app's own replay): the status said "ready" while it played."""
+    from specchat.ui.backend import replay_loader
+
+    path = paced(write_recording(tmp_path / "long.jsonl", [turn_events(1, "tell me", n_tokens=1500)]), 0.05)
+
+    async def run():
+        app = SpecchatApp(None, loader=replay_loader(path), deterministic=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.chat.transcript.last_reply is not None
+                           and len(app.chat.transcript.last_reply.tokens) > 5, what="the replay to play")
+            assert status(app.chat).endswith("playing… Esc stops it")
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not app.generating, what="the stop")
+            assert status(app.chat).endswith("played: nothing to send")
+            assert len(app.chat.transcript.last_reply.tokens) < 1500
+
+    asyncio.run(run())
