@@ -109,6 +109,9 @@ class StepStats:
     recommended_gamma / recommended_gain: the cost model's recommended γ (an int, 0 for
         plain decoding, or "auto") and its predicted speed-up, as of this step: the panel's
         verdict and recommendation (None until measurable).
+    cost_ratio / verify_cost: on a step that drafted, the cost model's c (the source's time
+        a draft over w(0)) and v(k) = w(k)/w(0) for k = 1.. the largest timed, at least 1:
+        the panel's and bench's c and v(k) (None / () elsewhere and until measured).
     batch_size: the sequences decoded together in this step (engine/batch/batched.py), 1 alone.
     marginal_ms: what one more row (a draft) adds to a batched decode's time, as γ = auto's
         batch plan measured it (engine/gamma/batch_plan.py; None elsewhere).
@@ -142,10 +145,16 @@ class StepStats:
     predicted_cost: float | None = None
     recommended_gamma: int | str | None = None
     recommended_gain: float | None = None
+    cost_ratio: float | None = None
+    verify_cost: tuple[float, ...] = ()
     batch_size: int = 1
     marginal_ms: float | None = None
     verified_positions: int | None = None
     context_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if type(self.verify_cost) is not tuple:  # read back from JSON (a recording, bench's results) as a list
+            object.__setattr__(self, "verify_cost", tuple(self.verify_cost))
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,12 @@ figures. Definitions (vLLM's names where vLLM has one):
   fraction of verified positions whose draft was accepted.
 * ``target_token_ms``: target forward time of plain steps (one token fed).
 * ``draft_forward_ms``: time of one draft-model forward (n-gram: the lookup's time).
-* ``cost_ratio`` c = draft_forward_ms / target_token_ms.
-* ``verify_cost[k]`` v(k) = target time to verify k drafts (k+1 tokens) / target_token_ms,
-  at least 1.
-  c and v(k) pair every drafting step with the plain steps just before it (verification
-  cost grows with the context, so session-wide means would compare unlike contexts);
-  each is the median of its last 64 such ratios, robust to a cold call or a busy moment.
-The one cost model (engine/gamma/cost_model.py) predicts; this fold only adds its per-step
-answers up, so the panel, ``run`` and ``bench`` cannot disagree with what γ = auto does:
+* ``cost_ratio`` c and ``verify_cost[k]`` v(k): the one cost model's (engine/gamma/cost_model.py)
+  as of the latest step that drafted, which StepStats carries: c the drafting source's time
+  a draft over a plain step's time w(0), v(k) = w(k)/w(0), at least 1, both at that step's
+  context. They are what γ = auto decided with, not a second estimate.
+The one cost model predicts; this fold only adds its per-step answers up, so the panel,
+``run`` and ``bench`` cannot disagree with what γ = auto does:
 
 * ``predicted_speedup``: Σ_steps E(k_i) / Σ_steps T(k_i)/w(0) over the timed steps, each
   step's forecast made before it ran for the k it drafted (StepStats.predicted_tokens and
@@ -60,6 +58,7 @@ verification:
 from __future__ import annotations
 
 from collections import deque
+from statistics import median
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -182,9 +181,11 @@ class _Mean:
         return self.total / self.count if self.count else None
 
 
-class _Recent:
-    """Median of the last ``size`` timings: robust to a cold first call, a GC pause or a
-    busy neighbour, and it follows the machine when its speed changes."""
+class RecentMedian:
+    """Median of the last ``size`` times, the one rolling median (telemetry's, the cost
+    model's and the batch plan's): one cold or interrupted step (a first call's kernel
+    set-up, a GC pause, a busy neighbour, a draft model catching up on tokens it missed)
+    cannot make a step look slow for good, and it follows the machine when its speed changes."""
 
     __slots__ = ("values",)
 
@@ -200,11 +201,7 @@ class _Recent:
 
     @property
     def value(self) -> float | None:
-        if not self.values:
-            return None
-        ordered = sorted(self.values)
-        mid = len(ordered) // 2
-        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        return median(self.values) if self.values else None
 
 
 class Telemetry:
@@ -230,12 +227,12 @@ class Telemetry:
         self.position_accepted: list[int] = [0] * self.max_gamma
         self.alpha = _Mean()
         self.verified_positions = 0
-        self.plain_verify = _Recent()
-        self.plain_total = _Recent()
-        self.draft_forward = _Recent()
-        self.verify_by_k: dict[int, _Recent] = {}  # v(k) samples: ratios to the latest plain time
-        self.cost_ratios = _Recent()  # c samples, likewise paired in time
-        self._plain_now: float | None = None  # the latest plain verify time, smoothed
+        self.plain_verify = RecentMedian()
+        self.plain_total = RecentMedian()
+        self.draft_forward = RecentMedian()
+        # the cost model's c and v(k) as of the latest step that drafted (StepStats carries them)
+        self.cost_ratio: float | None = None
+        self.verify_cost: tuple[float, ...] = ()
         self.gamma_used = _Mean()
         self.elapsed_ms = 0.0
         self.ttft_ms: float | None = None
@@ -288,15 +285,14 @@ class Telemetry:
         if stats.cpu_others is not None:
             self._others_ms += stats.cpu_others * stats.total_ms
             self._share_ms += stats.total_ms
+        if stats.cost_ratio is not None:
+            self.cost_ratio = stats.cost_ratio
+        if stats.verify_cost:
+            self.verify_cost = stats.verify_cost
         if k == 0:
             if not timed:
                 return
             self.plain_verify.add(stats.verify_ms)
-            # verification cost depends on the context length (on a CPU a multi-token
-            # pass takes the masked attention path), so each drafting step is compared
-            # with the plain steps around it, not with a mean over the whole session
-            self._plain_now = stats.verify_ms if self._plain_now is None else (
-                0.7 * self._plain_now + 0.3 * stats.verify_ms)
             self.plain_total.add(stats.total_ms)
             return
         self._grow(depth)
@@ -319,27 +315,17 @@ class Telemetry:
         self.verified_positions += min(k, n + 1) if stats.verified_positions is None else stats.verified_positions
         self.gamma_used.add(depth)
         self._acceptance_history.append(n / depth)
-        if not timed:
-            return
-        if self._plain_now:
-            self.verify_by_k.setdefault(k, _Recent()).add(stats.verify_ms / self._plain_now)
-        if stats.draft_catch_up_tokens:
-            return  # its draft time includes running tokens the draft missed: no cost sample
-        per_forward = stats.draft_ms / stats.draft_forwards if stats.draft_forwards else stats.draft_ms
-        self.draft_forward.add(per_forward)
-        if self._plain_now:
-            self.cost_ratios.add(per_forward / self._plain_now)
+        if not timed or stats.draft_catch_up_tokens:
+            return  # a draft time that includes running tokens the draft missed is no cost sample
+        self.draft_forward.add(stats.draft_ms / stats.draft_forwards if stats.draft_forwards else stats.draft_ms)
 
     def snapshot(self) -> MetricsSnapshot:
         t_plain = self.plain_verify.value
         alpha = self.alpha.value
         verified = self.verified_positions
         alpha_emp = self.num_accepted_tokens / verified if verified else None
-        c = self.cost_ratios.value
-        # verifying k+1 tokens never really costs less than one: below 1 is timing noise
-        verify_cost = (
-            {k: max(1.0, m.value) for k, m in sorted(self.verify_by_k.items()) if m.value is not None}
-        )
+        c = self.cost_ratio
+        verify_cost = {k: v for k, v in enumerate(self.verify_cost, 1)}
         gamma_mean = self.gamma_used.value or 0.0
         gamma = max(1, round(gamma_mean)) if gamma_mean else 0
         expected = paper = lower = increase = None

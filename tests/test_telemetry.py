@@ -37,9 +37,9 @@ def scenario() -> Telemetry:
                    total_ms=18), 2),
         (StepStats(0, 0, 0, verify_ms=20, total_ms=21), 1),
         (StepStats(2, 2, 2, alpha_sum=1.8, alpha_count=2, draft_forwards=2, draft_ms=2.6, verify_ms=19.5,
-                   total_ms=23), 3),
+                   total_ms=23, cost_ratio=0.12, verify_cost=(1.2, 1.5)), 3),
         (StepStats(4, 4, 0, alpha_sum=0.3, alpha_count=1, draft_forwards=4, draft_ms=4.4, verify_ms=26,
-                   total_ms=31, predicted_gain=1.2), 1),
+                   total_ms=31, predicted_gain=1.2, cost_ratio=0.1, verify_cost=(1.2, 1.5, 1.8, 2.0)), 1),
     ]
     for stats, tokens in steps:
         t.update(stats, tokens)
@@ -59,13 +59,38 @@ def test_counts_and_acceptance():
     assert m.gamma_history == (0, 0, 2, 0, 2, 4) and m.acceptance_history == approx((0.5, 1.0, 0.0))
 
 
-def test_costs_pair_each_drafting_step_with_the_plain_steps_before_it():
-    m = scenario().snapshot()
+def test_c_and_v_are_the_cost_model_s_as_of_the_latest_step_that_drafted():
+    t = scenario()
+    m = t.snapshot()
     assert m.target_token_ms == approx(15.0)  # median of the plain verifications 10, 20 (prompt step excluded)
     assert m.draft_forward_ms == approx(1.1)  # median of 1.0, 1.3, 1.1 per forward
-    # the plain time a drafting step is compared with: 10, then 0.7·10 + 0.3·20 = 13
-    assert m.cost_ratio == approx(0.1)  # median of 1/10, 1.3/13, 1.1/13
-    assert m.verify_cost == {2: approx(1.5), 4: approx(2.0)}  # 15/10 and 19.5/13; 26/13
+    # what γ = auto decided with (StepStats carries it), not a second estimate of this fold's
+    assert m.cost_ratio == approx(0.1)
+    assert m.verify_cost == {1: approx(1.2), 2: approx(1.5), 3: approx(1.8), 4: approx(2.0)}
+    t.update(StepStats(0, 0, 0, verify_ms=12, total_ms=13), 1)  # a plain step leaves them as they were
+    assert t.snapshot().cost_ratio == approx(0.1) and t.snapshot().verify_cost[4] == approx(2.0)
+
+
+def test_the_panel_s_c_and_v_are_the_ones_gamma_auto_decides_with():
+    """A controller that timed plain steps at 20 ms, 2-draft steps at 30 ms and 4-draft steps
+    at 44 ms (after 5 ms a draft): the step it assesses next carries c = 5/20 and v(2) = 1.5,
+    v(4) = 2.2, and the fold shows exactly those."""
+    from specchat.engine import epilogue
+    from specchat.engine.gamma.controller import AdaptiveGamma
+
+    controller = AdaptiveGamma(4)
+    for k, ms in [(0, 20.0), (2, 30.0), (0, 20.0), (4, 44.0), (2, 30.0), (4, 44.0)]:
+        controller.model.at(100)
+        controller.observe(StepStats(k, k, k, draft_ms=5.0 * k, total_ms=ms + 5.0 * k, context_tokens=100,
+                                     draft_source="draft_model" if k else ""), None)
+    assessed = controller.assess(2, "draft_model")
+    assert assessed.cost_ratio == approx(5 / 20)
+    # measured at 2 and 4; elsewhere on the least-squares line through v(0) = 1, v(2), v(4): slope 0.3
+    assert assessed.verify_cost == approx((4.7 / 3 - 0.3, 1.5, 4.7 / 3 + 0.3, 2.2))
+    t = Telemetry(max_gamma=4)
+    t.update(epilogue.stats(2, 2, 1, 0.9, assessed, draft_ms=10.0, total_ms=40.0), 2)
+    m = t.snapshot()
+    assert m.cost_ratio == approx(5 / 20) and tuple(m.verify_cost.values()) == assessed.verify_cost
 
 
 def test_predictions():
@@ -115,8 +140,7 @@ def test_a_drafting_step_that_caught_up_is_no_cost_sample():
     t.update(StepStats(2, 2, 2, alpha_sum=2, alpha_count=2, draft_forwards=2, draft_ms=90.0, verify_ms=19.5,
                        total_ms=110, draft_catch_up_tokens=80), 3)
     m = t.snapshot()
-    assert m.draft_forward_ms == approx(1.1) and m.cost_ratio == approx(0.1)
-    assert m.verify_cost[2] == approx(1.5)  # its verification still counts
+    assert m.draft_forward_ms == approx(1.1)
 
 
 def test_plain_decoding_after_a_long_prompt_reports_no_speedup():

@@ -48,7 +48,7 @@ def stats(gamma: int, k: int, n: int, alpha_sum: float, assessed: Assessment, *,
         alpha_sum=alpha_sum, alpha_count=min(k, n + 1) if alpha_count is None else alpha_count,
         predicted_tokens=assessed.tokens, predicted_cost=assessed.cost,
         recommended_gamma=assessed.recommended_gamma, recommended_gain=assessed.recommended_gain,
-        **measured)
+        cost_ratio=assessed.cost_ratio, verify_cost=assessed.verify_cost, **measured)
 
 
 def ended(reason: str) -> Step:

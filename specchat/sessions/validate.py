@@ -157,11 +157,15 @@ def _step_stats(value: dict[str, Any], where: str) -> None:
     _recommended(value.get("recommended_gamma"), _join(where, "recommended_gamma"))
     # the cost model's answers are shown as speed-ups: finite, and a time above zero
     for key, low, strict in (("predicted_tokens", 0.0, False), ("predicted_cost", 0.0, True),
-                             ("recommended_gain", 0.0, False), ("marginal_ms", 0.0, False)):
+                             ("recommended_gain", 0.0, False), ("marginal_ms", 0.0, False), ("cost_ratio", 0.0, False)):
         x = value.get(key)
         if x is not None and not (math.isfinite(x) and (x > low if strict else x >= low)):
             raise FieldError(f"field '{_join(where, key)}' must be a finite number {'above' if strict else 'at least'} "
                              f"{low:g}, not {_describe(x)}")
+    verify = value.get("verify_cost", [])
+    if len(verify) > MAX_TREE_NODES or not all(math.isfinite(v) and v >= 1.0 for v in verify):
+        raise FieldError(f"field '{_join(where, 'verify_cost')}' must hold at most {MAX_TREE_NODES} finite "
+                         "ratios of at least 1")
     if not 0 <= value.get("context_tokens", 0) < 2**31:
         raise FieldError(f"field '{_join(where, 'context_tokens')}' must be a token count between 0 and 2^31 − 1")
     if not 1 <= value.get("batch_size", 1) <= 4096:

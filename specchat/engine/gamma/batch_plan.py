@@ -52,7 +52,8 @@ from dataclasses import dataclass
 
 from specchat.engine.gamma.acceptance import AcceptanceKey, acceptance_key, key_prior
 from specchat.engine.gamma.controller import Assessment, Controller
-from specchat.engine.gamma.cost_model import Ewma, RecentMedian, line
+from specchat.engine.gamma.cost_model import Ewma, line
+from specchat.telemetry import RecentMedian
 from specchat.engine.proposers import Candidate
 
 PROBE_BUDGET = 0.01  # probes add at most this share of the plain steps' time

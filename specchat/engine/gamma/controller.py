@@ -56,6 +56,8 @@ class Assessment:
     cost: float | None = None
     recommended_gamma: int | str | None = None
     recommended_gain: float | None = None
+    cost_ratio: float | None = None  # c and v(k) as the model has them (a drafting step's only)
+    verify_cost: tuple[float, ...] = ()
 
 
 class Controller:
@@ -92,10 +94,12 @@ class Controller:
     def assess(self, k: int, source: str) -> Assessment:
         """The model's word on a step that drafted ``k`` tokens from ``source`` under the
         chosen context, asked before the step is observed (its own outcome is not in it)."""
-        forecast = self.model.step_prediction(self._key, k, source or self._key[0], key_prior(self._key))
+        source = source or self._key[0]
+        forecast = self.model.step_prediction(self._key, k, source, key_prior(self._key))
         tokens, cost = forecast if forecast is not None else (None, None)
         gamma, gain = self.recommendation()
-        return Assessment(tokens, cost, gamma, gain)
+        c, v = self.model.ratios(source) if k else (None, ())  # a plain step leaves them as they were
+        return Assessment(tokens, cost, gamma, gain, c, v)
 
     def recommendation(self) -> tuple[int | str | None, float | None]:
         """(γ, its predicted speed-up): the best fixed γ, 0 if none beats plain decoding."""

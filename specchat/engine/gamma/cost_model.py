@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from specchat.events import StepStats
+from specchat.telemetry import RecentMedian
 
 Prior = float | list[float] | None  # a key's starting acceptance: one for every position, or per position
 
@@ -61,25 +62,6 @@ class Ewma:
         """Keeps the value but lets the next observations move it as if it rested on
         only ``weight`` of them."""
         self.weight = min(self.weight, weight)
-
-
-class RecentMedian:
-    """Median of the last few step times: one cold or interrupted step (a first call's
-    kernel set-up, a busy neighbour, a draft model catching up on the tokens it missed
-    while the controller decoded plainly) cannot make a draft length look slow for good."""
-
-    __slots__ = ("values",)
-
-    def __init__(self, size: int = 9) -> None:
-        self.values: deque[float] = deque(maxlen=size)
-
-    def add(self, x: float) -> None:
-        self.values.append(x)
-
-    @property
-    def value(self) -> float | None:
-        ordered = sorted(self.values)
-        return ordered[len(ordered) // 2] if ordered else None
 
 
 class Timings:
@@ -254,6 +236,8 @@ class CostModel:
         """(E(k), T(k)/w(0)) of the k a controller chose: tokens, and time in plain-step
         units; bench's and the panel's predicted speed-up is Σ E / Σ T/w(0) over the steps
         as run (None while either is unknown)."""
+        if k == 0 and 0 in self.step_ms:  # w(0) is measured (and positive): a plain step is 1 for 1
+            return 1.0, 1.0
         w0 = self.w(0)
         if not w0:
             return None
@@ -264,6 +248,19 @@ class CostModel:
             return None
         f = self.forecast(survival, source)[k]
         return None if f is None else (f[0], f[1] / w0)
+
+    def ratios(self, source: str) -> tuple[float | None, tuple[float, ...]]:
+        """(c, v(1..K)) at the context: ``source``'s time a draft over w(0), and w(k)/w(0)
+        for k up to the largest timed (a line between), at least 1: verifying k+1 tokens
+        never really costs less than one token, below is timing noise. (None, ()) before w(0)."""
+        w0 = self.w(0)
+        if not w0:
+            return None, ()
+        draft = self.draft_ms.get(source)
+        c = draft.value / w0 if draft is not None and draft.value is not None else None
+        top = max(self.step_ms, default=0)
+        v = [self.w(k) for k in range(1, top + 1)]
+        return c, tuple(max(1.0, w / w0) for w in v) if all(v) else ()
 
     def observe(self, stats: StepStats, key: Hashable, source: str, prior: Prior = None) -> None:
         """A finished step: its time (w(k), and d unless a prompt or a catch-up is in it)
@@ -325,6 +322,8 @@ class CostModel:
         acceptance pooled over contexts; a step where the source offered no draft (an
         n-gram miss) stays a plain step whatever γ is. None until a plain step and a draft
         are timed."""
+        if not self.pooled:  # nothing drafted yet (plain decoding: every step)
+            return None
         w0 = self.w(0)
         if not w0:
             return None
