@@ -32,6 +32,7 @@ from specchat.engine.sampling import SamplingParams
 
 FIRST_SHARE = 1e-4  # candidates for the nucleus first: ids with p ≥ this; then /64 each widening
 BLOCK = 256  # the inverse CDF sums blocks of this many ids first, then runs within one block
+NEAR = (4.0, 8.0, 12.0, 16.0)  # top-k looks first among the ids this close (in logits) to the largest
 
 
 @functools.lru_cache(maxsize=4)
@@ -88,24 +89,23 @@ def support(logits: np.ndarray, params: SamplingParams) -> list[tuple[np.ndarray
         # ties go to the lowest id, as argmax (and warp) has it
         return [(np.array([i]), np.ones(1, dtype=logits.dtype)) for i in logits.argmax(-1).tolist()]
     vocab = logits.shape[-1]
-    scaled = logits / params.temperature  # in the logits' dtype, rounded as warp's torch division is
     # max(l / T) = max(l) / T: rounding is monotone
     peaks = top / params.temperature
     if 0 < params.top_k < vocab:
-        # top-k first: only the ids it keeps are exponentiated (a few dozen of 151,936 on
-        # Qwen's vocabulary, where the whole row's exp and mask were a third of a plain
-        # step's host time); the same values as the path below, on the kept ids alone
-        floors = np.partition(scaled, vocab - params.top_k, axis=-1)[:, vocab - params.top_k]  # k-th largest
+        # top-k first: only the ids it keeps are scaled and exponentiated (a few dozen of
+        # 151,936 on Qwen's vocabulary, where the whole row's division, exp and mask were a
+        # third of a plain step's host time); the same values as the path below, on them alone
         rows = []
-        for s, floor, peak in zip(scaled, floors, peaks):
-            ids = np.flatnonzero(s >= floor)  # ascending; top-k keeps the values equal to the k-th
-            w = np.exp(s[ids] - peak)  # exp(s − max s): the unnormalised softmax on them
+        for row, peak, high in zip(logits, peaks, top):
+            ids, s = top_k(row, high, params.top_k, params.temperature)
+            w = np.exp(s - peak)  # exp(s − max s): the unnormalised softmax on them
             total = float(w.sum())
             if params.top_p < 1.0:
                 inside = nucleus(w, total, params.top_p)
                 ids, w = ids[inside], w[inside]
             rows.append((ids, w / w.sum()))
         return rows
+    scaled = logits / params.temperature  # in the logits' dtype, rounded as warp's torch division is
     # without top-k the scaled logits are not read again, so their buffer takes the weights
     weights = np.subtract(scaled, peaks[:, None], out=scaled)
     np.exp(weights, out=weights)  # exp(s − max s): the unnormalised softmax
@@ -121,6 +121,31 @@ def support(logits: np.ndarray, params: SamplingParams) -> list[tuple[np.ndarray
         kept = w[ids]
         rows.append((ids, kept / kept.sum()))
     return rows
+
+
+def top_k(row: np.ndarray, high: float, k: int, temperature: float) -> tuple[np.ndarray, np.ndarray]:
+    """(ids ascending, their scaled logits l / T) of top-k on the scaled row: the ids whose
+    scaled value is at least the k-th largest (ties with it stay, as warp keeps them).
+    Looked for among the ids within NEAR of the row's largest logit ``high``, the first of
+    those widths that holds k of them: dividing by T is monotone, so every id below the cut
+    scales to at most the cut's own scaled value, and when that is below the k-th largest
+    none of them is kept (else the whole row is scaled, as before). On Qwen's 151,936 ids
+    that took 75 µs a row against 620 µs for the whole row's division and partition."""
+    for width in NEAR:
+        cut = row.dtype.type(high - width)
+        near = np.flatnonzero(row >= cut)
+        if len(near) < k:
+            continue
+        s = row[near] / temperature  # rounded as the whole row's division rounds each value
+        floor = np.partition(s, len(s) - k)[len(s) - k]
+        if cut / temperature < floor:
+            kept = s >= floor
+            return near[kept], s[kept]
+        break
+    s = row / temperature
+    floor = np.partition(s, len(s) - k)[len(s) - k]
+    ids = np.flatnonzero(s >= floor)
+    return ids, s[ids]
 
 
 def nucleus(weights: np.ndarray, total: float, top_p: float) -> np.ndarray:

@@ -109,3 +109,33 @@ def test_a_row_that_is_no_distribution_is_refused():
     logits[0, :] = -np.inf
     assert verify_point_mass(logits, [5], params, [0.5, 0.5]).nonfinite
     assert not verify_point_mass(chat_like(3, rows=2).numpy(), [5], params, [0.5, 0.5]).nonfinite
+
+
+def test_top_k_among_the_ids_near_the_top_is_the_whole_row_s_rule():
+    """top_k looks for the k largest scaled logits among the ids near the row's largest; on
+    rows with ties at the k-th, −inf entries and near sets too small it keeps exactly the ids
+    the whole row's division and partition keep, and the same scaled values."""
+    from specchat.engine.host_sampling import top_k
+
+    rng = np.random.default_rng(0)
+    for trial in range(600):
+        row = (rng.standard_normal(3000) * rng.uniform(0.1, 20)).astype(np.float32 if trial % 2 else np.float64)
+        if trial % 3 == 0:
+            row[rng.integers(0, len(row), 40)] = row.max()
+        if trial % 5 == 0:
+            row[rng.integers(0, len(row), 30)] = -np.inf
+        temperature, k = float(rng.uniform(0.05, 2.0)), int(rng.integers(1, 60))
+        ids, scaled = top_k(row, row.max(), k, temperature)
+        whole = row / temperature
+        expected = np.flatnonzero(whole >= np.partition(whole, len(whole) - k)[len(whole) - k])
+        assert np.array_equal(ids, expected) and np.array_equal(scaled, whole[expected])
+
+
+def test_an_id_below_the_cut_that_scales_to_the_k_th_value_is_kept():
+    # 0 is the cut (4 below the top); −1e-44 lies below it, yet divided by 1e6 both are 0:
+    # a tie with the k-th scaled value, which the whole row's rule keeps
+    from specchat.engine.host_sampling import top_k
+
+    row = np.array([4.0, 0.0, -1e-44], dtype=np.float32)
+    ids, _ = top_k(row, 4.0, 2, 1e6)
+    assert ids.tolist() == [0, 1, 2]
