@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
                             key="target.backend", hint="plan a llama.cpp or transformers profile")
     from specchat.engine.factory import build_proposer, sampling_params
     from specchat.engine.engine import SpeculativeEngine
+    from specchat.engine.gamma.controller import FixedGamma
     from specchat.engine.template import ChatTemplate
     from specchat.loading import load_models
     from specchat.plan import CONTEXTS, Costs, draft_costs, measure_drafting, measure_target, report, task_contexts
@@ -92,7 +93,12 @@ def run(args: argparse.Namespace) -> int:
     proposer = build_proposer(profile.speculation, loaded)
     prompt = ChatTemplate.of(profile, loaded.tokenizer).prompt_ids([{"role": "user", "content": DRAFT_PROMPT}])
     note(f"timing the proposer ({profile.speculation.method}) and plain decoding …")
-    drafting = measure_drafting(SpeculativeEngine(loaded.target, proposer), prompt)
+    # a draft model drafts every step (γ = auto would set aside one that cannot pay after a few):
+    # its time a draft over DRAFT_GAMMA-long chains, as bench's fixed-γ rows time it
+    fixed = FixedGamma(min(DRAFT_GAMMA, proposer.max_speculative_tokens)) if proposer and proposer.drafting_model else None
+    if fixed is not None:
+        proposer.select(proposer.drafting_model)  # a hybrid's route: its model, not its lookup
+    drafting = measure_drafting(SpeculativeEngine(loaded.target, proposer, controller=fixed), prompt)
     plain = measure_drafting(SpeculativeEngine(loaded.target, None), prompt)
     costs = Costs(steps, draft_costs(drafting, plain, steps), profile.speculation.method, spread, drafting.lookup_ms,
                   (plain.outside_ms, drafting.outside_ms))
@@ -179,6 +185,7 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str =
     return figures
 
 
+DRAFT_GAMMA = 3  # a draft model's chains while plan times it
 # a request whose reply repeats part of it, so every proposer drafts while it is timed
 DRAFT_PROMPT = "Repeat this sentence three times: the quick brown fox jumps over the lazy dog."
 
