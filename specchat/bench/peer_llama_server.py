@@ -308,8 +308,10 @@ class LlamaServerPeer:
         if key not in self._servers:
             knobs = [] if gamma == "auto" else ["--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0",
                                                 "--spec-draft-p-min", "0"]
-            self._start(key, ["-md", str(self.draft_path), *knobs, "-ngld", str(self.n_gpu_layers)],
-                        f" -md {self.draft_path}")
+            # --spec-type draft-simple: its default is none, and -md alone loads the draft but never
+            # drafts (the pair's -md rows were plain decoding, drafted 0: issue 56)
+            self._start(key, ["-md", str(self.draft_path), "--spec-type", "draft-simple", *knobs,
+                              "-ngld", str(self.n_gpu_layers)], f" -md {self.draft_path}")
         return self._servers[key]
 
     def _start(self, key: tuple[int, str], spec: list[str], what: str) -> None:

