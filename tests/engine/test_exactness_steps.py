@@ -43,9 +43,10 @@ from specchat.engine.proposers import Proposer
 from specchat.engine.sampling import warp
 import specchat.engine.sampling as sampling  # looked up at call time: test_mutations plants bugs there
 from tests.support.folded import FoldedEngine
-from tests.support.power import (ALL_SETTINGS, GREEDY, SETTINGS, EveryStep, model_next_laws, sample_counts,
-                                 tree_chi_square)
+from tests.support.batched import Case
+from tests.support.power import ALL_SETTINGS, GREEDY, SETTINGS, EveryStep, sample_counts, tree_chi_square
 from tests.support.table_lm import VOCAB, TableLM, next_laws, noisy, random_table
+from tests.support.vocab16 import Real, laws_of
 
 ALPHA = 1e-3
 GRID = 4096  # stratified uniforms per draft id: laws exact to ~1/GRID
@@ -223,17 +224,17 @@ KINDS = {"draft": VOCAB, "draft-vocab12": 12, "draft-vocab20": 20, "point-mass":
 def check_steps_joint(kind: str, setting: str, samples: int = SAMPLES) -> None:
     params = ALL_SETTINGS[setting]
     target_table, draft_table = table_pair(KINDS[kind])
-    target = TableLM(target_table)
-    proposer = (PointMassDrafts(TableLM(draft_table), 2) if kind == "point-mass"
-                else DraftModelProposer(TableLM(draft_table), 2))
-    engine = FoldedEngine(target, proposer, controller=EveryStep(2), eos_token_ids=[])
-    counts = sample_counts(engine, PROMPT, params, samples, LENGTH)
-    metrics = engine.metrics
+    draft = TableLM(draft_table)
+    proposer = ((lambda lane: PointMassDrafts(draft, 2)) if kind == "point-mass"
+                else (lambda lane: DraftModelProposer(draft.lane(), 2)))
+    sampled = sample_counts(Case(TableLM(target_table), proposer, lambda p: EveryStep(2)), PROMPT, params, samples,
+                            LENGTH)
+    metrics = sampled.metrics
     # several drafting steps per sample, with acceptances, rejections and bonus tokens
     assert metrics.num_drafts >= 2 * samples, metrics.num_drafts
     assert 0 < metrics.num_accepted_tokens < metrics.num_draft_tokens
     assert 0 < metrics.acceptance_histogram[-1] < metrics.num_drafts
-    pvalue = tree_chi_square(counts, next_laws(TableLM(target_table), PROMPT, params))
+    pvalue = tree_chi_square(sampled.counts, next_laws(TableLM(target_table), PROMPT, params))
     assert pvalue > ALPHA, f"{kind}/{setting}: χ² p = {pvalue:.2e}"
 
 
@@ -255,12 +256,14 @@ REAL_SAMPLES = 800
 
 
 def check_steps_joint_real(target, draft, setting: str, samples: int = REAL_SAMPLES) -> None:
+    """Every sequence's target on the transformers backend itself (its KV cache rolled back
+    after each rejection), in one batch."""
     params = ALL_SETTINGS[setting]
-    engine = FoldedEngine(target, DraftModelProposer(draft, 2), controller=EveryStep(2), eos_token_ids=[])
-    counts = sample_counts(engine, REAL_PROMPT, params, samples, REAL_LENGTH)
-    metrics = engine.metrics
+    case = Case(Real(target), lambda lane: DraftModelProposer(laws_of(draft).lane(), 2), lambda p: EveryStep(2))
+    sampled = sample_counts(case, REAL_PROMPT, params, samples, REAL_LENGTH)
+    metrics = sampled.metrics
     assert metrics.num_drafts > samples and 0 < metrics.num_accepted_tokens < metrics.num_draft_tokens
-    pvalue = tree_chi_square(counts, model_next_laws(target, REAL_PROMPT, params))
+    pvalue = tree_chi_square(sampled.counts, next_laws(laws_of(target), REAL_PROMPT, params))
     assert pvalue > ALPHA, f"real cache, {setting}: χ² p = {pvalue:.2e}"
 
 

@@ -9,6 +9,7 @@ from scipy import stats
 
 from specchat.engine import SamplingParams
 from specchat.engine.gamma.controller import Assessment, Controller
+from tests.support.batched import Case, Sampled, growing, sample
 
 SETTINGS = {
     "t1": SamplingParams(temperature=1.0),
@@ -39,36 +40,13 @@ class EveryStep(Controller):
         return Assessment()
 
 
-def without_forecasts(engine):
-    """``engine``, its controller answering ``assess`` with an empty Assessment (as before
-    anything is measured): for sampling loops that read tokens, never a step's forecast,
-    where refitting the cost model for one every step costs ~10-18 % of a sample. The
-    controller's choices of γ, and what it observes, are unchanged."""
-    engine.controller.assess = lambda k, source: Assessment()
-    return engine
+def sample_counts(case: Case, prompt, params, samples, length) -> Sampled:
+    """The seeded ``length``-token continuations of seeds 0..samples−1, one batch
+    (tests/support/batched.py), with their counts and figures."""
+    return sample(case, prompt, params, range(samples), length)
 
 
-def growing_counts(engine, prompt, params, samples, length):
-    """Yields (n, counts) after each of the seeded ``length``-token continuations (seed =
-    sample index, counts of each continuation so far: one dict, updated in place)."""
-    counts: dict[tuple, int] = {}
-    for seed in range(samples):
-        p = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
-        seq = tuple(t.id for step in engine.generate(prompt, p, max_new_tokens=length) for t in step.tokens)
-        assert len(seq) == length
-        counts[seq] = counts.get(seq, 0) + 1
-        yield seed + 1, counts
-
-
-def sample_counts(engine, prompt, params, samples, length):
-    """Counts of the seeded ``length``-token continuations (seed = sample index)."""
-    counts: dict[tuple, int] = {}
-    for _, counts in growing_counts(engine, prompt, params, samples, length):
-        pass
-    return counts
-
-
-def planted_bug_caught(engine, prompt, params, samples, length, pvalue_of, alpha) -> tuple[bool, str]:
+def planted_bug_caught(case: Case, prompt, params, samples, length, pvalue_of, alpha) -> tuple[bool, str]:
     """A planted-bug test's χ², looking at ``sample_counts``'s samples (the same seeds, in
     order) as they come: at 2/5, 3/5 and 4/5 of ``samples`` it stops, the bug caught, when
     ``pvalue_of(counts, n)`` < alpha / 1000, else at ``samples`` when p < alpha − 3 · alpha
@@ -76,13 +54,12 @@ def planted_bug_caught(engine, prompt, params, samples, length, pvalue_of, alpha
     at most alpha (a union bound over the four looks), as by the single test at
     ``samples``; a bug that test caught with p below the final bound is caught here too
     (power lost: the chance of p in a window of 3 · alpha / 1000). (caught, where)."""
-    looks = {samples * k // 5 for k in (2, 3, 4)}
+    looks = sorted({samples * k // 5 for k in (2, 3, 4)})
     look_alpha = alpha / 1000
-    counts: dict[tuple, int] = {}
-    for n, counts in growing_counts(engine, prompt, params, samples, length):
-        if n in looks and (pvalue := pvalue_of(counts, n)) < look_alpha:
+    for n, sampled in growing(case, prompt, params, samples, length, looks + [samples]):
+        if n in looks and (pvalue := pvalue_of(sampled.counts, n)) < look_alpha:
             return True, f"p = {pvalue:.3g} at {n} samples"
-    pvalue = pvalue_of(counts, samples)
+    pvalue = pvalue_of(sampled.counts, samples)
     return pvalue < alpha - len(looks) * look_alpha, f"p = {pvalue:.3g} at {samples} samples"
 
 
@@ -133,24 +110,3 @@ def tree_chi_square(counts: dict[tuple, int], next_laws, min_expected: float = 5
         statistic += sum((o - e) ** 2 / e for o, e in cells)
         dof += len(cells) - 1
     return float(stats.chi2.sf(statistic, dof)) if dof else 1.0
-
-
-def model_next_laws(model, prompt: list[int], params):
-    """next_laws for a transformers causal LM: one batched forward per prefix length."""
-    import torch
-
-    from specchat.engine.sampling import warp
-
-    def laws(prefixes):
-        out = {}
-        by_length: dict[int, list[tuple]] = {}
-        for prefix in prefixes:
-            by_length.setdefault(len(prefix), []).append(prefix)
-        with torch.inference_mode():
-            for group in by_length.values():
-                batch = torch.tensor([prompt + list(prefix) for prefix in group])
-                p = warp(model(input_ids=batch).logits[:, -1], params)
-                out.update(zip(group, p.tolist()))
-        return [out[prefix] for prefix in prefixes]
-
-    return laws

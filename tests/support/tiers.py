@@ -52,6 +52,7 @@ MODULES = {
     "tests.support.llama_server_helpers": ("server", "subprocess"),
     "tests.support.needs": ("llamacpp", "model"),  # embedded_llama_backend
     "tests.support.power": ("power",),
+    "tests.support.batched": ("power",),  # seeded samples by the thousand
     "tests.support.vocab16": ("model",),  # tiny transformers Llamas, built in memory
     "tests.support.tiny_models": ("model",),
     "tests.support.tiny_heads": ("model",),

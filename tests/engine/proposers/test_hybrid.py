@@ -1,13 +1,9 @@
-"""Hybrid drafting (n-gram lookup + an EAGLE-3 head, engine/proposers/hybrid.py): exact whichever
-source drafts, the head's context kept whole while n-gram drafts, and the controller's
-choice of source and γ made from measured acceptance and cost.
+"""Hybrid drafting (n-gram lookup + an EAGLE-3 head, engine/proposers/hybrid.py): greedy
+equals plain and names each draft's source, the head's context is kept whole while n-gram
+drafts, and the controller chooses source and γ from measured acceptance and cost.
 
-The exactness check is test_eagle_exactness.py's (chi-square against the joint enumerated
-from the tiny float64 target, ALPHA = 1e-3), with a controller that alternates the two
-sources step by step so every sample mixes them and the head catches up after n-gram
-steps. At T = 1 it runs on the table model with hidden states (tests/support/table_lm.py's
-FeatureTableLM, whose forwards are lookups), with top-k / top-p on the tiny Llama through
-the transformers backend's real feature seam; same samples and ALPHA on both."""
+Its exactness, with a controller that alternates the two sources step by step so every
+sample mixes them, is a row of test_exactness.py's one test over the methods."""
 
 import pytest
 import torch
@@ -19,25 +15,9 @@ from specchat.engine.proposers import Candidate, NgramProposer, Proposer
 from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.proposers.hybrid import HybridProposer
 from specchat.events import StepStats
-from tests.engine.test_exactness import ALPHA, LENGTH, PROMPT, chi_square_pvalue
-from tests.support import power, table_lm
+from tests.engine.test_exactness import PROMPT, Alternate
+from tests.support import table_lm
 from tests.support.tiny_heads import random_eagle3_head
-from tests.support.vocab16 import exact_joint
-
-SAMPLES = 2500
-
-
-class Alternate(Controller):
-    """γ every step, the source alternating between n-gram lookup and the head."""
-
-    def __init__(self, proposer: Proposer, gamma: int) -> None:
-        self.proposer, self.gamma, self.steps = proposer, gamma, 0
-
-    def choose(self, ids):
-        self.steps += 1
-        self.proposer.select("ngram" if self.steps % 2 else "eagle3")
-        return self.gamma, None
-
 
 def hybrid(target, head_gamma=3):
     """``target``: a transformers model, or a FeatureTableLM (its own backend)."""
@@ -46,36 +26,12 @@ def hybrid(target, head_gamma=3):
     return backend, HybridProposer(NgramProposer("auto", 1, 3, max_speculative_tokens=4), head, 4)
 
 
-@pytest.mark.parametrize("model, setting", [("table", "t1"), ("llama", "t0.9-topk6-topp0.9")])
-def test_hybrid_joint_distribution_is_the_targets(target, model, setting):
-    params = power.SETTINGS[setting]
-    joint_of = exact_joint
-    if model == "table":
-        target, joint_of = table_lm.FeatureTableLM(table_lm.random_table(0)), table_lm.exact_joint
-    backend, proposer = hybrid(target)
-    engine = power.without_forecasts(SpeculativeEngine(backend, proposer, controller=Alternate(proposer, 2),
-                                                       eos_token_ids=[]))
-    sources: dict[str, int] = {}
-    counts: dict[tuple, int] = {}
-    for seed in range(SAMPLES):
-        p = SamplingParams(params.temperature, params.top_p, params.top_k, seed=seed)
-        seq = []
-        for step in engine.generate(PROMPT, p, max_new_tokens=LENGTH):
-            seq += [t.id for t in step.tokens]
-            if step.stats.num_draft_tokens:
-                sources[step.stats.draft_source] = sources.get(step.stats.draft_source, 0) + 1
-        counts[tuple(seq)] = counts.get(tuple(seq), 0) + 1
-    assert min(sources.get("ngram", 0), sources.get("eagle3", 0)) > SAMPLES // 4, sources
-    pvalue = chi_square_pvalue(counts, joint_of(target, PROMPT, LENGTH, params), SAMPLES)
-    assert pvalue > ALPHA, f"{model}: hybrid/{setting}: chi-square p = {pvalue:.2e}"
-
-
 def test_hybrid_greedy_equals_plain_and_names_each_drafts_source(target):
     params = SamplingParams(temperature=0.0)
     plain = SpeculativeEngine(TransformersBackend(target), None, eos_token_ids=[])
     want = [t.id for s in plain.generate(PROMPT, params, max_new_tokens=24) for t in s.tokens]
     backend, proposer = hybrid(target)
-    engine = SpeculativeEngine(backend, proposer, controller=Alternate(proposer, 2), eos_token_ids=[])
+    engine = SpeculativeEngine(backend, proposer, controller=Alternate(2, proposer), eos_token_ids=[])
     steps = list(engine.generate(PROMPT, params, max_new_tokens=24))
     assert [t.id for s in steps for t in s.tokens] == want
     for step in steps:  # a token's source is its step's, and only drafted tokens have one
@@ -91,7 +47,7 @@ def test_the_head_keeps_its_context_while_ngram_drafts(target):
     """After steps n-gram drafted, the head holds a pair for every position the target
     kept (the turn's prompt step aside): nothing it missed is lost."""
     backend, proposer = hybrid(target)
-    engine = SpeculativeEngine(backend, proposer, controller=Alternate(proposer, 2), eos_token_ids=[])
+    engine = SpeculativeEngine(backend, proposer, controller=Alternate(2, proposer), eos_token_ids=[])
     ids = list(PROMPT)
     for step in engine.generate(PROMPT, SamplingParams(temperature=1.0, seed=3), max_new_tokens=12):
         ids += [t.id for t in step.tokens]

@@ -1,12 +1,12 @@
-"""Trees of drafts keep the target's exact joint distribution (engine/trees/walk.py).
+"""Trees of drafts (engine/trees/walk.py): greedy trees equal plain decoding, point-mass
+siblings are one categorical draw, dynamic trees place their nodes where the head is
+confident and within the backend's leaves, and the exactness check has power against
+planted tree bugs.
 
-An EAGLE-3 head (random weights, tests/support/tiny_heads.py) drafts a chain and, beside its
-first draft, rivals drawn without replacement from the same law; the tiny float64
-target verifies the tree in one pass (a 4D mask) by recursive rejection sampling over
-siblings. Whole seeded 3-token generations are compared with the joint enumerated from
-the target alone (chi-square, ALPHA = 1e-3, as in test_exactness.py), at T = 1 and with
-top-k / top-p. The planted bugs — rivals reported with the law before the earlier
-siblings were removed, and a residual that forgets a rejected sibling — each fail it."""
+The joint-distribution cases of trees are rows of test_exactness.py's one test over the
+methods. The planted bugs here — rivals reported with the law before the earlier
+siblings were removed, and a drawn child kept only when the head scored it well — run
+through the same batched samples and chi-square (ALPHA = 1e-3), and each fails it."""
 
 import pytest
 import torch
@@ -16,56 +16,34 @@ from specchat.engine.backends.transformers import TransformersBackend
 from specchat.engine.proposers import Proposal
 from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.trees.walk import walk
-from tests.engine.test_exactness import ALPHA, LENGTH, PROMPT, chi_square_pvalue
-from tests.support import power, table_lm
+from tests.engine.test_exactness import ALPHA, LENGTH, PROMPT, pvalue_of
+from tests.support import power
+from tests.support.batched import Case
 from tests.support.folded import FoldedEngine
 from tests.support.mutations import mutant, patched
 from tests.support.tiny_heads import random_eagle3_head
-from tests.support.vocab16 import exact_joint
+from tests.support.vocab16 import laws_of
 
 SAMPLES = 2500
 
 
 def tree_engine(target, siblings=3, gamma=2, proposer_class=EagleProposer, scale=1.5, tree="first"):
-    """``target``: a transformers model, or a FeatureTableLM (its own backend)."""
-    backend = target if isinstance(target, table_lm.FeatureTableLM) else TransformersBackend(target)
+    backend = TransformersBackend(target)
     head = random_eagle3_head(target, draft_vocab=12, scale=scale)
     proposer = proposer_class(head, backend, gamma, siblings=siblings, tree=tree)
     return FoldedEngine(backend, proposer, controller=power.EveryStep(gamma), eos_token_ids=[])
 
 
-def planted_bug_caught(engine, params, joint) -> tuple[bool, str]:
-    """(caught, where): the group-sequential χ² of power.planted_bug_caught (the same seeds,
-    looks at 1,000, 1,500 and 2,000 samples; a plant that changed nothing is "caught" with
+def planted_bug_caught(target, params, siblings=3, gamma=2, proposer_class=EagleProposer, tree="first"):
+    """(caught, where): the group-sequential χ² of power.planted_bug_caught over batched
+    samples of a tree with a sharp head (scale 3) on the Llama (the same seeds, looks at
+    1,000, 1,500 and 2,000 samples; a plant that changed nothing is "caught" with
     probability at most ALPHA). Both plants here are caught at the 1,000th or 2,000th sample."""
-    return power.planted_bug_caught(engine, PROMPT, params, SAMPLES, LENGTH,
-                                    lambda counts, n: chi_square_pvalue(counts, joint, n), ALPHA)
-
-
-# "first": a chain of 2 and two rivals; "dynamic" (trees/grow.py): three levels of three
-# nodes each, placed by the head's estimates — the number of children a node gets depends
-# on what was drawn before, never on the child itself
-SHAPES = {"first": (2, 3), "dynamic": (3, 6)}  # shape: (γ, drafts a sample at least)
-
-
-@pytest.mark.parametrize("model, shape, setting", [
-    ("llama", "first", "t0.9-topk6-topp0.9"), ("llama", "dynamic", "t1"),
-    ("table", "first", "t1"), ("table", "dynamic", "t0.9-topk6-topp0.9")])
-def test_tree_joint_distribution_is_the_targets(target, model, setting, shape):
-    """On the table the head is as sharp as the planted-bug tests' (scale 3): its rivals
-    often collide with the first draft, so a law reported with replacement shows (the
-    rival-law bug fails both table cases)."""
-    params = power.SETTINGS[setting]
-    joint_of, scale = exact_joint, 1.5
-    if model == "table":
-        target, joint_of, scale = table_lm.FeatureTableLM(table_lm.random_table(0)), table_lm.exact_joint, 3.0
-    gamma, drafts = SHAPES[shape]
-    engine = tree_engine(target, gamma=gamma, tree=shape, scale=scale)
-    counts = power.sample_counts(engine, PROMPT, params, SAMPLES, LENGTH)
-    m = engine.metrics
-    assert m.num_draft_tokens > drafts * SAMPLES and 0 < m.num_accepted_tokens
-    pvalue = chi_square_pvalue(counts, joint_of(target, PROMPT, LENGTH, params), SAMPLES)
-    assert pvalue > ALPHA, f"{model}: tree {shape}/{setting}: chi-square p = {pvalue:.2e}"
+    head = random_eagle3_head(target, draft_vocab=12, scale=3.0)
+    case = Case(laws_of(target), lambda lane: proposer_class(head, lane, gamma, siblings=siblings, tree=tree),
+                lambda p: power.EveryStep(gamma), target)
+    return power.planted_bug_caught(case, PROMPT, params, SAMPLES, LENGTH, pvalue_of(laws_of(target), params, LENGTH),
+                                    ALPHA)
 
 
 # "first": a chain of 3 and two rivals; "dynamic": three depths of three nodes
@@ -96,9 +74,7 @@ class StaleRivalLaw(EagleProposer):
 
 
 def test_the_tree_check_has_power(target):
-    params = SamplingParams(temperature=1.0)
-    engine = tree_engine(target, siblings=4, proposer_class=StaleRivalLaw, scale=3.0)
-    caught, where = planted_bug_caught(engine, params, exact_joint(target, PROMPT, LENGTH, params))
+    caught, where = planted_bug_caught(target, SamplingParams(temperature=1.0), siblings=4, proposer_class=StaleRivalLaw)
     assert caught, where
 
 
@@ -151,10 +127,8 @@ def test_keeping_only_well_scored_draws_breaks_exactness(target):
         "            child = _draw(parent, params, generator)\n"
         "            if float(parent.q[0, child.token]) < 0.2:\n"
         "                continue\n")])
-    params = SamplingParams(temperature=1.0)
     with patched(draft_tree, "grow", choosy):
-        engine = tree_engine(target, siblings=3, gamma=2, scale=3.0, tree="dynamic")
-        caught, where = planted_bug_caught(engine, params, exact_joint(target, PROMPT, LENGTH, params))
+        caught, where = planted_bug_caught(target, SamplingParams(temperature=1.0), tree="dynamic")
     assert caught, where
 
 
