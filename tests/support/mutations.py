@@ -117,8 +117,8 @@ MUTATIONS = [
                  ("above = np.cumsum(ordered, dtype=np.float64) - ordered", "above = np.cumsum(ordered, dtype=np.float64)")])),
              ("t1.2-topp0.8", "t0.9-topk6-topp0.9")),
     Mutation("host-top-k-one-short", "the numpy sampler's top-k keeps the k−1 most likely tokens",
-             lambda: patched(host_sampling, "support", mutant(host_sampling.support, [
-                 ("[:, vocab - params.top_k]  # k-th largest", "[:, vocab - params.top_k + 1]  # k-th largest")])),
+             lambda: patched(host_sampling, "top_k", mutant(host_sampling.top_k, [
+                 ("    for width in NEAR:", "    k -= 1\n    for width in NEAR:")])),
              ("t0.7-topk5", "t0.9-topk6-topp0.9")),
     Mutation("host-p-not-renormalised", "the numpy sampler reports p before renormalising over the kept tokens",
              lambda: patched(host_sampling, "support", mutant(host_sampling.support, [
