@@ -271,7 +271,7 @@ class AdaptiveGamma(Controller):
 
     def inherit(self, other: Controller) -> None:
         super().inherit(other)
-        self.hopeless = dict(getattr(other, "hopeless", {}))
+        self.hopeless = dict(other.hopeless) if isinstance(other, AdaptiveGamma) else {}
 
     def judge(self, source: str) -> None:
         """Sets ``source`` aside at this context if its ceiling is below 1 (looks again once
