@@ -226,14 +226,11 @@ class _Alone:
 class SpeculativeEngine:
     """Exact speculative decoding of one sequence: ``step`` over a batch of one.
 
-    ``target``: a :class:`~specchat.engine.backends.Backend` (transformers, llama.cpp, …)
-    or a transformers causal LM, which is wrapped in the transformers backend.
-
-    ``proposer=None`` is plain decoding through the same code path (k = 0 every step); so
-    is a proposer with a model whose cache cannot roll back rejected drafts (the target's
-    or the draft's), and ``notice`` then says why, once, for the UI to show.
-    ``generate`` yields a :class:`~specchat.events.Step` per round; it folds none of them
-    into telemetry: whoever consumes the steps does (the turn loop, serve, bench).
+    ``target``: a :class:`~specchat.engine.backends.Backend`, or a transformers causal LM
+    (wrapped in the transformers backend). ``proposer=None`` is plain decoding through the
+    same path (k = 0); so is a proposer whose model cannot roll back, and ``notice`` then says
+    why, once. ``generate`` yields a :class:`~specchat.events.Step` per round and folds none
+    into telemetry: the consumer does (the turn loop, serve, bench).
     """
 
     def __init__(self, target: Backend | torch.nn.Module, proposer: Proposer | None = None, *,

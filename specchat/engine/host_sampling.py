@@ -1,24 +1,11 @@
 """The coupled verification of point-mass drafts on the host, in numpy.
 
-Plain steps and n-gram drafts (q a point mass) are verified by the coupled form of
-sampling.py: at each position the target's own token y_i ~ p_i is drawn by inverse CDF
-from the uniform fixed by (seed, position), and draft x_i is kept iff y_i = x_i. This
-module computes that same law from logits that sit in host memory (llama.cpp's always do;
-transformers' on a CPU), with two changes of means, not of law:
+Computes the same law as sampling.py's coupled form (y_i ~ p_i by inverse CDF from the
+uniform fixed by (seed, position); draft x_i kept iff y_i = x_i) from logits in host
+memory. p_i is built only on its support, in ascending id order, so a seed gives the same
+tokens (up to the last bits of p); numpy, not torch, because it is cheaper per step.
 
-* p_i = warp(logits_i) (temperature → top-k → top-p → renormalise, the order and the tie
-  rules of :func:`~specchat.engine.sampling.warp`) is built only on its support: the ids
-  it can emit, in ascending id order. The inverse-CDF draw over them picks the id the
-  draw over the whole vocabulary picks for the same uniform (ids of zero mass add nothing
-  to the running sum), so a seed gives the same tokens (up to the last bits of p).
-* numpy, not torch: a step then costs a few passes over the vocabulary and a handful of
-  small calls instead of some forty torch operators, each paid on caches the model's
-  forward has just flushed (on our 2-core CPU: ~0.3 ms against ~1 ms, next to a 10 ms
-  llama.cpp step).
-
-The top-p support is found among the ids holding at least a small share of the mass,
-widening that share while they hold less than top_p of it (only then could the nucleus
-reach past them), as :func:`~specchat.engine.sampling.nucleus_threshold` does.
+Design notes: docs/design/sampling.md
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Pure tensor helpers: warp logits into the distribution we sample from, sample, and
 the exact rejection sampler of Leviathan et al. (2023) / Chen et al. (2023).
 
-The same :func:`warp` is applied to the target's logits (giving p) and the draft's
-(giving q), so q is exactly the distribution the draft sampled from and p exactly the
-one plain decoding samples from. Greedy (temperature 0) is the limit case where the
-warped distribution is one-hot at the argmax: the same rejection rule then keeps a
-draft iff it equals the target's argmax, and "resamples" the argmax otherwise.
+The same :func:`warp` gives p (target) and q (draft); greedy is the one-hot limit.
+Point-mass drafts (n-gram lookup, plain steps) use the coupled form: y_i ~ p_i drawn from
+a uniform fixed by (seed, absolute position), draft x_i kept iff y_i = x_i — the same law
+as the textbook rule, and a seed gives the same reply at every γ.
 
-Point-mass drafts (n-gram lookup, and plain steps, which have no drafts) are verified
-by an equivalent coupled form: the target's own token y_i ~ p_i is drawn at every
-position from a uniform fixed by (seed, absolute position), and draft x_i is kept iff
-y_i = x_i. P(keep) = p_i(x_i) = min(1, p/q) for q = one_hot(x_i), and after a rejection
-y_i is distributed as p_i restricted to tokens ≠ x_i, which is norm(max(p_i − q_i, 0)):
-the same law as the textbook rule. Because the draw at a position does not depend on
-how many drafts were verified with it, a seed gives the same reply for plain decoding
-and n-gram speculation at every γ, adaptive included.
+Design notes: docs/design/sampling.md
 """
 
 from __future__ import annotations
@@ -249,19 +241,15 @@ def rejection_sample(
     uniforms: torch.Tensor | None = None,
     draws: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Verdict:
-    """Exact speculative sampling for one sequence.
+    """Exact speculative sampling for one sequence (rule: docs/design/sampling.md).
 
     p: [k+1, V] target distributions (position i conditions on the drafts before it).
-    q: [k, V] draft distributions the drafts were sampled from, or None for point-mass
-       drafts (n-gram lookup), where q_i = one_hot(drafts[i]).
+    q: [k, V] the drafts' distributions, or None for point-mass drafts (n-gram lookup).
     drafts: [k] drafted ids.
-    A draft x is kept with probability min(1, p(x)/q(x)); the first rejection is replaced by
-    a draw from norm(max(p − q, 0)); if all pass, the bonus is drawn from p[k].
-    uniforms: [k+1] per-position uniforms (see :func:`position_uniforms`); with point-mass
-       drafts they select the coupled form of the same rule (module docstring).
-    draws: ([k] uniforms of the acceptance tests, [k+1] uniforms of the next-token draws)
-       instead of the generator's — tests pass stratified grids to read the sampler's exact
-       law off the function itself.
+    uniforms: [k+1] per-position uniforms (:func:`position_uniforms`); with point-mass
+       drafts they select the coupled form.
+    draws: ([k] acceptance uniforms, [k+1] next-token uniforms) instead of the generator's,
+       so tests can read the exact law off stratified grids.
     """
     k = drafts.shape[0]
     pos = torch.arange(k, device=p.device)

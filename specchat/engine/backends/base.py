@@ -1,16 +1,12 @@
 """The one seam between the engine and a model.
 
 The engine asks a backend for "the logits of the last k+1 positions of these ids,
-reusing what you cached" and nothing else (vLLM's split of sampler and model runner).
-Each backend keeps a KV cache keyed by the token ids it holds: a call over a new
-sequence first rolls the cache back to the longest common prefix, then runs only the
-rest. Rejected drafts are thus dropped at the next call, a draft catches up after a
-bonus token by running the tokens it missed, and a new chat turn reuses the KV of the
-shared conversation prefix. Rollback is bookkeeping: transformers crops its cache,
-llama.cpp removes a position range (``llama_memory_seq_rm``).
+reusing what you cached" and nothing else. Each backend keeps a KV cache keyed by the
+ids it holds and rolls it back to the longest common prefix of a new call's ids.
+A backend is a file of its own; what differs between them is declared as data here,
+never probed.
 
-A backend is a file of its own (``transformers.py``, ``llamacpp.py``); the engine never
-asks which one it has. What differs between them is declared as data here, not probed.
+Design notes: docs/design/backends.md
 """
 
 from __future__ import annotations
@@ -33,36 +29,15 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
 
 
 class Backend:
-    """A causal LM behind the engine's seam.
+    """A causal LM behind the engine's seam; each backend sets these in ``__init__``.
 
-    Declared by each backend (attributes, set in ``__init__``):
-      name: "transformers", "llama.cpp", …
-      device: where the returned logits live (and where drafts are passed in).
-      max_length: the context size in tokens.
-      vocab_size: V, the width of a logits row.
-      eos_token_ids: the end-of-sequence ids the model's own config names.
-      precision: what the logits are computed in, e.g. "float32", "bfloat16",
-        "4bit-nf4", "gguf:Q4_1" — near-tie rules for greedy comparisons depend on it.
-      computes_on: the kinds of device doing the model's arithmetic ({"cpu"}, {"cuda"}, or
-        {"cpu", "gpu"} for llama.cpp with some layers offloaded): a model that computes on
-        the CPU shares its cores with the UI and with any other model in the process.
-      uses_torch_threads: whether that CPU arithmetic runs on torch's thread pool (a
-        transformers model) rather than on threads of its own (llama.cpp).
-      can_rollback: whether the cache can drop its last positions (rejected drafts) without
-        recomputing; a backend that cannot (recurrent state) is still correct — it re-runs
-        the ids from the start when asked to go back — and the engine decodes it without
-        speculation, saying so once (``SpeculativeEngine.notice``).
-      supports_trees: whether ``forward_tree`` / ``keep_path`` verify a tree of drafts in
-        one pass (engine/trees/walk.py); proposers then may draft trees, else chains only.
-      max_tree_leaves: the most leaves (branches) such a tree may have; None: no limit.
-      provides_final_hidden: whether, after ``request_final_hidden``, each ``forward`` /
-        ``extend`` also hands out the final hidden states of the positions it returned
-        logits for — after the final norm, the vectors the lm_head reads (Medusa heads
-        read them): ``last_final_hidden`` [num_logits, H] float32, its first row at
-        position ``final_hidden_start``. ``final_hidden_note`` says why not where it cannot.
-      batches: whether ``open_batch`` gives a context that decodes several sequences in one
-        call (engine/batch/batched.py: ``decode_all(rows)``, ``drop(seq, keep)``,
-        ``close()``); ``batch_note`` says why not where it cannot.
+    name, device (where logits live), max_length (tokens), vocab_size (V), eos_token_ids,
+    precision ("float32", "gguf:Q4_1", …: near-tie rules depend on it), computes_on
+    ({"cpu"}, {"cuda"}, {"cpu", "gpu"}), uses_torch_threads, can_rollback (False: the engine
+    decodes without speculation), supports_trees / max_tree_leaves (None: no limit),
+    provides_final_hidden (``last_final_hidden`` [num_logits, H] float32 from
+    ``final_hidden_start``; ``final_hidden_note`` says why not), batches (``open_batch``;
+    ``batch_note`` says why not). What each one means: docs/design/backends.md
     """
 
     name = "backend"

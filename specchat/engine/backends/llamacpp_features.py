@@ -1,18 +1,12 @@
 """Hidden states out of libllama, for heads that read the target's features (EAGLE-3).
 
-llama.cpp stages the API in ``src/llama-ext.h`` with C++ linkage, so llama-cpp-python
-binds none of it; the symbols are exported all the same, under their mangled names:
+llama-cpp-python binds none of ``src/llama-ext.h`` (C++ linkage), so its three symbols
+(``llama_set_embeddings_layer_inp``, ``llama_get_embeddings_layer_inp``,
+``llama_model_get_tok_embd``) are called by their mangled names. A graph that never
+records a layer's input aborts the process, so the architectures that do are listed here
+and a backend declares the capability from this list, never by trying.
 
-* ``llama_set_embeddings_layer_inp(ctx, layer, enable)`` — from the next decode on, keep
-  the residual stream *entering* ``layer`` for every token of the batch;
-* ``llama_get_embeddings_layer_inp(ctx, layer)`` → float [n_tokens, n_embd] of the last
-  decode (all its tokens, in batch order, whatever their logits flags);
-* ``llama_model_get_tok_embd(model, out)`` → the token embedding matrix as float32.
-
-A graph that never records a layer's input aborts the process inside llama.cpp, so the
-architectures whose graphs do (``res->t_layer_inp`` in ``src/models/*.cpp`` of the
-vendored llama.cpp) are listed here and a backend declares the capability from this
-list — never by trying.
+Design notes: docs/design/backends.md
 """
 
 from __future__ import annotations

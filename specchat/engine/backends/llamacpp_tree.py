@@ -1,25 +1,11 @@
 """A tree of drafts in one llama.cpp decode: each branch a sequence of one unified KV cache.
 
-llama.cpp takes no attention mask from its caller, but a token of a batch may belong to
-several sequences, and with a unified KV cache a token attends to the cells of the first
-sequence it names, up to its own position (``llama_kv_cache::set_input_kq_mask``). So a
-tree of N drafts (engine/trees/walk.py: ``parents[i]`` before i, -1 the root) runs in one
-decode as llama.cpp's own tree-speculation example runs it:
+Branch b is the path from the root to leaf b (branch 0 the sequence the context lives
+in); node i's tokens belong to the branches through it, so it sees the context and its
+ancestors only. After the walk the kept path becomes sequence 0's and the other branches
+are removed (:meth:`TreeLayout.keep`), as a chain decode of the path would leave them.
 
-* branch b is the path from the root to leaf b (leaves numbered in node order, so a
-  chain drafted first is branch 0, the sequence the backend keeps its context in);
-* before the decode, sequences 1..L-1 get the context's cells (``llama_memory_seq_cp``,
-  bookkeeping only in a unified cache);
-* the context's new tokens belong to every branch, node i to the branches through it, at
-  the position of its depth. Node i's first branch runs through its ancestors and
-  nowhere else at positions up to node i's, so node i sees the context and its
-  ancestors only: the logits after node i are the target's given that path;
-* after the walk, the kept path's cells become sequence 0's and every other branch is
-  removed (:meth:`TreeLayout.keep`), so the cache holds exactly what a chain decode of
-  the path would have left.
-
-``tests/engine/backends/test_llamacpp_tree.py`` compares every node's logits with a chain decode of its
-path, and the cache after ``keep_path`` with a fresh run.
+Design notes: docs/design/backends.md
 """
 
 from __future__ import annotations

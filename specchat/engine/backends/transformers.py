@@ -1,29 +1,13 @@
 """The transformers backend: a causal LM with a DynamicCache keyed by the ids it holds
 (see base.py); rollback crops the cache.
 
-Rollback with every cache a DynamicCache builds from a model's config:
+Sliding-window layers keep past recording on and are cropped at the start of every
+``forward``, so rolling back drafts stays exact without recomputation. A rollback past
+what a layer holds, or any rollback of a cache that cannot crop (recurrent layers), drops
+the cache and re-runs the ids; such a model declares ``can_rollback = False``. The crop
+runs inside the forward's guard: a failure leaves a reset cache, never a half-cropped one.
 
-* full attention (Llama, Qwen, SmolLM2): ``crop`` drops the last positions.
-* sliding window (Mistral-style ``sliding_window``; Gemma-2/3 and other interleaved
-  ``layer_types``): a sliding layer keeps only the last W − 1 positions, so once a
-  conversation passes the window, dropping rejected drafts would leave it short of the
-  positions before them, and transformers refuses that ``crop``. We switch on its *past
-  recording* (``activate_past_recording``): the layer then keeps every position added
-  since its last ``crop`` and trims to W − 1 only when cropped. We crop at the start of
-  every ``forward`` (``crop(0)`` when nothing is dropped, which trims), so a layer holds
-  W − 1 + (positions added since). Everything the engine rolls back — the target's
-  rejected drafts, the draft model's unkept drafts — was added since that crop, so the
-  window before the rollback point is still there: exact, no recomputation, and memory
-  stays within the window plus one step.
-* a rollback that reaches further back than a layer holds (a new prompt that differs
-  from the cached conversation far back), or any rollback of a cache that cannot crop
-  at all (recurrent / linear-attention layers): the cache is dropped and the ids are
-  run again from the start — exact, at the cost of one prefill. Such a model declares
-  ``can_rollback = False``: the engine then decodes it without speculation, since
-  every rejected draft would cost a prefill.
-
-The crop runs inside the same guard as the forward: any failure leaves a reset cache,
-never a half-cropped one.
+Design notes: docs/design/backends.md
 """
 
 from __future__ import annotations

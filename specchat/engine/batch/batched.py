@@ -1,22 +1,13 @@
 """Several replies decoded together, exactly: one llama.cpp decode a step for all of them.
 
-Each step is the engine's one ``step`` (engine.py) over every active sequence; here its
-runner is one ``llama_decode`` of every sequence's pending tokens (the last token it
-emitted, or its whole prompt on its first step) and its drafts, each row tagged with the
-sequence's ``seq_id`` and position (LlamaCppBatch), and a rejected draft's cells are
-dropped from its sequence alone. A sequence that finishes frees its slot for the next request at once (continuous batching), and
-``cancel(i)`` ends request i before the next step without touching the others.
-Requests come from a list, or from a RequestQueue that a server keeps filling while the
-batch runs (requests.py; server.py runs one such loop in a thread).
-
-Any proposer that drafts chains runs here, each request its own (``proposer_factory(lane)``,
-``lane`` the request's sequence as a Backend: a head reads the target's layer inputs for
-its rows there; a draft model drafts in a sequence of its own, lanes.py). Trees need a
-unified cache: one sequence at a time verifies them (engine.py), not a batch.
-Each sequence's StepStats carry its own drafting time and the whole batched step's
-decode and total times (the cost every sequence in it shared), ``batch_size`` (the sequences that step decoded) and, as
-``prefill_tokens``, the prompt tokens any sequence ran in it (so no controller takes such
-a step's time for what verifying costs).
+Each step is the engine's one ``step`` over every active sequence, run as one
+``llama_decode`` of every sequence's pending tokens and drafts; a rejected draft's cells
+are dropped from its sequence alone. A finished sequence frees its slot at once
+(continuous batching); ``cancel(i)`` ends request i before the next step. Requests come
+from a list or a RequestQueue. Chains only: trees need one sequence (engine.py).
+Each sequence's StepStats carry the whole step's decode and total times, ``batch_size``
+and, as ``prefill_tokens``, the prompt tokens any sequence ran in it.
+Design notes: docs/design/batching.md
 """
 
 from __future__ import annotations

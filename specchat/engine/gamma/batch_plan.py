@@ -1,48 +1,13 @@
 """γ = auto for a batch: every sequence's drafts chosen at once, by goodput.
 
-In a batched step every sequence's rows run in one decode, so what a draft costs is what
-it adds to that decode, not what a one-sequence step of k drafts costs. Drafts pay while
-the tokens they are expected to add outrun the time they add. Of the m drafts the batch
-could verify, the step takes the m that maximises
+Of the m drafts the batch could verify, a step takes the m maximising
+goodput(m) = (N + S_m) / (w(R0) + e(m) + m·d): N sequences, S_m the m largest draft
+survivals, w a plain step of R0 rows, e(m) what m drafts measured added, d drafting time
+per draft (ms). Acceptance is pooled across sequences per acceptance key; probes recover
+it, a plan must clear GAIN_MARGIN, and predictions that fell short are scaled down.
+Exactness does not depend on the choice.
 
-    goodput(m) = (N + S_m) / (w(R0) + e(m) + m·d)
-
-N sequences each emit at least one token and R0 rows are their pending tokens; the
-candidates are every sequence's possible drafts, draft j of a sequence kept with
-probability s_j = a_1·…·a_j (its survival), and S_m is the sum of the m largest (taking
-the largest first never takes a sequence's draft j+1 before its draft j); w(R0) is the
-measured time of a plain step of R0 rows (decode and reading; a line through the sizes
-measured, elsewhere), e(m) what m drafts measured added to the plain step of the same
-rows, and d the drafting time per draft. e is measured, not assumed proportional to rows:
-llama.cpp without a unified KV cache verifies a batch whose sequences carry different
-numbers of tokens in one micro-batch per step of that ragged shape (what that cost on two
-cores: docs/benchmarks/why-the-numbers.md). m = 0,
-plain decoding for everyone, wins where no draft earns its time, and sooner the larger
-the batch: its rows already use the spare arithmetic that drafts live on (the argument of
-vLLM's dynamic speculation). At one sequence this is AdaptiveGamma's E(k)/T(k).
-
-Acceptance a_i is estimated per acceptance key (the n-gram match's bucket and consensus,
-with its prior) as AdaptiveGamma does, from every sequence's verdicts pooled: one model
-of the text, more evidence. While nothing is drafted, a probe offers the single likeliest
-draft every ``probe_every`` steps so the estimates can recover, or more rarely where a probe
-is dear: in a big ragged batch one draft costs a pass of its own. Probes are spaced so that what they add stays
-within PROBE_BUDGET of the plain steps' time (and never more than PROBE_MAX × probe_every
-apart: one stalled measurement must not stop them).
-
-A plan is taken only where its predicted gain clears GAIN_MARGIN. Its costs are medians of
-noisy steps and its acceptance an estimate, so a predicted 1.01–1.03 is a coin toss that
-costs the drafting and the extra pass when it loses. And the model is held to its word: for each kind of plan (every sequence drafting alike in
-one pass, or a ragged batch's pass of its own) the tokens and time of the steps it chose are
-compared with what it predicted, and where they fell short, its later predictions of that
-kind are scaled down by the shortfall (never up). Records are kept per batch size and
-forgotten after STALE_STEPS steps without such a plan, so one bad stretch cannot stop a kind
-of plan for good. The
-shortfall is counted against plain steps' own: times are predicted by medians, and a step's
-mean exceeds its median whether it drafts or not, so plain decoding falls
-short of its prediction too, and only what drafting loses beyond that counts against it.
-
-Exactness does not depend on the choice: it uses only the past and each sequence's own
-tokens. The measurements behind these choices: docs/benchmarks/why-the-numbers.md.
+Design notes: docs/design/gamma.md
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Timing a draft model before the first reply, for γ = auto.
 
-γ = auto prices a draft by what it costs (cost_model.py), and a draft model's cost is
-unknown until it has drafted. Learned in a reply, that costs the reply: the draft first
-runs over the whole prompt, then drafts steps that may not pay. On two cores a 0.5B draft
-for a 1.5B Q4_K_M target cannot pay, and learning so took about half a second of the first
-reply (docs/benchmarks/qwen2.5-coder-pair.md). So when a chat or a benchmark's engine is
-made, a few steps on a short random prompt time the target's plain and k-draft steps and
-the draft's time a draft, through ``step()`` as the live controller times them. Only the
-times are kept (acceptance on random ids says nothing of a chat); a draft model that could
-not pay even if every draft were kept is set aside before the first reply.
+When a chat's or a benchmark's engine is made, a few steps on a short random prompt time
+the target's plain and k-draft steps and the draft's time per draft, through ``step()``.
+Only the times are kept (acceptance on random ids says nothing of a chat); a draft model
+that could not pay even if every draft were kept is set aside before the first reply.
+
+Design notes: docs/design/gamma.md
 """
 
 from __future__ import annotations

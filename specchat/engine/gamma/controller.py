@@ -1,37 +1,13 @@
 """Choosing γ, the number of drafts, before each step.
 
-Exactness does not depend on the choice as long as it uses only the past (tokens so
-far and timings), which both controllers here do. With n-gram lookup the choice does
-not even change a seeded reply, only its speed (the coupled form in sampling.py).
+Both controllers use only the past (tokens and timings), so exactness does not depend on
+the choice. :class:`FixedGamma` always asks for γ, with occasional plain calibration
+steps. :class:`AdaptiveGamma` picks the k in 0..max maximising E(k) / T(k), expected
+tokens per ms, from per-key acceptance estimates (priors from acceptance.py) and measured
+step times; it decodes plainly and probes when no k pays, and sets aside a drafting model
+that could not pay until the context has grown RETEST_GROWTH-fold and by RETEST_SPAN.
 
-* :class:`FixedGamma` always asks for γ, except for occasional plain calibration steps
-  that measure the single-token target time the cost model needs.
-* :class:`AdaptiveGamma` picks the k in 0..max that maximises expected tokens per
-  millisecond, E(k) / T(k), from online estimates of the conditional acceptance of each
-  draft position (for n-gram lookup: per bucket of match length and consensus of the
-  n-gram's earlier occurrences, and no drafts at all without a match) and of the
-  measured step time T(k) (draft + verify + overhead).
-  Each bucket starts from a prior that grows with the match length (acceptance.py: :func:`match_prior`),
-  so a long quote is drafted deep from its first step while a one-token match waits for
-  evidence; where verifying is dear (a CPU: docs/benchmarks/why-the-numbers.md) that is
-  the difference between drafting where it pays and paying to learn where. Suffix
-  decoding's keys also say where its occurrences split, and each position starts from
-  the match's prior times the share of occurrences that went on with that draft
-  (acceptance.py: :func:`key_prior`): its scores are the starting acceptance, its verdicts correct them.
-  When no k beats a plain step it decodes plainly and probes again from time to time.
-  A drafting model whose drafts could not pay even if every one were kept (the cost model's
-  ceiling below 1: a draft model that costs nearly a target step, where verifying k rows
-  costs nearly k steps) is not drafted from again until the context has grown
-  RETEST_GROWTH-fold and by RETEST_SPAN tokens (where attention starts to change what a
-  step costs): probing it would only buy acceptance figures that cannot help, and each
-  probe of a draft model first runs it over every token it skipped.
-
-It must recover when acceptance comes back after a stretch where nothing was accepted:
-a draft model skipped during plain steps catches up on the tokens it missed at the next
-probe, and that catch-up time is no sample of the draft's cost (else the estimate grows
-with each plain stretch and speculation never looks worth it again); a probe whose draft
-is kept is followed at once by another, so the acceptance estimate climbs back within a
-few steps; and the wait between failed probes doubles only up to a cap.
+Design notes: docs/design/gamma.md
 """
 
 from __future__ import annotations

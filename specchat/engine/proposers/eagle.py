@@ -1,18 +1,12 @@
 """EAGLE-3 drafting: a head on the target's own hidden states proposes a chain of k tokens.
 
-The head keeps a KV cache of teacher-forced pairs (token P+1, g_P) — g_P fused from the
-features the target handed out when it ran position P (``Backend.last_features``). After
-every step the target's features for the positions it kept are queued (``observe``);
-the next ``propose`` runs the queued pairs through the head in one call, then drafts:
-the pair at the last position the target ran gives draft 1, and each draft is fed back
-with the head's own pre-norm output as the next g. Draft positions are dropped from the
-head's cache afterwards (they are re-made from the target's features once verified).
+``observe`` queues the target's features for the positions it kept; the next ``propose``
+runs the queued pairs through the head, then drafts k tokens, feeding each back with the
+head's pre-norm output. Drafts are sampled from q = warp(head logits) with the target's
+settings and reported on the target's vocabulary (zero elsewhere), so the exact rejection
+sampler verifies them. Missing features cost acceptance, never exactness.
 
-Each draft is sampled from q = warp(head logits) with the target's sampling settings, on
-the head's draft vocabulary and reported on the target's (zero elsewhere), so the exact
-rejection sampler verifies it like any draft model's. Positions whose features never
-arrived (a turn's first step, which runs the prompt) are simply missing from the head's
-context: that costs acceptance, never exactness.
+Design notes: docs/design/proposers.md
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Hybrid drafting: n-gram lookup where the context has a match, a model elsewhere (an
 EAGLE-3 head: method "hybrid"; a draft model: "ngram_draft").
 
-Each step the adaptive controller weighs both sources (controller.py): n-gram lookup's
-continuation, with its acceptance estimate keyed on the match, at almost no drafting
-cost; and the model's chain, with its own measured acceptance and its measured cost per
-draft. It picks the source and γ with the most expected tokens per millisecond — or a
-plain step when neither pays — and ``select`` routes the next ``propose`` there. A draft
-model that cannot pay here is set aside by the controller: the hybrid is then n-gram
-lookup alone.
+Each step the adaptive controller picks the source and γ with the most expected tokens
+per ms, or a plain step, and ``select`` routes the next ``propose`` there. A head follows
+every step whichever source drafted; a draft model catches up at its next proposal.
+Exactness is each source's own (n-gram drafts are point masses, the model's carry q).
 
-A head follows every step whichever source drafted: the target hands out features
-for every position it runs, and those it keeps are queued for the head (eagle.py), so
-a switch back to the head finds its context whole. Exactness is each source's own:
-n-gram drafts are point masses, the model's come with their q. A draft model catches up
-on the tokens it missed at its next proposal (a catch-up, not a sample of its cost).
+Design notes: docs/design/proposers.md
 """
 
 from __future__ import annotations

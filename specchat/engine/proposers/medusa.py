@@ -1,18 +1,12 @@
 """Medusa-1 drafting: heads on the target's final hidden state propose a chain of k tokens.
 
-After every step the target hands out the final hidden states (after its final norm) of
-the positions it returned logits for (``Backend.last_final_hidden``); ``observe`` keeps
-the one at the last position the target ran and kept, P. The next ``propose`` — whose
-context then ends at P + 1 (the token the target sampled there, not yet run) — drafts
-token P + 1 + j from head j − 1, for j = 1..k (k ≤ the number of heads): all from h_P,
-none from another draft, so one pass over the first k heads makes the whole chain.
+``observe`` keeps h_P, the final hidden state at the last position the target ran and
+kept; ``propose`` drafts token P + 1 + j from head j − 1, j = 1..k (k ≤ the number of
+heads), all from h_P in one pass. Drafts are sampled from q = warp(head logits) and
+reported on the target's vocabulary. A step without h_P drafts nothing: that costs
+speed, never exactness.
 
-Each draft is sampled from q = warp(head logits) with the target's sampling settings, on
-the heads' rows and reported on the target's vocabulary (zero where a reduced vocabulary
-has no row), so the exact rejection sampler verifies it like any draft model's. That
-q_j ignores the drafts before j is allowed: a proposal law may depend on anything known,
-and verification keeps the target's joint exact. A step without h_P (a turn's first, or
-after the conversation changed under it) drafts nothing: that costs speed, never exactness.
+Design notes: docs/design/proposers.md
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Prompt lookup's search: where the context's last tokens occurred before, and how
 much to trust what followed them.
 
-An :class:`NgramIndex` keeps the positions of every n-gram of the context (n up to the
-longest looked up) and follows the context as it grows (or is rewound: a new turn, an
-edit), so a lookup visits the earlier occurrences of the context's last n tokens
-instead of scanning the whole context.
+:class:`NgramIndex` keeps the positions of every n-gram of the context and follows it as
+it grows or is rewound. A lookup takes the longest matching n-gram (n ≤ ``max_n``; its
+MAX_OCCURRENCES most recent occurrences), picks the occurrence that agrees longest, then by
+consensus, then the most recent, and reports the agreement length and consensus
+(:class:`NgramMatch`) that acceptance estimates key on. The choice changes only speed.
 
-Of the occurrences of the longest n-gram that matches (n ≤ ``max_n``; the
-MAX_OCCURRENCES most recent of them), the lookup picks the one whose text before it
-agrees longest with the context's end, then the continuation most of them share, then
-the most recent. It reports what the adaptive
-controller keys its acceptance estimates on (:class:`NgramMatch`): the agreement length,
-and whether the other occurrences were followed by the same token: after a 1-token
-agreement the bench's first drafts were kept 0.33–0.74 of the time where they agreed and
-0.11–0.17 where they split (the table by agreement and consensus: docs/benchmarks/archive/
-README.md, "consensus"). Which occurrence is drafted from changes only speed: drafts
-are verified.
+Design notes: docs/design/proposers.md
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """Suffix decoding (SuffixDecoding, Oliaro et al. 2024, arXiv 2411.04975; vLLM's ``suffix``
-method, after ArcticInference's suffix_tree.cc), over the request's own context and,
-given a store, this user's earlier replies.
+method) over the request's own context and, given a store, this user's earlier replies.
 
-Where prompt lookup (NgramProposer) copies what followed one chosen earlier occurrence of
-the context's last tokens, suffix decoding walks what followed all of them, as a suffix
-tree does below the node of the longest suffix that occurred before: at each depth it
-drafts the token most of the still-agreeing occurrences went on with, and scores the
-draft by the product of those shares — the estimated probability that the target keeps
-every draft so far. Drafting stops where that score falls below ``min_score``, so the
-draft length adapts to how much the earlier text agrees (a long unanimous quote drafts
-deep; a split one stops at the split), and Σ score is the number of drafts the text
-expects kept. Drafts are point masses: verified like prompt lookup's, exact whatever
-they are.
+At each depth it drafts the token most still-agreeing earlier occurrences went on with,
+scoring the draft by the product of those shares (the estimated chance every draft so far
+is kept); it stops below ``min_score``. With a :class:`SuffixStore` its occurrences join
+after the context's own, up to MAX_OCCURRENCES. Drafts are point masses; each draft's
+share (:meth:`candidates`) seeds the controller's acceptance prior (``key_prior``).
 
-The global tree (the paper's cross-request speed-up): with a :class:`SuffixStore` of this
-user's earlier replies (``store``; engine/proposers/suffix_store.py), the occurrences of
-the context's last n tokens in those replies join the walk after the context's own — the
-context's most recent first, then the store's newest — up to MAX_OCCURRENCES in all, so
-a request that has nothing of its own to copy drafts from what the model wrote before.
-An occurrence in the store ends where its reply did: when most of them ended there,
-drafting stops. Its drafts are point masses as well.
-
-The scores feed the cost gate: a candidate carries each draft's share (score_j /
-score_{j−1}, :meth:`candidates`), the adaptive controller keys its acceptance estimates
-on the match and on where the occurrences split, and starts each draft position's
-estimate from the match's prior times that position's share (engine/gamma/acceptance.py,
-``key_prior``), so a unanimous quote is drafted deep from its first step and a split
-one stops short of the split before any verdict; the verdicts then correct the estimates.
+Design notes: docs/design/proposers.md
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """The global suffix store: token ids of this user's earlier replies, which suffix
-decoding drafts from where the request's own context has nothing to copy (the paper's
-global tree; SuffixDecoding, arXiv 2411.04975, §3).
+decoding drafts from where the request's own context has nothing to copy.
 
-On disk (no pickle; read as untrusted data): one line of JSON, then the replies as
-little-endian uint32 ids, each reply followed by the separator 0xFFFFFFFF::
+On disk: one JSON header line, then little-endian uint32 ids, each reply ended by
+0xFFFFFFFF; no pickle, read as untrusted. A store serves only the tokenizer whose
+:func:`tokenizer_fingerprint` it carries; any failed check raises :class:`SuffixStoreError`
+(one line naming the file and the fix). Written atomically (0600 file, 0700 dir); at most
+``max_tokens`` ids, oldest replies dropped first.
 
-    {"magic": "specchat-suffix-store", "version": 1, "fingerprint": "<sha256 hex>",
-     "vocab_size": 151665, "tokens": 1234, "replies": 5}\\n
-    <u32 id> … <u32 0xFFFFFFFF> <u32 id> … <u32 0xFFFFFFFF>
-
-``fingerprint`` is :func:`tokenizer_fingerprint` of the tokenizer the ids belong to:
-a store is drafted from only by the tokenizer that wrote it. On load every field is
-checked (magic, version, the counts against the file's length, every id < vocab_size),
-and a file that fails gives :class:`SuffixStoreError`, one line naming the file and the
-fix. Written atomically (a 0600 temp file, then ``os.replace``), in a dir created 0700,
-as the recordings are (sessions/private_files.py, which the headless engine may not import).
-
-Bounded: at most ``max_tokens`` ids (default MAX_TOKENS); past it the oldest replies go
-first, down to three quarters of the bound, so the index is rebuilt once per many
-replies rather than after each. The index (positions of each id and of each pair of
-ids) is built once at load and extended as replies are added, so a lookup never scans
-the store.
+Format and design notes: docs/design/proposers.md
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Which suffix store a chat drafts from and keeps its replies in (``speculation.suffix_store``).
 
-* ``"off"`` (the default): none; suffix decoding looks at the request's own context only.
-* ``"auto"``: ``<data dir>/suffix-store/<fingerprint>.bin``, one per tokenizer. Missing,
-  it is built from ``recorded(model_source)``: the replies of the recordings of the same
-  model (sessions/suffix_replies.py; the caller passes it in, for the headless engine
-  reads no recordings itself); damaged or another tokenizer's, the chat says so in one
-  line and rebuilds it.
-* a path (relative to the profile's folder): that file, created on the first reply. It is
-  the user's own choice, so a damaged or foreign one is an error (SuffixStoreError: the
-  CLI prints one line and exits 2), never silently replaced.
+``"off"`` (default): none. ``"auto"``: ``<data dir>/suffix-store/<fingerprint>.bin``, built
+from ``recorded(model_source)`` when missing and rebuilt (saying so) when damaged or
+another tokenizer's. A path (relative to the profile's folder): that file; damaged or
+foreign is a SuffixStoreError (the CLI exits 2). Each finished reply is added under a lock,
+merged with other chats' saves — unless ``keep=False`` (an unrecorded chat): then the file
+is never written, not even to repair it.
 
-Each finished reply is added (bounded; the oldest go first) and the file rewritten, under
-a lock, merged with what other chats saved since (two chats on one store keep each
-other's replies) — unless the chat is not recorded (``--no-record``, ``record = false``: ``keep=False``): then
-the store is read and drafted from but its file is never written, not even to repair it,
-for a user who asks not to record a chat expects nothing of it to be kept.
+Design notes: docs/design/proposers.md
 """
 
 from __future__ import annotations

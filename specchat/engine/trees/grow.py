@@ -1,22 +1,12 @@
 """Growing a draft tree where the drafter is confident, kept exact at any temperature.
 
-EAGLE-2 (Li et al. 2024) and Medusa's candidate trees put more nodes where the drafter's
-estimate of reaching them is high. Their top-k children are exact for greedy decoding
-only; here every depth gets a number of new nodes (``widths``), placed one at a time on
-the node whose next child is worth most, and each child is *drawn* from its parent's law
-without replacement (greedy: the law's next-best id, a point mass), so recursive
-rejection sampling over siblings (engine/trees/walk.py) verifies the tree exactly:
+Each depth gets ``widths`` new nodes, placed one at a time on the node whose next child is
+worth most; a node's i-th child is drawn from its law without the earlier children
+(greedy: the next-best id), and that law is reported with it. Whether a node gets another
+child depends only on what was drawn before, never on the child's own value, so walk.py
+verifies the tree exactly. ``laws(level)`` gives each new node's law, once per depth.
 
-* a node's i-th child is drawn from the node's law with the i − 1 earlier children
-  removed and renormalised, and that law is reported with it;
-* whether a node gets another child is decided from what was drawn before — its value
-  est(v) · (the mass of its law not drawn yet), est(v) the product of the drafter's
-  probabilities along v's path — never from the child's own value. (Keeping a drawn child
-  only if it scored well changes the law it was drawn from: tests/engine/trees/test_tree_exactness.py
-  plants exactly that and fails.)
-
-A node's law comes from ``laws(level)``, called once per depth on that depth's new nodes:
-an EAGLE head runs on them (trees/eagle.py), Medusa reads its next head (medusa.py).
+Design notes: docs/design/trees.md
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Exact verification of a tree of drafts: recursive rejection sampling over siblings.
 
-A tree hangs under the root, the last context token. Node i holds a drafted id, its
-parent (-1: the root; parents come before children) and q_i, the law it was drawn from
-*given its earlier siblings* (None: a point mass — n-gram candidates). Siblings of a
-head are drawn one after another without replacement, so q_i is the head's law with
-the earlier siblings' ids removed and renormalised.
+Node i holds a drafted id, its parent (-1: the root, the last context token; parents
+before children) and q_i, its law given its earlier siblings (None: a point mass). At a
+node with target law p each child is kept with probability min(1, p(x_i) / q_i(x_i)),
+else p ← norm(max(p − q_i, 0)); no child kept: the next token is drawn from p. A leaf
+ends the walk with a bonus from its p. Greedy: a child is kept iff it is p's argmax.
 
-At a node whose target law is p, the children are tried in order (Jeon et al. 2024,
-recursive rejection sampling; SpecInfer's multi-step speculative sampling):
-
-    for each child x_i with law q_i:  keep it with probability min(1, p(x_i) / q_i(x_i))
-                                      else p ← norm(max(p − q_i, 0))
-    no child kept: the next token is drawn from p (what is left of it)
-
-A kept child becomes the node, and the walk goes on from there; a node without children
-ends the walk with a bonus token drawn from its p. Each emitted token is distributed as
-the target's law given the tokens before it: a chain is the tree with one child per
-node, and this is then the ordinary speculative sampling rule. For a point-mass child,
-min(1, p(x)/1) = p(x) and the residual is p with x removed: "is it x? if not, is it the
-next candidate, among the rest?" — the chain rule of one categorical draw.
-
-Greedy (T = 0): p is the target's argmax; a child is kept iff it is that argmax.
+Design notes: docs/design/trees.md
 """
 
 from __future__ import annotations
