@@ -1,14 +1,12 @@
 """Reading and writing EAGLE-3 heads: ``config.json`` + ``model.safetensors``, never pickle.
 
-A head is untrusted input (downloaded, shared): everything is checked against the
-target before a tensor is used, and every problem is one line naming the file, what is
-wrong and the fix (:class:`HeadError`) — a head for another target (hidden size, layer
-ids, vocabulary), a corrupt or truncated safetensors file, a Medusa checkpoint given as
-EAGLE-3, a missing tensor.
+A head is untrusted input: everything is checked against the target before a tensor is
+used, and every problem is one :class:`HeadError` line naming the file, what is wrong and
+the fix. Accepted layouts: SpecForge's ``LlamaForCausalLMEagle3`` (``midlayer.*``) and
+vLLM's ``Eagle3LlamaForCausalLM`` / speculators (``layers.0.*``, ``model.layers.0.*``). A
+head that carries its own ``embed_tokens.weight`` uses it instead of the target's.
 
-Accepted layouts: SpecForge's ``LlamaForCausalLMEagle3`` (``midlayer.*``) and vLLM's
-``Eagle3LlamaForCausalLM`` / speculators (``layers.0.*``, ``model.layers.0.*``). A head
-that carries its own ``embed_tokens.weight`` uses it instead of the target's.
+Design notes: docs/design/heads.md
 """
 
 from __future__ import annotations

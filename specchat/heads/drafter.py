@@ -1,17 +1,12 @@
-"""An EAGLE-3 head made ready for drafting: the arithmetic of its plain step (qkv,
-attention, finish) in fewer, larger operations, because a draft on a CPU costs memory
-traffic and Python dispatch, not arithmetic.
+"""An EAGLE-3 head made ready for drafting: its plain step (qkv, attention, finish) in fewer,
+larger operations, because a draft on a CPU costs memory traffic and Python dispatch.
 
-* q/k/v and gate/up are each one matrix product (fused rows), optionally int8 rows
-  with a bf16 scale each (heads/int8.py: a quarter of the bytes);
-* RoPE's cos/sin are a table computed once, grown when a position passes its end;
-* the KV cache is preallocated and grown by doubling (no concatenation per draft);
-* attention is one grouped-query ``scaled_dot_product_attention`` call.
+Fused q/k/v and gate/up products (optionally int8 rows, heads/int8.py), a RoPE table, a
+preallocated KV cache grown by doubling, one grouped-query attention call. Exactness never
+rests on it: every draft carries the law this drafter computed, and the rejection sampler
+verifies against that law.
 
-``tests/heads/test_drafter.py`` checks it against that plain step (float weights: equal
-up to rounding) through appends, drafts and rollbacks. Exactness never rests on it:
-every draft carries the law this drafter computed, and the rejection sampler verifies
-against that law.
+Design notes: docs/design/heads.md
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """An EAGLE-3 draft head (Li et al. 2025) in torch, in the layout other engines load.
 
-The head reads the target's own hidden states: the inputs of three target layers
-(low, middle, high — ``layer_ids``, llama.cpp's and vLLM's convention: the residual
-stream *entering* layer l, which is transformers' ``hidden_states[l]``), fused by ``fc``
-into one vector g per position. One Llama decoder layer then takes, at position P, the
-pair (embedding of token P+1, g_P) with RoPE at P, and predicts token P+2 over a reduced
-draft vocabulary (``d2t`` maps a draft id d to the target id d + d2t[d]). Drafting
-a chain feeds the layer its own pre-norm output as the next g (llama.cpp's
-``common_speculative_impl_draft_eagle3``, whose convention this follows exactly, so a
-head trained here drafts the same tokens in ``llama-server --spec-type draft-eagle3``).
+``fc`` fuses the inputs of three target layers (``layer_ids``) into g_P; one Llama decoder
+layer takes (embedding of token P+1, g_P) at RoPE position P and predicts token P+2 over a
+reduced draft vocabulary (draft id d → target id d + d2t[d]). A chain feeds back the
+layer's pre-norm output as the next g, as llama.cpp's eagle3 drafting does. The token
+embedding is the target's (never saved). Saved in SpecForge's ``LlamaForCausalLMEagle3``
+layout.
 
-The token embedding is the target's (shared, never saved), so a head is small: for the
-embedded SmolLM2 (H = 576) with a 4,096-token draft vocabulary, 8.6 M parameters.
-
-Checkpoint layout (SpecForge's ``LlamaForCausalLMEagle3``, which vLLM, SGLang and
-llama.cpp's ``convert_hf_to_gguf.py`` read): ``config.json`` plus ``model.safetensors``
-with ``fc.weight``, ``midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight``,
-``midlayer.self_attn.{q,k,v,o}_proj.weight``, ``midlayer.mlp.{gate,up,down}_proj.weight``,
-``norm.weight``, ``lm_head.weight``, ``d2t`` (int64) and ``t2d`` (bool).
+Design notes (tensor names, sizes): docs/design/heads.md
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Medusa-1 heads (Cai et al. 2024) in torch, in the layout other engines load.
 
-A Medusa head reads the target's *final* hidden state h_P at position P — after the
-final norm, the vector the target's own lm_head reads — and head i (0-based) predicts
-the token at P + 2 + i: the target's lm_head gives P + 1, head 0 the one after it, and
-so on. Head i is ``num_layers`` residual blocks, x ← x + SiLU(W x + b), then a linear map
-to the vocabulary without bias. The heads never see each other's tokens: all drafts of a
-step come from the one h_P (Medusa-1, the target frozen).
-
-``token_map`` (vLLM's reduced draft vocabulary, ``truncated_vocab_size``) names the
-target id of each of the heads' output rows; by default the heads cover the whole
-vocabulary and the map is the identity.
-
+Head i (0-based) reads the target's final hidden state h_P (after the final norm) and
+predicts the token at P + 2 + i: ``num_layers`` residual blocks x ← x + SiLU(W x + b),
+then a linear map to the vocabulary without bias. All drafts of a step come from one h_P.
+``token_map`` names the target id of each output row (default: identity).
 Checkpoint layouts are in ``medusa_checkpoint.py``.
+
+Design notes: docs/design/heads.md
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Reading and writing Medusa-1 heads: ``config.json`` + one safetensors file, never pickle.
 
-Two tensor layouts are read:
+Read: vLLM's ``Medusa`` layout (``blocks.{i}.layers.{j}``, ``lm_heads.{i}``, ``token_map``;
+no bias tensors means zero biases) and FasterDecoding/Medusa's ``medusa_head`` layout (as
+TGI reads it); FasterDecoding's ``.pt`` pickle is refused. Written: vLLM's layout in
+``model.safetensors``, with FasterDecoding's config keys. A config without
+``hidden_size`` / ``vocab_size`` has them read off the output maps. Everything is checked
+against the target; each problem is one HeadError line naming the file and the fix.
 
-* vLLM's ``Medusa`` model (``vllm/model_executor/models/medusa.py``):
-  ``blocks.{i}.layers.{j}.weight`` / ``.bias`` and ``lm_heads.{i}.weight`` (optionally
-  under ``medusa_heads.``), plus ``token_map`` for a reduced vocabulary. vLLM builds the
-  blocks with bias only when the config says ``medusa_fc_bias``; a file without any
-  bias tensors is read as zero biases, as vLLM runs it.
-* FasterDecoding/Medusa's ``medusa_head`` ModuleList (what TGI reads from
-  ``medusa_lm_head.safetensors``): ``{i}.{j}.linear.weight`` / ``.bias`` for the blocks
-  and ``{i}.{num_layers}.weight`` for the output map (optionally under ``medusa_head.``).
-  FasterDecoding itself ships ``medusa_lm_head.pt``, a pickle: refused, as every pickle is.
-
-Written: vLLM's layout in ``model.safetensors``, because vLLM loads it from safetensors
-as it is, while FasterDecoding's own loader reads only its pickle; the config carries
-FasterDecoding's key names (``medusa_num_heads``, ``medusa_num_layers``), which both read.
-
-The config may omit ``hidden_size`` / ``vocab_size`` (FasterDecoding's do): they are then
-read off the output maps' shape. Everything is checked against the target before use,
-and every problem is one line naming the file, what is wrong and the fix (HeadError).
+Design notes: docs/design/heads.md
 """
 
 from __future__ import annotations

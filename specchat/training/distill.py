@@ -1,20 +1,12 @@
 """Self-distillation: the target answers the training prompts, many at once.
 
-llama.cpp decodes several sequences in one ``llama_decode`` (each token tagged with its
-``seq_id``), and on a CPU a batch of 8 costs about twice one token, so answering the
-corpus 8 at a time takes a quarter of the time one by one. This opens a second llama.cpp
-context on the already loaded model with room for ``n_seq`` sequences; a slot that
-finishes (end of turn or ``max_new_tokens``) is cleared (``llama_memory_seq_rm``) and
-takes the next prompt at once (continuous batching).
+A second llama.cpp context on the loaded model decodes ``n_seq`` sequences per
+``llama_decode``; a finished slot takes the next prompt at once (continuous batching).
+Each prompt is answered greedily and sampled at temperature 0.8. Given ``layer_ids``, the
+same decodes hand out what the head trains on (teacher.py's ``Taught``: those layers'
+inputs and the target's law after every token), so no teacher-forced pass is needed.
 
-Each prompt is answered greedily and sampled at temperature 0.8, so the head sees both
-what the target says most and how its sampled replies go on.
-
-Given ``layer_ids``, the same decodes also hand out what the head trains on (teacher.py's
-``Taught``): the inputs of those layers for every token fed (llama.cpp's staged
-layer-input API) and the target's law after it (logits are wanted for every prompt
-token too). Generating a reply already computes both, so no second, teacher-forced pass
-over the replies is needed — that pass cost about as much as a third of the generation.
+Design notes: docs/design/training.md
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """``train-head --kind medusa``: Medusa-1 heads trained on the target's own replies.
 
 The corpus, distillation and draft vocabulary are the EAGLE-3 pipeline's stages
-(pipeline.py); what differs follows here as two more stages, each resumable:
+(pipeline.py); two more resumable stages follow: teach (one teacher-forced pass per reply:
+final hidden states and next-token laws, ``taught-medusa/``), then train + export (head i
+at position t learns the target's law of token t + 2 + i, weighted 0.8^i; written in
+vLLM's layout).
 
-* teach: one teacher-forced pass per reply gives the final hidden state h_t (after the
-  final norm) and the target's next-token law at every position (``taught-medusa/``);
-* train + export: head i at position t learns the target's law at position t + 1 + i —
-  the law of token t + 2 + i — by cross-entropy over its top ids (soft labels, as the
-  EAGLE-3 stage does), heads weighted 0.8^i as in Medusa-1; AdamW with warm-up and
-  cosine decay; a checkpoint after every epoch; the heads written in vLLM's layout.
-
-The heads see one position each (no attention), so a batch is simply a set of positions.
-They start as Medusa's own initialisation: each block the identity (zero weights) and
-each output map the target's token-embedding rows (its output head, for tied models).
+Design notes: docs/design/training.md
 """
 
 from __future__ import annotations

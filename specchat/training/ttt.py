@@ -1,17 +1,12 @@
 """EAGLE-3's training-time test: the head is trained on its own drafting, S steps deep.
 
-Step 0 is teacher-forced: row i holds the pair (token i+1, g_i) at RoPE position i and
-attends causally to rows ≤ i. Step j ≥ 1 is what drafting j tokens ahead of position i
-looks like: the pair (token i+1+j, the head's own step-(j−1) output at row i) at position
-i+j, attending to the teacher-forced rows ≤ i and to its own rows of steps 1..j (the
-"diagonal": at inference those are the drafts at positions i+1..i+j). Positions advance
-with j exactly as llama.cpp's eagle3 drafting advances them, so what is trained is what
-runs. Step j at row i predicts token i+2+j, against the target's law after position
-i+1+j (top-K soft labels, renormalised over the draft vocabulary), weighted 0.8^j.
+Step 0 is teacher-forced; step j ≥ 1 at row i feeds the head its own step-(j−1) output at
+RoPE position i+j, attending to teacher-forced rows ≤ i and its own steps 1..j, and
+predicts token i+2+j against the target's top-K law, weighted 0.8^j. ``chain_lengths``
+gives, per row, how many consecutive steps the head's argmax equals the target's: its
+mean is the greedy acceptance length the head will show.
 
-``chain_lengths`` gives, per row, how many consecutive steps the head's argmax equals the
-target's: at temperature 0 on a greedy reply that is exactly how many drafts verification
-keeps, so its mean is the acceptance length the head will show.
+Design notes: docs/design/training.md
 """
 
 from __future__ import annotations
