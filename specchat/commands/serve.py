@@ -1,15 +1,11 @@
-"""``specchat serve``: one process, several chats — an OpenAI-compatible HTTP endpoint on
-loopback over the batched engine (engine/batch/batched.py), so other clients get exact
-speculation and its figures (serve/).
+"""``specchat serve``: an OpenAI-compatible HTTP endpoint on loopback over the batched
+engine (engine/batch/batched.py), so other clients get exact speculation and its figures.
 
-Binds 127.0.0.1 by default. Any other address needs an API key, read from the variable
-``--api-key-env`` names (default SPECCHAT_API_KEY); without one it refuses to start (one
-line, exit 2). With a key set, every path but /health asks for it.
-
-Every value that reaches a socket or llama.cpp is checked before the model loads where
-it can be (the key, the host and port, --parallel against llama.cpp's sequence limit);
-what only llama.cpp can tell (a batched context too large to allocate) is worded the
-same way after. Each refusal is one line with the value and the fix, exit 2.
+Binds 127.0.0.1 by default; any other address needs an API key from the variable
+``--api-key-env`` names (default SPECCHAT_API_KEY), and with a key set every path but
+/health asks for it. Values that reach a socket or llama.cpp (key, host, port,
+--parallel) are checked before the model loads where they can be; each refusal is one
+line with the value and the fix, exit 2.
 """
 
 from __future__ import annotations

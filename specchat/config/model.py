@@ -32,23 +32,15 @@ def parse_gamma(text: str) -> int | str | None:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model to load.
+    """One model to load. Design notes: docs/design/loading.md
 
-    source: a Hub id (``org/name``), a local directory, a path to a ``.gguf`` file,
-        or ``embedded:smollm2-135m-instruct``.
-    num_layers: keep only the first N decoder layers (a cheap derived draft).
-    backend: "transformers" or "llama.cpp" (a GGUF file run in-process; then
-        n_gpu_layers / n_ctx / n_threads / gguf_type apply, 0 = all-CPU / the model's
-        context / one thread per core; dtype / device / num_layers are ignored and
-        quantization must be "none"). The transformers backend ignores the llama.cpp keys.
-    gguf_type: llama.cpp only — convert the GGUF file once to this type (cached, e.g.
-        "BF16": on a CPU that computes bf16 natively, cheaper to verify drafts with than
-        4-bit formats); "auto" = BF16 where the CPU computes bf16 natively (AVX-512
-        BF16, AMX, Arm BF16), else F16 (cheaper there: emulated bf16 is converted on
-        every product), F16 too when layers go to a GPU; None = run the file as it is.
-        Or a server that runs the model and speculates itself: "llama-server" or "vllm"
-        (then ``url`` is required, ``source`` optional, and ``api_key_env`` names the
-        environment variable holding its key — the key is never stored).
+    source: a Hub id (``org/name``), a local directory, a ``.gguf`` path, or
+        ``embedded:smollm2-135m-instruct``. num_layers: keep only the first N decoder layers.
+    backend: "transformers" (ignores the llama.cpp keys), "llama.cpp" (n_gpu_layers / n_ctx /
+        n_threads: 0 = all-CPU / the model's context / a thread per core; dtype, device,
+        num_layers ignored; quantization "none"), or "llama-server" / "vllm" (``url`` needed;
+        ``api_key_env`` names the variable holding the key, never stored). gguf_type: convert
+        once to this type (cached); "auto": BF16 if the CPU computes bf16, else F16; None: as is.
     """
 
     source: str = ""

@@ -1,17 +1,13 @@
 """Chat templates render in a sandbox under a time and a size budget.
 
-A chat template is code that came with a model file. Jinja's sandbox stops it reaching
-Python, but not from looping 10¹⁰ times or building a 30 MB string: ``run`` hung until
-Ctrl+C and Esc in the TUI never finished cancelling. Here a render that runs longer
-than :data:`RENDER_SECONDS` or produces more than :data:`RENDER_CHARS` characters
-stops with one :class:`TemplateBudgetError` line, so the turn fails within about a
-second and the chat goes on.
+A chat template is code that came with a model file: Jinja's sandbox keeps it from Python
+but not from looping or building huge strings. A render that runs past
+:data:`RENDER_SECONDS` or produces more than :data:`RENDER_CHARS` characters stops with one
+:class:`TemplateBudgetError` line, so the turn fails within about a second and the chat
+goes on. Time is watched by a trace function on the template's frames; size where text
+grows in one step and on the output.
 
-Time is watched by a trace function on the template's own frames (compiled Jinja code
-is named ``<template>``): every line of it, each loop iteration included, checks the
-clock. Size is watched where text grows in one step — ``*``, ``**`` and ``+`` on
-strings, lists and numbers, calls with huge widths (``"x".center(10**9)``) — and on the
-rendered output as it is generated.
+Design notes: docs/design/loading.md
 """
 
 from __future__ import annotations

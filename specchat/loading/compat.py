@@ -1,14 +1,11 @@
 """Can this draft propose for this target? Checked once, before any generation.
 
-Speculative decoding compares the draft's and the target's probabilities of the
-*same id*, so an id must name the same token for both. What is compared is the
-tokenizers' real vocabularies (token → id), not the models' embedding matrices: those
-are often padded past the vocabulary (Qwen2.5-7B has 152,064 rows, Qwen2.5-0.5B
-151,936, one tokenizer), in either direction, and the engine handles that — q and p
-live on the target's rows, ids past the draft's rows get q = 0 and the draft never
-proposes an id past the target's (sampling.on_vocab). Tokens only one side defines
-(extra special tokens, padding) are fine too; what is refused is a token with another
-id, or an id that names another token.
+An id must name the same token for both models, so the tokenizers' vocabularies
+(token → id) are compared, not the embedding matrices (often padded past the vocabulary;
+the engine handles that, sampling.on_vocab). Tokens only one side defines are fine; a
+token with another id, or an id that names another token, is refused.
+
+Design notes: docs/design/loading.md
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """bf16 linear layers on the CPU with their weights packed once for oneDNN.
 
-``torch.nn.functional.linear`` in bfloat16 on a CPU reorders its weight into oneDNN's
-blocked layout on every call; for the one-token matrix-vector products of decoding that
-reorder costs as much as the product. Packing each weight once at load time (what
-torch.compile's CPU freezing does, without compiling) halves a decode step's linear
-time (docs/benchmarks/why-the-numbers.md) and gives bit-identical outputs (checked on a
-probe layer before any model is touched).
+Packing each weight once at load (instead of the reorder ``F.linear`` does on every call)
+halves a decode step's linear time and gives bit-identical outputs, checked on a probe
+layer first. Every plain bf16 ``nn.Linear`` is packed; a tied output layer gets its own
+packed copy (counted in the model's memory); quantised (bitsandbytes) layers stay.
 
-Every plain bf16 ``nn.Linear`` is packed. A tied output layer (SmolLM2's lm_head is its
-embedding matrix) gets its own packed copy while the embedding keeps the original, memory
-well spent (the vocabulary product is the largest matrix in a small model); the loader
-counts the copy in the model's memory.
-Quantised layers (bitsandbytes) are not ``nn.Linear`` and stay.
+Design notes: docs/design/loading.md
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """``specchat bench`` on a remote profile: the server with speculation against the same
-model served without it, side by side.
+model served without it (``--plain-url``), side by side.
 
-llama-server 0.3.36 has no per-request switch for speculation (its per-request
-``speculative.*`` fields are compiled out), and vLLM fixes speculation at start-up, so
-plain decoding needs a second server: ``--plain-url``. Without one, bench measures the
-speculative server alone and says that it cannot compare. Speeds are the server's own
-generation time (tokens / Σ step ms); the prompt's prefill is left out of both.
+Without ``--plain-url`` it measures the speculative server alone and says it cannot
+compare. Speeds are the server's generation time (tokens / Σ step ms), prefill left out.
+``concurrency`` N > 1 runs N closed-loop clients from one queue (refused on a llama-server
+with fewer slots); ``tokens_per_s`` is the streams' own speed, ``throughput_tokens_per_s``
+tokens over wall time; a row's ``start_ms`` and ``wall_ms`` show how long it queued.
 
-``concurrency`` N > 1 keeps N streams open at once: N clients, each with its own
-connection, take the prompts from one queue in order and send the next when their
-reply has finished (closed loop). A llama-server with fewer than N slots is refused
-first (:func:`~specchat.remote.slots.check_concurrency`): it would queue the extra
-streams, not batch them. ``tokens_per_s`` stays the streams' own speed (tokens over
-the sum of their step times, which overlap); ``throughput_tokens_per_s`` is the
-server's, tokens over the wall time from the first send to the last reply's end. A row's
-``start_ms`` (its send, after the first) and ``wall_ms`` show how long it queued.
+Design notes: docs/design/remote.md
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Bounded HTTP for remote engines: JSON requests and server-sent events (SSE), over httpx.
 
-Every call has a connect and a read timeout and is made once — no retry loop; the next
-user message simply makes a new request. Failures raise :class:`RemoteError`, whose
-``str()`` is one line for the UI and CLI. What a server sends can quote the key it was
-sent (an error body often does), so all server text in an error passes through
-:meth:`Endpoint.shown` here, where the key is known: redacted, then cleaned
-(:mod:`specchat.sanitize`). The URL is kept and shown without its user info.
+Every call has a connect and a read timeout and is made once (no retry). Failures raise
+:class:`RemoteError`, whose ``str()`` is one line; all server text in an error passes
+through :meth:`Endpoint.shown` (key redacted, then sanitised), and the URL is shown
+without its user info. Environment proxies are used, except for loopback servers, which
+are always reached directly (:func:`_loopback_direct`).
 
-Proxies: a proxy set in the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``,
-``NO_PROXY``, read by httpx) is used, except for a server on this machine's loopback
-(``localhost``, 127.0.0.0/8, ``::1``), which is always reached directly — see
-:func:`_loopback_direct`.
+Design notes: docs/design/remote.md
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """llama-server's streamed chunks → engine steps with provenance. Pure; no I/O.
 
-With ``"timings_per_token": true`` every chunk of a streamed ``/completion`` carries
-``timings``; once the slot has drafted, they hold the cumulative ``draft_n`` (drafts
-proposed) and ``draft_n_accepted`` (drafts kept) of the request. Both change on the
-first token a verification step emits (``tools/server/server-context.cpp`` updates them
-before it sends the step's tokens), so:
+With ``"timings_per_token": true`` a change (d, a) in the cumulative ``draft_n`` /
+``draft_n_accepted`` opens a verification step of a + 1 tokens: a **accepted** drafts,
+then a **bonus** token when a == d, else **resampled** (inferred). Tokens while the
+counters stand still are plain **target** steps. A step's time is the difference of
+``predicted_ms`` (ms); the first step carries ``prompt_ms`` as prefill. Ids a chunk stands
+for without sending (a split UTF-8 sequence) appear as ``-1`` with empty text.
 
-* a chunk where (draft_n, draft_n_accepted) changed by (d, a) opens a verification step
-  of a + 1 tokens: the first a are **accepted** drafts (known);
-* that step's last token is **bonus** when a == d, else **resampled** (inferred: the
-  server says how many drafts it kept, and the token after the last kept draft is the
-  target's own sample; llama.cpp's verification is greedy-or-sampled rejection, not
-  reported per token);
-* tokens while the counters stand still come from plain steps: **target**, one each.
-
-Times: ``timings.predicted_ms`` is the request's cumulative generation time (ms), the
-same for all tokens of a step, so a step's time is its difference from the previous
-step's. The first step carries the prompt's time (``prompt_ms``) as prefill.
-
-A token whose text ends inside a UTF-8 sequence is not sent on its own; the next chunk
-carries its text, and ``tokens_predicted`` says how many tokens it stands for. The
-missing ids are shown as ``-1`` (with empty text) so every generated token is counted.
+Design notes: docs/design/remote.md
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """A server's own speculation counters, from its Prometheus ``/metrics`` text.
 
-llama-server (``--metrics``): ``llamacpp:spec_decode_num_drafts_total``,
-``…_num_draft_tokens_total``, ``…_num_accepted_tokens_total`` and
-``…_num_accepted_tokens_per_pos_total{position="i"}``. vLLM: the same names under
-``vllm:`` (labelled by model and engine; summed here). Each turn records the
-difference across it (``TurnFinished.metrics["server"]``) beside specchat's own
-per-step figures: the reference where specchat's provenance is inferred.
+Reads llama-server's ``llamacpp:spec_decode_*`` counters (drafts, draft tokens, accepted,
+accepted per position) and vLLM's under ``vllm:`` (summed over labels). Each turn records
+the difference across it (``TurnFinished.metrics["server"]``), the reference where
+specchat's provenance is inferred. A counter that is not finite and non-negative, goes
+backwards, or accepts more than was proposed is a :class:`BadCounters` (one line).
 
-The text is the server's: a counter that is not a finite, non-negative number, that
-goes backwards across a turn, or that accepts more drafts than were proposed is a
-:class:`BadCounters` (one line), never an OverflowError from ``int(inf)``.
+Design notes: docs/design/remote.md
 """
 
 from __future__ import annotations

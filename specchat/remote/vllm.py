@@ -1,22 +1,12 @@
 """A chat with vLLM's OpenAI-compatible server, shown with the speculation it reports.
 
-Protocol (vLLM docs, OpenAI-compatible server): ``POST /v1/chat/completions`` with
-``"stream": true`` sends SSE chunks ``{"choices": [{"delta": {"content": …},
-"logprobs": {"content": [{"token", "logprob", …}, …]}, "finish_reason": …}]}`` and,
-with ``stream_options.include_usage``, a last chunk whose ``choices`` is empty and
-whose ``usage`` has the token counts. With ``--stream-interval 1`` (the default) a
-chunk carries the tokens of one engine step, and ``logprobs.content`` lists them one
-by one, so:
+Streams ``POST /v1/chat/completions`` with logprobs; a chunk of n tokens is one step:
+n − 1 **accepted** drafts, then a **bonus** token when n − 1 equals the profile's γ, else
+**resampled** (inferred); with ``method = "none"`` every token is plain **target**. Each
+step counts as proposing γ drafts, so the server's ``vllm:spec_decode_*`` counters are the
+reference for totals. Token ids are not sent (−1); p comes from each token's logprob.
 
-* a chunk of n tokens is one step: n − 1 **accepted** drafts (known, from the count);
-* its last token is **bonus** when n − 1 equals the server's γ, else **resampled**
-  (inferred); γ is what the profile says the server was started with
-  (``[speculation] num_speculative_tokens``; the API does not report it), and each step
-  is counted as proposing γ drafts — with n-gram drafting vLLM may propose fewer, so the
-  server's ``vllm:spec_decode_*`` counters are the reference for the totals;
-* with ``[speculation] method = "none"`` every token is a plain **target** token.
-
-Token ids are not sent (−1); p comes from each token's logprob.
+Design notes: docs/design/remote.md
 """
 
 from __future__ import annotations
