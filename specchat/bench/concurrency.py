@@ -1,20 +1,13 @@
 """``bench --concurrency 1,2,4,8``: N chats at once, with and without speculation.
 
-For every prompt set, level N and repeat, one *run* per configuration serves the same
-requests through N closed-loop clients: a client sends its next request when its last
-one finished, so N are in flight until the queue drains. A run has max(prompts, 2N)
-requests (the set's prompts in turn, each with its own seed), so every level keeps its
-slots busy for most of the run. In-process, the N sequences decode together in one
-llama.cpp context (engine/batch/batched.py), plain (``none``) or drafting with n-gram lookup
-(γ = auto plans the batch's drafts by their marginal cost, engine/gamma/batch_plan.py); the
-peer rows are llama-server with ``-np N`` on the same GGUF, plain and with its own n-gram
-speculation (peer_server_concurrent.py). Configurations run in an order rotated per run,
-and every run starts from empty caches.
-
-A row is one request: ``start_ms`` (its send/admission time from the run's start),
-``wall_ms`` (send to last token), ``emissions`` ([ms since its send, tokens], …) and, for
-ours, every step's StepStats. A run's record keeps its wall time and tokens, from which
-throughput is computed (concurrency_stats.py).
+For every prompt set, level N and repeat, one run per configuration serves the same
+max(prompts, 2N) requests through N closed-loop clients; in-process the N sequences decode
+together (engine/batch/batched.py), plain or with n-gram lookup, and the peer rows are
+llama-server ``-np N`` (peer_server_concurrent.py). Configurations run in an order rotated
+per run, from empty caches. A row is one request: ``start_ms`` (send from the run's start),
+``wall_ms`` (send to last token), ``emissions`` ([ms since send, tokens], …) and, for ours,
+every step's StepStats; throughput comes from concurrency_stats.py.
+Design notes: docs/design/bench.md
 """
 
 from __future__ import annotations

@@ -50,18 +50,15 @@ def written(out_dir: Path, write: Callable[[Path], T]) -> T:
 @dataclass(frozen=True)
 class BenchConfig:
     """method: a name in specchat.methods ("none": plain decoding through the same engine).
-    gamma: drafts per step (an int) or "auto" (the engine's adaptive controller); 0 for none.
-    runner: "specchat" (our engine) or "peer" (the engine a user would pick instead on
-        the same model: transformers' generate, or llama-cpp-python for a GGUF target).
-    model: for a plain peer, another model file to run instead of the profile's (a GGUF
-        of another format, compared in the same run); None = the profile's target.
-    server: a peer run by llama-server on the same GGUF (peer_llama_server.py) rather than
-        by llama-cpp-python: plain, or with ``spec_type``, one of its n-gram
-        ``--spec-type``s (method "ngram", its own draft lengths: γ "auto").
-    store: suffix decoding that also drafts from a store of this configuration's earlier
-        replies in the run (in memory, empty at its start): the cross-chat workload, each
-        request drafting from the earlier questions' answers and, from its second repeat
-        on (a prompt's repeats run back to back), from its own question's."""
+    gamma: drafts per step (an int) or "auto" (the adaptive controller); 0 for none.
+    runner: "specchat" (our engine) or "peer" (transformers' generate, or llama-cpp-python
+        for a GGUF target, on the same model). model: for a plain peer, another model file
+        to run instead of the profile's; None = the profile's target.
+    server: a llama-server peer on the same GGUF (peer_llama_server.py): plain, or with
+        ``spec_type``, one of its n-gram ``--spec-type``s (method "ngram", γ "auto").
+    store: suffix decoding that also drafts from this configuration's earlier replies in the
+        run (in memory, empty at its start): the cross-chat workload.
+    """
 
     method: str
     gamma: int | str = 0

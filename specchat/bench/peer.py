@@ -1,20 +1,13 @@
 """The peer row: transformers' own assisted generation on the same models and prompts.
 
-``draft_model`` configurations call ``target.generate(..., assistant_model=draft)`` with the
-assistant drafting a constant γ tokens per step (``num_assistant_tokens = γ``,
-``num_assistant_tokens_schedule = "constant"``, confidence-based early stopping off),
-so its γ means what ours does. ``ngram`` configurations use
-``prompt_lookup_num_tokens = γ`` with ``max_matching_ngram_size`` = the profile's
-``prompt_lookup_max``. For γ = "auto", transformers' own defaults run: for a draft
-model its dynamic schedule (up to 20 tokens, stopping when the assistant's confidence
-falls below 0.4); prompt lookup has no adaptive mode, so it drafts
-``max_speculative_tokens``.
+``draft_model`` rows pass ``assistant_model=draft`` with a constant γ
+(``num_assistant_tokens = γ``, schedule "constant"); ``ngram`` rows pass
+``prompt_lookup_num_tokens = γ`` with ``max_matching_ngram_size`` = ``prompt_lookup_max``.
+γ = "auto" runs transformers' own defaults. Same max_new_tokens, stop ids and sampling;
+each request seeds torch's global generator. A streamer stamps every chunk, so TTFT and
+inter-token latency are measured as for our engine.
 
-Same max_new_tokens, the same stop ids as eos, and the same sampling (do_sample when
-temperature > 0, with temperature / top_p / top_k); each request seeds torch's global
-generator with the request's seed. Times come from a streamer that stamps every chunk
-of tokens ``generate`` hands it, so TTFT and inter-token latency are measured as for
-our engine.
+Design notes: docs/design/bench.md
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """The llama-server peer rows: its plain generation, and drafting with **the same head** as ours.
 
-``peer:none (llama-server)`` runs ``llama-server -m TARGET.gguf`` on the profile's own
-GGUF: plain decoding by the server a user would run instead. With a GGUF draft model,
-``peer:draft_model (llama-server)`` adds ``-md DRAFT.gguf`` with its own draft settings,
-and ``peer:draft_model γ=N (llama-server)`` drafts up to our ceiling N as ours does. ``peer:ngram-… (llama-server)``
-runs it with each of the n-gram ``--spec-type``s its ``--help`` lists, a row each
-(:func:`ngram_args`). ``peer:eagle3 γ`` runs ``llama-server -m TARGET.gguf -md head.gguf --spec-type
-draft-eagle3`` on the profile's own GGUF, with the profile's head converted by
-llama.cpp's own ``convert_hf_to_gguf.py --target-model-dir`` (cached by the head's
-bytes). It answers the same prompt ids (``/completion`` with ids, streamed, so tokens
-are stamped as they arrive) at the same sampling settings, seed, thread count and
-max_new_tokens; ``--spec-draft-p-min 0`` so it drafts γ tokens as ours do (its default
-stops a chain at a low draft probability). γ = auto drafts the profile's ceiling.
+Rows: ``peer:none (llama-server)``, ``peer:draft_model[ γ=N] (llama-server)`` (``-md``),
+``peer:ngram-… (llama-server)`` for each n-gram ``--spec-type`` (:func:`ngram_args`), and
+``peer:eagle3 γ`` (``--spec-type draft-eagle3`` with the profile's head converted by
+llama.cpp's ``convert_hf_to_gguf.py``, cached). Same prompt ids, sampling, seed, threads
+and max_new_tokens; γ = auto drafts the profile's ceiling. Without ``make llama-server``
+or the target's Hugging Face folder the row is skipped with one line saying why.
 
-What it needs — ``make llama-server`` (the binaries and the script beside them) and the
-target's Hugging Face folder for the converter (the embedded model's is unpacked by
-specchat; other targets have none here) — is checked first: without it the row is
-skipped with one line saying why.
+Design notes: docs/design/bench.md
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Peer rows for a llama.cpp target: llama-cpp-python's own generation on the same GGUF.
 
-* ``peer:none`` — ``Llama.generate`` with llama.cpp's own sampler chain (temperature,
-  top-k, top-p; min-p and penalties off), what a llama-cpp-python user runs.
-* ``peer:ngram γ`` — the same with ``draft_model=LlamaPromptLookupDecoding(
-  num_pred_tokens=γ, max_ngram_size=prompt_lookup_max)``, llama-cpp-python's prompt
-  lookup decoding (γ = auto drafts ``max_speculative_tokens``: it has no adaptive mode).
-* ``peer:none (FILE)`` (``--peer-model FILE``) — plain generation on another GGUF file,
-  e.g. another quantisation of the same weights, to compare formats in one run.
-* ``peer:none (llama-server)`` and ``peer:eagle3 γ`` — llama-server on the same GGUF,
-  plain and with the same head (peer_llama_server.py).
+``peer:none`` (``Llama.generate``, llama.cpp's sampler chain), ``peer:ngram γ``
+(``LlamaPromptLookupDecoding``; γ = auto drafts ``max_speculative_tokens``), ``peer:none
+(FILE)`` (``--peer-model FILE``: another GGUF), and the llama-server rows
+(peer_llama_server.py). Same prompt ids, max_new_tokens, stop ids and threads as our
+engine; each request sets the request's seed and starts from an empty KV cache.
 
-Same prompt ids, max_new_tokens, stop ids and thread count as our engine; each request
-sets llama.cpp's seed to the request's seed. Each Llama instance starts every request
-from an empty KV cache (``reset``). Tokens are stamped as ``generate`` yields them.
+Design notes: docs/design/bench.md
 """
 
 from __future__ import annotations

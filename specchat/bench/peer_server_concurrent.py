@@ -1,27 +1,13 @@
 """The llama-server peer rows under concurrency: ``llama-server -np N`` serving N clients.
 
-The server a user would run for several users at once: one process with N slots, each
-holding its own context (``--no-kv-unified``, ``-c`` = N × the target's per-sequence
-context), decoding the slots' tokens together in one batch a step. ``none`` serves
-plainly; ``ngram`` adds llama-server's own prompt-lookup speculation,
-``--spec-type ngram-simple``, the one of its n-gram types that matches ours most
-closely: it finds the context's last n tokens earlier in the context and drafts what
-followed them (ngram-map-k and -k4v keep a map of n-grams with hit counts, ngram-mod
-matches 24-token n-grams by default, ngram-cache drafts a fixed 8 tokens from n-gram
-statistics). It has one n-gram size where ours tries prompt_lookup_max down to
-prompt_lookup_min, so n = prompt_lookup_max, the size the
-transformers and llama-cpp-python peers are given too; it drafts m =
-max_speculative_tokens tokens (``--spec-ngram-simple-size-m``: its draft length, which
-``--spec-draft-n-max`` does not bound for this type) — and drafts nothing when fewer
-than n would follow a match, so n is capped at m.
+N slots, each its own context (``--no-kv-unified``, ``-c`` = N × the per-sequence
+context). ``none`` serves plainly; ``ngram`` uses ``--spec-type ngram-simple`` with
+n = prompt_lookup_max (capped at m) and m = max_speculative_tokens. N closed-loop client
+threads stream from one queue with the same ids, sampling and seed as
+:class:`~specchat.bench.peer_llama_server.LlamaServerPeer`'s. One server per (method, N),
+started on first use; only one is alive at a time.
 
-Closed loop: N client threads take requests from one queue in order, each sending its
-next request when its previous one has finished, every request streamed (stamped as
-its tokens arrive) with the same ids, sampling settings and seed as
-:class:`~specchat.bench.peer_llama_server.LlamaServerPeer`'s.
-
-One server per (method, N), started on first use; starting one stops the one before,
-so only one is alive at a time (they would share this machine's cores).
+Design notes: docs/design/bench.md
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Runs the request set under every configuration and records raw per-request rows.
 
-Order is request-major: for each prompt and repeat, every configuration runs once, in
-an order rotated by one per request, so slow drift of the machine (thermal throttling,
-other processes) lands on all configurations alike instead of on whichever ran last.
-Every run starts from an empty KV cache (``engine.reset()``): no reuse across configs. A
-multi-turn question (Spec-Bench's MT-bench) runs its second turn right after its first,
-under the same configuration, as the next turn of the same chat: the model's own reply,
-then the follow-up, with the KV of that prefix kept; its rows form a set of their own
-(``<set>/turn-2``).
-All configurations of a request share one sampling seed.
-Stopped early (Ctrl-C, SIGTERM), the run keeps the requests that finished under every
-configuration and says so (``stopped_early``): hours of a long run are not lost, and
-what is kept is still paired.
+Request-major, in an order rotated per request, each run from an empty KV cache; all
+configurations of a request share one seed. A multi-turn question runs its second turn
+next as the same chat (rows in ``<set>/turn-2``). Stopped early, it keeps the requests
+finished under every configuration (``stopped_early``). A row keeps its emissions
+``[[t_ms, tokens], ...]`` (t0 just before ``generate``) and every step's StepStats, from
+which stats rebuilds the metrics.
 
-Timing: ``t0`` is taken just before ``generate`` is called; each yielded step is stamped
-on arrival (the engine synchronises the device per step, so stamps are true on CUDA).
-A row keeps the emissions ``[[t_ms, tokens], ...]``, from which stats derives time to
-first token and inter-token latency, and every step's StepStats, from which it rebuilds
-the acceptance metrics with a :class:`~specchat.telemetry.Telemetry`.
+Design notes: docs/design/bench.md
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """``specchat replay FILE --simulate``: what a model-free proposer accepts in a recorded
 chat, without the model.
 
-At temperature 0 the target emits its argmax, so a recorded reply is the target's own,
-token for token, and a draft is kept exactly where it equals the recorded next token. The
-simulation runs the engine itself (``SpeculativeEngine``: the same step, controller and
-proposer as a live chat) over a backend that answers each position with the recorded
-token; each turn starts from the prompt ids the recording kept. With a fixed γ it accepts
-what the live run accepted, step for step (tests/bench/test_simulate.py), given the
-recorded ``max_new_tokens`` (γ is capped by what is left of it); γ = auto chooses by this
-machine's clock, so there it shows one run of the policy, not the recorded one. A draft
-past a reply's last token (its EOS) cannot be judged and counts as rejected: a live step
-may have kept one, if the target's argmax after EOS happened to match it.
+At temperature 0 the recorded reply is the target's own, so the engine itself runs over a
+backend that answers each position with the recorded token; each turn starts from the
+recorded prompt ids. A fixed γ accepts what the live run accepted, step for step;
+γ = auto chooses by this machine's clock. A draft past the reply's EOS counts as rejected.
+
+Design notes: docs/design/bench.md
 """
 
 from __future__ import annotations

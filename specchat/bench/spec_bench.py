@@ -1,30 +1,13 @@
 """Spec-Bench (Xia et al. 2024, arXiv 2401.07851) as bench prompt sets: ``--prompts spec-bench[:N]``.
 
-Spec-Bench is the field's common yardstick for speculative decoding: 480 questions, shipped
-verbatim in ``specchat/bench/prompts/spec-bench/`` (Apache-2.0; ``SOURCE.md`` names the
-upstream commit and the file's sha256). Its six task categories become six sets, so bench
-reports each category and the mixed total like any other sets:
-``spec-bench/mt-bench`` (MT-bench's 80 two-turn questions, question_id 81-160, over 8
-sub-categories), ``spec-bench/translation``, ``spec-bench/summarization``, ``spec-bench/qa``,
-``spec-bench/math_reasoning`` and ``spec-bench/rag`` (80 one-turn questions each).
+480 questions shipped in ``specchat/bench/prompts/spec-bench/`` (``SOURCE.md``: upstream
+commit and sha256), as six sets ``spec-bench/{mt-bench,translation,summarization,qa,
+math_reasoning,rag}``. ``spec-bench:N`` takes N questions per category (1 ≤ N ≤ 80) by a
+fixed, evenly spaced rule; ``spec-bench/CATEGORY[:N]`` is one set alone. A prompt's id is
+its question_id; ``turns`` holds every user turn (``text`` the first). Sets default to 256
+new tokens (``--max-new-tokens`` overrides).
 
-``spec-bench:N`` takes N questions per category (1 ≤ N ≤ 80) by a fixed rule, so the same N
-always names the same questions and a small N still spans each category:
-
-* a category of ``size`` questions in question_id order gives those at index
-  ``i * size // N`` for i in range(N) (evenly spaced, the first always included);
-* MT-bench first shares N out over its 8 sub-categories in question_id order (writing,
-  roleplay, reasoning, math, coding, extraction, stem, humanities): N // 8 each and one
-  more to the first N % 8, then applies the same spacing within each sub-category; so
-  N ≥ 8 covers every sub-category and N = 10 takes two of writing and of roleplay.
-
-``spec-bench/CATEGORY[:N]`` (e.g. ``spec-bench/qa:10``) is one of those six sets alone, the
-same questions as in the whole run: to rerun the category a table flagged.
-
-A prompt's id is its question_id; ``category`` keeps MT-bench's sub-category, and ``turns``
-every user turn of a two-turn question (``text`` is the first; bench runs that one).
-Spec-Bench generates up to 1024 tokens; these sets default to 256 (``--max-new-tokens``
-overrides).
+Design notes (the selection rule): docs/design/bench.md
 """
 
 from __future__ import annotations

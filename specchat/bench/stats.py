@@ -1,46 +1,13 @@
-"""Aggregates raw benchmark rows into the reported figures. Definitions:
+"""Aggregates raw benchmark rows into the reported figures.
 
-* ``tokens_per_s`` = Σ emitted tokens / Σ request wall time, over a configuration's
-  requests. A request's wall time runs from the ``generate`` call to its last token, so
-  prefill is included (the same clock for our engine and the peer row).
-* ``speedup`` = tokens_per_s(config) / tokens_per_s(none) on the same requests (same
-  prompts, repeats and seeds). ``speedup_ci`` is a 95 % paired percentile bootstrap over
-  requests (2,000 resamples of whole requests, each resample's ratio of
-  Σtokens/Σtime of both configurations; seeded, so reproducible). None with < 2 requests.
-* ``ttft_ms``: time from the call to the first emitted token (prefill + first step), mean.
-* inter-token latency: a step that emits m tokens Δt ms after the previous emission
-  counts as m tokens of Δt/m ms each; the first emission is TTFT, not ITL.
-  ``itl_ms_p50`` / ``itl_ms_p95`` are percentiles over all such per-token latencies.
-* ``latency_ms_*`` (queueing included): the engine serves one sequence at a time, so with
-  ``--concurrency N`` requests arrive N at once and wait in a FIFO queue; a request's
-  latency is the sum of the service times (measured walls) of those before it in its
-  group plus its own.
-* ``same_tokens_as_none``: of the ``paired_requests``, how many emitted exactly the
-  tokens ``none`` did (same seed; always, up to float ties, for greedy decoding and for
-  n-gram lookup, whose drafts are verified in the coupled form — then the speed-up
-  compares the same replies).
-* acceptance metrics, α, c, v(k) and the predicted speedups are those of
-  :mod:`specchat.telemetry`, rebuilt by feeding every recorded step into a Telemetry.
-* ``auto_vs_best``: per set and method, the fixed γ with the highest tokens/s on that
-  set (chosen in hindsight) and the paired ratio of γ=auto's tokens/s to it, with the
-  same bootstrap CI as ``speedup_ci``.
-* ``predicted_speedup``: the cost model's (engine/gamma/cost_model.py) forecasts summed over the
-  steps as run, Σ E(k) / Σ T(k)/w(0): decoding alone, as the panel shows it.
-  ``predicted_end_to_end``, the figure to hold ``speedup`` against (bench's clock includes
-  the prompt, which speculation does not shorten): per request, the prompt's step P as
-  measured beside the forecasts in ms, Σ (P + Σ E·w) / Σ (P + Σ T/w(0)·w), w the
-  request's median plain step (a step the model made no forecast for counts as it ran).
-  ``predicted_speedup_paper`` = E(γ)/(γc + 1), the paper's, which ignores the cost of
-  verification. ``curves``: the same cost model fed
-  every step of a method's runs, its predicted speed-up for each fixed γ.
-* ``overhead_ms``: median over a configuration's steps (the prompt's step excluded) of
-  the step time outside the proposer and the target's forward — sampling, verification
-  and bookkeeping, the Python that a fast backend's step must not drown in;
-  ``overhead_share`` = overhead_ms / the median plain step (``target_token_ms``).
-* ``vs_peers``: per set and configuration, the paired ratio (with the same bootstrap CI)
-  of its tokens/s to each plain peer row (``peer:none``, ``peer:none (FILE)``) and each
-  llama-server row, its own n-gram speculation included: how we stand against the
-  engine a user would run instead.
+``tokens_per_s`` = Σ emitted tokens / Σ request wall time (prefill included);
+``speedup`` = tokens_per_s(config) / tokens_per_s(none) on the same requests, with
+``speedup_ci`` a seeded 95 % paired bootstrap over requests (None with < 2 requests);
+``ttft_ms`` (mean), ``itl_ms_p50`` / ``itl_ms_p95`` (ms per token), ``latency_ms_*``,
+``same_tokens_as_none``, ``auto_vs_best``, ``predicted_speedup`` /
+``predicted_end_to_end`` / ``predicted_speedup_paper``, ``curves``, ``overhead_ms`` /
+``overhead_share`` and ``vs_peers``; acceptance metrics are :mod:`specchat.telemetry`'s.
+Every definition: docs/design/bench.md
 """
 
 from __future__ import annotations
