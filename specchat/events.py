@@ -156,6 +156,68 @@ class StepStats:
         if type(self.verify_cost) is not tuple:  # read back from JSON (a recording, bench's results) as a list
             object.__setattr__(self, "verify_cost", tuple(self.verify_cost))
 
+    @property
+    def depth(self) -> int:
+        """Draft positions the step stood at: a chain's k drafts, a tree's γ depths (not its nodes)."""
+        k, n = self.num_draft_tokens, self.num_accepted_tokens
+        return k if self.verified_positions is None else max(n, min(k, self.num_speculative_tokens or k))
+
+
+@dataclass
+class DraftCounts:
+    """The draft counters of some steps (vLLM's names), the one fold telemetry, serve, bench
+    and verify share. With nothing drafted the rates are None: nothing was measured.
+
+    num_drafts: steps that drafted; num_draft_tokens / num_accepted_tokens: drafts proposed /
+    kept (bonus excluded); num_rejected: drafting steps that ended on a rejected draft (the
+    others kept every draft and drew a bonus token). acceptance_histogram[n]: drafting steps
+    that kept exactly n; drafted_per_position[i] / accepted_per_position[i]: drafting steps
+    with a draft / a kept draft at position (a tree's depth) i, 0-based."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_rejected: int = 0
+    acceptance_histogram: list[int] = field(default_factory=list)
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    def add(self, stats: StepStats) -> None:
+        k, n = stats.num_draft_tokens, stats.num_accepted_tokens
+        if not k:
+            return
+        self.num_drafts += 1
+        self.num_draft_tokens += k
+        self.num_accepted_tokens += n
+        self.num_rejected += (min(k, n + 1) if stats.verified_positions is None else stats.verified_positions) - n
+        _tally(self.acceptance_histogram, n, n + 1)
+        _tally(self.drafted_per_position, 0, stats.depth)
+        _tally(self.accepted_per_position, 0, n)
+
+    @property
+    def draft_acceptance_rate(self) -> float | None:
+        """num_accepted_tokens / num_draft_tokens."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + num_accepted_tokens / num_drafts: tokens a drafting step emitted, the bonus or
+        resampled token included (not plain decoding's 1 when nothing drafted)."""
+        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
+
+    @property
+    def per_position_acceptance(self) -> tuple[float, ...]:
+        """Of the drafting steps with a draft at position i, the fraction that kept it."""
+        kept = self.accepted_per_position
+        return tuple((kept[i] if i < len(kept) else 0) / d for i, d in enumerate(self.drafted_per_position))
+
+
+def _tally(counts: list[int], start: int, stop: int) -> None:
+    """counts[start:stop] += 1, the list grown with zeros to reach ``stop``."""
+    counts += [0] * (stop - len(counts))
+    for i in range(start, stop):
+        counts[i] += 1
+
 
 @dataclass(frozen=True)
 class Step:

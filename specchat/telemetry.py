@@ -10,9 +10,10 @@ figures. Definitions (vLLM's names where vLLM has one):
 * ``per_position_acceptance[i]``: of the drafting steps that proposed a token at
   position i (0-based), the fraction that kept it.
 * ``mean_acceptance_length`` = 1 + num_accepted_tokens / num_drafts: tokens emitted
-  per verification step, the bonus/resampled token included; None while nothing was
-  drafted (:func:`mean_acceptance_length`, which serve and the history read too).
+  per verification step, the bonus/resampled token included.
 * ``draft_acceptance_rate`` = num_accepted_tokens / num_draft_tokens.
+* These counts and rates are :class:`~specchat.events.DraftCounts`' (serve, bench and
+  verify fold the same); the rates are None while nothing was drafted.
 * ``alpha``: mean over verified draft positions of Σ_x min(p(x), q(x)) (for point-mass
   drafts, p of the drafted token) — the paper's α, measured. ``alpha_empirical``: the
   fraction of verified positions whose draft was accepted.
@@ -63,7 +64,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specchat.contention import BUSY_SHARE
-from specchat.events import StepEvent, StepStats, TurnStarted
+from specchat.events import DraftCounts, StepEvent, StepStats, TurnStarted
 from specchat.speedup import StepSums, measured_speedup
 
 
@@ -88,12 +89,6 @@ def arithmetic_increase(alpha: float, gamma: int, cost_ratio: float) -> float:
     return (1.0 - alpha) * (gamma * cost_ratio + gamma + 1) / (1.0 - alpha ** (gamma + 1))
 
 
-def mean_acceptance_length(accepted: int, drafts: int) -> float | None:
-    """Tokens a drafting step emitted on average, 1 + accepted / drafts (vLLM's figure);
-    None with no drafting step: nothing was measured (not 0, nor plain decoding's 1)."""
-    return 1 + accepted / drafts if drafts else None
-
-
 @dataclass(frozen=True)
 class MetricsSnapshot:
     """The figures the panel, the recorder and bench show. See the module docstring."""
@@ -106,7 +101,7 @@ class MetricsSnapshot:
     acceptance_histogram: tuple[int, ...] = ()
     per_position_acceptance: tuple[float, ...] = ()
     mean_acceptance_length: float | None = None
-    draft_acceptance_rate: float = 0.0
+    draft_acceptance_rate: float | None = None
     alpha: float | None = None
     alpha_empirical: float | None = None
     target_token_ms: float | None = None
@@ -132,8 +127,8 @@ class MetricsSnapshot:
     predicted_gain: float | None = None
     gamma_history: tuple[int, ...] = ()
     acceptance_history: tuple[float, ...] = ()
-    # per proposer kind that drafted (a hybrid drafts from two): steps, drafted, accepted
-    # and drafting time per drafted token (ms; steps that caught up excluded)
+    # per proposer kind that drafted (a hybrid drafts from two): drafted, accepted and
+    # drafting time per drafted token (ms; steps that caught up excluded)
     drafts_by_source: dict[str, dict[str, float | None]] = field(default_factory=dict)
     # honesty (speedup.py): measured_speedup is None when the figures cannot tell — a busy
     # machine, too few plain steps, or a ratio above what the step counts allow — and
@@ -219,14 +214,8 @@ class Telemetry:
     def reset(self) -> None:
         self.num_steps = 0
         self.num_tokens = 0
-        self.num_drafts = 0
-        self.num_draft_tokens = 0
-        self.num_accepted_tokens = 0
-        self.histogram: list[int] = [0] * (self.max_gamma + 1)
-        self.position_drafted: list[int] = [0] * self.max_gamma
-        self.position_accepted: list[int] = [0] * self.max_gamma
+        self.drafts = DraftCounts()
         self.alpha = _Mean()
-        self.verified_positions = 0
         self.plain_verify = RecentMedian()
         self.plain_total = RecentMedian()
         self.draft_forward = RecentMedian()
@@ -240,20 +229,13 @@ class Telemetry:
         self.predicted_gain: float | None = None
         self._gamma_history: deque[int] = deque(maxlen=self._history)
         self._acceptance_history: deque[float] = deque(maxlen=self._history)
-        self._by_source: dict[str, list[float]] = {}  # source → [steps, drafted, accepted, ms, timed drafts]
+        self._by_source: dict[str, DraftCounts] = {}
+        self._source_ms: dict[str, list[float]] = {}  # source → [drafting ms, drafts it timed]
         self.decode = StepSums()  # the timed steps' tokens and times, for the interval
         self._others_ms = self._share_ms = 0.0  # Σ cpu_others × ms, Σ ms over steps that read it
         self.forecast_tokens = self.forecast_cost = 0.0  # Σ the cost model's E(k), T(k)/w(0)
         self.recommended: tuple[int | str | None, float | None] = (None, None)
         self.batch_size, self.marginal_ms = 1, None
-
-    def _grow(self, k: int) -> None:
-        if k > self.max_gamma:
-            extra = k - self.max_gamma
-            self.histogram += [0] * extra
-            self.position_drafted += [0] * extra
-            self.position_accepted += [0] * extra
-            self.max_gamma = k
 
     def start_turn(self) -> None:
         """Marks a new turn so the next step's time counts as time to first token."""
@@ -261,9 +243,7 @@ class Telemetry:
 
     def update(self, stats: StepStats, num_tokens: int) -> None:
         """Adds one step that emitted ``num_tokens`` tokens."""
-        k, n = stats.num_draft_tokens, stats.num_accepted_tokens
-        # a chain's k drafts stand at k positions; a tree's nodes stand at its γ depths
-        depth = k if stats.verified_positions is None else max(n, min(k, stats.num_speculative_tokens or k))
+        k, n, depth = stats.num_draft_tokens, stats.num_accepted_tokens, stats.depth
         self.num_steps += 1
         self.num_tokens += num_tokens
         self.elapsed_ms += stats.total_ms
@@ -295,24 +275,14 @@ class Telemetry:
             self.plain_verify.add(stats.verify_ms)
             self.plain_total.add(stats.total_ms)
             return
-        self._grow(depth)
-        source = self._by_source.setdefault(stats.draft_source, [0, 0, 0, 0.0, 0])
-        source[0] += 1
-        source[1] += k
-        source[2] += n
+        self.max_gamma = max(self.max_gamma, depth)
+        self.drafts.add(stats)
+        self._by_source.setdefault(stats.draft_source, DraftCounts()).add(stats)
         if stats.draft_catch_up_tokens == 0 and stats.prefill_tokens == 0:
-            source[3] += stats.draft_ms
-            source[4] += k
-        self.num_drafts += 1
-        self.num_draft_tokens += k
-        self.num_accepted_tokens += n
-        self.histogram[n] += 1
-        for i in range(depth):
-            self.position_drafted[i] += 1
-            if i < n:
-                self.position_accepted[i] += 1
+            timed_ms = self._source_ms.setdefault(stats.draft_source, [0.0, 0])
+            timed_ms[0] += stats.draft_ms
+            timed_ms[1] += k
         self.alpha.add(stats.alpha_sum, stats.alpha_count)
-        self.verified_positions += min(k, n + 1) if stats.verified_positions is None else stats.verified_positions
         self.gamma_used.add(depth)
         self._acceptance_history.append(n / depth)
         if not timed or stats.draft_catch_up_tokens:
@@ -322,8 +292,9 @@ class Telemetry:
     def snapshot(self) -> MetricsSnapshot:
         t_plain = self.plain_verify.value
         alpha = self.alpha.value
-        verified = self.verified_positions
-        alpha_emp = self.num_accepted_tokens / verified if verified else None
+        drafts = self.drafts
+        judged = drafts.num_accepted_tokens + drafts.num_rejected  # draft positions verified
+        alpha_emp = drafts.num_accepted_tokens / judged if judged else None
         c = self.cost_ratio
         verify_cost = {k: v for k, v in enumerate(self.verify_cost, 1)}
         gamma_mean = self.gamma_used.value or 0.0
@@ -345,18 +316,18 @@ class Telemetry:
         plain_tps = 1000.0 / plain_ms if plain_ms else None
         others = self._others_ms / self._share_ms if self._share_ms > 0 else None
         honest = measured_speedup(self.decode, list(self.plain_total.values), others)
-        drafted = self.position_drafted
-        per_pos = tuple(a / d for a, d in zip(self.position_accepted, drafted) if d)
+        histogram = drafts.acceptance_histogram + [0] * (self.max_gamma + 1 - len(drafts.acceptance_histogram))
+        ms_per_token = {name: ms / n for name, (ms, n) in self._source_ms.items() if n}
         return MetricsSnapshot(
             num_steps=self.num_steps,
             num_tokens=self.num_tokens,
-            num_drafts=self.num_drafts,
-            num_draft_tokens=self.num_draft_tokens,
-            num_accepted_tokens=self.num_accepted_tokens,
-            acceptance_histogram=tuple(self.histogram),
-            per_position_acceptance=per_pos,
-            mean_acceptance_length=mean_acceptance_length(self.num_accepted_tokens, self.num_drafts),
-            draft_acceptance_rate=(self.num_accepted_tokens / self.num_draft_tokens) if self.num_draft_tokens else 0.0,
+            num_drafts=drafts.num_drafts,
+            num_draft_tokens=drafts.num_draft_tokens,
+            num_accepted_tokens=drafts.num_accepted_tokens,
+            acceptance_histogram=tuple(histogram),
+            per_position_acceptance=drafts.per_position_acceptance,
+            mean_acceptance_length=drafts.mean_acceptance_length,
+            draft_acceptance_rate=drafts.draft_acceptance_rate,
             alpha=alpha,
             alpha_empirical=alpha_emp,
             target_token_ms=t_plain,
@@ -388,8 +359,8 @@ class Telemetry:
             predicted_gain=self.predicted_gain,
             gamma_history=tuple(self._gamma_history),
             acceptance_history=tuple(self._acceptance_history),
-            drafts_by_source={name: {"steps": s[0], "drafted": s[1], "accepted": s[2],
-                                     "draft_ms_per_token": s[3] / s[4] if s[4] else None}
+            drafts_by_source={name: {"drafted": s.num_draft_tokens, "accepted": s.num_accepted_tokens,
+                                     "draft_ms_per_token": ms_per_token.get(name)}
                               for name, s in self._by_source.items()},
         )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 
-from specchat.events import Step
+from specchat.events import DraftCounts, Step
 from specchat.serve.reply import FINISH
 
 
@@ -23,8 +23,7 @@ class ServeMetrics:
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
         self._lock = threading.Lock()  # the worker adds steps while handlers add prompts and read
-        self.drafts = self.draft_tokens = self.accepted = 0
-        self.per_position: list[int] = []
+        self.drafts = DraftCounts()
         self.prompt_tokens = self.generation_tokens = 0
         self.finished: dict[str, int] = {}
 
@@ -33,16 +32,9 @@ class ServeMetrics:
             self.prompt_tokens += tokens
 
     def add_step(self, index: int, step: Step) -> None:
-        k, n = step.stats.num_draft_tokens, step.stats.num_accepted_tokens
         with self._lock:
             self.generation_tokens += len(step.tokens)
-            if k:
-                self.drafts += 1
-                self.draft_tokens += k
-                self.accepted += n
-                self.per_position += [0] * (n - len(self.per_position))
-                for i in range(n):
-                    self.per_position[i] += 1
+            self.drafts.add(step.stats)
             if step.finish_reason:
                 reason = FINISH.get(step.finish_reason, "stop")
                 self.finished[reason] = self.finished.get(reason, 0) + 1
@@ -50,12 +42,13 @@ class ServeMetrics:
     def render(self, running: int) -> str:
         label = f'model_name="{self.model_name}"'
         with self._lock:
+            d = self.drafts
             counters = [
-                ("vllm:spec_decode_num_drafts_total", "Steps that verified at least one draft.", [("", self.drafts)]),
-                ("vllm:spec_decode_num_draft_tokens_total", "Draft tokens proposed.", [("", self.draft_tokens)]),
-                ("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", [("", self.accepted)]),
+                ("vllm:spec_decode_num_drafts_total", "Steps that verified at least one draft.", [("", d.num_drafts)]),
+                ("vllm:spec_decode_num_draft_tokens_total", "Draft tokens proposed.", [("", d.num_draft_tokens)]),
+                ("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", [("", d.num_accepted_tokens)]),
                 ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "Steps whose draft at this position was accepted.",
-                 [(f',position="{i}"', c) for i, c in enumerate(self.per_position)]),
+                 [(f',position="{i}"', c) for i, c in enumerate(d.accepted_per_position)]),
                 ("vllm:prompt_tokens_total", "Prompt tokens.", [("", self.prompt_tokens)]),
                 ("vllm:generation_tokens_total", "Generated tokens.", [("", self.generation_tokens)]),
                 ("vllm:request_success_total", "Requests finished, by finish reason.",

@@ -26,8 +26,7 @@ import math
 from typing import Any
 
 from specchat.engine.session import IncrementalDecoder
-from specchat.events import Step
-from specchat.telemetry import mean_acceptance_length
+from specchat.events import DraftCounts, Step
 
 # our finish reasons → OpenAI's (vLLM says "abort" for a request it cancelled)
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "abort",
@@ -43,9 +42,7 @@ class Reply:
         self.cut: int | None = None  # where a stop string began
         self.ids: list[int] = []
         self.finish_reason: str | None = None
-        self.spec_steps = self.drafted = self.accepted = 0
-        self.histogram: dict[int, int] = {}
-        self.per_position: list[int] = []
+        self.drafts = DraftCounts()
 
     @property
     def tokens(self) -> int:
@@ -89,15 +86,7 @@ class Reply:
             logprob = math.log(token.p) if token.p else -9999.0
             entries.append({"token": piece, "logprob": logprob, "bytes": list(piece.encode()), "top_logprobs": []})
         self.ids += [t.id for t in step.tokens]
-        k, n = step.stats.num_draft_tokens, step.stats.num_accepted_tokens
-        if k:
-            self.spec_steps += 1
-            self.drafted += k
-            self.accepted += n
-            self.histogram[n] = self.histogram.get(n, 0) + 1
-            self.per_position += [0] * (n - len(self.per_position))
-            for i in range(n):
-                self.per_position[i] += 1
+        self.drafts.add(step.stats)
         if self.cut is None and step.finish_reason:
             self.finish_reason = FINISH.get(step.finish_reason, "stop")
         if self.cut is not None:  # the reply ended at a stop string: nothing after it is text
@@ -108,13 +97,14 @@ class Reply:
         """vLLM's per-request summary (the module docstring); None without speculation."""
         if not self.num_spec_tokens:
             return None
+        d = self.drafts
         return {
-            "mean_acceptance_length": mean_acceptance_length(self.accepted, self.spec_steps),
-            "draft_acceptance_rate": self.accepted / self.drafted if self.drafted else None,
-            "acceptance_histogram": {str(j): c for j, c in sorted(self.histogram.items())},
-            "num_spec_steps": self.spec_steps,
-            "num_accepted_draft_tokens": self.accepted,
-            "num_draft_tokens": self.drafted,
+            "mean_acceptance_length": d.mean_acceptance_length,
+            "draft_acceptance_rate": d.draft_acceptance_rate,
+            "acceptance_histogram": {str(j): c for j, c in enumerate(d.acceptance_histogram) if c},
+            "num_spec_steps": d.num_drafts,
+            "num_accepted_draft_tokens": d.num_accepted_tokens,
+            "num_draft_tokens": d.num_draft_tokens,
             "num_spec_tokens": self.num_spec_tokens,
-            "accepted_per_position": list(self.per_position),
+            "accepted_per_position": list(d.accepted_per_position),
         }

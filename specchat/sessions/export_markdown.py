@@ -39,7 +39,7 @@ def metrics_rows(m: MetricsSnapshot) -> list[tuple[str, str]]:
         ("drafting steps", str(m.num_drafts)),
         ("draft tokens proposed / accepted", f"{m.num_draft_tokens} / {m.num_accepted_tokens}"),
         ("mean acceptance length (tokens per verification)", _num(m.mean_acceptance_length)),
-        ("draft acceptance rate", _num(m.draft_acceptance_rate * 100, ".1f", " %")),
+        ("draft acceptance rate", _num(m.draft_acceptance_rate and m.draft_acceptance_rate * 100, ".1f", " %")),
         ("α (alpha, measured)", _num(m.alpha, ".3f")),
         ("c (cost ratio, draft forward / target forward)", _num(m.cost_ratio, ".3f")),
         ("mean γ (num_speculative_tokens)", _num(m.gamma, ".2f")),

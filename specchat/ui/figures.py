@@ -113,7 +113,7 @@ SUMMARY = [
     ("tokens", lambda m: m.num_tokens, 2, "", False),
     ("tok/s", lambda m: m.tokens_per_s, 1, "", True),
     ("mean accept len", lambda m: m.mean_acceptance_length, 2, "", False),
-    ("draft accept rate", lambda m: m.draft_acceptance_rate if m.num_draft_tokens else None, 2, "", False),
+    ("draft accept rate", lambda m: m.draft_acceptance_rate, 2, "", False),
 ]
 SPEEDUP = "measured speed-up"
 # behind the "details" fold: the cost model's inputs and the paper's reference figures
