@@ -1,48 +1,13 @@
 """``specchat verify``'s exact-law check: the law of the first token the engine's sampler
-emits, read off the sampler's own code at the verify prompt, on the target's p and the
-proposer's q there as the backend gave them — compared with p, with no sampling noise.
+emits at the verify prompt, read off the sampler's own code on the backend's p and q,
+compared with p with no sampling noise.
 
-Why: a sampled check cannot see a small error. Moving 1e-4 of the residual's mass from
-one token to another changes the first token's law by 1e-4 · P(reject) in TV; a χ² test
-would need ~1e9 draws to see that. The sampler, though, is a deterministic function of
-its uniforms, so its law can be read exactly:
+The sampler is a deterministic function of its uniforms, so its law is read by adaptive
+stratification of them (cells halved below 2^-32). The check fails when TV(law, p) >
+LAW_BOUND = 2e-6 and names the token with the largest error; supports wider than MAX_IDS
+are cut to their likeliest ids, and the line says so. The tree walk is not read here.
 
-* a draft x ~ q is kept when its acceptance test passes on one uniform, and after a
-  rejection the next token is drawn with another, so the first token's law is
-  Σ_x q(x) [A(x) 1{y = x} + (1 − A(x)) R_x(y)]: A(x) the measure of the uniforms that
-  keep x, R_x the law of the draw after x is rejected, both read off
-  ``sampling.rejection_sample`` (its ``draws``), one row per (draft, uniform), every id
-  q can draft a draft (R_x only where A(x) < 1: the others are never rejected);
-* a point-mass draft (n-gram lookup; a plain step is read as one, drafting p's argmax)
-  is followed by the target's own draw at the position's uniform, kept or not (the
-  coupled form), read off ``rejection_sample(uniforms=...)`` and, where the backend's
-  logits are in host memory, off the numpy sampler the engine then uses
-  (``host_sampling.verify_point_mass``, fed those logits).
-
-Each of these is piecewise constant in its uniform (a threshold test, an inverse CDF), so
-its law is read by adaptive stratification: the uniforms j/128 first, then every cell
-whose two ends give different outputs is halved until narrower than 2^-32 (a cell whose
-ends agree gives its whole width to that output; one still split at the end gives half
-to each). That errs by at most 2^-33 per change of output, under 2e-8 over 128 ids, so
-what a healthy sampler shows is float32 rounding of p, q and the residual: the sums over
-the W ids read, rounded at u = 2^-24 each, err by about √W · u (the probabilistic bound
-of Higham & Mary, 2019), so healthy_tv(W) = √W · u + W · 2^-33 bounds a healthy reading
-(readings on two CPUs: docs/benchmarks/why-the-numbers.md). The tests hold every healthy
-reading to it, on any CPU, instead of to one machine's figure. A sampler whose output left
-a token and came back inside one first-grid cell would be misread; none built of
-threshold tests and inverse CDFs does that.
-
-Rule: the check fails when TV(law, p) > LAW_BOUND = 2e-6, ≥ 2.9× healthy_tv at any support read. The error
-above at a 10 % rejection rate (TV 1e-5) fails it; a bound ten times looser would pass
-it (tests/verify/test_thresholds.py). The line names the token with the largest error.
-
-The rows are the real ones when p and q together put mass on at most MAX_IDS ids (the
-default profile's top-p keeps 33 at verify's prompt on SmolLM2); the columns where both
-are 0 are dropped (no law of the sampler's involves them) and the order of the rest is
-kept. A wider support (temperature alone) is cut to its MAX_IDS likeliest ids and
-renormalised (for the host sampler: the other logits dropped, as if −inf), and the line
-says so; the host's two-level draw for supports over 1,024 ids is then not reached. Not
-read here: the tree walk (engine/trees/walk.py), which tests/engine/trees/test_tree_exactness.py covers.
+Design notes (derivation, bounds): docs/design/verify.md
 """
 
 from __future__ import annotations

@@ -1,46 +1,13 @@
 """When may greedy speculative decoding and greedy plain decoding disagree?
 
-Both take the target's argmax, but from different computations of the same logits:
-plain decoding runs one token per forward, verification runs k+1 tokens in one
-batched forward (other matrix shapes, other summation order). In exact arithmetic the
-two agree; in floating point they agree to within rounding, so greedy outputs may
-differ where the top two logits are closer than that rounding: a near-tie. Anything
-wider is a bug. How close is "near" depends on the precision the logits pass through:
+Batched verification and one-token decoding compute the same logits differently, so greedy
+outputs may differ only where the top two logits are within rounding: a near-tie. The
+bound is a fixed constant of the format (1e-3 for float32/64; 8 ULPs of the 16-bit format
+for bf16/fp16 and 4-bit; 32 bf16 ULPs for LLM.int8; twice :data:`GGUF_NOISE_BOUND` for
+llama.cpp), never measured on the backend being judged. Anything wider is a bug;
+``specchat verify`` fails when batched-vs-one-token noise exceeds :func:`noise_bound`.
 
-* float32 / float64: differences come from summation order alone and stay far below
-  1e-3 in logit units (unmeasurable in bf16 ULPs on SmolLM2-135M); the tolerance is
-  1e-3, as it always was.
-* bfloat16 / float16 compute, and 4-bit weights (bitsandbytes computes them in bf16 on
-  CPU): every activation is rounded to 8 (bf16) or 11 (fp16) significant bits between
-  layers, so the two computations differ by whole units in the last place (ULPs) of the
-  logits (the spread measured on SmolLM2-135M: docs/benchmarks/why-the-numbers.md). A
-  flip needs the gap in one computation to be within that spread, and the gap we report
-  comes from a third computation (a fresh forward of the prefix), which can be off by
-  the spread again: hence twice the p99 spread, **8 ULPs** of the 16-bit format at the
-  magnitude of the top logit (1.0 at a logit of 20 in bf16, where one ULP is 0.125;
-  0.125 in fp16).
-* 8-bit (LLM.int8): activations are quantised to int8 per row and outlier columns are
-  chosen per batch, so a batch changes the rounding of every row in it; by the same
-  rule, **32 ULPs** of bf16.
-
-* llama.cpp (``gguf:<type>``): its kernels take other code paths for a batch of tokens
-  than for one (and set-up's small-batch attention accumulates in F32 where the
-  one-token path uses F16), so logits move by far more than rounding. Each format's
-  bound on that move is a constant, :data:`GGUF_NOISE_BOUND`, measured once on healthy
-  builds (see its comment); a divergence is a near-tie within twice it.
-
-Every bound here is a fixed constant of the format, never measured on the backend
-being judged: a backend fault that corrupts batched logits would otherwise widen its
-own tolerance (logits shifted one row in every batch measured a "noise" of 20 and
-waved every divergence through). ``specchat verify`` measures the batched-vs-one-token
-difference and fails when it exceeds :func:`noise_bound` (single.batch_logit_noise).
-Why twice: greedy speculation and plain decoding part where one computation's argmax
-differs from the other's, and two logits that each moved by at most b move their
-difference by at most 2b — so a flip needs a gap of at most 2b.
-
-A planted sampler bug (a wrongly kept draft) diverges at ordinary gaps, typically many
-logit units; the statistical checks in ``specchat verify`` and the tests, not this rule,
-are what catch subtle sampling bugs.
+Design notes: docs/design/verify.md
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Statistical comparisons for ``specchat verify``. Sequences are integer codes (one per
 distinct K-token continuation); distributions are dicts code → probability.
 
-Decision rule (stated in the report): each check fails when its chi-square p-value is
-below ``ALPHA`` or when its total variation distance exceeds ``tv_threshold``, the
-99.9th percentile of the TV distance that an exact sampler shows at the same sample
-size (simulated from the exact distribution, or, for two samples, from random
-relabellings of the pooled samples — a permutation null). Each check thus raises a
-false alarm with probability about 0.1 % + 0.1 %.
+Each check fails when its chi-square p-value is below ``ALPHA`` or its total variation
+distance exceeds ``tv_threshold`` (the 99.9th percentile an exact sampler shows at the same
+sample size): a false alarm about 0.1 % + 0.1 % of the time. Power is the noncentral-χ²
+probability that the χ² rule alone catches a named bug (a lower bound); ``power_scale`` is
+the mildest fraction of that bug still caught with 90 % power.
 
-Power (reported beside each goodness-of-fit check that has a named bug to measure it
-against): the probability that the χ² rule alone fails at this sample size when the
-samples follow the bug's exact law instead — the noncentral χ² with the check's own
-cells and degrees of freedom, λ = n Σ (bug − exact)² / exact. The TV rule can only add
-to it, so the figure is a lower bound. ``power_scale`` is the mildest version of the
-same bug (a fraction ε of its error: the law exact + ε (bug − exact)) still caught with
-90 % power; below it, the check would usually miss the bug.
+Design notes: docs/design/verify.md
 """
 
 from __future__ import annotations
