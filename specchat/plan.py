@@ -1,69 +1,29 @@
 """``specchat plan``: what speculation can pay on this machine, before any chat.
 
-c and v(k) belong to the hardware and the model pair, α to the task (the seeds'
-arithmetic). So the target's verify cost is measured here for k = 0..8 drafts at a few
-context lengths (a plain step is k = 0; attention makes all of them grow with the
-context), and the proposer's cost per draft from a short greedy generation; the expected
-speed-up over α × γ then follows from the same formula the panel's prediction uses
-(telemetry.predicted_speedup: E(γ) / (γ·c + v(γ)), with E(γ) = (1 − α^(γ+1)) / (1 − α)),
-with each γ's break-even α and, per α, the best γ. Measured acceptance can be given
-(``--alpha-from``: a recording or bench's results.json): besides its α in the geometric
-formula, its steps as run — each one's context, drafts and drafts kept — are priced with
-these costs (:func:`as_run`). That is the one honest reading for a proposer whose
-acceptance is not i.i.d.: prompt lookup's drafts are kept nearly all or none, and a
-geometric α fitted to them over-predicts it.
+c and v(k) belong to the hardware and the model pair, α to the task. So this times the
+target's steps verifying k = 0..8 drafts at a few contexts and the proposer's time a draft,
+and prices them with the one cost model (engine/gamma/cost_model.py's MeasuredCosts): the
+speed-up E(γ) / (γ·c + v(γ)) over α × γ, each γ's break-even α, and, for measured acceptance
+(``--alpha-from``), the task's steps as run — the honest reading for a proposer whose
+acceptance is not i.i.d. (prompt lookup keeps its drafts nearly all or none).
 """
 
 from __future__ import annotations
 
-import bisect
 import random
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from specchat.engine.proposers import Proposal, Proposer
-from specchat.telemetry import predicted_speedup
+from specchat.engine.gamma.cost_model import MeasuredCosts
 
 CONTEXTS = (256, 1024, 4096)
 MAX_K = 8
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 REPEATS = 7  # timed forwards per (context, k); their median is kept
 NOISY = 0.15  # a point whose quartiles lie further apart than this share of its median is noise
-
-
-@dataclass(frozen=True)
-class Costs:
-    """Measured: ``step_ms[L][k]`` the target's time to verify k drafts after L tokens
-    (k = 0: a plain step); ``draft_ms`` the proposer's time per draft (0 for none)."""
-
-    step_ms: dict[int, list[float]]
-    draft_ms: float | dict[int, float]  # per context where the draft's own step was timed at each
-    source: str
-    spread: dict[int, float] | None = None  # per context: the widest (p75 − p25) / median of its points
-    lookup_ms: float = 0.0  # the proposer's time in a step it drafts nothing for (a lookup that missed)
-    # (plain decoding's, speculation's) time a step outside its own timing: the engine's
-    # bookkeeping around it (the controller's choice and forecast, the step's record)
-    outside_ms: tuple[float, float] = (0.0, 0.0)
-
-    @classmethod
-    def from_report(cls, figures: dict) -> "Costs":
-        """The costs behind :func:`report`'s figures (plan --json's)."""
-        contexts = figures["contexts"]
-        return cls({int(L): f["step_ms"] for L, f in contexts.items()},
-                   {int(L): f["draft_ms"] for L, f in contexts.items()}, figures["source"],
-                   lookup_ms=figures.get("lookup_ms") or 0.0, outside_ms=tuple(figures.get("outside_ms") or (0.0, 0.0)))
-
-    def draft_at(self, context: int) -> float:
-        return self.draft_ms[context] if isinstance(self.draft_ms, dict) else self.draft_ms
-
-    def c(self, context: int) -> float:
-        return self.draft_at(context) / self.step_ms[context][0]
-
-    def v(self, context: int, k: int) -> float:
-        return self.step_ms[context][k] / self.step_ms[context][0]
 
 
 def measure_target(target: Any, params: Any = None, contexts: tuple[int, ...] = CONTEXTS, max_k: int = MAX_K,
@@ -157,16 +117,14 @@ def measure_drafting(engine: Any, prompt_ids: list[int], tokens: int = 48) -> Dr
                     median(plain))
 
 
-def draft_costs(drafting: Drafting, plain: Drafting, steps: dict[int, list[float]]) -> float | dict[int, float]:
+def draft_costs(drafting: Drafting, plain: Drafting, steps: dict[int, list[float]]) -> dict[int, float]:
     """The draft's time per draft at each timed context: c, its time over a plain step's
     where both were timed (one prompt, one context), held across contexts (a draft model's
     step grows with the context as its target's does). Pricing a draft timed after 60 tokens
     against a plain step after 256 read c 0.64 where bench, timing both in one reply, read
     0.76 (issue 56). Without a plain time, the draft's time as measured."""
-    if not plain.plain_ms:
-        return drafting.per_draft_ms
-    c = drafting.per_draft_ms / plain.plain_ms
-    return {context: c * times[0] for context, times in steps.items()}
+    c = drafting.per_draft_ms / plain.plain_ms if plain.plain_ms else None
+    return {context: drafting.per_draft_ms if c is None else c * times[0] for context, times in steps.items()}
 
 
 def task_contexts(contexts: tuple[int, ...], steps: list[tuple[int, int, int]]) -> tuple[int, ...]:
@@ -180,78 +138,19 @@ def task_contexts(contexts: tuple[int, ...], steps: list[tuple[int, int, int]]) 
     return tuple(sorted({*contexts, low})) if 32 <= low < min(contexts) else contexts
 
 
-def speedups(costs: Costs, context: int, alphas: tuple[float, ...] = ALPHAS, max_k: int = MAX_K) -> list[list[float]]:
-    """[α][γ − 1]: the expected speed-up over plain decoding."""
-    c = costs.c(context)
-    return [[predicted_speedup(a, g, c, costs.v(context, g)) for g in range(1, max_k + 1)] for a in alphas]
-
-
-def break_even(costs: Costs, context: int, gamma: int) -> float | None:
-    """The α above which γ drafts a step pay (None: not even at α → 1)."""
-    c, v = costs.c(context), costs.v(context, gamma)
-    if predicted_speedup(0.999999, gamma, c, v) <= 1.0:
-        return None
-    lo, hi = 0.0, 0.999999
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if predicted_speedup(mid, gamma, c, v) <= 1.0 else (lo, mid)
-    return hi
-
-
-def report(costs: Costs, alphas: tuple[float, ...] = ALPHAS) -> dict:
+def report(costs: MeasuredCosts, alphas: tuple[float, ...] = ALPHAS) -> dict:
     """Everything measured and predicted, as JSON-able figures."""
     first = min(costs.step_ms, default=0)
-    out: dict[str, Any] = {"source": costs.source, "draft_ms": costs.draft_at(first) if costs.step_ms else 0.0,
+    out: dict[str, Any] = {"source": costs.source, "draft_ms": costs.draft_ms[first] if costs.step_ms else 0.0,
                            "lookup_ms": costs.lookup_ms, "outside_ms": list(costs.outside_ms), "contexts": {}}
     for context, steps in costs.step_ms.items():
-        table = speedups(costs, context, alphas)
+        table = costs.speedups(context, alphas)
         out["contexts"][str(context)] = {
-            "step_ms": steps, "draft_ms": costs.draft_at(context), "c": costs.c(context), "v": [costs.v(context, k) for k in range(len(steps))],
+            "step_ms": steps, "draft_ms": costs.draft_ms[context], "c": costs.c(context),
+            "v": [costs.v(context, k) for k in range(len(steps))],
             "alphas": list(alphas), "speedup": table,
-            "break_even_alpha": [break_even(costs, context, g) for g in range(1, len(steps))],
+            "break_even_alpha": [costs.break_even(context, g) for g in range(1, len(steps))],
             "best_gamma": [max(range(len(row)), key=row.__getitem__) + 1 if max(row) > 1.0 else 0 for row in table],
             "spread": (costs.spread or {}).get(context),
         }
     return out
-
-
-def _at(table: dict[int, float], context: int) -> float:
-    """``table`` (measured context → value) at ``context``: on the line between the two
-    measured contexts around it; the nearest one's value outside them (no extrapolation)."""
-    xs = sorted(table)
-    if context <= xs[0] or len(xs) == 1:
-        return table[xs[0]]
-    if context >= xs[-1]:
-        return table[xs[-1]]
-    i = bisect.bisect_left(xs, context)
-    x0, x1 = xs[i - 1], xs[i]
-    return table[x0] + (table[x1] - table[x0]) * (context - x0) / (x1 - x0)
-
-
-def step_cost(costs: Costs, context: int, k: int) -> tuple[float, float]:
-    """(a plain step's ms, a step verifying k drafts' ms, its drafting included: a missed
-    lookup's time where k = 0) after ``context`` tokens; k beyond the measured ones on the
-    line through the last two."""
-    top = min(len(steps) for steps in costs.step_ms.values()) - 1
-
-    def ms(j: int) -> float:
-        return _at({L: steps[j] for L, steps in costs.step_ms.items()}, context)
-
-    verify = ms(k) if k <= top else ms(top) + (k - top) * (ms(top) - ms(top - 1))
-    drafting = k * _at({L: costs.draft_at(L) for L in costs.step_ms}, context) if k else costs.lookup_ms
-    return ms(0), verify + drafting
-
-
-def as_run(costs: Costs, steps: list[tuple[int, int, int]]) -> float | None:
-    """The speed-up over plain decoding of ``steps`` (context, drafts verified, drafts
-    kept) as a task ran them, priced with these costs: each step yields kept + 1 tokens
-    in the time of a step verifying its drafts (drafting included), where plain decoding
-    takes a plain step's time a token at the same context; each side's steps also pay
-    its time outside them. None without a step."""
-    plain = spec = 0.0
-    outside_plain, outside_spec = costs.outside_ms
-    for context, k, kept in steps:
-        w0, wk = step_cost(costs, context, k)
-        plain += (kept + 1) * (w0 + outside_plain)
-        spec += wk + outside_spec
-    return plain / spec if spec else None

@@ -1,4 +1,4 @@
-"""``specchat plan`` (specchat/plan.py): measured costs in, the panel's formula out.
+"""``specchat plan`` (specchat/plan.py; its pricing is engine/gamma/cost_model.py's MeasuredCosts).
 
 * On the tiny model (a 512-token context: only the 256-token point fits): the JSON has the
   target's step times for k = 0..8, c, v(k), the α × γ table, each γ's break-even α (where
@@ -21,22 +21,23 @@ import json
 
 import pytest
 
-from specchat.plan import CONTEXTS, Costs, Drafting, as_run, break_even, draft_costs, report, task_contexts
+from specchat.engine.gamma.cost_model import MeasuredCosts
+from specchat.plan import CONTEXTS, Drafting, draft_costs, report, task_contexts
 from specchat.telemetry import predicted_speedup
 
 
-def costs(c: float, slope: float) -> Costs:
-    return Costs({256: [10.0 * (1 + slope * k) for k in range(9)]}, 10.0 * c, "test")
+def costs(c: float, slope: float) -> MeasuredCosts:
+    return MeasuredCosts({256: [10.0 * (1 + slope * k) for k in range(9)]}, {256: 10.0 * c}, "test")
 
 
 def test_break_even_is_where_the_formula_crosses_one():
-    assert break_even(costs(0.0, 0.1), 256, 1) == pytest.approx(0.1, abs=1e-6)
+    assert costs(0.0, 0.1).break_even(256, 1) == pytest.approx(0.1, abs=1e-6)
     for c, slope in ((0.05, 0.1), (0.3, 0.05), (0.0, 0.5)):
         for gamma in range(1, 9):
-            a = break_even(costs(c, slope), 256, gamma)
+            a = costs(c, slope).break_even(256, gamma)
             if a is not None:
                 assert predicted_speedup(a, gamma, c, 1 + slope * gamma) == pytest.approx(1.0, abs=1e-6)
-    assert break_even(costs(2.0, 1.0), 256, 1) is None  # a draft dearer than what it can save
+    assert costs(2.0, 1.0).break_even(256, 1) is None  # a draft dearer than what it can save
 
 
 def test_the_best_gamma_is_the_rows_largest_and_none_below_one():
@@ -47,39 +48,59 @@ def test_the_best_gamma_is_the_rows_largest_and_none_below_one():
 
 def test_as_run_prices_each_step_at_its_own_context():
     # plain 10 ms at 256 tokens and 20 ms at 1,024; each draft verified adds 2 (4) ms; drafting 1 (3) ms a draft
-    measured = Costs({256: [10.0 + 2 * k for k in range(9)], 1024: [20.0 + 4 * k for k in range(9)]},
+    measured = MeasuredCosts({256: [10.0 + 2 * k for k in range(9)], 1024: [20.0 + 4 * k for k in range(9)]},
                      {256: 1.0, 1024: 3.0}, "test")
     # 4 drafts all kept at 256; 4 drafts none kept at 640 (halfway: plain 15, +3 a draft, 2 ms drafting); plain at 2,000
     steps = [(256, 4, 4), (640, 4, 0), (2000, 0, 0)]
     plain = 5 * 10.0 + 1 * 15.0 + 1 * 20.0
     spec = (10.0 + 8 + 4 * 1.0) + (15.0 + 12 + 4 * 2.0) + 20.0
-    assert as_run(measured, steps) == pytest.approx(plain / spec)
-    assert as_run(measured, [(100, 2, 1)]) == pytest.approx(2 * 10.0 / (14.0 + 2.0))  # below 256: 256's costs
-    assert as_run(measured, [(256, 10, 10)]) == pytest.approx(11 * 10.0 / (30.0 + 10.0))  # k > 8: on the line
-    assert as_run(measured, []) is None
+    assert measured.as_run(steps) == pytest.approx(plain / spec)
+    assert measured.as_run([(100, 2, 1)]) == pytest.approx(2 * 10.0 / (14.0 + 2.0))  # below 256: 256's costs
+    assert measured.as_run([(256, 10, 10)]) == pytest.approx(11 * 10.0 / (30.0 + 10.0))  # k > 8: on the line
+    assert measured.as_run([]) is None
+
+
+def test_plan_prices_a_step_as_gamma_autos_cost_model_does():
+    """One cost model: at a timed context, plan's c, v(k) and T(k) (k beyond the timed ones
+    included) are the controller's for the same times. Planted bug: plan extrapolating k on
+    a line of its own (through the last two timed k, which the slow k = 8 here tilts)."""
+    from specchat.engine.gamma.cost_model import CostModel
+    from specchat.events import StepStats
+
+    verify = [10.0 + 2 * k for k in range(8)] + [40.0]  # k = 8 timed slow
+    measured = MeasuredCosts({256: verify}, {256: 1.5}, "draft")
+    model = CostModel(16, by_context=False)
+    for k, ms in enumerate(verify):
+        model.time(StepStats(k, k, 0, draft_ms=1.5 * k, total_ms=ms + 1.5 * k), "draft")
+    c, v = model.ratios("draft")
+    assert measured.c(256) == pytest.approx(c) and [measured.v(256, k) for k in range(1, 9)] == pytest.approx(v)
+    times = [f[1] for f in model.forecast([1.0] * 16, "draft")]
+    assert [measured.step(256, k)[1] for k in range(17)] == pytest.approx(times)
 
 
 def test_as_run_charges_a_missed_lookup_on_the_steps_that_drafted_nothing():
     # a lookup that misses costs 0.5 ms: paid on γ = auto's plain steps, never by plain decoding
-    measured = Costs({256: [10.0 + 2 * k for k in range(9)]}, 1.0, "test", lookup_ms=0.5)
-    assert as_run(measured, [(256, 0, 0), (256, 2, 2)]) == pytest.approx((1 + 3) * 10.0 / (10.5 + 14.0 + 2.0))
-    assert Costs.from_report(report(measured)).lookup_ms == 0.5  # kept through plan --json
+    measured = MeasuredCosts({256: [10.0 + 2 * k for k in range(9)]}, {256: 1.0}, "test", lookup_ms=0.5)
+    assert measured.as_run([(256, 0, 0), (256, 2, 2)]) == pytest.approx((1 + 3) * 10.0 / (10.5 + 14.0 + 2.0))
+    assert MeasuredCosts.from_report(report(measured)).lookup_ms == 0.5  # kept through plan --json
 
 
 def test_as_run_charges_each_side_its_time_outside_the_steps():
     # plain decoding's bookkeeping 0.2 ms a step, speculation's 0.6 ms: per token on one side, per step on the other
-    measured = Costs({256: [10.0 + 2 * k for k in range(9)]}, 1.0, "test", outside_ms=(0.2, 0.6))
-    assert as_run(measured, [(256, 2, 2)]) == pytest.approx(3 * 10.2 / (14.0 + 2.0 + 0.6))
-    assert Costs.from_report(report(measured)).outside_ms == (0.2, 0.6)
+    measured = MeasuredCosts({256: [10.0 + 2 * k for k in range(9)]}, {256: 1.0}, "test", outside_ms=(0.2, 0.6))
+    assert measured.as_run([(256, 2, 2)]) == pytest.approx(3 * 10.2 / (14.0 + 2.0 + 0.6))
+    assert MeasuredCosts.from_report(report(measured)).outside_ms == (0.2, 0.6)
 
 
 def test_c_is_the_draft_over_a_plain_step_timed_in_one_reply_held_across_contexts():
     # the real pair: 20.8 ms a draft and 27.4 ms a plain step, both after ~60 tokens; the
     # target's plain step after 256 tokens took 32.4 ms. c is 0.76 there, not 20.8 / 32.4
     steps = {256: [32.4, 47.6], 1024: [40.0, 60.0]}
-    costs = Costs(steps, draft_costs(Drafting(20.8, 0.0, 0.1, 0.0), Drafting(0.0, 0.0, 0.1, 27.4), steps), "draft_model")
+    costs = MeasuredCosts(steps, draft_costs(Drafting(20.8, 0.0, 0.1, 0.0), Drafting(0.0, 0.0, 0.1, 27.4), steps),
+                          "draft_model")
     assert costs.c(256) == pytest.approx(20.8 / 27.4) and costs.c(1024) == pytest.approx(20.8 / 27.4)
-    assert draft_costs(Drafting(20.8, 0.0, 0.1), Drafting(0.0, 0.0, 0.1), steps) == 20.8  # no plain time: as measured
+    no_plain_time = draft_costs(Drafting(20.8, 0.0, 0.1), Drafting(0.0, 0.0, 0.1), steps)
+    assert no_plain_time == {256: 20.8, 1024: 20.8}  # the draft's time as measured
 
 
 def test_plan_also_times_where_a_tenth_of_the_task_ran_below_its_least_context():
@@ -122,10 +143,10 @@ def test_plan_measures_the_tiny_model_and_prints_json(tiny_ngram_profile_path, c
     measured = {(m["config"], m["set"]): m for m in figures["measured"]}
     assert set(measured) == {("ngram γ=auto", "open"), ("ngram γ=auto", "code"), ("ngram γ=auto", "all")}
     assert measured[("ngram γ=auto", "open")]["alpha"] == 0.75 and measured[("ngram γ=auto", "code")]["alpha"] is None
-    costs = Costs.from_report(figures)  # the prompt step left out: two steps priced
-    assert measured[("ngram γ=auto", "open")]["as_run"] == pytest.approx(as_run(costs, [(300, 3, 3), (300, 0, 0)]))
+    costs = MeasuredCosts.from_report(figures)  # the prompt step left out: two steps priced
+    assert measured[("ngram γ=auto", "open")]["as_run"] == pytest.approx(costs.as_run([(300, 3, 3), (300, 0, 0)]))
     assert measured[("ngram γ=auto", "all")]["as_run"] == pytest.approx(
-        as_run(costs, [(300, 3, 3), (300, 0, 0), (300, 2, 0)]))
+        costs.as_run([(300, 3, 3), (300, 0, 0), (300, 2, 0)]))
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -11,8 +11,8 @@ plan's costs at the context nearest the set's mean context:
     predicted = (m·E(γ) + 1 − m) / (m·(γ·c + v(γ)) + 1 − m),  E(γ) = (1 − α^(γ+1)) / (1 − α)
 
 and, last, bench's steps as run (each one's context, drafts and drafts kept: the task's
-acceptance as it came, not a geometric α) priced with plan's costs (specchat.plan.as_run,
-what `plan --alpha-from results.json` prints), all
+acceptance as it came, not a geometric α) priced with plan's costs (MeasuredCosts.as_run,
+specchat/engine/gamma/cost_model.py: what `plan --alpha-from results.json` prints), all
 held against bench's measured speed-up over our plain decoding, both of decoding alone
 (each request's prompt step left out of both rows' time and tokens: plan knows nothing
 of prompts) and end to end as bench reports it.
@@ -28,7 +28,7 @@ import argparse
 import json
 import statistics
 
-from specchat.plan import Costs, as_run
+from specchat.engine.gamma.cost_model import MeasuredCosts
 from specchat.telemetry import expected_tokens_per_round
 
 
@@ -73,8 +73,8 @@ def main() -> None:
         low = min(int(mean_k), len(v) - 2)
         there = predicted(low) + (mean_k - low) * (predicted(low + 1) - predicted(low)) if low else predicted(1)
         measured = decode_speedup(mine, plain)
-        priced = as_run(Costs.from_report(plan), [(s.get("context_tokens", 0), s["num_draft_tokens"],
-                                                    s["num_accepted_tokens"]) for s in steps])
+        priced = MeasuredCosts.from_report(plan).as_run([(s.get("context_tokens", 0), s["num_draft_tokens"],
+                                                          s["num_accepted_tokens"]) for s in steps])
         print(f"| {name} | {alpha:.2f} | {m:.2f} | {context:.0f} → {nearest} | {gamma} | {predicted(gamma):.2f}× "
               f"| {mean_k:.1f} | {there:.2f}× | {measured:.2f}× | {predicted(gamma) / measured - 1:+.0%} / "
               f"{there / measured - 1:+.0%} | {priced:.2f}× | {priced / measured - 1:+.0%} "

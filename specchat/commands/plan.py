@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     from specchat.engine.gamma.controller import FixedGamma
     from specchat.engine.template import ChatTemplate
     from specchat.loading import load_models
-    from specchat.plan import CONTEXTS, Costs, draft_costs, measure_drafting, measure_target, report, task_contexts
+    from specchat.engine.gamma.cost_model import MeasuredCosts
+    from specchat.plan import CONTEXTS, draft_costs, measure_drafting, measure_target, report, task_contexts
 
     note = lambda text: print(clean_line("plan:", text), file=sys.stderr, flush=True)  # noqa: E731
     note(f"loading {profile.name} …")
@@ -100,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
         proposer.select(proposer.drafting_model)  # a hybrid's route: its model, not its lookup
     drafting = measure_drafting(SpeculativeEngine(loaded.target, proposer, controller=fixed), prompt)
     plain = measure_drafting(SpeculativeEngine(loaded.target, None), prompt)
-    costs = Costs(steps, draft_costs(drafting, plain, steps), profile.speculation.method, spread, drafting.lookup_ms,
-                  (plain.outside_ms, drafting.outside_ms))
+    costs = MeasuredCosts(steps, draft_costs(drafting, plain, steps), profile.speculation.method, spread,
+                          drafting.lookup_ms, (plain.outside_ms, drafting.outside_ms))
     share = others.take()
     figures = report(costs)
     figures.update(profile=profile.name, target=loaded.target.name, precision=loaded.target.precision,
@@ -111,10 +112,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(figures: dict, args: argparse.Namespace, measured: list[dict] | None) -> int:
     if measured is not None:
-        from specchat.plan import Costs, as_run
+        from specchat.engine.gamma.cost_model import MeasuredCosts
 
-        costs = Costs.from_report(figures)
-        figures["measured"] = [{**m, "as_run": as_run(costs, m.pop("steps"))} for m in measured]
+        costs = MeasuredCosts.from_report(figures)
+        figures["measured"] = [{**m, "as_run": costs.as_run(m.pop("steps"))} for m in measured]
     if args.json:
         print(json.dumps(figures))
     else:  # the profile's name and the model's precision are a file's words: cleaned
@@ -143,7 +144,8 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str =
 
     from specchat.contention import BUSY_SHARE, CpuShare
     from specchat.engine.sampling import SamplingParams
-    from specchat.plan import Costs, measure_target, report
+    from specchat.engine.gamma.cost_model import MeasuredCosts
+    from specchat.plan import measure_target, report
 
     target_shape, draft_shape = PAIRS[pair]
     note = lambda text: print(clean_line("plan:", text), file=sys.stderr, flush=True)  # noqa: E731
@@ -176,7 +178,7 @@ def synthetic(pair: str, contexts: tuple[int, ...], repeats: int, backend: str =
         gc.collect()
     (steps, spread), (draft_steps, _) = timed
     share = others.take()
-    figures = report(Costs(steps, {c: t[0] for c, t in draft_steps.items()}, "draft_model", spread))
+    figures = report(MeasuredCosts(steps, {c: t[0] for c, t in draft_steps.items()}, "draft_model", spread))
     formats = ((target_shape.quant, draft_shape.quant) if backend == "llama.cpp"
                else ("4bit-nf4/bfloat16" if nf4 else "bfloat16", "bfloat16"))
     figures.update(profile=f"synthetic {pair}", target=f"{target_shape.name} {formats[0]} ({backend})",
@@ -243,15 +245,15 @@ def _measured(name: str) -> list[dict]:
 
 
 def render(figures: dict) -> str:
+    from specchat.engine.gamma.cost_model import MeasuredCosts
     from specchat.plan import NOISY
-    from specchat.telemetry import predicted_speedup
 
     lines = [f"plan: {figures['profile']} on {figures['target']} ({figures['precision']}), proposer "
              f"{figures['source']}: {figures['draft_ms']:.2f} ms a draft"
              + (f", {figures['lookup_ms']:.2f} ms a step it drafts nothing for" if figures.get("lookup_ms") else "")
              + ("; around each step {:.2f} ms plain, {:.2f} ms speculating".format(*figures["outside_ms"])
                 if any(figures.get("outside_ms") or ()) else "")]
-    measured = figures.get("measured") or []
+    measured, costs = figures.get("measured") or [], MeasuredCosts.from_report(figures)
     if figures.get("busy_machine"):
         lines.append(f"busy machine: other processes used {figures['cpu_others']:.0%} of the CPU while timing — "
                      "these costs are not to be trusted; rerun on a quiet machine")
@@ -269,7 +271,7 @@ def render(figures: dict) -> str:
                                                   for g, b in enumerate(f["break_even_alpha"], 1)))
         for m in measured:
             if m["alpha"] is not None:
-                row = [predicted_speedup(m["alpha"], g, f["c"], f["v"][g]) for g in range(1, len(f["v"]))]
+                row = costs.speedups(int(context), [m["alpha"]])[0]
                 best = max(range(len(row)), key=row.__getitem__)
                 lines.append(f"  at {m['config']} on {m['set']}'s α = {m['alpha']:.2f} (geometric): "
                              f"best γ = {best + 1}, {row[best]:.2f}×")

@@ -25,19 +25,21 @@ the k drafted, and the γ it recommends (γ = auto: "auto" where the model expec
 beat plain decoding over the situations it has been meeting, else 0; a fixed γ: the best
 fixed γ under the acceptance pooled over contexts). The panel's verdict, its recommended
 γ and bench's predictions are read from those answers, so they cannot disagree with what
-γ = auto does. Pure Python.
+γ = auto does. ``specchat plan`` prices the costs it times at a few contexts with the same
+pieces (:class:`MeasuredCosts`). Pure Python.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from statistics import median
 
 from specchat.events import StepStats
-from specchat.telemetry import RecentMedian
+from specchat.telemetry import RecentMedian, predicted_speedup
 
 Prior = float | list[float] | None  # a key's starting acceptance: one for every position, or per position
 
@@ -96,6 +98,22 @@ def plain_line(points: list[tuple[int, float]]) -> tuple[float, float]:
     steepest = min((m / c for c, m in points if c > 0), default=0.0)
     b = min(max(0.0, median(slopes)), steepest) if slopes else 0.0
     return median(m - b * c for c, m in points), b
+
+
+def step_time(k: int, draft_ms: float, verify_ms: float) -> float:
+    """T(k) = k·d + w(k) in ms: k drafts at ``draft_ms`` each, then verifying them."""
+    return k * draft_ms + verify_ms
+
+
+def between(table: dict[int, float], context: int) -> float:
+    """A cost timed at a few contexts (context → ms) read at ``context``: on the line
+    between the two timed around it, the nearest one's outside them (no extrapolation)."""
+    xs = sorted(table)
+    i = bisect.bisect_left(xs, context)
+    if i == 0 or i == len(xs):
+        return table[xs[min(i, len(xs) - 1)]]
+    x0, x1 = xs[i - 1], xs[i]
+    return table[x0] + (table[x1] - table[x0]) * (context - x0) / (x1 - x0)
 
 
 def line(values: dict[int, float]) -> tuple[float, float, float] | None:
@@ -217,7 +235,7 @@ class CostModel:
             if k:
                 expected += survival[k - 1]
             w = self.w(k)
-            out.append(None if w is None or (k and d is None) else (expected, k * (d or 0.0) + w))
+            out.append(None if w is None or (k and d is None) else (expected, step_time(k, d or 0.0, w)))
         return out
 
     def survival(self, key: Hashable, limit: int, prior: Prior = None) -> list[float]:
@@ -360,3 +378,72 @@ class CostModel:
         m = self.drafting_share.get(source, Ewma(1.0)).value
         return [None if f is None else (m * f[0] + 1 - m) / (m * f[1] / w0 + 1 - m)
                 for f in self.forecast(survival, source)[1:]]
+
+
+@dataclass(frozen=True)
+class MeasuredCosts:
+    """Costs timed at a few contexts L (``specchat plan``): ``step_ms[L][k]`` w(k), the
+    target's ms to verify k drafts after L tokens (k = 0: a plain step); ``draft_ms[L]`` d;
+    ``lookup_ms`` the proposer's ms in a step it drafts nothing for (a lookup that missed);
+    ``outside_ms`` (plain decoding's, speculation's) ms a step spends outside its own timing.
+    Read between timed contexts with :func:`between`, beyond the timed k with :func:`fitted`."""
+
+    step_ms: dict[int, list[float]]
+    draft_ms: dict[int, float]
+    source: str
+    spread: dict[int, float] | None = None  # per context: the widest (p75 − p25) / median of its points
+    lookup_ms: float = 0.0
+    outside_ms: tuple[float, float] = (0.0, 0.0)
+
+    @classmethod
+    def from_report(cls, figures: dict) -> "MeasuredCosts":
+        """The costs behind plan's figures (plan --json's)."""
+        contexts = figures["contexts"]
+        return cls({int(L): f["step_ms"] for L, f in contexts.items()},
+                   {int(L): f["draft_ms"] for L, f in contexts.items()}, figures["source"],
+                   lookup_ms=figures.get("lookup_ms") or 0.0,
+                   outside_ms=tuple(figures.get("outside_ms") or (0.0, 0.0)))
+
+    def c(self, context: int) -> float:
+        return self.draft_ms[context] / self.step_ms[context][0]
+
+    def v(self, context: int, k: int) -> float:
+        return self.step_ms[context][k] / self.step_ms[context][0]
+
+    def speedups(self, context: int, alphas: Sequence[float]) -> list[list[float]]:
+        """[α][γ − 1]: E(γ) / (γ·c + v(γ)) at a timed context, γ = 1 up to the largest timed."""
+        c, top = self.c(context), len(self.step_ms[context])
+        return [[predicted_speedup(a, g, c, self.v(context, g)) for g in range(1, top)] for a in alphas]
+
+    def break_even(self, context: int, gamma: int) -> float | None:
+        """The α above which γ drafts a step pay at a timed context (None: not even at α → 1)."""
+        def pays(alpha: float) -> bool:
+            return predicted_speedup(alpha, gamma, self.c(context), self.v(context, gamma)) > 1.0
+
+        lo, hi = 0.0, 0.999999
+        if not pays(hi):
+            return None
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if pays(mid) else (mid, hi)
+        return hi
+
+    def step(self, context: int, k: int) -> tuple[float, float]:
+        """(w(0), T(k)) in ms after ``context`` tokens; T(0) is w(0) and a missed lookup."""
+        top = min(len(steps) for steps in self.step_ms.values())
+        w = {j: between({L: steps[j] for L, steps in self.step_ms.items()}, context) for j in range(top)}
+        if not k:
+            return w[0], w[0] + self.lookup_ms
+        return w[0], step_time(k, between(self.draft_ms, context), fitted(w, k) or 0.0)
+
+    def as_run(self, steps: list[tuple[int, int, int]]) -> float | None:
+        """The speed-up over plain decoding of ``steps`` (context, drafts verified, drafts
+        kept) as a task ran them: each yields kept + 1 tokens in T(k), where plain decoding
+        takes w(0) a token at the same context; each side also pays its time outside a step.
+        None without a step."""
+        plain = spec = 0.0
+        for context, k, kept in steps:
+            w0, t = self.step(context, k)
+            plain += (kept + 1) * (w0 + self.outside_ms[0])
+            spec += t + self.outside_ms[1]
+        return plain / spec if spec else None
