@@ -1,20 +1,13 @@
 """The HTTP side of ``specchat serve``: stdlib ThreadingHTTPServer, one thread a client.
 
-Every reply is JSON (errors as OpenAI's ``{"error": {"message", "type", "code"}}``, one
-line, never a traceback) except ``/metrics`` (Prometheus text) and streams (SSE: ``data:
-{chunk}`` lines, then ``data: [DONE]``). A key, when set, is asked of every path but
-``/health`` (``Authorization: Bearer KEY``, compared in constant time). Bodies over
-MAX_BODY are refused unread (413). A client that goes away mid-stream has its request
-cancelled (the others in the batch go on as if it had never been there); so does one
-that goes away while its request waits for a slot or a whole (non-streamed) reply, within
-a step or a quarter of a second. A client that goes away leaves one log line, never a
-traceback; an error of the server's own leaves one line on stderr whatever ``quiet`` says.
+Replies are JSON (errors as OpenAI's ``{"error": {"message", "type", "code"}}``, one line)
+except ``/metrics`` (Prometheus text) and streams (SSE ``data:`` lines, then ``data:
+[DONE]``). A key, when set, is asked of every path but ``/health`` (Bearer, constant-time
+compare); bodies over MAX_BODY are refused unread (413). A client that goes away has its
+request cancelled, the batch unharmed. Nothing a client sends reaches a 5xx: every bad
+request gets a 4xx with one JSON line. Log lines are cleaned before the terminal.
 
-Nothing a client sends reaches a 5xx: a body that is not JSON, not UTF-8, shorter than
-its Content-Length or slower than BODY_TIMEOUT_S, text holding a lone surrogate, a
-malformed request line or an unknown method all get a 4xx with one JSON line (the
-stdlib's own refusals included: 501 for a method becomes 405, 505 for a version 400).
-Log lines quote what clients sent, so they are cleaned before they reach the terminal.
+Design notes: docs/design/serve.md
 """
 
 from __future__ import annotations

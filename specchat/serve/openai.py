@@ -1,19 +1,13 @@
 """OpenAI's request and response shapes: a request body → a Job; a reply → chunks/JSON.
 
-Read from a request: ``messages`` (chat) or ``prompt`` (completions), ``max_tokens`` (or
-``max_completion_tokens``), ``temperature``, ``top_p``, ``top_k`` (−1 or 0: off, as
-vLLM), ``seed``, ``stream``, ``stream_options.include_usage``, ``logprobs`` (chat: true
-gives each token's log p as ``logprobs.content``), ``return_token_ids`` (vLLM's: the
-prompt's and the reply's token ids, ``prompt_token_ids`` and each choice's
-``token_ids``). A sampling field left out takes the
-profile's value. ``stop``: a string or a list of up to MAX_STOP strings; the reply ends
-before the first of them to appear (it is not returned, finish_reason "stop"), and a
-stream never sends text that might still turn out to begin one (token ids and log p
-entries list every token generated). ``n`` other than 1 is
-refused (400). Anything else OpenAI defines (``model``, ``user``, …) is accepted and
-ignored: one model is served. Text anywhere in a body that UTF-8 cannot encode (a lone
-surrogate: JSON's ``"\ud800"``) is refused with one message, whichever field holds it,
-before any of it reaches the tokenizer.
+Reads ``messages`` / ``prompt``, ``max_tokens`` (or ``max_completion_tokens``),
+``temperature``, ``top_p``, ``top_k`` (−1 or 0: off), ``seed``, ``stream``,
+``stream_options.include_usage``, ``logprobs``, ``return_token_ids`` (vLLM's) and
+``stop`` (up to MAX_STOP strings; the reply ends before the first, finish_reason "stop").
+An omitted sampling field takes the profile's value; ``n`` ≠ 1 is refused (400); other
+OpenAI fields are ignored. Text UTF-8 cannot encode (a lone surrogate) is refused.
+
+Design notes: docs/design/serve.md
 """
 
 from __future__ import annotations
