@@ -1,32 +1,12 @@
 """The one cost model: expected tokens per millisecond of a step that drafts k tokens.
 
-rate(k) = E(k) / T(k), where
-
-* E(k) = 1 + Σ_{j=1..k} Π_{i<j} a_i is the expected number of tokens the step emits,
-  a_i the probability that draft i is kept given the drafts before it were (measured per
-  acceptance key: a proposer, and for n-gram lookup the kind of match behind the drafts);
-* T(k) = k·d + w(k) is the step's time in ms: d the measured draft time per drafted
-  token of the source that drafts, w(k) the rest of a step that verifies k drafts after
-  the context the step runs at. Attention makes every step dearer as the context grows,
-  so a plain step timed 500 tokens ago says little of one now: w(0) is a line in the
-  context through the recent plain steps (robust: one slow step cannot tilt it), and
-  w(k) = v(k)·w(0), v(k) the recent k-steps' times each over the plain line at its own
-  context (the median of those timed near this context, by the rule that calls a plain
-  step stale, or of all where none is; measured per k, whoever drafted; a line through the
-  measured k elsewhere).
-
-gain(k) = rate(k) / rate(0) is the predicted speed-up over a plain step, and in plain-step
-units E(k) / (k·c + v(k)) with c = d / w(0) and v(k) = w(k) / w(0): the ratios telemetry
-shows are this model's inputs, not a second model.
-
-The adaptive controller decides with it (controller.py), and every controller writes its
-answers into each step's StepStats before the step runs: the forecast E(k), T(k)/w(0) for
-the k drafted, and the γ it recommends (γ = auto: "auto" where the model expects it to
-beat plain decoding over the situations it has been meeting, else 0; a fixed γ: the best
-fixed γ under the acceptance pooled over contexts). The panel's verdict, its recommended
-γ and bench's predictions are read from those answers, so they cannot disagree with what
-γ = auto does. ``specchat plan`` prices the costs it times at a few contexts with the same
-pieces (:class:`MeasuredCosts`). Pure Python.
+rate(k) = E(k) / T(k): E(k) = 1 + Σ_j Π_{i<j} a_i the tokens the step emits (a_i measured per
+acceptance key), T(k) = k·d + w(k) its time in ms (d a draft's time, w(k) verifying k drafts
+at the step's context: a line in the context through recent plain steps times v(k)). The
+speed-up over a plain step is E(k) / (k·c + v(k)), c = d / w(0), v(k) = w(k) / w(0). γ = auto
+decides with it; every controller writes its forecast and recommended γ into each StepStats,
+which the panel and bench read; ``specchat plan`` prices what it times with
+:class:`MeasuredCosts`. Pure Python; the reasoning: docs/design/gamma.md.
 """
 
 from __future__ import annotations
