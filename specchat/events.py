@@ -1,15 +1,11 @@
 """The event vocabulary shared by the engine, the UI, the recorder, replay and bench.
 
-Pure Python on purpose: replay, the UI and exports import this module on machines
-where torch is not installed. Every event is a frozen, JSON-able dataclass;
-:func:`to_json` / :func:`from_json` round-trip them exactly.
-
-Token provenance (the paper's names, as in vLLM's rejection sampler):
-
-* ``accepted``  – drafted by the proposer and kept by the target's verification.
-* ``resampled`` – drawn from norm(max(p − q, 0)) after the first rejected draft.
-* ``bonus``     – drawn from p after every draft of the step was accepted.
-* ``target``    – an ordinary target sample (a step that proposed no drafts).
+Pure Python on purpose (replay, the UI and exports run without torch). Every event is a
+frozen, JSON-able dataclass; :func:`to_json` / :func:`from_json` round-trip them exactly.
+Token provenance (the paper's names, as in vLLM's rejection sampler): ``accepted`` (a
+draft the target kept), ``resampled`` (drawn from norm(max(p − q, 0)) after the first
+rejection), ``bonus`` (drawn from p after every draft was kept), ``target`` (a step with
+no drafts).
 """
 
 from __future__ import annotations
@@ -84,45 +80,15 @@ class Token:
 
 @dataclass(frozen=True)
 class StepStats:
-    """What one engine step cost and achieved. Times are wall-clock milliseconds,
-    measured with device synchronisation on CUDA.
-
-    num_speculative_tokens: γ asked of the proposer this step (0 = a plain step).
-    num_draft_tokens: drafts actually proposed (≤ γ; n-gram lookup may find fewer).
-    num_accepted_tokens: leading drafts the target kept (bonus excluded).
-    alpha_sum / alpha_count: Σ over verified draft positions of Σ_x min(p(x), q(x))
-        (for point-mass drafts: p of the drafted token); their ratio estimates α.
-    draft_forwards: draft-model forward passes this step (0 for n-gram).
-    draft_catch_up_tokens: context tokens the draft model ran beyond a warm draft's one or
-        two (those it missed during plain steps); their time is in draft_ms, so such a step
-        is no sample of the draft's cost.
-    draft_ms: time spent proposing. verify_ms: the target forward over k+1 tokens.
-    total_ms: the whole step, sampling and bookkeeping included.
-    prefill_ms / prefill_tokens / reused_tokens: only on a turn's first step: the
-        proposer's prefill time, the prompt tokens the target ran in this step's forward
-        (so its verify_ms includes them) and those whose KV cache was reused.
-    predicted_gain: the controller's predicted tokens per unit of plain-step time for
-        the γ it chose (None for a fixed γ).
-    predicted_tokens / predicted_cost: the cost model's E(k) and T(k)/w(0) for the k
-        drafted, before the step ran (engine/gamma/cost_model.py); their sums over steps give the
-        predicted speed-up held against the measured one (None until measurable).
-    recommended_gamma / recommended_gain: the cost model's recommended γ (an int, 0 for
-        plain decoding, or "auto") and its predicted speed-up, as of this step: the panel's
-        verdict and recommendation (None until measurable).
-    cost_ratio / verify_cost: on a step that drafted, the cost model's c (the source's time
-        a draft over w(0)) and v(k) = w(k)/w(0) for k = 1.. the largest timed, at least 1:
-        the panel's and bench's c and v(k) (None / () elsewhere and until measured).
-    batch_size: the sequences decoded together in this step (engine/batch/batched.py), 1 alone.
-    marginal_ms: what one more row (a draft) adds to a batched decode's time, as γ = auto's
-        batch plan measured it (engine/gamma/batch_plan.py; None elsewhere).
-    draft_source: the method that drafted (specchat.methods; a hybrid names the one it routed to), "" if none.
-    cpu_others: the share of all cores other processes used since the previous step
-        (contention.py; None where it cannot be read, and for a server's steps).
-    verified_positions: draft positions the target judged along the kept path: a tree's
-        kept nodes, plus the position of its rejection when the walk ended on one (not at
-        a leaf); None for a chain, where it is min(k, n + 1).
-    context_tokens: the sequence's length (prompt and reply so far) as the step began: what
-        its rows attend to, which the step's cost grows with (0 where not known).
+    """What one engine step cost and achieved. Times are wall-clock ms (device-synchronised on
+    CUDA); counts are tokens. γ asked (``num_speculative_tokens``, 0 = plain), drafts proposed
+    and kept (bonus excluded), α terms (``alpha_sum / alpha_count`` estimates α), draft /
+    verify / total / prefill times, and the cost model's figures as of this step. None means
+    not measured or not applicable (a fixed γ's ``predicted_gain``, the cost model's figures
+    until measurable, ``marginal_ms`` outside a batch plan, ``cpu_others`` where unreadable or
+    for a server, ``verified_positions`` for a chain); ``draft_source`` "" means no drafts,
+    ``context_tokens`` 0 not known, ``batch_size`` 1 alone.
+    Every field defined: docs/design/metrics.md
     """
 
     num_speculative_tokens: int

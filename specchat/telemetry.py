@@ -1,59 +1,13 @@
-"""Speculation telemetry and the α/c cost model. Pure Python (no torch).
+"""Speculation telemetry: one fold of every step's :class:`~specchat.events.StepStats`.
+Pure Python (no torch); replay feeds recorded steps into another and gets the same figures.
 
-The engine feeds every step's :class:`~specchat.events.StepStats` into a
-:class:`Telemetry`; replay feeds the recorded ones into another and gets the same
-figures. Definitions (vLLM's names where vLLM has one):
-
-* ``num_drafts``: steps that proposed at least one draft token.
-* ``num_draft_tokens``: draft tokens proposed; ``num_accepted_tokens``: those kept.
-* ``acceptance_histogram[n]``: drafting steps that kept exactly n drafts (bonus excluded).
-* ``per_position_acceptance[i]``: of the drafting steps that proposed a token at
-  position i (0-based), the fraction that kept it.
-* ``mean_acceptance_length`` = 1 + num_accepted_tokens / num_drafts: tokens emitted
-  per verification step, the bonus/resampled token included.
-* ``draft_acceptance_rate`` = num_accepted_tokens / num_draft_tokens.
-* These counts and rates are :class:`~specchat.events.DraftCounts`' (serve, bench and
-  verify fold the same); the rates are None while nothing was drafted.
-* ``alpha``: mean over verified draft positions of Σ_x min(p(x), q(x)) (for point-mass
-  drafts, p of the drafted token) — the paper's α, measured. ``alpha_empirical``: the
-  fraction of verified positions whose draft was accepted.
-* ``target_token_ms``: target forward time of plain steps (one token fed).
-* ``draft_forward_ms``: time of one draft-model forward (n-gram: the lookup's time).
-* ``cost_ratio`` c and ``verify_cost[k]`` v(k): the one cost model's (engine/gamma/cost_model.py)
-  as of the latest step that drafted, which StepStats carries: c the drafting source's time
-  a draft over a plain step's time w(0), v(k) = w(k)/w(0), at least 1, both at that step's
-  context. They are what γ = auto decided with, not a second estimate.
-The one cost model predicts; this fold only adds its per-step answers up, so the panel,
-``run`` and ``bench`` cannot disagree with what γ = auto does:
-
-* ``predicted_speedup``: Σ_steps E(k_i) / Σ_steps T(k_i)/w(0) over the timed steps, each
-  step's forecast made before it ran for the k it drafted (StepStats.predicted_tokens and
-  predicted_cost; a plain step is 1 token for 1 unit): the prediction to hold the measured
-  speed-up against. ``predicted_speedup_steps`` is the same figure (its older name).
-* ``best_gamma`` / ``recommended_gain``: the cost model's recommended γ as of the latest
-  step (an int, 0 for plain decoding, or "auto") and its predicted speed-up.
-* ``verdict``: "pays" when the recommended γ is predicted to beat plain decoding (γ ≥ 1
-  or "auto"), "does not pay" when it is 0, None (too early to say) before the model has
-  timed a plain step and a draft.
-
-The paper's figures stay beside them as a reference, labelled as ignoring the cost of
-verification:
-
-* ``expected_tokens_per_round`` E(γ) = (1 − α^(γ+1)) / (1 − α).
-* ``predicted_speedup_paper`` = E / (γ·c + 1).
-* ``breakeven``: α > c (some γ then speeds up, by at least (1 + α)/(1 + c): ``speedup_lower_bound``),
-  if verifying cost nothing.
-* ``arithmetic_increase`` = (1 − α)(γ·c + γ + 1) / (1 − α^(γ+1)).
-* ``tokens_per_s``: emitted tokens / wall time of the steps (the target's prefill runs
-  inside a turn's first step, so it is included; the first step gives no timing samples).
-* ``plain_tokens_per_s``: the plain-step rate, 1000 / mean ms of the last 64 plain steps
-  that ran no prompt (one token each).
-* ``measured_speedup`` = the tokens/s of the steps that ran no prompt / plain_tokens_per_s: like with like — both
-  rates leave the prompt's prefill out (the first step of a turn folds it in), so plain
-  decoding alone reports 1.0× after any prompt, and both are means of the same kind.
-* ``ttft_ms``: prefill plus first step of the latest turn.
-* ``last_gamma`` / ``predicted_gain``: the γ asked for in the latest step and, with the
-  adaptive controller, its predicted tokens-per-time gain over a plain step (why that γ).
+Draft counts and rates are :class:`~specchat.events.DraftCounts`' (vLLM's names; rates
+None while nothing was drafted). c, v(k), the predicted speed-up, ``best_gamma`` and
+``verdict`` are the one cost model's per-step answers (engine/gamma/cost_model.py), added
+up, not re-estimated, so the panel, ``run`` and ``bench`` agree with γ = auto. The paper's
+figures (E(γ), ``predicted_speedup_paper``, ``breakeven``) stay beside them, labelled as
+ignoring the cost of verification. Times are ms, rates tokens/s.
+Every metric defined: docs/design/metrics.md
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """One request's reply as its Steps arrive: text, token counts and speculation figures.
 
-``speculative_decoding_stats`` has vLLM's per-request shape (``--per-request-spec-decode-
-stats summary``, attached to the choice that carries the finish reason):
+``speculative_decoding_stats`` has vLLM's per-request shape (num_spec_steps,
+num_draft_tokens, num_accepted_draft_tokens, mean_acceptance_length,
+draft_acceptance_rate, acceptance_histogram, num_spec_tokens; rates null before any
+draft) plus specchat's ``accepted_per_position``. Stop strings: the text ends before the
+first to appear (``stopped``); ``add`` holds back any tail that could begin one, so nothing
+handed out is taken back. Token ids, log p entries and usage count every token generated.
 
-* num_spec_steps: steps that verified at least one draft (vLLM's num_drafts);
-* num_draft_tokens / num_accepted_draft_tokens: drafts proposed / kept (bonus excluded);
-* mean_acceptance_length: 1 + accepted / spec steps (tokens a verifying step emitted; null with none);
-* draft_acceptance_rate: accepted / drafted (None before any draft);
-* acceptance_histogram: {accepted drafts j: steps that kept exactly j}, zero counts left out;
-* num_spec_tokens: the most drafts a step may propose (the profile's γ, or its ceiling
-  under γ = auto).
-
-specchat adds ``accepted_per_position`` (step counts whose i-th draft was kept: the
-per-request side of ``vllm:spec_decode_num_accepted_tokens_per_pos_total``).
-
-Stop strings: the text ends before the first stop string to appear (``stopped`` then
-says the request can be cancelled); until the reply ends, ``add`` holds back the
-longest tail of the text that begins some stop string, so what was handed out never
-has to be taken back. Token ids, log p entries and usage count every token generated.
+Field definitions: docs/design/metrics.md
 """
 
 from __future__ import annotations
