@@ -6,7 +6,7 @@ None while nothing was drafted). c, v(k), the predicted speed-up, ``best_gamma``
 ``verdict`` are the one cost model's per-step answers (engine/gamma/cost_model.py), added
 up, not re-estimated, so the panel, ``run`` and ``bench`` agree with γ = auto. The paper's
 figures (E(γ), ``predicted_speedup_paper``, ``breakeven``) stay beside them, labelled as
-ignoring the cost of verification. Times are ms, rates tokens/s.
+ignoring the cost of verification. Times are ms; speeds tokens/s.
 Every metric defined: docs/design/metrics.md
 """
 
