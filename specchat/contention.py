@@ -1,15 +1,10 @@
 """How much of the machine other processes took while we decoded.
 
-A measured speed-up compares the times of speculative and plain steps. When another
-process competes for the cores (a laptop's browser, a build, a second chat), some steps
-land on busy moments and others do not, and the ratio says more about the neighbours
-than about speculation. So each step records the share of the machine's CPU time that
-went to *other* processes during it (:class:`CpuShare`), and the telemetry fold
-(telemetry.py) withholds the measured figures of a turn where that share was high.
-
-The share is (all CPUs' busy time − this process's CPU time) / (wall time × CPUs), read
-from psutil: /proc/stat on Linux, the equivalents elsewhere. Pure Python, no torch: the
-recorded shares replay with the steps.
+Each step records the share of the machine's CPU time that went to *other* processes
+during it (:class:`CpuShare`): (all CPUs' busy time − this process's CPU time) / (wall
+time × CPUs), read from psutil. The telemetry fold withholds a turn's measured figures
+where that share was high, since the ratio would measure the neighbours. Pure Python, no
+torch: the recorded shares replay with the steps.
 """
 
 from __future__ import annotations

@@ -142,17 +142,14 @@ class LiveLoader:
 def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, *, record: bool = True,
                   quiet: bool = False, trust_remote_code: bool = False,
                   trust_recorded_server: bool = False) -> Loader:
-    """A loader that reopens a recorded conversation: the profile the recording carries
-    (as data — no file it names is read, its ``trust_remote_code`` only with
-    ``trust_remote_code=True``, and a server it names is neither contacted nor sent the
-    variable it names before ``trust_recorded_server=True``), or ``profile_ref``, with the history restored and
-    recording on into the same file — one conversation, one file. A damaged file, or
-    one another specchat is writing, is left as it is and the continuation goes to a new
-    recording whose header names it (``resumed_from``). ``LoadedBackend.pending``
-    carries a prompt that never got its reply, for the input box.
-
-    The recording and its profile are checked here, before any model loads; a bad one
-    raises SpecchatError (one line).
+    """A loader that reopens a recorded conversation, history restored and recording on into
+    the same file. The profile is the recording's (as data: no file it names is read,
+    ``trust_remote_code`` only with ``trust_remote_code=True``, a server it names is not
+    contacted before ``trust_recorded_server=True``) or ``profile_ref``. A damaged or busy
+    file is left as is and the continuation goes to a new recording naming it
+    (``resumed_from``). ``LoadedBackend.pending`` carries a prompt that never got its reply.
+    The recording and its profile are checked before any model loads; a bad one raises
+    SpecchatError (one line).
     """
     from specchat.config import load_profile
     from specchat.config.recorded import profile_from_recording

@@ -1,23 +1,12 @@
 """The one sanitiser for untrusted text on its way to a terminal or an export.
 
-A recording is shared like any document, a model can emit any byte and a profile is
-someone's file: none of their text may act on the terminal that shows it. Terminal
-emulators and asciinema treat replayed output as data, never as control; so does
-specchat. :func:`clean` keeps what reads as text and drops what would act:
+Text from a recording, a model or a profile must never act on the terminal that shows it.
+:func:`clean` drops escape sequences with their payloads (CSI, OSC, DCS, … in 7- and 8-bit
+forms), C0 controls but ``\\n`` and ``\\t`` (CR LF becomes ``\\n``), DEL and C1 controls,
+and invisible format characters that can disguise text (bidi controls, zero-width space,
+tag characters, …; ZWJ and ZWNJ stay). Lone surrogates become U+FFFD. Pure Python.
 
-* escape sequences with their payloads: CSI (``ESC [`` … final byte), the string
-  commands OSC / DCS / SOS / PM / APC (``ESC ]`` … up to BEL or ST — window titles,
-  OSC 52 clipboard writes, hyperlinks), and two-byte escapes; the same introduced by
-  their 8-bit C1 forms (U+009B CSI, U+009D OSC, U+0090 DCS …);
-* the remaining C0 controls but ``\\n`` and ``\\t`` (a CR LF pair becomes ``\\n``), DEL
-  and every C1 control (U+0080–U+009F);
-* invisible format characters that can disguise text: bidi embeddings, overrides and
-  isolates (U+202A–U+202E, U+2066–U+2069), marks (U+200E/F, U+061C), zero-width space,
-  word joiner and invisible operators, the BOM, line/paragraph separators, interlinear
-  annotation and tag characters. ZWJ and ZWNJ stay (emoji and many scripts need them).
-
-Lone surrogates (undecodable bytes from a terminal or argv) become U+FFFD, so the text
-can always be encoded. Pure Python: the UI, sessions and commands all import it.
+The full list and why: docs/design/sanitize.md
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """The measured speed-up of decoding, with its uncertainty, or an honest "cannot tell".
 
-measured = (tokens per ms over the timed steps) × (mean time of a plain step): how much
-faster the turn decoded than plain steps of the same turn. Three things make that ratio
-untrustworthy, and each withholds the figure with a note instead of printing a confident
-number:
+measured = (tokens per ms over the timed steps) × (mean time of a plain step). The figure
+is withheld with a note on a busy machine (others took more than contention.BUSY_SHARE),
+above the step bound (tokens per step: timing noise, never speculation), or with under
+MIN_PLAIN plain or MIN_STEPS timed steps. The interval is the delta method's 95 % interval
+on the log scale. Pure Python: it is folded from recorded steps on replay too.
 
-* **a busy machine**: other processes took more than contention.BUSY_SHARE of the cores
-  while we decoded, so step times measure the neighbours;
-* **the step bound**: a step verifies at least one token and costs at least a plain
-  step, so decoding can gain at most its tokens per step over plain steps. A ratio above
-  that is timing noise (plain steps that landed on busier moments), never speculation;
-* **too few steps** to time: under MIN_PLAIN plain steps or MIN_STEPS timed steps.
-
-The interval is the delta method's 95 % interval for a product of a ratio estimator
-(Σ tokens / Σ ms) and a mean (plain step time), on the log scale. Pure Python: it is
-folded from recorded steps on replay too.
+Design notes: docs/design/speedup.md
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Random-weight models in the shapes of real ones, for ``specchat plan --synthetic``.
 
-A step's time depends on a model's shapes and number formats, not on its weights' values;
-acceptance depends on the values, which is why α stays a parameter of the plan. So the
-costs of a pair one has not downloaded — an 8B target at 4 bits with a small draft, the
-mission's home — can be measured on this machine from files built here: GGUFs whose
-tensors have the real shapes and the real quantisation mix (llama.cpp's Q4_K_M rule:
-Q6_K for output, and for attn_v and ffn_down in the layers its ``use_more_bits`` picks,
-Q4_K elsewhere; Q8_0 for a Q8_0 file) and whose blocks hold random bytes under a small
-fixed scale, so no value overflows. Built once and cached under the data cache, keyed
-by the shape and format (a few GB each); nothing is downloaded. The same shapes can be
-made as transformers models instead (random weights, on a GPU, in bfloat16), for the
-transformers backend's costs.
+A step's time depends on shapes and number formats, not weights (acceptance does, so α
+stays a parameter), so a pair one has not downloaded can be timed here: GGUFs with the
+real shapes and quantisation mix and random blocks under a small fixed scale, built once
+and cached by shape and format (a few GB each; nothing downloaded); or transformers
+models (random bf16 weights, on a GPU).
+
+Design notes: docs/design/speedup.md
 """
 
 from __future__ import annotations

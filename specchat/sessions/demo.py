@@ -1,16 +1,9 @@
 """Demo scripts: a hands-free sequence of prompts for screen recordings.
 
-A script is plain text. Lines starting with ``#`` are comments; prompts are paragraphs
-(blank lines separate them, so a prompt may span lines); a line starting with ``/`` is
-a directive:
-
-    /pause SECONDS        wait (the viewer reads the panel)
-    /reset                start a new chat
-    /gamma K|auto         set num_speculative_tokens
-    /temperature T        set the sampling temperature
-    /thinking on|off      toggle thinking (models whose template has the switch)
-
-Torch-free: the runner drives any ChatBackend (the UI's protocol).
+Plain text: ``#`` lines are comments, prompts are paragraphs (blank lines separate them),
+and a line starting with ``/`` is a directive: ``/pause SECONDS``, ``/reset`` (new chat),
+``/gamma K|auto``, ``/temperature T``, ``/thinking on|off`` (models whose template has the
+switch). Torch-free: the runner drives any ChatBackend (the UI's protocol).
 """
 
 from __future__ import annotations

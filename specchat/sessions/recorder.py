@@ -100,23 +100,14 @@ class RecordingBusy(SpecchatError):
 
 
 class Recorder:
-    """Appends events to one recording, one flushed line each.
+    """Appends events to one recording, one flushed line each; thread-safe.
 
-    * ``Recorder(path)`` creates ``path``; ``Recorder.for_profile(profile)`` creates a
-      new file named after the time and the profile in the sessions dir;
-      ``Recorder.append_to(path)`` carries on an existing recording (resume);
-      ``Recorder(None)`` is a disabled recorder whose methods do nothing (so callers
-      need no ``if recording:`` branches).
-    * The file is created by :meth:`start`, exclusively (``O_EXCL``, 0600, in a 0700
-      dir) and locked while open, with the header as its first line: no two processes
-      ever write one file. If the chat ends with nothing but the header, :meth:`close`
-      removes it (no empty entries in the history).
-    * A write that fails (read-only dir, disk full…) never reaches the chat: the
-      recorder drops a partial line, keeps every complete event already written, stops
-      recording and keeps the reason in ``failure`` (:meth:`take_failure` hands it out
-      once, for one visible warning).
-
-    Thread-safe: the UI's engine worker and its main thread may both record.
+    ``Recorder(path)`` creates ``path``; ``for_profile(profile)`` a new file in the sessions
+    dir; ``append_to(path)`` resumes one; ``Recorder(None)`` does nothing (no ``if`` needed).
+    :meth:`start` creates the file exclusively (0600, 0700 dir) and locks it, header first;
+    :meth:`close` removes a file with nothing but the header. A failed write never reaches
+    the chat: the partial line is dropped, recording stops, and ``failure`` keeps the reason
+    (:meth:`take_failure` hands it out once).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None, *, _new_in: tuple[Path, str] | None = None,

@@ -1,22 +1,13 @@
 """A live chat that records itself: every event it yields is appended to a recording.
 
-Torch-free: it wraps any ChatBackend (the UI's protocol, which the engine's
-``ChatSession`` satisfies) and a :class:`~specchat.sessions.recorder.Recorder`.
+Torch-free: it wraps any ChatBackend and a :class:`~specchat.sessions.recorder.Recorder`.
+A reopened chat that cannot go on in its own file goes on in a new one that ``carries``
+its conversation, written with the first message or reset. On a profile switch the new
+backend is built with ``takes_over=(previous, header)`` and writes nothing until first
+used. When recording fails the chat goes on and ``send`` yields one
+:class:`~specchat.events.Notice` saying so.
 
-A reopened chat that cannot go on in its own file (cut short by a kill, or in use) goes
-on in a new one that ``carries`` its recorded conversation, written with the first message
-or reset (a chat reopened and left at once leaves no file), so the new file is whole: a
-later reopen of it finds every turn.
-
-One conversation, one file: when the user switches profile, the new backend is built
-with ``takes_over=(previous, header)``. It does not touch the file until it is first
-used, so the previous backend can finish the reply it is streaming without a
-ProfileSwitched landing in the middle of it; then it writes the switch and the new
-models' header, and carries the conversation's history over.
-
-When recording fails (a read-only dir, a full disk), the chat goes on: the recorder
-stops and keeps what it wrote, and ``send`` yields one :class:`~specchat.events.Notice`
-saying so, which the UI shows and ``specchat run`` prints on stderr.
+Design notes: docs/design/sessions.md
 """
 
 from __future__ import annotations

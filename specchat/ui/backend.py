@@ -1,16 +1,11 @@
 """What the UI talks to: a *backend* that turns user text into :mod:`specchat.events`.
 
-The UI never imports torch; it sees only this protocol. Two kinds exist:
-
-* a live chat (:class:`ChatBackend`) — the engine's ``ChatSession`` is one as it is.
-  The UI never builds one: the CLI passes a :data:`Loader` from the composition root
-  (:mod:`specchat.live`), which the app calls inside its loading worker thread;
-* a self-playing source (:class:`EventSource`) — a recorded session replayed with its
-  timing, which needs no model and no user input.
-
-Which one a backend is, it declares (``can_send``); the UI reads that, never probes.
-Either one folds its own steps into telemetry (``turn_metrics``, ``session_metrics``);
-the UI shows those snapshots and folds nothing itself.
+The UI never imports torch; it sees only this protocol. A live chat
+(:class:`ChatBackend`; the engine's ``ChatSession`` is one) is built by a :data:`Loader`
+the CLI passes from :mod:`specchat.live`, called in the app's loading worker; a
+self-playing source (:class:`EventSource`) replays a recorded session with its timing.
+A backend declares which it is (``can_send``). Either folds its own steps into telemetry
+(``turn_metrics``, ``session_metrics``); the UI shows those and folds nothing itself.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Hands events from worker threads to the UI without flooding its message queue.
 
-This is where a backend's events enter the UI, so it is where their text is made
-inert: a live model can emit any byte and a replayed recording may be crafted, and
-:func:`specchat.sanitize.clean_data` strips every escape sequence, control and
-disguising format character from them (in the worker, off the UI thread).
-
-Workers ``put`` events into a buffer; the UI is told "there is something to drain"
-by at most one pending :class:`EventsReady` message (and ``can_replace`` folds any
-duplicates), then takes the whole buffer at once (at most every
-``app.DRAIN_INTERVAL_S``). No event is ever dropped — only the wake-ups coalesce — so a
-model producing 1,000 tokens/s costs a few UI updates per second, not one per token.
+Events are made inert here, in the worker (:func:`specchat.sanitize.clean_data`). Workers
+``put`` events into a buffer; at most one pending :class:`EventsReady` (``can_replace``)
+tells the UI to drain, and it takes the whole buffer at once (at most every
+``app.DRAIN_INTERVAL_S``). No event is dropped — only the wake-ups coalesce — so 1,000
+tokens/s cost a few UI updates per second.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Quitting cleanly: Ctrl+Q, Ctrl+C, SIGINT, SIGTERM and SIGHUP all end the app the same way.
 
-A mixin of :class:`specchat.ui.app.SpecchatApp`, like :mod:`specchat.ui.controls`.
-Quitting cancels the reply (or the demo, or the replay) in flight, gives its worker a
-moment to record how the turn ended, exits — the recording is synced and closed on
-unmount, closing as "cancelled" a turn whose step outlasted that moment (the recorder
-keeps the text its steps carried), and Textual puts the terminal back (main screen,
-mouse and bracketed paste off) — and never waits on a model: thread pools are joined at interpreter exit, so a
-worker still busy then (a model loading, a forward pass that has not reached the
-engine's next cancel check) would keep the process alive; :func:`run_to_exit` ends it
-at once instead, with nothing left to save. A process killed outright (llama.cpp's
-abort, a segfault) still gets its terminal back: see :mod:`specchat.ui.terminal_guard`.
+A mixin of :class:`specchat.ui.app.SpecchatApp`. Quitting cancels what is in flight,
+gives its worker a moment to record how the turn ended, and exits (the recording closed on
+unmount, a turn still stepping closed as "cancelled"; Textual restores the terminal). It
+never waits on a model: :func:`run_to_exit` ends the process at once rather than join a
+busy worker thread. A hard death still gets its terminal back:
+:mod:`specchat.ui.terminal_guard`.
 """
 
 from __future__ import annotations

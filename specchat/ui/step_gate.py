@@ -1,22 +1,13 @@
 """Lets the UI draw between the model's steps, not in the middle of one.
 
-On a small CPU the model keeps every core busy: llama.cpp and torch split each step
-over one thread per core, and the threads meet at barriers many times a step. A UI
-thread that wakes mid-step takes a core from one of them, and the others spin at the
-next barrier until it is back: a millisecond of drawing then costs about a millisecond
-of *every* core. Between two steps no core is computing, so there the same drawing
-costs only itself.
+On a small CPU a UI thread that wakes mid-step stalls every compute thread at the next
+barrier; between steps drawing costs only itself. The worker runs the event generator
+through :meth:`StepGate.steps`; the UI wraps drains and paints in :meth:`StepGate.drawing`,
+which waits for the step in progress (at most until ``wait_s`` after it began); steps
+longer than ``wait_s`` draw at once. Nothing is dropped or reordered. Only for models that
+compute on this CPU (BackendInfo.computes_on_cpu).
 
-The worker runs the backend's event generator through :meth:`StepGate.steps` (each
-``next`` computes one step); the UI wraps its drains and paints in
-:meth:`StepGate.drawing`. A UI section waits for the step in progress to end (a few
-ms; at most until ``wait_s`` after the step began, so a long prompt's prefill never
-freezes the screen), and the next step starts once no UI section is waiting or running. Where steps take longer
-than ``wait_s`` (a large model on a CPU), waiting would only make the screen lag, so
-the UI draws at once, as it would without the gate. Nothing is dropped or reordered:
-the gate only decides *when* each side runs. It is for models that compute on this
-machine's CPU; a server's or a GPU's steps leave the cores free, and there the app does
-not gate (BackendInfo.computes_on_cpu).
+Design notes: docs/design/ui.md
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The terminal is given back even when the process dies hard.
 
-Textual restores the terminal when the app exits, also on a Python exception. A
-process that dies without running Python again — llama.cpp's ``GGML_ASSERT`` calling
-``abort()`` (SIGABRT), a segfault in a native library, SIGKILL, the OOM killer — left
-it in the alternate screen with mouse tracking on and the line discipline raw: every
-mouse move then types escape codes into the shell.
+A process that dies without running Python again (``abort()``, a segfault, SIGKILL, the
+OOM killer) leaves the terminal in the alternate screen, mouse tracking on, raw mode. So a
+tiny watcher process, in a session of its own, holds the read end of a pipe while the app
+runs: when the pipe closes without the word "released" it writes Textual's reset
+sequences and restores the terminal modes saved before the app started.
 
-No handler inside the process can help there (a Python signal handler runs only at the
-next bytecode, which never comes after ``abort()``). So a tiny watcher process holds
-the read end of a pipe while the app runs: when the pipe closes without the word
-"released" — the app's process is gone, however it went — it writes the same reset
-sequences Textual would have and restores the terminal modes saved before the app
-started. It runs in a session of its own, so the terminal's signals never reach it.
+Design notes: docs/design/ui.md
 """
 
 from __future__ import annotations

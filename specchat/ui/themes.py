@@ -1,20 +1,12 @@
 """Themes from TOML files: ``loaded, failed = load_themes(dirs)``.
 
-A theme file is a flat table of Textual theme colours plus a ``[variables]`` table;
-the provenance colours live there (``spec-accepted`` …) so the stylesheet only ever
-names theme variables and every theme works without CSS edits::
+A theme file is a flat table of Textual theme colours (``name``, ``dark``, ``primary``, …)
+plus a ``[variables]`` table holding the provenance colours (``spec-accepted`` …), so the
+stylesheet names only theme variables. One bad file lands in ``failed`` with a one-line
+reason and the app still starts. Everything is checked before Textual sees it (numbers
+finite and in range, every colour and variable parseable), since Textual fails too late.
 
-    name = "specchat-dark"
-    dark = true
-    primary = "#4f9dde"
-    background = "#14161a"
-    [variables]
-    spec-accepted = "#7ccf7c"
-
-One bad file never stops the app: it lands in ``failed`` with a one-line reason and
-the app reports it (posting's ``UserThemeLoadResult`` pattern). Everything is checked
-before Textual sees it — numbers finite and in range, every colour and every variable
-parseable — since Textual itself fails while styling the screen, too late to skip.
+Design notes: docs/design/ui.md
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """A recorded session replayed beside the live chat, on a screen of its own.
 
-Replaying from the sessions list (Ctrl+R, Enter) used to take the live chat's place: its
-model was let go, Esc did not stop the replay, the status line still said "ready", and
-the way back was a profile switch nobody was told of. Here the live chat, its model and
-any reply it is writing stay as they are underneath; this screen plays the recording with
-the same chat view (a ChatScreen that takes no messages), says what it is doing, and Esc
-stops the replay, then comes back to the chat.
+The live chat, its model and any reply it is writing stay underneath; this screen plays
+the recording in the same chat view (a ChatScreen that takes no messages), says what it is
+doing, and Esc stops the replay and returns to the chat. The recording is read and played
+in a thread worker with a pump of its own, its events cleaned as a live chat's are.
 
-The recording is read and played in a thread worker of this screen, with a pump of its
-own: its events are cleaned there (pump.py) as a live chat's are.
+Design notes: docs/design/ui.md
 """
 
 from __future__ import annotations

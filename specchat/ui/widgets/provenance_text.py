@@ -1,15 +1,11 @@
 """A reply's tokens as text styled by provenance, cheap to grow.
 
-A streaming reply is appended to several times a second while the model shares the
-CPU, so the widget does as little per batch as the screen allows:
+Wrapped lines are kept per paragraph, and a batch re-wraps only the growing paragraph from
+its second-last line (the same wrap, line for line); the layout reserves room for about
+RESERVE_S seconds of further text, so the screen is re-laid out every several lines; between
+layouts it repaints from its old last line down.
 
-* its wrapped lines are kept per paragraph: a paragraph that has ended (a token ending
-  in a newline) is wrapped once, and a batch re-wraps only the paragraph still growing,
-  from its second-last line (wrapping splits at newlines first and is greedy, so this is
-  the text's own wrap, line for line; a drain costs the same in a long paragraph);
-* it is laid out with room for about four seconds of further text (see RESERVE_S), so
-  the screen is re-laid out every several lines, not at each new one;
-* between layouts it repaints from its old last line down, not the whole reply.
+Design notes: docs/design/ui.md
 """
 
 from __future__ import annotations
