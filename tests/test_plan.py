@@ -9,6 +9,7 @@
   tokens against plain steps at the same context, its drafts' time and its verify step's
   (costs on the line between measured contexts, the nearest one's outside them). Pricing
   every step at one context, or leaving the drafting out, fails it.
+* The text prints a measured α's best γ off the same formula (not the table's first α).
 * --alpha-from takes bench's results.json: per configuration and set, its α and its steps
   as run, each request's prompt step left out.
 * Bad input is one line: --repeats 0, a file that is no recording for --alpha-from, a
@@ -44,6 +45,16 @@ def test_the_best_gamma_is_the_rows_largest_and_none_below_one():
     figures = report(costs(0.05, 0.1))["contexts"]["256"]
     for row, best in zip(figures["speedup"], figures["best_gamma"]):
         assert best == (row.index(max(row)) + 1 if max(row) > 1 else 0)
+
+
+def test_the_text_reads_a_measured_alpha_off_the_same_formula():
+    # c = 0.05, v(γ) = 1 + γ/10: at α = 0.7, E(γ) / (1 + 0.15γ) is 1.48, 1.68, 1.75, 1.73, … (best γ = 3)
+    from specchat.commands.plan import render
+
+    figures = report(costs(0.05, 0.1)) | {"profile": "p", "target": "t", "precision": "bf16",
+                                          "measured": [{"config": "ngram", "set": "open", "alpha": 0.7, "as_run": 1.5}]}
+    text = render(figures)
+    assert "at ngram on open's α = 0.70 (geometric): best γ = 3, 1.75×" in text and "ngram on open: 1.50×" in text
 
 
 def test_as_run_prices_each_step_at_its_own_context():
