@@ -57,7 +57,7 @@ def telemetry_of(rows: list[dict]) -> MetricsSnapshot:
 
 def predicted_end_to_end(rows: list[dict]) -> float | None:
     """The cost model's forecasts as run, with each request's prompt step added to both
-    sides (module docstring); None without a request that timed plain steps."""
+    sides (docs/design/bench.md); None without a request that timed plain steps."""
     plain_ms = spec_ms = 0.0
     for row in rows:
         steps = [StepStats(**step) for step in row["steps"]]

@@ -58,7 +58,7 @@ def read_law(evaluate: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], lan
              outputs: int) -> tuple[torch.Tensor, int]:
     """The law of each lane's output over u ~ U[0, 1): [lanes, outputs] float64, and the
     number of evaluations. ``evaluate(lane [n], u [n] float64) → output ids [n]`` must be
-    piecewise constant in u (module docstring)."""
+    piecewise constant in u (docs/design/verify.md)."""
     n = FIRST_CELLS
     grid = torch.arange(n + 1, dtype=torch.float64) / n  # cell ends; the last (1) evaluated at LAST
     lane = torch.arange(lanes).repeat_interleave(n + 1)

@@ -82,7 +82,7 @@ def ulp_unit(precision: str) -> tuple[torch.dtype | None, int]:
 def noise_bound(precision: str, magnitude: float) -> float:
     """The largest |Δ logit| between batched and one-token logits that a healthy build of
     ``precision`` shows, for logits up to |magnitude|: a fixed constant of the format (half
-    the near-tie width: see the module docstring), never a measurement of the backend
+    the near-tie width: docs/design/verify.md), never a measurement of the backend
     being judged. Formats not known here get the widest gguf bound."""
     dtype, ulps = ulp_unit(precision)
     if dtype is not None:
@@ -94,7 +94,7 @@ def noise_bound(precision: str, magnitude: float) -> float:
 
 def near_tie_tolerance(precision: str, top_logit: float) -> float:
     """Largest top-two logit gap at which rounding may flip an argmax between two
-    computations of the same logits: twice :func:`noise_bound` (see the module docstring)."""
+    computations of the same logits: twice :func:`noise_bound` (docs/design/verify.md)."""
     return 2 * noise_bound(precision, top_logit)
 
 
