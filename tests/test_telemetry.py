@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.events import StepStats
+from specchat.events import DraftCounts, StepStats
 from specchat.telemetry import (
     Telemetry,
     arithmetic_increase,
@@ -57,6 +57,26 @@ def test_counts_and_acceptance():
     assert m.alpha_empirical == approx(3 / 5)  # kept / verified positions (2 + 2 + 1)
     assert m.gamma == approx(8 / 3) and m.last_gamma == 4 and m.predicted_gain == 1.2
     assert m.gamma_history == (0, 0, 2, 0, 2, 4) and m.acceptance_history == approx((0.5, 1.0, 0.0))
+
+
+def test_draft_counts_fold_chains_and_trees_and_say_none_without_drafts():
+    """The one fold of the draft counters (serve, bench and verify use it too). Planted bug:
+    a rate read as 0.0 where nothing was drafted, as the panel's once was."""
+    counts = DraftCounts()
+    counts.add(StepStats(0, 0, 0))
+    assert (counts.draft_acceptance_rate, counts.mean_acceptance_length, counts.per_position_acceptance) == (
+        None, None, ())
+    plain = Telemetry()
+    plain.update(StepStats(0, 0, 0, verify_ms=10, total_ms=11), 1)
+    assert plain.snapshot().draft_acceptance_rate is None and plain.snapshot().mean_acceptance_length is None
+    # chains of 2 that kept 1 and 2, and a γ = 3 tree of 9 nodes that kept 1 and rejected the next
+    for stats in (StepStats(2, 2, 1), StepStats(2, 2, 2), StepStats(3, 9, 1, verified_positions=2)):
+        counts.add(stats)
+    assert (counts.num_drafts, counts.num_draft_tokens, counts.num_accepted_tokens, counts.num_rejected) == (3, 13, 4, 2)
+    assert counts.acceptance_histogram == [0, 2, 1] and counts.accepted_per_position == [3, 1]
+    assert counts.drafted_per_position == [3, 3, 1]  # the tree at its 3 depths, not its 9 nodes
+    assert counts.per_position_acceptance == approx((1.0, 1 / 3, 0.0))
+    assert counts.draft_acceptance_rate == approx(4 / 13) and counts.mean_acceptance_length == approx(1 + 4 / 3)
 
 
 def test_c_and_v_are_the_cost_model_s_as_of_the_latest_step_that_drafted():

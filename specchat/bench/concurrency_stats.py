@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specchat.bench.stats import per_token_latencies, percentile, pooled_ratio, telemetry_of
+from specchat.bench.stats import per_token_latencies, percentile, pooled_ratio
+from specchat.events import DraftCounts, StepStats
 
 ALL = "all"
 
@@ -61,15 +62,13 @@ def figures(runs: list[dict], rows: list[dict], all_runs: list[dict], all_rows: 
     spans = [_decode_span(r) for r in rows]
     decode_ms = sum(s[1] for s in spans)
     itl = [x for r in rows for x in per_token_latencies(r["emissions"])]
-    drafted = accepted = 0
-    for r in rows:
-        if r["steps"]:
-            drafted += sum(s["num_draft_tokens"] for s in r["steps"])
-            accepted += sum(s["num_accepted_tokens"] for s in r["steps"])
-        else:
-            drafted += r.get("server_drafted") or 0
-            accepted += r.get("server_accepted") or 0
     steps = [s for r in rows for s in r["steps"]]
+    drafts = DraftCounts()
+    for s in steps:
+        drafts.add(StepStats(**s))
+    # llama-server's rows carry its counters, not steps
+    drafts.num_draft_tokens += sum(r.get("server_drafted") or 0 for r in rows if not r["steps"])
+    drafts.num_accepted_tokens += sum(r.get("server_accepted") or 0 for r in rows if not r["steps"])
     marginal = [s["marginal_ms"] for s in steps if s.get("marginal_ms") is not None]
     out: dict[str, Any] = {
         "runs": len(runs), "requests": len(rows), "tokens": sum(r["tokens"] for r in runs),
@@ -77,8 +76,8 @@ def figures(runs: list[dict], rows: list[dict], all_runs: list[dict], all_rows: 
         "request_tokens_per_s": sum(s[0] for s in spans) / decode_ms * 1000.0 if decode_ms else None,
         "ttft_ms_p50": percentile([r["emissions"][0][0] for r in rows if r["emissions"]], 50),
         "itl_ms_p50": percentile(itl, 50), "itl_ms_p95": percentile(itl, 95),
-        "draft_acceptance_rate": accepted / drafted if drafted else None, "drafted": drafted,
-        "mean_acceptance_length": telemetry_of(rows).mean_acceptance_length if steps else None,
+        "draft_acceptance_rate": drafts.draft_acceptance_rate, "drafted": drafts.num_draft_tokens,
+        "mean_acceptance_length": drafts.mean_acceptance_length,
         "marginal_ms_p50": percentile(marginal, 50),
         "batch_size_mean": sum(s.get("batch_size", 1) for s in steps) / len(steps) if steps else None,
     }

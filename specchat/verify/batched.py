@@ -42,12 +42,13 @@ import torch
 from specchat.verify.near_tie import compute_precision, noise_bound
 from specchat.verify.single import (END, GREEDY_TOKENS, MAX_DIVERGENCES, PLAIN_SEEDS, VerifyReport, _distribution,
                                    _divergence, _exact_first_two, _pair_codes, _sequence_codes, _speculative_sample,
-                                   choose_prompt, resolve)
+                                   choose_prompt, resolve, summary)
 from specchat.verify.stats import Check, goodness_of_fit, two_sample
 from specchat.engine import SpeculativeEngine
 from specchat.engine.batch.batched import BatchedEngine, Request
 from specchat.engine.sampling import SamplingParams, warp
 from specchat.errors import SpecchatError
+from specchat.events import DraftCounts
 
 PLAIN = None  # a request kind: no proposer
 
@@ -77,12 +78,12 @@ def verify_batched(loaded: Any, profile: Any, *, concurrency: int, samples: int 
     engine = BatchedEngine(target, n_seq=concurrency, proposer_factory=kinds, eos_token_ids=chosen.eos)
     checks: list[Check] = []
     notes: list[str] = []
-    stats = {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0}
+    drafts = DraftCounts()
     try:
         if not params.greedy:
             checks += _sampled_checks(engine, kinds, kind_gammas, chosen.ids, chosen.probe, params, samples, tokens,
-                                      chosen.plain_engine, stats, report, chosen.eos)
-            if stats["drafted"] == 0:
+                                      chosen.plain_engine, drafts, report, chosen.eos)
+            if drafts.num_drafts == 0:
                 checks.append(Check("speculation was exercised", False,
                                     detail="no drafts were proposed: nothing was verified — for n-gram lookup "
                                            "use a --prompt / --reply-start whose answer repeats its words"))
@@ -92,7 +93,7 @@ def verify_batched(loaded: Any, profile: Any, *, concurrency: int, samples: int 
         checks.append(_greedy_diff(engine, kinds, kind_gammas, target, chosen.greedy_ids, params))
     finally:
         engine.close()
-    return VerifyReport(all(c.passed for c in checks), checks, chosen.settings, stats, notes)
+    return VerifyReport(all(c.passed for c in checks), checks, chosen.settings, summary(drafts), notes)
 
 
 class KindQueue:
@@ -110,8 +111,8 @@ class KindQueue:
 
 def _sampled_checks(engine: BatchedEngine, kinds: KindQueue, kind_gammas: list[int | str | None], ids: list[int],
                     probe: Any, params: SamplingParams, samples: int, tokens: int, plain_engine: SpeculativeEngine,
-                    stats: dict[str, int], report: Callable[[int, int, str], None], eos: list[int]) -> list[Check]:
-    """verify's sampled checks (module docstring, 1-3) on the batched samples; ``stats``
+                    drafts: DraftCounts, report: Callable[[int, int, str], None], eos: list[int]) -> list[Check]:
+    """verify's sampled checks (module docstring, 1-3) on the batched samples; ``drafts``
     counts their drafts."""
     plan: list[int | str | None] = []
     while len(plan) - plan.count(PLAIN) < samples:  # the kinds in turn, until ``samples`` of them draft
@@ -128,18 +129,14 @@ def _sampled_checks(engine: BatchedEngine, kinds: KindQueue, kind_gammas: list[i
         new = [t.id for t in step.tokens][:tokens - got[j]]
         seqs[j, got[j]:got[j] + len(new)] = new
         got[j] += len(new)
-        stats["drafted"] += step.stats.num_draft_tokens
-        stats["accepted"] += step.stats.num_accepted_tokens
-        stats["rejected"] += sum(t.kind == "resampled" for t in step.tokens)
-        stats["bonus"] += sum(t.kind == "bonus" for t in step.tokens)
+        drafts.add(step.stats)
         if step.finish_reason and j % 50 == 0:
             report(j, total, "batched samples")
     plain = np.empty((samples, tokens), dtype=np.int64)
     for i in range(samples):
         if i % 50 == 0:
             report(len(plan) + i, total, "plain samples (one sequence)")
-        plain[i] = _speculative_sample(plain_engine, ids, dataclasses.replace(params, seed=PLAIN_SEEDS + i), tokens,
-                                       {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0})
+        plain[i] = _speculative_sample(plain_engine, ids, dataclasses.replace(params, seed=PLAIN_SEEDS + i), tokens)
     report(total, total, "exact distributions")
     n = engine.n_seq
     spec, beside = seqs[spec_at], seqs[plain_at]

@@ -62,6 +62,7 @@ from specchat.engine.backends import Backend, as_backend
 from specchat.engine.gamma.controller import Controller
 from specchat.engine.engine import generator_on
 from specchat.engine.sampling import SamplingParams, warp
+from specchat.events import DraftCounts
 
 # Candidate (question, start of the answer) pairs: each reply so far repeats itself, so an
 # n-gram draft (copied from it) is plausible but not certain and the samples exercise
@@ -204,30 +205,30 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
     report(0, 1, "exact law of the sampler")
     checks += law_checks(probe.logits, probe.p_first, None if probe.point_mass else probe.q_first,
                          probe.first_draft, params)
-    spec_stats = {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0}
+    drafts = DraftCounts()
     notes: list[str] = []
     modes = _modes(loaded, target, profile, factory, gamma)
-    auto_stats: dict[str, int] | None = None
+    auto_drafts: DraftCounts | None = None
     if not params.greedy:
         total = samples * (len(modes) + 1)
         spec_runs = []
         for m, (label, engine) in enumerate(modes):
-            stats = spec_stats if not label else {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0}
+            counts = drafts if not label else DraftCounts()
             seqs = np.empty((samples, tokens), dtype=np.int64)
             for i in range(samples):
                 if i % 50 == 0:
                     report(m * samples + i, total, f"speculative samples {label}".strip())
                 seed = AUTO_SEEDS + i if label else i
-                seqs[i] = _speculative_sample(engine, ids, dataclasses.replace(params, seed=seed), tokens, stats)
+                seqs[i] = _speculative_sample(engine, ids, dataclasses.replace(params, seed=seed), tokens, counts)
             spec_runs.append((label, seqs))
             if label:
-                auto_stats = stats
+                auto_drafts = counts
         plain_seqs = np.empty((samples, tokens), dtype=np.int64)
         for i in range(samples):
             if i % 50 == 0:
                 report(len(modes) * samples + i, total, "plain samples")
             plain_seqs[i] = _speculative_sample(chosen.plain_engine, ids, dataclasses.replace(
-                params, seed=PLAIN_SEEDS + i), tokens, {"drafted": 0, "accepted": 0, "rejected": 0, "bonus": 0})
+                params, seed=PLAIN_SEEDS + i), tokens)
         report(total, total, "exact distributions")
         p_first, joint = probe.p_first, probe.joint
         exact_first = _distribution(p_first)
@@ -249,15 +250,15 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
             codes = _sequence_codes(np.concatenate([spec_seqs, plain_seqs]))  # one code book for both
             checks.append(two_sample(f"{name} vs plain, {tokens}-token continuations",
                                      codes[:samples], codes[samples:]))
-        if auto_stats is not None and auto_stats["drafted"] == 0:
+        if auto_drafts is not None and auto_drafts.num_drafts == 0:
             notes.append("note: with γ = auto the controller drafted nothing in these samples (speculation did "
                          "not pay here), so that path was checked as plain decoding")
-        if spec_stats["drafted"] == 0:
+        if drafts.num_drafts == 0:
             checks.append(Check("speculation was exercised", False,
                                 detail="no drafts were proposed: nothing was verified — for n-gram lookup "
                                        "use a --prompt / --reply-start whose answer repeats its words"))
         else:
-            for path, count in (("accepted", spec_stats["accepted"]), ("rejected", spec_stats["rejected"])):
+            for path, count in (("accepted", drafts.num_accepted_tokens), ("rejected", drafts.num_rejected)):
                 if count == 0:
                     notes.append(f"note: no draft was {path} in any sample, so that path of the sampler went "
                                  f"unchecked — use a --prompt / --reply-start whose continuation repeats earlier "
@@ -268,7 +269,15 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
     report(1, 1, "greedy diff")
     for label, engine in modes:
         checks.append(_greedy_diff(target, engine, chosen.greedy_ids, params, label))
-    return VerifyReport(all(c.passed for c in checks), checks, settings, spec_stats, notes, auto_stats)
+    return VerifyReport(all(c.passed for c in checks), checks, settings, summary(drafts), notes,
+                        None if auto_drafts is None else summary(auto_drafts))
+
+
+def summary(drafts: DraftCounts) -> dict[str, int]:
+    """The report's counts: draft tokens proposed and kept, steps that rejected one (then
+    resampled) and steps that kept every draft (then drew a bonus token)."""
+    return {"drafted": drafts.num_draft_tokens, "accepted": drafts.num_accepted_tokens,
+            "rejected": drafts.num_rejected, "bonus": drafts.num_drafts - drafts.num_rejected}
 
 
 @dataclass
@@ -323,14 +332,12 @@ def _resample_from_p(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def _speculative_sample(engine: SpeculativeEngine, ids: list[int], params: SamplingParams, tokens: int,
-                        stats: dict[str, int]) -> list[int]:
+                        drafts: DraftCounts | None = None) -> list[int]:
     out: list[int] = []
     for step in engine.generate(ids, params, max_new_tokens=tokens):
         out += [t.id for t in step.tokens]
-        stats["drafted"] += step.stats.num_draft_tokens
-        stats["accepted"] += step.stats.num_accepted_tokens
-        stats["rejected"] += sum(t.kind == "resampled" for t in step.tokens)
-        stats["bonus"] += sum(t.kind == "bonus" for t in step.tokens)
+        if drafts is not None:
+            drafts.add(step.stats)
     return (out + [END] * tokens)[:tokens]
 
 

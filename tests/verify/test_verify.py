@@ -182,9 +182,9 @@ def test_the_gamma_auto_pass_draws_its_own_samples(tiny_ngram_profile_path, monk
     seeds: dict[int, set[int]] = {}
     real = verify_module._speculative_sample
 
-    def recording(engine, ids, params, tokens, stats):
+    def recording(engine, ids, params, tokens, drafts=None):
         seeds.setdefault(id(engine), set()).add(params.seed)
-        return real(engine, ids, params, tokens, stats)
+        return real(engine, ids, params, tokens, drafts)
 
     monkeypatch.setattr(verify_module, "_speculative_sample", recording)
     profile = load_profile(str(tiny_ngram_profile_path))
