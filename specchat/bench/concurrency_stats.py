@@ -1,27 +1,12 @@
 """Figures of a concurrency benchmark (concurrency.py), per level N and configuration.
 
-* ``throughput_tokens_per_s`` = Σ tokens / Σ run wall time over the configuration's runs:
-  what the machine delivered to all N clients together.
-* ``request_tokens_per_s`` = Σ (tokens − 1) / Σ (last − first emission) over requests:
-  the decoding speed one client sees once its reply has started.
-* ``ttft_ms_p50``: median time from a request's send (its admission) to its first token.
-* ``itl_ms_p50`` / ``itl_ms_p95``: inter-token latency percentiles (a step emitting m
-  tokens Δt after the last counts m tokens of Δt/m, as stats.py defines them).
-* ``mean_acceptance_length`` (ours: tokens per sequence-step) and ``draft_acceptance_rate``
-  (drafts kept / drafted; llama-server's from its own counters).
-* ``throughput_vs_plain`` / ``request_speed_vs_plain``: paired ratios to the plain
-  configuration of the same runner at the same N (ours to ``none``, llama-server's n-gram
-  to its plain row), paired by run (same requests, seeds) and by request, with the 95 %
-  percentile bootstrap of stats.py; ``vs_server_plain``: our throughput over llama-server's
-  plain throughput at the same N, paired by run; ``vs_one_sequence`` (N = 1): the batched
-  engine's throughput over the one-sequence engine's (``… (one sequence)`` rows), same
-  method, paired by run — a batch of one must not cost what one chat alone does not.
-* ``marginal_ms_p50``: the median of what one draft added to a step, as γ = auto's batch plan
-  measured (engine/gamma/batch_plan.py); ``batch_size_mean``: sequences per decode.
-
-``by_concurrency["N"][config]`` pools every set; ``by_set[set]["N"][config]`` is per set.
-``crossover[set][config]``: one sentence naming the N at which speculation stops paying
-(its throughput ratio to plain drops below 1), or that it pays at every N, or at none.
+``throughput_tokens_per_s`` (Σ tokens / Σ run wall time), ``request_tokens_per_s`` (what
+one client sees once its reply started), ``ttft_ms_p50``, ``itl_ms_p50`` / ``itl_ms_p95``
+(ms), acceptance figures, paired ratios with 95 % bootstrap intervals
+(``throughput_vs_plain``, ``request_speed_vs_plain``, ``vs_server_plain``,
+``vs_one_sequence``), ``marginal_ms_p50`` and ``batch_size_mean``. Grouped as
+``by_concurrency["N"][config]`` and ``by_set[set]["N"][config]``; ``crossover`` names the N
+at which speculation stops paying. Every definition: docs/design/bench.md
 """
 
 from __future__ import annotations

@@ -1,33 +1,13 @@
 """``specchat verify --concurrency N``: verify's sampled checks through the batched engine
 (engine/batch/batched.py), N sequences in one llama.cpp decode at every step.
 
-Samples: ``samples`` drafting requests (seed = their index, as verify's speculative
-samples) and one plain request after every three, all on the prompt verify chooses,
-fed to one BatchedEngine with N slots. The requests cycle through four kinds — γ drafts,
-plain, one draft, the profile's own γ (auto: its adaptive controller) — so a decode holds
-sequences verifying different numbers of drafts, and plain ones beside them, whose rows
-a fault could hand to the wrong sequence. Checks, by stats.py's rule:
-
-0. the law the batched engine samples from, enumerated in a batched context (the prompt
-   prefilled for all N sequences in one decode, as the engine's first admission runs it;
-   each second token as one row of N): its logits against the one-sequence logits, within
-   the format's batch noise (near_tie.noise_bound, a constant of the format). Where a CPU's
-   kernels differ by batch shape (BF16 on AVX-512: docs/benchmarks/batch_shape_numerics.py)
-   the two laws differ by more than sampling can see at 2,000 samples, so 1 and 2 hold
-   the samples to the batched law, and this check holds the batched law to the one
-   sequence's: a row handed to the wrong place moves logits by whole units, far past it;
-1. the batched drafting requests: first token vs exact p, and first two tokens vs the
-   exact joint, both enumerated in the batched context (0);
-2. the batched plain requests (decoded beside drafting ones): first token vs exact p (0);
-3. the batched drafting requests vs one-sequence plain sampling (seeds PLAIN_SEEDS + i),
-   K-token continuations (two-sample χ² and TV);
-4. greedy: N requests at once on verify's greedy prompt, one of each kind, each against
-   the one-sequence plain reply token by token; a divergence passes only at a near-tie of
-   the format's fixed bound (near_tie.py), and the batched reply resumes from plain's
-   prefix after it, as verify's greedy diff does.
-
-These checks are written for point-mass drafts (n-gram lookup, the default): other
-methods are refused with one line (the chi-square suites cover their batched exactness).
+``samples`` drafting requests (seed = index) and a plain one after every three cycle
+through four kinds (γ drafts, plain, one draft, the profile's γ) in one BatchedEngine of N
+slots. Checks: (0) batched logits against one-sequence logits within the format's noise
+bound; (1, 2) drafting and plain first tokens against the exact batched law; (3) drafting
+vs one-sequence plain K-token continuations; (4) greedy, one request of each kind, against
+the plain reply up to near-ties. Point-mass drafts only; other methods are refused.
+Design notes: docs/design/verify.md
 """
 
 from __future__ import annotations

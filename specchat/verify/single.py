@@ -1,48 +1,13 @@
 """``specchat verify``: is speculative sampling exact on these models and settings?
 
-Draws ``samples`` seeded continuations of ``tokens`` tokens from the speculative engine
-(one short ``generate`` per sample, seed = index) and as many from plain sampling (the
-same engine with no proposer, seeds of another range), and compares (see verify/stats.py for the rule):
-
-1. first-token marginal, speculative vs the exact target distribution p = warp(logits);
-2. the same for plain sampling (a check of the reference itself);
-3. first two tokens, speculative vs the exact joint p(t1)·p(t2 | t1), enumerated over the
-   most likely first tokens (the rest pooled);
-4. whole K-token continuations, speculative vs plain (two-sample χ² and TV);
-5. greedy (temperature 0): 32 tokens token by token, speculative vs plain; every divergence
-   is reported with its top-two logit gap and accepted only at a numerical near-tie, whose
-   width is a fixed constant of the target's precision (near_tie.py: 1e-3 in float32,
-   8 ULPs in bf16, twice a measured per-format bound on llama.cpp);
-0. before all of them, at every temperature: batched logits (k+1 tokens, drafts passed as
-   verification passes them) against one-token steps; a difference beyond the format's
-   fixed bound (near_tie.noise_bound) fails — a backend fault, not rounding; and the exact
-   law of the first token the sampler's own code emits, on the target's p and the probe
-   draft's q at the chosen prompt, against p (verify/law.py: no sampling noise, so an error
-   over 2e-6 in TV fails it, far below what any sample size here could see).
-
-The sampled checks' default prompt is the widest of a few candidates
-(DEFAULT_CANDIDATES) on the models under test (checks 0 and 5 keep the yes/no one,
-DEFAULT_PROMPT): the one whose exact joint of the first two tokens has the most cells an
-exact sampler fills (expected count ≥ 5 at ``samples``), among those the proposer drafts
-at (the choice reads exact distributions and one probe draft, never a sample, so it
-cannot bend a check's false-alarm rate: no multiple-comparison correction is owed). A
-prompt whose next token has two likely values and a deterministic second token (the old
-default) gives a 2-cell test, blind to every bug that keeps one token's share — a wrong
-residual among the others, misaligned ids. Checks 1 and 3 print their cells and their
-power against a named bug (resampling from p after a rejection, its exact law from the
-probe draft's q at the first position; verify/stats.py, "Power").
-
-Checks 1, 3, 4 and 5 run with drafts at every step (γ fixed, so the rejection sampler
-is exercised from the first token) and, when the profile's γ is "auto" (the shipped
-default), again through the adaptive controller the profile really uses, plain
-calibration steps and all — the default path is verified, not only a fixed γ.
-
-``proposer_factory(loaded, profile, gamma) -> Proposer`` replaces the profile's proposer
-(the hook tests use to plant a wrong sampler and see verify fail); gamma is "auto" for
-the adaptive path.
-
-Everything goes through the engine's backend seam (logits of the last positions of a
-sequence), so verify runs unchanged on every backend: transformers, llama.cpp, …
+Compares ``samples`` seeded speculative continuations with plain ones and with the exact
+law (rules: verify/stats.py): (0) batched vs one-token logits and the sampler's exact law
+(verify/law.py); (1) first token vs p; (2) plain's first token vs p; (3) first two tokens
+vs the exact joint; (4) K-token continuations, speculative vs plain; (5) greedy, divergences
+allowed only at near-ties (near_tie.py). Drafting checks run at a fixed γ and, when the
+profile's γ is "auto", through its adaptive controller. ``proposer_factory(loaded, profile,
+gamma)`` replaces the profile's proposer (tests plant bugs with it).
+Design notes (the prompt choice, power): docs/design/verify.md
 """
 
 from __future__ import annotations
