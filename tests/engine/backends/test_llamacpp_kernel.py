@@ -41,7 +41,7 @@ def test_setup_builds_llama_cpp_with_specchats_kernels():
     version (the script then builds without them and says so in its log)."""
     assert batched_kernel(llama_cpp) == "specchat", (
         "llama-cpp-python lacks specchat's llama.cpp patches: run `make setup` (see .venv/llama-cpp-build.log)")
-    assert llama_cpp.__version__.endswith("+specchat.7")
+    assert llama_cpp.__version__.endswith("+specchat.8")
 
 
 @pytest.mark.parametrize("splits", [[4, 8], [2, 2, 2, 6], [7, 5]])
@@ -176,3 +176,39 @@ def test_flash_attention_takes_the_small_batch_kernel_exactly_where_it_can():
         assert 0.0 < np.abs(ours - theirs).max() < 1.0, np.abs(ours - theirs).max()
     else:
         assert np.array_equal(ours, theirs), f"max difference {np.abs(ours - theirs).max()}"
+
+
+def _advised_bytes() -> int:
+    """Bytes of this process's mappings advised onto transparent huge pages (VmFlags ``hg``)."""
+    total = size = 0
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if line.startswith("Size:"):
+                size = int(line.split()[1]) * 1024
+            elif line.startswith("VmFlags:") and "hg" in line.split()[1:]:
+                total += size
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage"),
+                    reason="needs a Linux kernel with transparent huge pages (reads /proc/self/smaps)")
+def test_large_cpu_buffers_are_advised_onto_huge_pages(monkeypatch):
+    """0004: a buffer of 4 MiB or more (the KV cache here: 30 layers × 2048 positions × K and
+    V of 192 F16 values, 45 MiB; the repacked weights of a quantised file) is advised
+    MADV_HUGEPAGE before its first touch: the same model opened with the patch off
+    (SPECCHAT_GGML_UPSTREAM=1, read at each allocation) advises at least that much less.
+    Whether the kernel backs the advice with huge pages is its business (THP "never",
+    fragmentation), so the advice is what is checked. Planted bug: the patch off both
+    times fails this (0 MiB apart)."""
+    def advised_by_opening() -> int:
+        before = _advised_bytes()
+        backend = LlamaCppBackend(find_gguf(), n_threads=1, n_ctx=2048)
+        grown = _advised_bytes() - before
+        backend.llm.close()
+        return grown
+
+    monkeypatch.setenv("SPECCHAT_GGML_UPSTREAM", "1")
+    upstream = advised_by_opening()
+    monkeypatch.delenv("SPECCHAT_GGML_UPSTREAM")
+    ours = advised_by_opening()
+    assert ours - upstream >= 40 << 20, f"{ours >> 20} MiB advised onto huge pages against upstream's {upstream >> 20}"
