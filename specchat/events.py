@@ -132,13 +132,13 @@ class StepStats:
 @dataclass
 class DraftCounts:
     """The draft counters of some steps (vLLM's names), the one fold telemetry, serve, bench
-    and verify share. With nothing drafted the rates are None: nothing was measured.
-
-    num_drafts: steps that drafted; num_draft_tokens / num_accepted_tokens: drafts proposed /
-    kept (bonus excluded); num_rejected: drafting steps that ended on a rejected draft (the
-    others kept every draft and drew a bonus token). acceptance_histogram[n]: drafting steps
-    that kept exactly n; drafted_per_position[i] / accepted_per_position[i]: drafting steps
-    with a draft / a kept draft at position (a tree's depth) i, 0-based."""
+    and verify share. num_drafts: steps that drafted; num_draft_tokens / num_accepted_tokens:
+    drafts proposed / kept (bonus excluded); num_rejected: drafting steps that ended on a
+    rejected draft (the others drew a bonus token). acceptance_histogram[n]: drafting steps
+    that kept exactly n; drafted_ / accepted_per_position[i]: drafting steps with a draft / a
+    kept draft at position (a tree's depth) i. draft_acceptance_rate = accepted / drafted and
+    mean_acceptance_length = 1 + accepted / num_drafts (tokens a drafting step emitted) are
+    None with nothing drafted: nothing was measured."""
 
     num_drafts: int = 0
     num_draft_tokens: int = 0
@@ -156,33 +156,24 @@ class DraftCounts:
         self.num_draft_tokens += k
         self.num_accepted_tokens += n
         self.num_rejected += (min(k, n + 1) if stats.verified_positions is None else stats.verified_positions) - n
-        _tally(self.acceptance_histogram, n, n + 1)
-        _tally(self.drafted_per_position, 0, stats.depth)
-        _tally(self.accepted_per_position, 0, n)
+        for counts, start, stop in ((self.acceptance_histogram, n, n + 1), (self.drafted_per_position, 0, stats.depth),
+                                    (self.accepted_per_position, 0, n)):  # counts[start:stop] += 1, grown to fit
+            counts += [0] * (stop - len(counts))
+            for i in range(start, stop):
+                counts[i] += 1
 
     @property
     def draft_acceptance_rate(self) -> float | None:
-        """num_accepted_tokens / num_draft_tokens."""
         return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        """1 + num_accepted_tokens / num_drafts: tokens a drafting step emitted, the bonus or
-        resampled token included (not plain decoding's 1 when nothing drafted)."""
         return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
 
     @property
     def per_position_acceptance(self) -> tuple[float, ...]:
-        """Of the drafting steps with a draft at position i, the fraction that kept it."""
-        kept = self.accepted_per_position
-        return tuple((kept[i] if i < len(kept) else 0) / d for i, d in enumerate(self.drafted_per_position))
-
-
-def _tally(counts: list[int], start: int, stop: int) -> None:
-    """counts[start:stop] += 1, the list grown with zeros to reach ``stop``."""
-    counts += [0] * (stop - len(counts))
-    for i in range(start, stop):
-        counts[i] += 1
+        kept = self.accepted_per_position + [0] * len(self.drafted_per_position)
+        return tuple(a / d for a, d in zip(kept, self.drafted_per_position))
 
 
 @dataclass(frozen=True)

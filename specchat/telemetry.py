@@ -184,7 +184,7 @@ class Telemetry:
         self._gamma_history: deque[int] = deque(maxlen=self._history)
         self._acceptance_history: deque[float] = deque(maxlen=self._history)
         self._by_source: dict[str, DraftCounts] = {}
-        self._source_ms: dict[str, list[float]] = {}  # source → [drafting ms, drafts it timed]
+        self._source_ms: dict[str, _Mean] = {}  # source → drafting ms per draft it timed
         self.decode = StepSums()  # the timed steps' tokens and times, for the interval
         self._others_ms = self._share_ms = 0.0  # Σ cpu_others × ms, Σ ms over steps that read it
         self.forecast_tokens = self.forecast_cost = 0.0  # Σ the cost model's E(k), T(k)/w(0)
@@ -233,9 +233,7 @@ class Telemetry:
         self.drafts.add(stats)
         self._by_source.setdefault(stats.draft_source, DraftCounts()).add(stats)
         if stats.draft_catch_up_tokens == 0 and stats.prefill_tokens == 0:
-            timed_ms = self._source_ms.setdefault(stats.draft_source, [0.0, 0])
-            timed_ms[0] += stats.draft_ms
-            timed_ms[1] += k
+            self._source_ms.setdefault(stats.draft_source, _Mean()).add(stats.draft_ms, k)
         self.alpha.add(stats.alpha_sum, stats.alpha_count)
         self.gamma_used.add(depth)
         self._acceptance_history.append(n / depth)
@@ -271,7 +269,6 @@ class Telemetry:
         others = self._others_ms / self._share_ms if self._share_ms > 0 else None
         honest = measured_speedup(self.decode, list(self.plain_total.values), others)
         histogram = drafts.acceptance_histogram + [0] * (self.max_gamma + 1 - len(drafts.acceptance_histogram))
-        ms_per_token = {name: ms / n for name, (ms, n) in self._source_ms.items() if n}
         return MetricsSnapshot(
             num_steps=self.num_steps,
             num_tokens=self.num_tokens,
@@ -314,7 +311,7 @@ class Telemetry:
             gamma_history=tuple(self._gamma_history),
             acceptance_history=tuple(self._acceptance_history),
             drafts_by_source={name: {"drafted": s.num_draft_tokens, "accepted": s.num_accepted_tokens,
-                                     "draft_ms_per_token": ms_per_token.get(name)}
+                                     "draft_ms_per_token": self._source_ms.get(name, _Mean()).value}
                               for name, s in self._by_source.items()},
         )
 

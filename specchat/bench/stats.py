@@ -155,10 +155,7 @@ def predicted_curve(rows: list[dict], max_gamma: int) -> dict[str, Any] | None:
     if snapshot.alpha is None or snapshot.cost_ratio is None:
         return None
     steps = [StepStats(**step) for row in rows for step in row["steps"]]
-    drafted: dict[str, int] = {}
-    for stats in steps:
-        if stats.draft_source:
-            drafted[stats.draft_source] = drafted.get(stats.draft_source, 0) + stats.num_draft_tokens
+    drafted = {name: s["drafted"] for name, s in snapshot.drafts_by_source.items() if name}
     if not drafted:
         return None
     source = max(drafted, key=drafted.get)
