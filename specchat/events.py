@@ -156,11 +156,10 @@ class DraftCounts:
         self.num_draft_tokens += k
         self.num_accepted_tokens += n
         self.num_rejected += (min(k, n + 1) if stats.verified_positions is None else stats.verified_positions) - n
-        for counts, start, stop in ((self.acceptance_histogram, n, n + 1), (self.drafted_per_position, 0, stats.depth),
-                                    (self.accepted_per_position, 0, n)):  # counts[start:stop] += 1, grown to fit
-            counts += [0] * (stop - len(counts))
-            for i in range(start, stop):
-                counts[i] += 1
+        self.acceptance_histogram += [0] * (n + 1 - len(self.acceptance_histogram))
+        self.acceptance_histogram[n] += 1
+        for counts, upto in ((self.drafted_per_position, stats.depth), (self.accepted_per_position, n)):
+            counts[:upto] = [c + 1 for c in counts[:upto] + [0] * (upto - len(counts))]  # grown to fit
 
     @property
     def draft_acceptance_rate(self) -> float | None:

@@ -246,7 +246,6 @@ class Telemetry:
         alpha = self.alpha.value
         drafts = self.drafts
         judged = drafts.num_accepted_tokens + drafts.num_rejected  # draft positions verified
-        alpha_emp = drafts.num_accepted_tokens / judged if judged else None
         c = self.cost_ratio
         verify_cost = {k: v for k, v in enumerate(self.verify_cost, 1)}
         gamma_mean = self.gamma_used.value or 0.0
@@ -280,7 +279,7 @@ class Telemetry:
             mean_acceptance_length=drafts.mean_acceptance_length,
             draft_acceptance_rate=drafts.draft_acceptance_rate,
             alpha=alpha,
-            alpha_empirical=alpha_emp,
+            alpha_empirical=drafts.num_accepted_tokens / judged if judged else None,
             target_token_ms=t_plain,
             draft_forward_ms=self.draft_forward.value,
             cost_ratio=c,

@@ -170,15 +170,15 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
     report(0, 1, "exact law of the sampler")
     checks += law_checks(probe.logits, probe.p_first, None if probe.point_mass else probe.q_first,
                          probe.first_draft, params)
-    drafts = DraftCounts()
     notes: list[str] = []
     modes = _modes(loaded, target, profile, factory, gamma)
-    auto_drafts: DraftCounts | None = None
+    drafts = DraftCounts()  # the fixed γ's drafts; the γ = auto pass's apart, when it runs
+    auto_drafts = DraftCounts() if len(modes) > 1 and not params.greedy else None
     if not params.greedy:
         total = samples * (len(modes) + 1)
         spec_runs = []
         for m, (label, engine) in enumerate(modes):
-            counts = drafts if not label else DraftCounts()
+            counts = auto_drafts if label else drafts
             seqs = np.empty((samples, tokens), dtype=np.int64)
             for i in range(samples):
                 if i % 50 == 0:
@@ -186,8 +186,6 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
                 seed = AUTO_SEEDS + i if label else i
                 seqs[i] = _speculative_sample(engine, ids, dataclasses.replace(params, seed=seed), tokens, counts)
             spec_runs.append((label, seqs))
-            if label:
-                auto_drafts = counts
         plain_seqs = np.empty((samples, tokens), dtype=np.int64)
         for i in range(samples):
             if i % 50 == 0:
@@ -239,8 +237,7 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
 
 
 def summary(drafts: DraftCounts) -> dict[str, int]:
-    """The report's counts: draft tokens proposed and kept, steps that rejected one (then
-    resampled) and steps that kept every draft (then drew a bonus token)."""
+    """Draft tokens proposed and kept, steps that rejected one and steps that drew a bonus token."""
     return {"drafted": drafts.num_draft_tokens, "accepted": drafts.num_accepted_tokens,
             "rejected": drafts.num_rejected, "bonus": drafts.num_drafts - drafts.num_rejected}
 
