@@ -212,3 +212,29 @@ def test_large_cpu_buffers_are_advised_onto_huge_pages(monkeypatch):
     monkeypatch.delenv("SPECCHAT_GGML_UPSTREAM")
     ours = advised_by_opening()
     assert ours - upstream >= 40 << 20, f"{ours >> 20} MiB advised onto huge pages against upstream's {upstream >> 20}"
+
+
+@pytest.mark.parametrize("size, mode, available, expected", [
+    (100, "always [madvise] never\n", 1000, True),
+    (100, "[always] madvise never\n", 200, True),
+    (100, "always madvise [never]\n", 1000, False),  # no huge pages to gain
+    (600, "always [madvise] never\n", 1000, False),  # would not fit twice: map it, let it page
+    (100, None, 1000, False),  # no THP in this kernel (or not Linux)
+    (100, "always [madvise] never\n", None, False),  # memory unknown
+])
+def test_weights_are_read_into_memory_only_where_huge_pages_and_room_allow(size, mode, available, expected):
+    """Planted bugs: ignoring "[never]", or the room check (a 6 GB file on 8 GB read into
+    memory instead of mapped), fail this."""
+    from specchat.engine.backends.llamacpp import read_into_memory
+
+    assert read_into_memory(size, mode, available) is expected
+
+
+def test_the_backend_opens_the_model_as_the_rule_says():
+    """The rule is what the backend passes llama.cpp (use_mmap), not a helper nobody calls."""
+    from specchat.engine.backends.llamacpp import weights_into_memory
+
+    backend = LlamaCppBackend(find_gguf(), n_threads=1, n_ctx=256)
+    mapped = backend.llm.model_params.load_mode == llama_cpp.LLAMA_LOAD_MODE_MMAP
+    assert mapped is not weights_into_memory(find_gguf())
+    backend.llm.close()
