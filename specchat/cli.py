@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from types import SimpleNamespace
 from typing import NoReturn
 
 from . import __version__
+from .config import DEFAULT_PROFILE, load_profile
 from .errors import SpecchatError
 from .sanitize import clean_line
 
@@ -46,6 +48,26 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, clean_line(f"{self.prog}: error: {message} ({self.prog} --help lists the options)") + "\n")
 
 
+# The options that subcommands share, by dest (its flag: --dest-with-dashes). A command module's SHARED names
+# those it takes: cli adds them to its parser, and refuses the others given before it (_before_the_command).
+SHARED_OPTIONS = {
+    "profile": {"metavar": "NAME|PATH", "help": "profile (default: default)"},
+    "no_record": {"action": "store_true", "help": "do not record this chat"},
+    "trust_remote_code": {"action": "store_true", "help": "let a chat reopened from a recording run its profile's "
+                          "trust_remote_code = true (the model repo's own Python code)"},
+    "trust_recorded_server": {"action": "store_true", "help": "let a chat reopened from a recording connect to the "
+                              "server its profile names, sending the variable it names as the key"},
+}
+FLAGS = tuple(SHARED_OPTIONS)[1:]  # after the profile in every usage line
+
+
+def _add_shared(parser: argparse.ArgumentParser, *names: str, prefix: str = "") -> argparse.ArgumentParser:
+    for name in names:
+        short = ("-p",) if name == "profile" else ()
+        parser.add_argument(*short, "--" + name.replace("_", "-"), dest=prefix + name, **SHARED_OPTIONS[name])
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .commands import available_commands
 
@@ -57,31 +79,19 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"specchat {__version__}")
-    # dests of their own (tui_…): a subcommand's option of the same dest would overwrite the
-    # value given here in the namespace, and _before_the_command could not see it
-    parser.add_argument("-p", "--profile", dest="tui_profile", metavar="NAME|PATH",
-                        help="profile for the TUI (default: 'default')")
+    # the TUI's, and a subcommand's when given before it (_before_the_command); dests of their own
+    # (tui_…): a subcommand's option of the same dest would overwrite the value given here
+    _add_shared(parser, "profile", prefix="tui_")
     parser.add_argument("--resume", dest="tui_resume", metavar="FILE",
                         help="reopen a recorded chat (a path, a name in the sessions dir, or 'last') and carry on")
-    parser.add_argument("--no-record", dest="tui_no_record", action="store_true", help="do not record this chat")
-    parser.add_argument("--trust-remote-code", dest="tui_trust_remote_code", action="store_true",
-                        help="let --resume run a recorded profile's trust_remote_code = true (the model repo's own "
-                             "Python code); never taken from a recording otherwise")
-    parser.add_argument("--trust-recorded-server", dest="tui_trust_recorded_server", action="store_true",
-                        help="let --resume connect to the server a recorded profile names, sending the variable it "
-                             "names as the key; otherwise refused before any request")
+    _add_shared(parser, *FLAGS, prefix="tui_")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for module in available_commands():
-        before = set(subparsers.choices)
-        module.add_parser(subparsers)
-        for name in set(subparsers.choices) - before:
-            sub = subparsers.choices[name]
-            # A subcommand's own -p/--profile parses to None when not given (its default kept
-            # aside), so that one given before the subcommand can take its place.
-            profile_default = sub.get_default("profile")
-            sub.set_defaults(_run=module.run, _parser=sub, _profile_default=profile_default)
-            if profile_default is not None:
-                sub.set_defaults(profile=None)
+        def add_parser(*names, shared=module.SHARED, **kwargs):  # -p first, as in every usage line
+            return _add_shared(subparsers.add_parser(*names, **kwargs), *set(shared) & {"profile"})
+        sub = module.add_parser(SimpleNamespace(add_parser=add_parser))
+        _add_shared(sub, *(name for name in FLAGS if name in module.SHARED))
+        sub.set_defaults(_run=module.run, _parser=sub, _shared=module.SHARED)
     return parser
 
 
@@ -93,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command is None:
             return open_tui(args.tui_profile, resume=args.tui_resume, record=not args.tui_no_record,
-                            trust_remote_code=args.tui_trust_remote_code,
-                            trust_recorded_server=args.tui_trust_recorded_server)
+                            trust={name: getattr(args, f"tui_{name}") for name in FLAGS if name.startswith("trust")})
         _before_the_command(args)
         return args._run(args)
     except SpecchatError as error:
@@ -108,39 +117,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _before_the_command(args: argparse.Namespace) -> None:
-    """Options given before a subcommand (``specchat --profile P run …``) apply to it where
-    it takes the same option, and are refused in one line where it does not: never dropped
-    in silence. A subcommand takes an option when its parse left that attribute in ``args``."""
+    """Options given before a subcommand (``specchat --profile P run …``) apply to it where its
+    module's SHARED declares them, and are refused in one line where it does not: never dropped
+    in silence. A profile given neither way is the default one."""
     command = f"specchat {args.command}"
     if args.tui_resume is not None:  # no subcommand reopens a chat (train-head's own --resume carries on training)
-        raise SpecchatError(f"--resume '{args.tui_resume}' before '{args.command}' reopens a chat in the TUI, "
-                            f"which '{command}' does not open", key="--resume",
-                            hint="give --resume without a subcommand")
-    for flag in ("no_record", "trust_remote_code", "trust_recorded_server"):
-        if getattr(args, f"tui_{flag}"):
-            option = "--" + flag.replace("_", "-")
-            if not hasattr(args, flag):
-                raise SpecchatError(f"'{command}' takes no {option}", key=option,
+        raise SpecchatError(f"--resume '{args.tui_resume}' before '{args.command}' reopens a chat in the TUI, which "
+                            f"'{command}' does not open", key="--resume", hint="give --resume without a subcommand")
+    for name in SHARED_OPTIONS:
+        top, option = getattr(args, f"tui_{name}"), "--" + name.replace("_", "-")
+        if name not in args._shared:
+            if top not in (None, False):  # replay and export read the profile a recording carries
+                given = f"{option} '{top}'" if isinstance(top, str) else option
+                raise SpecchatError(f"'{command}' takes no {option}, but {given} was given before it", key=option,
                                     hint=f"drop {option} ('{command} --help' lists the options)")
-            setattr(args, flag, True)
-    top = args.tui_profile
-    if not hasattr(args, "profile"):
-        if top is not None:  # replay and export read the profile a recording carries; profiles names its own
-            raise SpecchatError(f"'{command}' takes no profile, but --profile '{top}' was given before it",
-                                key="--profile", hint="drop --profile")
-    elif args.profile is None:
-        args.profile = top if top is not None else args._profile_default
-    elif top is not None and top != args.profile:
-        raise SpecchatError(f"--profile given twice: '{top}' before '{args.command}' and '{args.profile}' after it",
-                            key="--profile", hint="give it once")
+        elif getattr(args, name) in (None, False):  # not given after the command: the one before, or the default
+            setattr(args, name, DEFAULT_PROFILE if top is None else top)
+        elif top not in (None, False, getattr(args, name)):
+            raise SpecchatError(f"{option} given twice: '{top}' before '{args.command}' and '{getattr(args, name)}' "
+                                f"after it", key=option, hint="give it once")
 
 
-def open_tui(profile: str | None, *, resume: str | None = None, record: bool = True,
-             trust_remote_code: bool = False, trust_recorded_server: bool = False) -> int:
+def open_tui(profile: str | None, *, resume: str | None = None, record: bool = True, trust: dict) -> int:
     """The TUI on a profile, or carrying on a recorded chat. The profile and the
     recording are checked first, so a bad one fails here in one line."""
-    from .config import DEFAULT_PROFILE, load_profile
-
     if profile is not None or resume is None:
         load_profile(profile or DEFAULT_PROFILE)
     try:
@@ -150,8 +150,6 @@ def open_tui(profile: str | None, *, resume: str | None = None, record: bool = T
             raise SpecchatError("the TUI is not available in this build", hint="use `specchat run --prompt TEXT`") from None
         raise SpecchatError(f"the TUI needs the '{error.name}' package", hint="pip install textual") from None
     from .live import LiveLoader, resume_loader
-
-    trust = {"trust_remote_code": trust_remote_code, "trust_recorded_server": trust_recorded_server}
 
     def reopen(path):  # the history screen's "reopen"
         return resume_loader(path, record=record, quiet=True, **trust)

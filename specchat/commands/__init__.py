@@ -1,4 +1,5 @@
-"""Subcommands: one module each, exposing ``add_parser(subparsers)`` and ``run(args) -> int``.
+"""Subcommands: one module each, exposing ``add_parser(subparsers)``, ``run(args) -> int`` and
+``SHARED``, the options of cli.py's SHARED_OPTIONS it takes (profile, no_record, trust_…).
 
 Adding a subcommand is adding its module name to COMMANDS. Modules are imported when
 the parser is built, so they must not import torch at module level (``specchat --help``

@@ -22,6 +22,7 @@ from specchat.methods import METHODS, SPELLINGS
 from specchat.sanitize import clean_line
 
 GAMMA_DEFAULT = "auto,1,2,3,5,8"  # --grid, one chat at a time; N at once runs auto unless --gamma says
+SHARED = ("profile",)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,7 +32,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "By default: the profile's method at its own γ, plain decoding and one peer row (the peer "
                     "engine's plain generation); --grid, --gamma or --methods compare every method × γ instead. "
                     "Ctrl+C keeps the requests that finished and writes them. Results go to --out.")
-    parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--prompts", nargs="+", default=["all"], metavar="SET|FILE",
                         help="prompt sets: repetitive, open, unusual, long, all (default), .toml/.jsonl files, "
                              "or spec-bench[:N]: Spec-Bench's 480 questions as six category sets (mt-bench, "

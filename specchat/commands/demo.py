@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+SHARED = ("profile", "no_record")
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -17,9 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Run a demo script (prompts as paragraphs, /pause /reset /gamma /temperature "
         "/thinking directives) against a profile. Default script: the shipped tour.")
     parser.add_argument("--script", help="the demo script (default: the shipped demos/tour.txt)")
-    parser.add_argument("--profile", "-p", help="profile name or path (default: the default profile)")
     parser.add_argument("--headless", action="store_true", help="print to stdout instead of opening the TUI")
-    parser.add_argument("--no-record", action="store_true", help="do not record this session")
     return parser
 
 

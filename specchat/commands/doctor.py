@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+SHARED = ("profile",)
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -19,7 +21,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Check Python, torch, CUDA/MPS and the CPU's features, bitsandbytes, the llama-cpp-python "
                     "build, the profile's models (on disk, never downloaded) and the memory they need, and the "
                     "data dir. Exit 1 on any failure, 0 otherwise.")
-    parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--smoke", action="store_true",
                         help="also load the profile and decode 16 greedy tokens with speculation on and off")
     return parser

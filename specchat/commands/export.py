@@ -13,6 +13,7 @@ from pathlib import Path
 from specchat.sanitize import clean_line
 
 FORMATS = {"cast": ".cast", "md": ".md", "markdown": ".md"}
+SHARED = ()
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -8,6 +8,8 @@ import sys
 
 from specchat.sanitize import clean_line
 
+SHARED = ()
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     from specchat.models.catalog import PULLS

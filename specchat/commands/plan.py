@@ -14,6 +14,8 @@ from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
 from specchat.synthetic import PAIRS, cached, transformers_model
 
+SHARED = ("profile",)
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -24,7 +26,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "× draft length γ, each γ's break-even α and the best γ per α (the panel's formula, with these "
                     "measured costs). No acceptance is measured: α is the task's, the costs are this machine's.",
     )
-    parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--alpha-from", metavar="FILE",
                         help="measured acceptance: a recording (path, name or 'last') or a bench results.json; "
                              "prints its α in the geometric formula and its steps as run priced with these costs")

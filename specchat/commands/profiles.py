@@ -9,6 +9,8 @@ import sys
 from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
 
+SHARED = ()
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(

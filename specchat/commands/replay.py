@@ -16,6 +16,8 @@ import sys
 from specchat.commands.export import add_output_arguments, export
 from specchat.sanitize import clean_line
 
+SHARED = ("trust_remote_code", "trust_recorded_server")
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -34,10 +36,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--method", help="with --simulate: ngram, suffix or both, comma-separated (default: the "
                                           "recorded one, else ngram)")
     parser.add_argument("--gamma", help="with --simulate: γ, a whole number or auto (default: the recorded one)")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="let a session reopened from the replay run its recorded trust_remote_code = true")
-    parser.add_argument("--trust-recorded-server", action="store_true",
-                        help="let a session reopened from the replay connect to the server its profile names")
     return parser
 
 
@@ -82,15 +80,14 @@ def _headless(path, speed: str) -> int:
     return 0
 
 
-def _tui(path, speed: str, trust_remote_code: bool, trust_recorded_server: bool) -> int:
+def _tui(path, speed: str, trust: dict) -> int:
     from specchat.live import resume_loader
     from specchat.ui.app import run_app
     from specchat.ui.backend import replay_loader
 
     # The history key can reopen a session (that loads its model); a replay itself never does.
     return run_app(None, loader=replay_loader(path, speed),
-                   reopen=lambda p: resume_loader(p, quiet=True, trust_remote_code=trust_remote_code,
-                                                  trust_recorded_server=trust_recorded_server))
+                   reopen=lambda p: resume_loader(p, quiet=True, **trust))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             return simulate_recording(path, args.method, args.gamma)
         if args.headless:
             return _headless(path, speed)
-        return _tui(path, speed, args.trust_remote_code, args.trust_recorded_server)
+        return _tui(path, speed, {name: getattr(args, name) for name in SHARED})  # the --trust-… flags
     except (SpecchatError, OSError, ValueError) as exc:
         print(clean_line(f"specchat replay: {exc}"), file=sys.stderr)
         return 2

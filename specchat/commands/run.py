@@ -14,12 +14,13 @@ from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.errors import SpecchatError
 from specchat.sanitize import clean, clean_line, decode_input, inert_json
 
+SHARED = ("profile", "no_record")
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "run", help="answer one prompt headlessly (stdout), with speculation metrics",
         description="Load a profile's models, answer one prompt and print speculation metrics.")
-    parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--prompt", required=True, help="the user message ('-' reads it from stdin)")
     parser.add_argument("--json", action="store_true", help="JSON lines: one per token, then a summary line")
     parser.add_argument("--max-new-tokens", type=int, metavar="N", help="override sampling.max_new_tokens")
@@ -27,7 +28,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--temperature", type=float, metavar="T", help="override sampling.temperature (0 = greedy)")
     parser.add_argument("--num-speculative-tokens", metavar="K|auto", help="override speculation.num_speculative_tokens")
     parser.add_argument("--system", metavar="TEXT", help="override chat.system_prompt")
-    parser.add_argument("--no-record", action="store_true", help="do not record this reply (profiles record by default)")
     return parser
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from specchat.errors import SpecchatError
 
 DEFAULT_KEY_ENV = "SPECCHAT_API_KEY"
+SHARED = ("profile",)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -27,7 +28,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "serve", help="serve a llama.cpp profile over an OpenAI-compatible HTTP API (several chats batched)",
         description="Serve a llama.cpp (GGUF) profile on an OpenAI-compatible HTTP endpoint: /v1/chat/completions, "
                     "/v1/completions, /v1/models, /health and /metrics (vLLM's spec-decode counters).")
-    parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs a key)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--parallel", type=int, default=4, metavar="N",

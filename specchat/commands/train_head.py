@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+SHARED = ("profile",)
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -22,7 +24,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Self-distil the profile's target on a shipped prompt corpus and train an EAGLE-3 head "
                     "on its hidden states (training-time test). The head is written in the SpecForge/vLLM "
                     "layout (config.json + model.safetensors). Ctrl+C keeps the last epoch; --resume continues.")
-    parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--kind", default="eagle3", choices=["eagle3", "medusa"],
                         help="head kind (default eagle3; medusa: Medusa-1 heads on the final hidden state)")
     parser.add_argument("--heads", type=int, default=4, metavar="N", help="medusa: heads, one per draft (default 4)")

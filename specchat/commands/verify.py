@@ -11,6 +11,7 @@ import sys
 import time
 
 MAX_CONCURRENCY = 64  # sequences one batched llama.cpp context takes here
+SHARED = ("profile",)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -20,7 +21,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "(total variation + chi-square, against the exact target distribution too), the exact law "
                     "of the sampler's first token read off its code, and a greedy token-by-token diff. Exit 0 on "
                     "PASS, 1 on FAIL, 2 on usage errors.")
-    parser.add_argument("-p", "--profile", default="default", metavar="NAME|PATH", help="profile (default: default)")
     parser.add_argument("--samples", type=int, default=2000, metavar="N", help="samples of each kind (default 2000)")
     parser.add_argument("--tokens", type=int, default=3, metavar="K", help="tokens per sample (default 3)")
     parser.add_argument("--prompt", metavar="TEXT",

@@ -13,6 +13,7 @@ import specchat.commands.bench as bench_command
 import specchat.commands.demo as demo_command
 import specchat.commands.replay as replay_command
 import specchat.commands.run as run_command
+from specchat.cli import SHARED_OPTIONS, build_parser
 from specchat.sessions.recorder import Recorder, build_header
 from tests.support.cli import assert_one_line_error, in_process
 from tests.support.sessions_helpers import sample_events
@@ -68,7 +69,7 @@ def ran(monkeypatch) -> dict:
     (["--profile", "mine", "run", "--profile", "mine", "--prompt", "hi"], "run", "mine"),  # the same one twice
     (["run", "--prompt", "hi"], "run", "default"),  # neither: the subcommand's own default
     (["bench"], "bench", "default"),
-    (["demo"], "demo", None),  # demo's default: None (the default profile, chosen by demo)
+    (["demo"], "demo", "default"),
 ])
 def test_the_profile_given_before_a_subcommand_is_the_subcommands(ran, args, command, profile):
     result = in_process(*args)
@@ -94,7 +95,7 @@ def test_two_different_profiles_are_refused(ran):
 @pytest.mark.parametrize("command", [["replay", "x.jsonl"], ["export", "x.jsonl"], ["profiles", "list"]])
 def test_a_profile_before_a_subcommand_that_takes_none_is_refused(ran, command):
     assert_one_line_error(in_process("--profile", "mine", *command),
-                          f"'specchat {command[0]}' takes no profile", "--profile 'mine'", "drop --profile")
+                          f"'specchat {command[0]}' takes no --profile", "--profile 'mine'", "drop --profile")
     assert ran == {}
 
 
@@ -106,6 +107,24 @@ def test_the_other_options_before_a_subcommand_apply_or_are_refused(ran):
     assert_one_line_error(in_process("--resume", "last", "run", "--prompt", "hi"),
                           "--resume 'last' before 'run' reopens a chat in the TUI", "without a subcommand")
     assert "bench" not in ran
+
+
+# each command with the arguments it requires, parsed by the real parser (no stand-in: none gets to run)
+COMMANDS = {name: sub for action in build_parser()._actions if action.dest == "command"
+            for name, sub in action.choices.items()}
+REQUIRED = {"run": ["--prompt", "hi"], "export": ["x.jsonl"]}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_command_takes_the_shared_options_its_module_declares_and_refuses_the_others(name):
+    declared = COMMANDS[name].get_default("_shared")
+    for option in SHARED_OPTIONS:
+        flag = "--" + option.replace("_", "-")
+        assert (flag in COMMANDS[name].format_help()) == (option in declared), (name, flag)
+        if option not in declared:  # given before the command: refused in one line, never dropped
+            value = ["mine"] if option == "profile" else []
+            assert_one_line_error(in_process(flag, *value, name, *REQUIRED.get(name, [])),
+                                  f"'specchat {name}' takes no {flag}", f"drop {flag}")
 
 
 def test_empty_methods_are_refused_as_a_lone_comma_is(tmp_path):
