@@ -79,8 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"specchat {__version__}")
-    # the TUI's, and a subcommand's when given before it (_before_the_command); dests of their own
-    # (tui_…): a subcommand's option of the same dest would overwrite the value given here
+    # the TUI's, and a subcommand's given before it: dests tui_…, which a subcommand's cannot overwrite
     _add_shared(parser, "profile", prefix="tui_")
     parser.add_argument("--resume", dest="tui_resume", metavar="FILE",
                         help="reopen a recorded chat (a path, a name in the sessions dir, or 'last') and carry on")

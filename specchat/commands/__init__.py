@@ -1,5 +1,5 @@
-"""Subcommands: one module each, exposing ``add_parser(subparsers)``, ``run(args) -> int`` and
-``SHARED``, the options of cli.py's SHARED_OPTIONS it takes (profile, no_record, trust_…).
+"""Subcommands: one module each, with ``add_parser(subparsers)``, ``run(args) -> int`` and ``SHARED``
+(the options of cli.SHARED_OPTIONS it takes).
 
 Adding a subcommand is adding its module name to COMMANDS. Modules are imported when
 the parser is built, so they must not import torch at module level (``specchat --help``
