@@ -8,7 +8,6 @@ One test runs the script as a user does, in a fresh interpreter; the others call
 here (results_md), the same exit code, stdout and stderr without ~2 s of imports each.
 """
 
-import argparse
 import contextlib
 import functools
 import importlib.util
@@ -21,7 +20,7 @@ import types
 
 from specchat.bench.configs import build_configs, parse_gammas, parse_methods
 from specchat.bench.runner import PEER_METHODS
-from specchat.commands.bench import add_parser
+from specchat.cli import build_parser
 from tests.support import FIXTURES, ROOT
 
 SCRIPT = ROOT / "scripts" / "results-md.py"
@@ -73,14 +72,12 @@ def test_a_real_run_gives_one_row_per_configuration_with_its_figures():
 
 
 def test_the_rebuilt_command_asks_bench_for_the_configurations_the_run_has():
-    # results.json keeps no command line: parse the rebuilt one with bench's own parser
-    # and check it yields exactly the run's configurations.
+    # results.json keeps no command line: parse the rebuilt one with the CLI's own parser
+    # (bench's options and the shared ones it declares) and check it yields exactly the run's
+    # configurations.
     results = json.loads((RUN / "results.json").read_text())
     command = next(line for line in results_md(RUN).stdout.splitlines() if line.startswith("specchat bench"))
-    parser = argparse.ArgumentParser()
-    subparsers = parser.add_subparsers()
-    add_parser(subparsers)
-    args = parser.parse_args(shlex.split(command)[1:])
+    args = build_parser().parse_args(shlex.split(command)[1:])
     assert args.profile == results["environment"]["profile"]
     assert args.prompts == list(results["prompt_sets"])
     assert (args.repeat, args.max_new_tokens) == (results["settings"]["repeat"], results["settings"]["max_new_tokens"])
