@@ -6,7 +6,6 @@ the ids back. Planted bug: verify's prompt without the system prompt fails it.""
 
 from __future__ import annotations
 
-import argparse
 from types import SimpleNamespace
 
 import pytest
@@ -74,9 +73,9 @@ def send_like(command: str, profile_path, profile, loaded, monkeypatch) -> list[
     monkeypatch.setattr(plan_core, "measure_target", lambda *a, **k: ([object()], 0.0))
     monkeypatch.setattr(plan_core, "measure_drafting", lambda engine, prompt, *a, **k: stop(prompt))
     monkeypatch.setattr("specchat.loading.load_models", lambda profile: loaded)
-    parser = argparse.ArgumentParser()
-    plan.add_parser(parser.add_subparsers())
-    return sent(lambda: plan.run(parser.parse_args(["plan", "-p", str(profile_path)])))
+    from specchat.cli import build_parser  # plan's options and the shared ones it declares (-p)
+
+    return sent(lambda: plan.run(build_parser().parse_args(["plan", "-p", str(profile_path)])))
 
 
 @pytest.fixture(scope="module")
