@@ -11,7 +11,7 @@
 # luck), 0004 asks for transparent huge pages for large CPU buffers (the weights, the KV
 # cache): one-token steps ~3.7 % faster on the pair's Q4_K_M target, where 4 KiB pages
 # made every step's pass over the weights pay TLB misses, 0005 gives Q4_K and Q6_K weights
-# times a few rows kernels that unpack each weight block once for several rows (a Q4_K_M
+# times 2-16 rows kernels that unpack each weight block once for several rows (a Q4_K_M
 # file's 2- and 3-token steps ~30 % less CPU). SPECCHAT_GGML_UPSTREAM=1 at run time turns
 # 0001, 0002, 0004 and 0005 off, for A/B measurements.
 # If a patch does not apply (another LLAMA_VERSION), the build goes on without it and says so.
