@@ -32,7 +32,7 @@ def benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Be
     return {
         **described,
         "requests": raw["requests"],
-        "rows": raw["rows"],
+        "rows": [r.to_dict() for r in raw["rows"]],
         # None, or {"requests_done", "requests"}: stopped by the user, the rest not run
         "stopped_early": raw["stopped_early"],
         "peak_rss_bytes": raw["peak_rss_bytes"],
@@ -58,7 +58,7 @@ def benchmark_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], conf
                          concurrency=levels, warmup=warmup)
     for config, entry in zip(configs, described["configs"]):
         entry["name"] = config_name(config)
-    return {**described, "mode": "concurrency", "runs": raw["runs"], "rows": raw["rows"],
+    return {**described, "mode": "concurrency", "runs": raw["runs"], "rows": [r.to_dict() for r in raw["rows"]],
             "peak_rss_bytes": peak_rss_bytes(), "cpu_others": raw["cpu_others"], "busy_machine": raw["busy_machine"],
             "aggregates": aggregate_concurrency(raw["runs"], raw["rows"], [s.name for s in sets])}
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from specchat.bench.configs import WARMUP_TOKENS, BenchConfig
 from specchat.bench.prompt_sets import PromptSet
+from specchat.bench.row import BenchRow
 from specchat.bench.runner import (SEED_STRIDE, Progress, Request, chat_requests, make_engine,
                                    run_specchat)
 from specchat.contention import BUSY_SHARE, CpuShare
@@ -65,37 +66,37 @@ def run_requests(requests: list[Request], n: int, repeat: int) -> list[Request]:
 
 
 def run_batched(engine: Any, requests: list[Request], params_for: Callable[[Request], Any], stops: set[int]
-                ) -> tuple[list[dict], float]:
+                ) -> tuple[list[BenchRow], float]:
     """Every request through our batched engine → (rows in request order, run wall ms)."""
     from specchat.engine.batch.batched import Request as Job
 
     engine.reset()
     jobs = [Job(list(r.ids), params_for(r), r.max_new_tokens, tuple(stops)) for r in requests]
     starts: dict[int, float] = {}
-    rows = [{"emissions": [], "steps": [], "output_ids": [], "finish_reason": None} for _ in requests]
+    rows = [BenchRow() for _ in requests]
     t0 = time.perf_counter()
     admitted = lambda i: starts.setdefault(i, (time.perf_counter() - t0) * 1000.0)  # noqa: E731
     for i, step in engine.generate(jobs, admitted):
         row = rows[i]
         if step.tokens:
-            row["emissions"].append([(time.perf_counter() - t0) * 1000.0 - starts[i], len(step.tokens)])
-            row["output_ids"] += [t.id for t in step.tokens]
-            row["steps"].append(dataclasses.asdict(step.stats))
-        row["finish_reason"] = step.finish_reason or row["finish_reason"]
+            row.emissions.append([(time.perf_counter() - t0) * 1000.0 - starts[i], len(step.tokens)])
+            row.output_ids += [t.id for t in step.tokens]
+            row.steps.append(step.stats)
+        row.finish_reason = step.finish_reason or row.finish_reason
     wall = (time.perf_counter() - t0) * 1000.0
     for i, row in enumerate(rows):
-        row.update(new_tokens=len(row["output_ids"]), start_ms=starts[i],
-                   wall_ms=row["emissions"][-1][0] if row["emissions"] else 0.0)
+        row.new_tokens, row.start_ms = len(row.output_ids), starts[i]
+        row.wall_ms = row.emissions[-1][0] if row.emissions else 0.0
     return rows, wall
 
 
 def run_single(engine: Any, requests: list[Request], params_for: Callable[[Request], Any], stops: set[int]
-               ) -> tuple[list[dict], float]:
+               ) -> tuple[list[BenchRow], float]:
     """One request after another through the one-sequence engine (N = 1's reference)."""
     rows, t0 = [], time.perf_counter()
     for r in requests:
         start = (time.perf_counter() - t0) * 1000.0
-        rows.append({**run_specchat(engine, r, params_for(r), stops, r.max_new_tokens), "start_ms": start})
+        rows.append(dataclasses.replace(run_specchat(engine, r, params_for(r), stops, r.max_new_tokens), start_ms=start))
     return rows, (time.perf_counter() - t0) * 1000.0
 
 
@@ -122,7 +123,7 @@ def config_name(config: BenchConfig) -> str:
 def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], levels: list[int], *,
                     repeat: int = 1, max_new_tokens: int | None = None, progress: Progress | None = None,
                     warmup: bool = True) -> dict:
-    """Every level, set, repeat and configuration → {"runs", "rows", "cpu_others", "busy_machine"}."""
+    """Every level, set, repeat and configuration → {"runs", "rows" (BenchRow), "cpu_others", "busy_machine"}."""
     from specchat.engine.batch.batched import BatchedEngine
     from specchat.engine.batch.lanes import LaneProposers
     from specchat.engine.factory import sampling_params
@@ -145,7 +146,7 @@ def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: l
         return LaneProposers(spec, loaded, config.gamma, ceiling, config.method)
 
     runs: list[dict] = []
-    rows: list[dict] = []
+    rows: list[BenchRow] = []
     cpu, others_ms, timed_ms = CpuShare(), 0.0, 0.0
     total = sum(len(sets) * repeat * sum(c.runner != "single" or n == 1 for c in configs) for n in levels)
     try:
@@ -156,7 +157,7 @@ def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: l
             singles = {c: make_engine(dataclasses.replace(c, runner="specchat"), loaded, spec)
                        for c in here if c.runner == "single"}
 
-            def run_one(config: BenchConfig, batch: list[Request]) -> tuple[list[dict], float]:
+            def run_one(config: BenchConfig, batch: list[Request]) -> tuple[list[BenchRow], float]:
                 if config.runner == "peer":
                     return peer.run(config.method, batch, params_for, n)
                 if config.runner == "single":
@@ -187,13 +188,9 @@ def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: l
                             runs.append({"run": run_id, "concurrency": n, "set": prompt_set.name, "repeat": rep,
                                          "config": name, "runner": config.runner, "method": config.method,
                                          "gamma": config.gamma, "wall_ms": wall, "cpu_others": share,
-                                         "tokens": sum(r["new_tokens"] for r in got), "requests": len(got)})
-                            for j, (request, row) in enumerate(zip(batch, got)):
-                                rows.append({"run": run_id, "concurrency": n, "set": prompt_set.name,
-                                             "prompt_id": request.prompt_id, "repeat": rep, "index": j,
-                                             "seed": request.seed, "config": name, "runner": config.runner,
-                                             "method": config.method, "gamma": config.gamma,
-                                             "prompt_tokens": len(request.ids), "steps": [], **row})
+                                         "tokens": sum(r.new_tokens for r in got), "requests": len(got)})
+                            rows += [row.of(request, config, name, run=run_id, concurrency=n, index=j)
+                                     for j, (request, row) in enumerate(zip(batch, got))]
             finally:
                 for engine in engines.values():
                     engine.close()

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from specchat.bench.row import BenchRow
 from specchat.bench.stats import per_token_latencies, percentile, pooled_ratio
-from specchat.events import DraftCounts, StepStats
+from specchat.events import DraftCounts
 
 ALL = "all"
 
@@ -23,10 +24,10 @@ ALL = "all"
 PLAIN = {"specchat": "none", "single": "none (one sequence)", "peer": "peer:none (llama-server)"}
 
 
-def _decode_span(row: dict) -> tuple[float, float]:
+def _decode_span(row: BenchRow) -> tuple[float, float]:
     """(tokens after the first, ms from the first emission to the last) of one request."""
-    e = row["emissions"]
-    return (row["new_tokens"] - e[0][1], e[-1][0] - e[0][0]) if len(e) > 1 else (0.0, 0.0)
+    e = row.emissions
+    return (row.new_tokens - e[0][1], e[-1][0] - e[0][0]) if len(e) > 1 else (0.0, 0.0)
 
 
 def by_run(runs: list[dict], other: list[dict]) -> list[tuple[float, float, float, float]]:
@@ -35,41 +36,41 @@ def by_run(runs: list[dict], other: list[dict]) -> list[tuple[float, float, floa
             if (b := theirs.get((r["set"], r["repeat"])))]
 
 
-def by_request(rows: list[dict], other: list[dict]) -> list[tuple[float, float, float, float]]:
-    theirs = {(r["set"], r["repeat"], r["index"]): r for r in other}
-    return [(*_decode_span(r), *_decode_span(b)) for r in rows if (b := theirs.get((r["set"], r["repeat"], r["index"])))]
+def by_request(rows: list[BenchRow], other: list[BenchRow]) -> list[tuple[float, float, float, float]]:
+    theirs = {(r.set, r.repeat, r.index): r for r in other}
+    return [(*_decode_span(r), *_decode_span(b)) for r in rows if (b := theirs.get((r.set, r.repeat, r.index)))]
 
 
-def figures(runs: list[dict], rows: list[dict], all_runs: list[dict], all_rows: list[dict]) -> dict[str, Any]:
+def figures(runs: list[dict], rows: list[BenchRow], all_runs: list[dict], all_rows: list[BenchRow]) -> dict[str, Any]:
     """One configuration at one N (``all_*``: every configuration's, same N and sets)."""
     config, runner = runs[0]["config"], runs[0]["runner"]
     wall = sum(r["wall_ms"] for r in runs)
     spans = [_decode_span(r) for r in rows]
     decode_ms = sum(s[1] for s in spans)
-    itl = [x for r in rows for x in per_token_latencies(r["emissions"])]
-    steps = [s for r in rows for s in r["steps"]]
+    itl = [x for r in rows for x in per_token_latencies(r.emissions)]
+    steps = [s for r in rows for s in r.steps]
     drafts = DraftCounts()
     for s in steps:
-        drafts.add(StepStats(**s))
+        drafts.add(s)
     # llama-server's rows carry its counters, not steps
-    drafts.num_draft_tokens += sum(r.get("server_drafted") or 0 for r in rows if not r["steps"])
-    drafts.num_accepted_tokens += sum(r.get("server_accepted") or 0 for r in rows if not r["steps"])
-    marginal = [s["marginal_ms"] for s in steps if s.get("marginal_ms") is not None]
+    drafts.num_draft_tokens += sum(r.server_drafted or 0 for r in rows if not r.steps)
+    drafts.num_accepted_tokens += sum(r.server_accepted or 0 for r in rows if not r.steps)
+    marginal = [s.marginal_ms for s in steps if s.marginal_ms is not None]
     out: dict[str, Any] = {
         "runs": len(runs), "requests": len(rows), "tokens": sum(r["tokens"] for r in runs),
         "throughput_tokens_per_s": sum(r["tokens"] for r in runs) / wall * 1000.0 if wall else None,
         "request_tokens_per_s": sum(s[0] for s in spans) / decode_ms * 1000.0 if decode_ms else None,
-        "ttft_ms_p50": percentile([r["emissions"][0][0] for r in rows if r["emissions"]], 50),
+        "ttft_ms_p50": percentile([r.emissions[0][0] for r in rows if r.emissions], 50),
         "itl_ms_p50": percentile(itl, 50), "itl_ms_p95": percentile(itl, 95),
         "draft_acceptance_rate": drafts.draft_acceptance_rate, "drafted": drafts.num_draft_tokens,
         "mean_acceptance_length": drafts.mean_acceptance_length,
         "marginal_ms_p50": percentile(marginal, 50),
-        "batch_size_mean": sum(s.get("batch_size", 1) for s in steps) / len(steps) if steps else None,
+        "batch_size_mean": sum(s.batch_size for s in steps) / len(steps) if steps else None,
     }
     plain = PLAIN[runner]
     if config != plain:
         out["throughput_vs_plain"] = pooled_ratio(by_run(runs, [r for r in all_runs if r["config"] == plain]), "pairs")
-        out["request_speed_vs_plain"] = pooled_ratio(by_request(rows, [r for r in all_rows if r["config"] == plain]), "pairs")
+        out["request_speed_vs_plain"] = pooled_ratio(by_request(rows, [r for r in all_rows if r.config == plain]), "pairs")
     if runner == "specchat":
         out["vs_server_plain"] = pooled_ratio(by_run(runs, [r for r in all_runs if r["config"] == PLAIN["peer"]]), "pairs")
         # N = 1: the batched engine against the one-sequence engine, same method
@@ -78,13 +79,13 @@ def figures(runs: list[dict], rows: list[dict], all_runs: list[dict], all_rows: 
     return out
 
 
-def level_figures(runs: list[dict], rows: list[dict]) -> dict[str, dict]:
+def level_figures(runs: list[dict], rows: list[BenchRow]) -> dict[str, dict]:
     """{config: figures} for the runs of one N (and one set, or all)."""
     out = {}
     for config in dict.fromkeys(r["config"] for r in runs):
         mine = [r for r in runs if r["config"] == config]
         ids = {r["run"] for r in mine}
-        out[config] = figures(mine, [r for r in rows if r["run"] in ids], runs, rows)
+        out[config] = figures(mine, [r for r in rows if r.run in ids], runs, rows)
     return out
 
 
@@ -114,14 +115,14 @@ def crossover(levels: dict[str, dict], config: str, set_name: str) -> str | None
             f"after {said(*seen[first - 1])}")
 
 
-def aggregate_concurrency(runs: list[dict], rows: list[dict], set_names: list[str]) -> dict:
+def aggregate_concurrency(runs: list[dict], rows: list[BenchRow], set_names: list[str]) -> dict:
     levels = sorted({r["concurrency"] for r in runs})
     by_set: dict[str, dict] = {}
     for name in [*set_names, ALL]:
         sruns = [r for r in runs if name == ALL or r["set"] == name]
-        srows = [r for r in rows if name == ALL or r["set"] == name]
+        srows = [r for r in rows if name == ALL or r.set == name]
         by_set[name] = {str(n): level_figures([r for r in sruns if r["concurrency"] == n],
-                                              [r for r in srows if r["concurrency"] == n])
+                                              [r for r in srows if r.concurrency == n])
                         for n in levels if any(r["concurrency"] == n for r in sruns)}
     speculating = [c for c in dict.fromkeys(r["config"] for r in runs) if c not in PLAIN.values()]
     return {

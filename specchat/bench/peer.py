@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from specchat.bench import memory
+from specchat.bench.row import BenchRow
 
 ASSISTANT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
@@ -84,7 +85,7 @@ class PeerRunner:
             kwargs["max_matching_ngram_size"] = self.speculation.prompt_lookup_max
         return kwargs
 
-    def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
+    def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> BenchRow:
         import torch
 
         device = self.target.device
@@ -104,11 +105,9 @@ class PeerRunner:
                 out = out[: i + 1]
                 break
         finish = "eos" if out and out[-1] in self.stops else "length"
-        return {
-            "new_tokens": len(out), "finish_reason": finish, "wall_ms": wall_ms,
-            "emissions": clip_emissions(streamer.emissions, len(out)), "steps": [], "draft_kv_bytes": None,
-            "peak_gpu_bytes": memory.peak_gpu_bytes(device), "rss_bytes": memory.rss_bytes(), "output_ids": out,
-        }
+        return BenchRow(new_tokens=len(out), finish_reason=finish, wall_ms=wall_ms, output_ids=out,
+                        emissions=clip_emissions(streamer.emissions, len(out)),
+                        peak_gpu_bytes=memory.peak_gpu_bytes(device), rss_bytes=memory.rss_bytes())
 
 
 def clip_emissions(emissions: list[list[float]], tokens: int) -> list[list[float]]:

@@ -28,6 +28,7 @@ from typing import Any
 from specchat.bench import memory
 from specchat.bench.configs import WARMUP_TOKENS
 from specchat.bench.peer import clip_emissions
+from specchat.bench.row import BenchRow
 from specchat.errors import SpecchatError
 from specchat.paths import cache_dir
 from specchat.remote.http import Endpoint, RemoteError
@@ -176,6 +177,14 @@ class Streamed:
     end_ms: float
     timings: dict
 
+    def row(self, first: float) -> BenchRow:
+        """The request's row; ``start_ms`` its send after ``first`` (perf_counter s), and its
+        wall time to its last token (to the stream's end when it has none)."""
+        return BenchRow(new_tokens=len(self.output_ids), finish_reason=self.finish_reason,
+                        start_ms=(self.sent - first) * 1000.0, output_ids=self.output_ids, emissions=self.emissions,
+                        wall_ms=self.emissions[-1][0] if self.emissions else self.end_ms,
+                        server_drafted=self.timings.get("draft_n"), server_accepted=self.timings.get("draft_n_accepted"))
+
 
 def stream_completion(server: ServerProcess, body: dict, stops: set[int]) -> Streamed:
     """POST ``body`` (``stream`` and ``return_tokens`` set) to the server's /completion,
@@ -313,7 +322,7 @@ class LlamaServerPeer:
             self.close()
         self._servers[key] = start_server(args, f"-m {self.model_path}{what}")
 
-    def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
+    def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> BenchRow:
         spec_type = getattr(config, "spec_type", "")
         gamma = 0 if config.method == "none" or spec_type else self.ceiling if config.gamma == "auto" else int(config.gamma)
         if spec_type in REMEMBERS_EARLIER_REQUESTS and request.fresh:
@@ -321,12 +330,7 @@ class LlamaServerPeer:
         drafts = config.method == "draft_model"
         server = self._draft_server(config.gamma) if drafts else self._server(gamma, spec_type)
         got = stream_completion(server, completion_body(request, params, max_new_tokens), self.stops)
-        return {
-            "new_tokens": len(got.output_ids), "finish_reason": got.finish_reason, "wall_ms": got.end_ms,
-            "emissions": got.emissions, "steps": [], "draft_kv_bytes": None,
-            "peak_gpu_bytes": None, "rss_bytes": memory.rss_bytes(), "output_ids": got.output_ids,
-            "server_drafted": got.timings.get("draft_n"), "server_accepted": got.timings.get("draft_n_accepted"),
-        }
+        return dataclasses.replace(got.row(0.0), wall_ms=got.end_ms, start_ms=None, rss_bytes=memory.rss_bytes())
 
     def _restart(self, gamma: int, spec_type: str, request: Any, params: Any) -> None:
         """A new chat on a server that remembers earlier requests: a new server, warmed up

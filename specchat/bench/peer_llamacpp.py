@@ -16,6 +16,7 @@ from typing import Any
 
 from specchat.bench import memory
 from specchat.bench.peer import clip_emissions
+from specchat.bench.row import BenchRow
 
 
 LOOKUP_MAX_CTX = 4096
@@ -57,7 +58,7 @@ class LlamaCppPeerRunner:
         if self.head_peer is not None:
             self.head_peer.close()
 
-    def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> dict:
+    def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> BenchRow:
         if config.method == "eagle3" or config.server:
             return self.head_peer.run(config, request, params, max_new_tokens)
         lookup = config.method == "ngram"
@@ -83,9 +84,5 @@ class LlamaCppPeerRunner:
             if len(out) >= max_new_tokens:
                 break
         tokens.close()
-        wall_ms = (time.perf_counter() - t0) * 1000.0
-        return {
-            "new_tokens": len(out), "finish_reason": finish, "wall_ms": wall_ms,
-            "emissions": clip_emissions(emissions, len(out)), "steps": [], "draft_kv_bytes": None,
-            "peak_gpu_bytes": None, "rss_bytes": memory.rss_bytes(), "output_ids": out,
-        }
+        return BenchRow(new_tokens=len(out), finish_reason=finish, wall_ms=(time.perf_counter() - t0) * 1000.0,
+                        emissions=clip_emissions(emissions, len(out)), output_ids=out, rss_bytes=memory.rss_bytes())

@@ -17,6 +17,7 @@ from typing import Any
 
 from specchat.bench.peer_llama_server import (ServerProcess, Streamed, completion_body, ngram_args, start_server,
                                               stream_completion)
+from specchat.bench.row import BenchRow
 from specchat.remote.closed_loop import closed_loop
 
 
@@ -51,15 +52,10 @@ class ConcurrentServerPeer:
         return self._server
 
     def run(self, method: str, requests: list[Any], params_for: Callable[[Any], Any],
-            n: int) -> tuple[list[dict], float]:
+            n: int) -> tuple[list[BenchRow], float]:
         """method "none" (plain) or "ngram" (llama-server's own n-gram speculation); n
         client threads take the requests in order, closed loop. Returns (rows in request
-        order, wall_ms of the whole run from the first send to the last token).
-
-        A row: new_tokens, finish_reason, start_ms (its send, ms after the run's first
-        send), wall_ms (its send to its last token; to the stream's end when it has
-        none), emissions [[ms since its own send, tokens], ...], output_ids,
-        server_drafted and server_accepted (the final chunk's timings; None if absent)."""
+        order (Streamed.row), wall_ms of the whole run from the first send to the last token)."""
         server = self._serving(method, n)
         got: list[Streamed | None] = [None] * len(requests)
 
@@ -73,21 +69,11 @@ class ConcurrentServerPeer:
         if not requests:
             return [], 0.0
         first = min(s.sent for s in got)
-        rows = [_row(s, first) for s in got]
-        return rows, max(r["start_ms"] + r["wall_ms"] for r in rows)
+        rows = [s.row(first) for s in got]
+        return rows, max(r.start_ms + r.wall_ms for r in rows)
 
     def close(self) -> None:
         """Stops the server it started, if one is alive."""
         if self._server is not None:
             self._server.stop()
         self._server, self._key = None, None
-
-
-def _row(got: Streamed, first: float) -> dict:
-    timings = got.timings
-    return {"new_tokens": len(got.output_ids), "finish_reason": got.finish_reason,
-            "start_ms": (got.sent - first) * 1000.0,
-            "wall_ms": got.emissions[-1][0] if got.emissions else got.end_ms,
-            "emissions": got.emissions, "output_ids": got.output_ids,
-            "server_drafted": timings.get("draft_n"), "server_accepted": timings.get("draft_n_accepted")}
-

@@ -20,6 +20,7 @@ from typing import Any
 from specchat.bench import memory
 from specchat.bench.configs import WARMUP_TOKENS, BenchConfig
 from specchat.bench.prompt_sets import PromptSet
+from specchat.bench.row import BenchRow
 from specchat.contention import BUSY_SHARE, CpuShare
 
 Progress = Callable[[int, int, str], None]
@@ -96,7 +97,7 @@ def make_engine(config: BenchConfig, loaded: Any, speculation: Any, params: Any 
     return engine
 
 
-def run_specchat(engine: Any, request: Request, params: Any, stops: set[int], max_new_tokens: int) -> dict:
+def run_specchat(engine: Any, request: Request, params: Any, stops: set[int], max_new_tokens: int) -> BenchRow:
     """One request through our engine → a raw row (see the module docstring)."""
     if request.fresh:
         engine.reset()
@@ -113,13 +114,9 @@ def run_specchat(engine: Any, request: Request, params: Any, stops: set[int], ma
             out.extend(t.id for t in step.tokens)
             stats.append(step.stats)
         finish = step.finish_reason or finish
-    wall_ms = (time.perf_counter() - t0) * 1000.0
-    steps = [dataclasses.asdict(s) for s in stats]  # off the clock: bench's bookkeeping, not the engine's
-    row = {
-        "new_tokens": len(out), "finish_reason": finish, "wall_ms": wall_ms, "emissions": emissions,
-        "steps": steps, "draft_kv_bytes": memory.draft_kv_bytes(engine),
-        "peak_gpu_bytes": memory.peak_gpu_bytes(engine.device), "rss_bytes": memory.rss_bytes(), "output_ids": out,
-    }
+    row = BenchRow(new_tokens=len(out), finish_reason=finish, wall_ms=(time.perf_counter() - t0) * 1000.0,
+                   emissions=emissions, steps=stats, output_ids=out, draft_kv_bytes=memory.draft_kv_bytes(engine),
+                   peak_gpu_bytes=memory.peak_gpu_bytes(engine.device), rss_bytes=memory.rss_bytes())
     if not request.follow_up:
         engine.reset()  # free this configuration's caches before the next one runs
     return row
@@ -177,7 +174,7 @@ def chat_requests(loaded: Any, profile: Any, sets: list[PromptSet], max_new_toke
 def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[BenchConfig], *,
                   repeat: int = 1, max_new_tokens: int | None = None, progress: Progress | None = None,
                   warmup: bool = True) -> dict:
-    """Every request under every configuration → ``{"requests": [...], "rows": [...]}``."""
+    """Every request under every configuration → ``{"requests": [...], "rows": [BenchRow, ...]}``."""
     from specchat.engine.factory import sampling_params
 
     report = progress or (lambda done, total, text: None)
@@ -190,7 +187,7 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
             if any(c.runner == "peer" for c in configs) else None)
     draft_bytes = memory.parameter_bytes(loaded.draft)
 
-    def run_one(config: BenchConfig, request: Request, limit: int) -> dict:
+    def run_one(config: BenchConfig, request: Request, limit: int) -> BenchRow:
         params = dataclasses.replace(base, seed=request.seed)
         if config.runner == "peer":
             return peer.run(config, request, params, limit)
@@ -215,19 +212,14 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
                     share = cpu.take(fresh=True)
                     # a server peer's own process is not a neighbour: its rows are not judged
                     if share is not None and not (config.runner == "peer" and (config.method == "eagle3" or config.server)):
-                        others_ms += share * row["wall_ms"]
-                        timed_ms += row["wall_ms"]
-                    row["cpu_others"] = share
+                        others_ms += share * row.wall_ms
+                        timed_ms += row.wall_ms
                     if config.store:  # a later chat may draft from this reply (never the warm-up's)
-                        engines[config].proposer.store.add(row["output_ids"])
-                    uses_draft = config.method == "draft_model"
-                    rows.append({
-                        "set": turn.set_name, "prompt_id": turn.prompt_id, "repeat": turn.repeat,
-                        "seed": turn.seed, "config": config.name, "runner": config.runner, "method": config.method,
-                        "gamma": config.gamma, "prompt_tokens": len(turn.ids), "max_new_tokens": turn.max_new_tokens,
-                        "order": len(rows), "draft_param_bytes": draft_bytes if uses_draft else 0, **row,
-                    })
-                    turn = second_turn(turn, row["output_ids"], chat) if turn.follow_up else None
+                        engines[config].proposer.store.add(row.output_ids)
+                    rows.append(row.of(turn, config, config.name, max_new_tokens=turn.max_new_tokens, order=len(rows),
+                                       draft_param_bytes=draft_bytes if config.method == "draft_model" else 0,
+                                       cpu_others=share))
+                    turn = second_turn(turn, row.output_ids, chat) if turn.follow_up else None
             finished = r + 1
         report(total, total, "done")
     except KeyboardInterrupt:  # keep whole requests only, so every kept row has its pairs

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from specchat.bench.configs import SERVER
+from specchat.bench.row import BenchRow
 from specchat.engine.gamma.cost_model import CostModel
-from specchat.events import StepStats
 from specchat.telemetry import MetricsSnapshot, Telemetry, predicted_speedup
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -45,22 +45,21 @@ def percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def telemetry_of(rows: list[dict]) -> MetricsSnapshot:
+def telemetry_of(rows: list[BenchRow]) -> MetricsSnapshot:
     telemetry = Telemetry(max_gamma=1)
     for row in rows:
         telemetry.start_turn()
-        for step in row["steps"]:
-            stats = StepStats(**step)
+        for stats in row.steps:
             telemetry.update(stats, 0)  # token counts are ours (below); the figures used here ignore them
     return telemetry.snapshot()
 
 
-def predicted_end_to_end(rows: list[dict]) -> float | None:
+def predicted_end_to_end(rows: list[BenchRow]) -> float | None:
     """The cost model's forecasts as run, with each request's prompt step added to both
     sides (docs/design/bench.md); None without a request that timed plain steps."""
     plain_ms = spec_ms = 0.0
     for row in rows:
-        steps = [StepStats(**step) for step in row["steps"]]
+        steps = row.steps
         plain = [s.total_ms for s in steps if not s.num_draft_tokens and not s.prefill_tokens]
         if len(steps) < 2 or not plain:
             continue
@@ -97,31 +96,30 @@ def queue_latencies(walls: list[float], concurrency: int) -> list[float]:
     return out
 
 
-def matched_requests(rows: list[dict], other: list[dict]) -> list[tuple[dict, dict]]:
+def matched_requests(rows: list[BenchRow], other: list[BenchRow]) -> list[tuple[BenchRow, BenchRow]]:
     """(row, other's row of the same request: set, prompt and repeat) for every row that has one."""
-    theirs = {(r["set"], r["prompt_id"], r["repeat"]): r for r in other}
-    return [(r, b) for r in rows if (b := theirs.get((r["set"], r["prompt_id"], r["repeat"])))]
+    theirs = {(r.set, r.prompt_id, r.repeat): r for r in other}
+    return [(r, b) for r in rows if (b := theirs.get((r.set, r.prompt_id, r.repeat)))]
 
 
-def timing_pairs(matched: list[tuple[dict, dict]]) -> list[tuple[float, float, float, float]]:
+def timing_pairs(matched: list[tuple[BenchRow, BenchRow]]) -> list[tuple[float, float, float, float]]:
     """(tokens, wall_ms) of both rows of each matched request, as bootstrap_speedup_ci takes them."""
-    return [(r["new_tokens"], r["wall_ms"], b["new_tokens"], b["wall_ms"]) for r, b in matched]
+    return [(r.new_tokens, r.wall_ms, b.new_tokens, b.wall_ms) for r, b in matched]
 
 
-def aggregate_rows(rows: list[dict], baseline: list[dict], concurrency: int) -> dict[str, Any]:
-    tokens = sum(r["new_tokens"] for r in rows)
-    wall_ms = sum(r["wall_ms"] for r in rows)
+def aggregate_rows(rows: list[BenchRow], baseline: list[BenchRow], concurrency: int) -> dict[str, Any]:
+    tokens = sum(r.new_tokens for r in rows)
+    wall_ms = sum(r.wall_ms for r in rows)
     tps = tokens / (wall_ms / 1000.0) if wall_ms > 0 else None
     matched = matched_requests(rows, baseline)
     pairs = timing_pairs(matched)
-    same = sum(r.get("output_ids") is not None and r.get("output_ids") == b.get("output_ids") for r, b in matched)
+    same = sum(r.output_ids == b.output_ids for r, b in matched)
     base_tokens = sum(p[2] for p in pairs)
     base_wall = sum(p[3] for p in pairs)
     base_tps = base_tokens / (base_wall / 1000.0) if base_wall > 0 else None
-    itl = [x for r in rows for x in per_token_latencies(r["emissions"])]
-    ttfts = [r["emissions"][0][0] for r in rows if r["emissions"]]
-    ordered = sorted(rows, key=lambda r: r["order"])
-    latencies = queue_latencies([r["wall_ms"] for r in ordered], concurrency)
+    itl = [x for r in rows for x in per_token_latencies(r.emissions)]
+    ttfts = [r.emissions[0][0] for r in rows if r.emissions]
+    latencies = queue_latencies([r.wall_ms for r in sorted(rows, key=lambda r: r.order)], concurrency)
     result: dict[str, Any] = {
         "requests": len(rows), "tokens": tokens, "wall_ms": wall_ms, "tokens_per_s": tps,
         "speedup": (tps / base_tps) if (tps and base_tps and pairs) else None,
@@ -131,30 +129,29 @@ def aggregate_rows(rows: list[dict], baseline: list[dict], concurrency: int) -> 
         "itl_ms_p50": percentile(itl, 50), "itl_ms_p95": percentile(itl, 95),
         "latency_ms_mean": float(np.mean(latencies)) if latencies else None,
         "latency_ms_p95": percentile(latencies, 95),
-        "draft_param_bytes": max((r["draft_param_bytes"] for r in rows), default=0),
-        "draft_kv_bytes_max": max((r["draft_kv_bytes"] or 0 for r in rows), default=0),
-        "peak_gpu_bytes_max": max((r["peak_gpu_bytes"] for r in rows if r["peak_gpu_bytes"]), default=None),
-        "rss_bytes_max": max((r["rss_bytes"] for r in rows if r["rss_bytes"]), default=None),
+        "draft_param_bytes": max((r.draft_param_bytes for r in rows), default=0),
+        "draft_kv_bytes_max": max((r.draft_kv_bytes or 0 for r in rows), default=0),
+        "peak_gpu_bytes_max": max((r.peak_gpu_bytes for r in rows if r.peak_gpu_bytes), default=None),
+        "rss_bytes_max": max((r.rss_bytes for r in rows if r.rss_bytes), default=None),
     }
-    if any(r["steps"] for r in rows):  # our engine: acceptance figures from the recorded steps
+    if any(r.steps for r in rows):  # our engine: acceptance figures from the recorded steps
         snapshot = telemetry_of(rows).to_dict()
         result.update({key: snapshot[key] for key in TELEMETRY_KEYS})
         result["predicted_end_to_end"] = predicted_end_to_end(rows)
-        overheads = [s["total_ms"] - s["verify_ms"] - s["draft_ms"] for r in rows for s in r["steps"]
-                     if not s.get("prefill_tokens")]
+        overheads = [s.total_ms - s.verify_ms - s.draft_ms for r in rows for s in r.steps if not s.prefill_tokens]
         result["overhead_ms"] = percentile(overheads, 50)
         plain = snapshot["target_token_ms"]
         result["overhead_share"] = result["overhead_ms"] / plain if overheads and plain else None
     return result
 
 
-def predicted_curve(rows: list[dict], max_gamma: int) -> dict[str, Any] | None:
+def predicted_curve(rows: list[BenchRow], max_gamma: int) -> dict[str, Any] | None:
     """The cost model fed every step of a method's runs (all its γ pooled), and its
     predicted speed-up for a fixed γ = 1..max; the paper's E(γ)/(γc + 1) beside it."""
     snapshot = telemetry_of(rows)
     if snapshot.alpha is None or snapshot.cost_ratio is None:
         return None
-    steps = [StepStats(**step) for row in rows for step in row["steps"]]
+    steps = [step for row in rows for step in row.steps]
     drafted = {name: s["drafted"] for name, s in snapshot.drafts_by_source.items() if name}
     if not drafted:
         return None
@@ -187,48 +184,47 @@ def pooled_ratio(pairs: list[tuple[float, float, float, float]], counted: str = 
     return {"ratio": (sums[0] / sums[1]) / (sums[2] / sums[3]), "ci": bootstrap_speedup_ci(pairs), counted: len(pairs)}
 
 
-def paired_ratio(rows: list[dict], other: list[dict]) -> dict[str, Any] | None:
+def paired_ratio(rows: list[BenchRow], other: list[BenchRow]) -> dict[str, Any] | None:
     """tokens/s of ``rows`` over that of ``other`` on the requests both ran (pooled_ratio)."""
     return pooled_ratio(timing_pairs(matched_requests(rows, other)))
 
 
-def auto_vs_best_fixed(set_rows: list[dict], figures: dict[str, dict]) -> dict[str, dict]:
+def auto_vs_best_fixed(set_rows: list[BenchRow], figures: dict[str, dict]) -> dict[str, dict]:
     """Per method with a γ=auto configuration and fixed ones: the fixed γ that was fastest
     on these requests (chosen in hindsight) and auto's paired ratio to it."""
     out: dict[str, dict] = {}
     for method in ("draft_model", "ngram"):
-        mine = [r for r in set_rows if r["runner"] == "specchat" and r["method"] == method]
-        auto = [r for r in mine if r["gamma"] == "auto"]
-        fixed = {r["config"] for r in mine if isinstance(r["gamma"], int)}
+        mine = [r for r in set_rows if r.runner == "specchat" and r.method == method]
+        auto = [r for r in mine if r.gamma == "auto"]
+        fixed = {r.config for r in mine if isinstance(r.gamma, int)}
         if not auto or not fixed:
             continue
         best = max(fixed, key=lambda name: figures[name]["tokens_per_s"] or 0.0)
-        if (compared := paired_ratio(auto, [r for r in mine if r["config"] == best])) is not None:
-            out[method] = {"auto": auto[0]["config"], "best_fixed": best, **compared}
+        if (compared := paired_ratio(auto, [r for r in mine if r.config == best])) is not None:
+            out[method] = {"auto": auto[0].config, "best_fixed": best, **compared}
     return out
 
 
-def vs_plain_peers(set_rows: list[dict]) -> dict[str, dict]:
+def vs_plain_peers(set_rows: list[BenchRow]) -> dict[str, dict]:
     """{config: {peer: paired_ratio}} for every configuration (see ``vs_peers``)."""
-    peers = sorted({r["config"] for r in set_rows
-                    if r["runner"] == "peer" and (r["method"] == "none" or r["config"].endswith(SERVER))})
+    peers = sorted({r.config for r in set_rows if r.runner == "peer" and (r.method == "none" or r.config.endswith(SERVER))})
     out: dict[str, dict] = {}
-    for config in dict.fromkeys(r["config"] for r in set_rows):
-        mine = [r for r in set_rows if r["config"] == config]
+    for config in dict.fromkeys(r.config for r in set_rows):
+        mine = [r for r in set_rows if r.config == config]
         ratios = {p: ratio for p in peers if p != config
-                  and (ratio := paired_ratio(mine, [r for r in set_rows if r["config"] == p])) is not None}
+                  and (ratio := paired_ratio(mine, [r for r in set_rows if r.config == p])) is not None}
         if ratios:
             out[config] = ratios
     return out
 
 
-def aggregate(rows: list[dict], set_names: list[str], config_names: list[str], concurrency: int = 1) -> dict:
+def aggregate(rows: list[BenchRow], set_names: list[str], config_names: list[str], concurrency: int = 1) -> dict:
     """{"sets": {set: {config: figures}}, "curves": {set: {method: curve}},
     "auto_vs_best": {set: {method: ...}}, "vs_peers": {set: {config: {peer: ratio}}}};
     the set ``all`` pools every set (the mixed total)."""
-    by_set: dict[str, list[dict]] = defaultdict(list)
+    by_set: dict[str, list[BenchRow]] = defaultdict(list)
     for row in rows:
-        by_set[row["set"]].append(row)
+        by_set[row.set].append(row)
     by_set[ALL_SETS] = list(rows)
     sets: dict[str, dict] = {}
     curves: dict[str, dict] = {}
@@ -236,16 +232,15 @@ def aggregate(rows: list[dict], set_names: list[str], config_names: list[str], c
     vs_peers: dict[str, dict] = {}
     for name in [*set_names, ALL_SETS]:
         set_rows = by_set.get(name, [])
-        baseline = [r for r in set_rows if r["config"] == "none"]
+        baseline = [r for r in set_rows if r.config == "none"]
         sets[name] = {config: aggregate_rows(cfg_rows, baseline, concurrency)
-                      for config in config_names if (cfg_rows := [r for r in set_rows if r["config"] == config])}
+                      for config in config_names if (cfg_rows := [r for r in set_rows if r.config == config])}
         auto_vs_best[name] = auto_vs_best_fixed(set_rows, sets[name])
         vs_peers[name] = vs_plain_peers(set_rows)
         curves[name] = {}
         for method in ("draft_model", "ngram"):
-            fixed = [r for r in set_rows if r["runner"] == "specchat" and r["method"] == method
-                     and isinstance(r["gamma"], int)]
-            top = max((r["gamma"] for r in fixed), default=0)
+            fixed = [r for r in set_rows if r.runner == "specchat" and r.method == method and isinstance(r.gamma, int)]
+            top = max((r.gamma for r in fixed), default=0)
             if fixed and (curve := predicted_curve(fixed, max(top, 8))):
                 curves[name][method] = curve
     return {"sets": sets, "curves": curves, "auto_vs_best": auto_vs_best, "vs_peers": vs_peers}

@@ -9,8 +9,10 @@ import pytest
 
 from specchat.bench.configs import build_configs, parse_gammas
 from specchat.bench.prompt_sets import SHIPPED_SETS, load_prompt_set, load_prompt_sets
+from specchat.bench.row import BenchRow
 from specchat.bench.stats import per_token_latencies, queue_latencies, telemetry_of
 from specchat.cli import main
+from specchat.events import StepStats
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +132,8 @@ def test_latency_and_queue_definitions():
     assert per_token_latencies([[10.0, 1], [16.0, 3], [20.0, 1]]) == [2.0, 2.0, 2.0, 4.0]
     assert queue_latencies([5.0, 7.0, 1.0], 2) == [5.0, 12.0, 1.0]
     assert queue_latencies([5.0, 7.0], 1) == [5.0, 7.0]
-    steps = [{"num_speculative_tokens": 2, "num_draft_tokens": 2, "num_accepted_tokens": n} for n in (0, 2, 1)]
-    snapshot = telemetry_of([{"steps": steps}])
+    steps = [StepStats(num_speculative_tokens=2, num_draft_tokens=2, num_accepted_tokens=n) for n in (0, 2, 1)]
+    snapshot = telemetry_of([BenchRow(steps=steps)])
     assert snapshot.acceptance_histogram[:3] == (1, 1, 1) and snapshot.mean_acceptance_length == 2.0
 
 

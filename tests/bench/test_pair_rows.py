@@ -95,7 +95,7 @@ def test_the_md_rows_draft_with_the_draft_model_and_keep_greedy_output(tmp_path)
                 for gamma in ("auto", 3)]
     finally:
         peer.close()
-    assert not plain["server_drafted"]
+    assert not plain.server_drafted
     for row in rows:
-        assert row["server_drafted"] and row["server_drafted"] > 0, row["server_drafted"]
-        assert row["output_ids"] == plain["output_ids"]
+        assert row.server_drafted and row.server_drafted > 0, row.server_drafted
+        assert row.output_ids == plain.output_ids

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from specchat.bench.configs import BenchConfig, build_configs
+from specchat.bench.row import BenchRow
 from specchat.bench.stats import vs_plain_peers
 from tests.support.needs import LLAMA_SERVER_NOT_BUILT, llama_cpp
 
@@ -25,8 +26,8 @@ def test_each_ngram_type_is_a_row_where_ngram_is_compared():
 
 def test_ours_is_held_against_each_llama_server_row():
     def row(config, ms):
-        return {"set": "s", "prompt_id": "p", "repeat": 0, "config": config, "runner": "peer" if ":" in config else "specchat",
-                "method": "none" if "none" in config else "ngram", "new_tokens": 100, "wall_ms": ms}
+        return BenchRow(set="s", prompt_id="p", config=config, runner="peer" if ":" in config else "specchat",
+                        method="none" if "none" in config else "ngram", new_tokens=100, wall_ms=ms)
 
     rows = [row("ngram γ=auto", 1000.0), row("peer:none (llama-server)", 1300.0),
             row("peer:ngram-mod (llama-server)", 1200.0), row("peer:ngram γ=auto", 1500.0)]
@@ -62,8 +63,8 @@ def test_every_listed_ngram_type_runs_and_keeps_greedy_output():
     finally:
         peer.close()
     for spec_type, row in rows.items():
-        assert row["output_ids"] == plain["output_ids"], spec_type
-    assert any(row["server_drafted"] for row in rows.values()), {t: r["server_drafted"] for t, r in rows.items()}
+        assert row.output_ids == plain.output_ids, spec_type
+    assert any(row.server_drafted for row in rows.values()), {t: r.server_drafted for t, r in rows.items()}
 
 
 def test_ngram_mod_drafts_from_its_own_chat_only():
@@ -87,13 +88,13 @@ def test_ngram_mod_drafts_from_its_own_chat_only():
     try:
         first, again = (peer.run(config, SimpleNamespace(ids=ids, seed=0, fresh=True), greedy, 160) for _ in range(2))
         server = peer._servers[(0, "ngram-mod")]
-        peer.run(config, SimpleNamespace(ids=ids + first["output_ids"][:4], seed=0, fresh=False), greedy, 8)
+        peer.run(config, SimpleNamespace(ids=ids + first.output_ids[:4], seed=0, fresh=False), greedy, 8)
         assert peer._servers[(0, "ngram-mod")] is server  # the same chat's next turn: same server
     finally:
         peer.close()
-    assert again["output_ids"] == first["output_ids"]
-    assert len(first["output_ids"]) > 24 + 48  # long enough that a memorised reply would be drafted
-    assert again["server_drafted"] == first["server_drafted"]
+    assert again.output_ids == first.output_ids
+    assert len(first.output_ids) > 24 + 48  # long enough that a memorised reply would be drafted
+    assert again.server_drafted == first.server_drafted
 
 
 def test_server_ngram_picks_of_the_offered_types_and_names_a_wrong_one():

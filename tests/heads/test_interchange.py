@@ -132,9 +132,9 @@ def test_bench_has_llama_server_rows_plain_and_with_the_same_head(setup):
         assert len(peer._servers) == 2  # one server with the head, one without
     finally:
         peer.close()
-    assert row["new_tokens"] == 24 and len(row["output_ids"]) == 24
-    assert row["server_drafted"] > 0 and row["server_accepted"] > 0, row
-    assert plain["output_ids"] == row["output_ids"] and not plain["server_drafted"], plain
+    assert row.new_tokens == 24 and len(row.output_ids) == 24
+    assert row.server_drafted > 0 and row.server_accepted > 0, row
+    assert plain.output_ids == row.output_ids and not plain.server_drafted, plain
     assert peer._servers == {}  # close stopped them
 
 

@@ -62,28 +62,28 @@ def test_two_slots_serve_three_requests_closed_loop_as_one_slot_would(setup, pee
     _, _, requests = setup
     rows, wall_ms = peer.run("none", requests, greedy, 2)
     two = peer._server.proc
-    assert [r["new_tokens"] for r in rows] == [TOKENS] * 3
-    assert all(len(r["output_ids"]) == TOKENS and sum(n for _, n in r["emissions"]) == TOKENS for r in rows)
-    assert rows[0]["start_ms"] < 100 and rows[1]["start_ms"] < 100  # both clients send at once
-    freed = min(r["start_ms"] + r["wall_ms"] for r in rows[:2])
-    assert rows[2]["start_ms"] >= freed, rows  # the third waited for a free client
-    assert wall_ms == pytest.approx(max(r["start_ms"] + r["wall_ms"] for r in rows))
-    assert all(r["server_drafted"] is None for r in rows)  # plain: no speculation timings
+    assert [r.new_tokens for r in rows] == [TOKENS] * 3
+    assert all(len(r.output_ids) == TOKENS and sum(n for _, n in r.emissions) == TOKENS for r in rows)
+    assert rows[0].start_ms < 100 and rows[1].start_ms < 100  # both clients send at once
+    freed = min(r.start_ms + r.wall_ms for r in rows[:2])
+    assert rows[2].start_ms >= freed, rows  # the third waited for a free client
+    assert wall_ms == pytest.approx(max(r.start_ms + r.wall_ms for r in rows))
+    assert all(r.server_drafted is None for r in rows)  # plain: no speculation timings
 
     one, _ = peer.run("none", requests, greedy, 1)
     assert two.poll() is not None  # the two-slot server was stopped before the one-slot one started
-    assert [r["output_ids"] for r in one] == [r["output_ids"] for r in rows]
-    assert one[1]["start_ms"] >= one[0]["start_ms"] + one[0]["wall_ms"]  # one client: one at a time
+    assert [r.output_ids for r in one] == [r.output_ids for r in rows]
+    assert one[1].start_ms >= one[0].start_ms + one[0].wall_ms  # one client: one at a time
 
 
 def test_its_own_ngram_speculation_drafts_under_two_slots(setup, peer):
     _, profile, requests = setup
     assert "--no-kv-unified" in peer.server_args("ngram", 2)
     rows, _ = peer.run("ngram", requests[1:], greedy, 2)
-    assert [r["new_tokens"] for r in rows] == [TOKENS] * 2
+    assert [r.new_tokens for r in rows] == [TOKENS] * 2
     copy = rows[1]  # the prompt that asks for a repeat
-    assert copy["server_drafted"] is not None and copy["server_drafted"] > 0, copy
-    assert copy["server_accepted"] is not None
+    assert copy.server_drafted is not None and copy.server_drafted > 0, copy
+    assert copy.server_accepted is not None
 
 
 def test_a_server_that_will_not_start_is_one_line(setup, tmp_path):
