@@ -7,31 +7,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specchat.bench.report import write_files
+from specchat.bench.report import _fmt, ratio_text, write_files
 
 COLUMNS = ("N", "config", "tok/s (all)", "× plain", "tok/s (one)", "× plain", "TTFT p50", "ITL p50", "ITL p95",
            "accepted", "+ms a draft")
-
-
-def _x(ratio: dict | None) -> str:
-    if not ratio:
-        return "–"
-    ci = f" [{ratio['ci'][0]:.2f}, {ratio['ci'][1]:.2f}]" if ratio.get("ci") else ""
-    return f"{ratio['ratio']:.2f}×{ci}"
-
-
-def _n(value: float | None, fmt: str = "{:.1f}") -> str:
-    return "–" if value is None else fmt.format(value)
 
 
 def table_rows(levels: dict[str, dict]) -> list[tuple[str, ...]]:
     out = []
     for n, configs in levels.items():
         for config, f in configs.items():
-            out.append((n, config, _n(f["throughput_tokens_per_s"]), _x(f.get("throughput_vs_plain")),
-                        _n(f["request_tokens_per_s"]), _x(f.get("request_speed_vs_plain")), _n(f["ttft_ms_p50"], "{:.0f} ms"),
-                        _n(f["itl_ms_p50"]), _n(f["itl_ms_p95"]), _n(f["draft_acceptance_rate"], "{:.0%}"),
-                        _n(f["marginal_ms_p50"], "{:.2f}")))
+            out.append((n, config, _fmt(f["throughput_tokens_per_s"], ".1f"), ratio_text(f.get("throughput_vs_plain"), 2),
+                        _fmt(f["request_tokens_per_s"], ".1f"), ratio_text(f.get("request_speed_vs_plain"), 2),
+                        _fmt(f["ttft_ms_p50"], ".0f", " ms"), _fmt(f["itl_ms_p50"], ".1f"), _fmt(f["itl_ms_p95"], ".1f"),
+                        _fmt(f["draft_acceptance_rate"], ".0%"), _fmt(f["marginal_ms_p50"], ".2f")))
     return out
 
 
@@ -42,9 +31,9 @@ def comparison_lines(levels: dict[str, dict]) -> list[str]:
     for n, configs in levels.items():
         for config, f in configs.items():
             if f.get("vs_server_plain"):
-                out.append(f"N={n}: {config} at {_x(f['vs_server_plain'])} llama-server -np {n}'s plain throughput")
+                out.append(f"N={n}: {config} at {ratio_text(f['vs_server_plain'], 2)} llama-server -np {n}'s plain throughput")
             if f.get("vs_one_sequence"):
-                out.append(f"N={n}: batched {config} at {_x(f['vs_one_sequence'])} the one-sequence engine's throughput")
+                out.append(f"N={n}: batched {config} at {ratio_text(f['vs_one_sequence'], 2)} the one-sequence engine's throughput")
     return out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specchat.bench.report import ratio_text
 from specchat.bench.row import BenchRow
 from specchat.bench.stats import per_token_latencies, percentile, pooled_ratio
 from specchat.events import DraftCounts
@@ -99,8 +100,7 @@ def crossover(levels: dict[str, dict], config: str, set_name: str) -> str | None
     where = "all sets" if set_name == ALL else f"'{set_name}'"
 
     def said(n: int, r: dict) -> str:
-        ci = f" [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if r.get("ci") else ""
-        return f"{r['ratio']:.2f}×{ci} at N={n}"
+        return f"{ratio_text(r, 2)} at N={n}"
 
     if all(r["ratio"] >= 1.0 for _, r in seen):
         return f"{config} pays at every N tested on {where}: " + ", ".join(said(n, r) for n, r in seen)

@@ -84,13 +84,16 @@ def speedup_text(figures: dict[str, Any]) -> str:
     return text + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
-def auto_vs_best_text(compared: dict[str, Any]) -> str:
+def ratio_text(compared: dict[str, Any] | None, digits: int = 3) -> str:
+    """A paired ratio (stats.pooled_ratio's) with its interval: "1.052× [1.010, 1.090]"."""
+    if not compared:
+        return "–"
     ci = compared.get("ci")
-    return f"{compared['ratio']:.3f}×" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+    return f"{compared['ratio']:.{digits}f}×" + (f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else "")
 
 
 def vs_peer_text(name: str, ratios: dict[str, Any]) -> str:
-    return f"{name}: " + ", ".join(f"{auto_vs_best_text(r)} vs {peer}" for peer, r in ratios.items())
+    return f"{name}: " + ", ".join(f"{ratio_text(r)} vs {peer}" for peer, r in ratios.items())
 
 
 def attention_width(env: dict[str, Any]) -> str:
@@ -156,7 +159,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_mib(f['draft_param_bytes'])} + {_mib(f['draft_kv_bytes_max'])} | {_mib(peak)} |")
         for method, c in results["aggregates"].get("auto_vs_best", {}).get(set_name, {}).items():
             lines += ["", f"{c['auto']} vs the best fixed γ on these requests ({c['best_fixed']}, chosen in "
-                          f"hindsight): {auto_vs_best_text(c)}."]
+                          f"hindsight): {ratio_text(c)}."]
         peers = results["aggregates"].get("vs_peers", {}).get(set_name, {})
         if peers:
             lines += ["", "tokens/s against the plain peer rows (paired, 95% CI):", ""]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specchat.bench.report import _fmt, auto_vs_best_text, speedup_text, vs_peer_text
+from specchat.bench.report import _fmt, ratio_text, speedup_text, vs_peer_text
 from specchat.bench.stats import ALL_SETS
 
 
@@ -31,7 +31,7 @@ def render_tables(console: Any, results: dict[str, Any]) -> None:
             )
         console.print(table)
         for c in results["aggregates"].get("auto_vs_best", {}).get(set_name, {}).values():
-            console.print(f"  {c['auto']} vs the best fixed γ here ({c['best_fixed']}): {auto_vs_best_text(c)}")
+            console.print(f"  {c['auto']} vs the best fixed γ here ({c['best_fixed']}): {ratio_text(c)}")
         for name, ratios in results["aggregates"].get("vs_peers", {}).get(set_name, {}).items():
             if not name.startswith("peer:none"):
                 console.print(f"  {vs_peer_text(name, ratios)}")
