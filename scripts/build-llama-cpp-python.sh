@@ -10,8 +10,10 @@
 # buffer to a cache line (else batched steps ran 25 % slower in some processes, by heap
 # luck), 0004 asks for transparent huge pages for large CPU buffers (the weights, the KV
 # cache): one-token steps ~3.7 % faster on the pair's Q4_K_M target, where 4 KiB pages
-# made every step's pass over the weights pay TLB misses. SPECCHAT_GGML_UPSTREAM=1 at run
-# time turns 0001, 0002 and 0004 off, for A/B measurements.
+# made every step's pass over the weights pay TLB misses, 0005 gives Q4_K and Q6_K weights
+# times a few rows kernels that unpack each weight block once for several rows (a Q4_K_M
+# file's 2- and 3-token steps ~30 % less CPU). SPECCHAT_GGML_UPSTREAM=1 at run time turns
+# 0001, 0002, 0004 and 0005 off, for A/B measurements.
 # If a patch does not apply (another LLAMA_VERSION), the build goes on without it and says so.
 #
 #   PYTHON         the venv's python (default .venv/bin/python)
@@ -73,7 +75,7 @@ done
 if [ ${#applied[@]} -gt 0 ]; then
   # a local version label says which build this is (pip show, specchat's bench reports);
   # bump it when patches/llama.cpp changes
-  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.8\"/" "$src/llama_cpp/__init__.py"
+  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.10\"/" "$src/llama_cpp/__init__.py"
 fi
 
 mkdir -p "$wheels"
