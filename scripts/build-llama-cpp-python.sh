@@ -75,7 +75,7 @@ done
 if [ ${#applied[@]} -gt 0 ]; then
   # a local version label says which build this is (pip show, specchat's bench reports);
   # bump it when patches/llama.cpp changes
-  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.10\"/" "$src/llama_cpp/__init__.py"
+  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.11\"/" "$src/llama_cpp/__init__.py"
 fi
 
 mkdir -p "$wheels"
