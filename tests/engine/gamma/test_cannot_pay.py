@@ -72,3 +72,27 @@ def test_a_point_mass_lookup_is_never_condemned_its_probe_costs_one_verification
     controller = controller_for("ngram")
     drive(controller, 100, draft_ms_per_token=27.0, verify=dear)
     assert not controller.hopeless
+
+
+def test_a_drafting_steps_fixed_cost_is_priced_as_timed_not_per_draft():
+    """A draft model's step has a fixed part (its first forward also runs the last step's
+    kept tokens; q is warped) besides one forward per draft: D(k) = 12 + 10k ms here. Priced
+    per draft (the median of D(k)/k over k = 1 and 2 steps: 16 ms), k = 1 looked 6 ms
+    cheaper than it is, and on the real pair γ = auto drafted k = 1 at 0.86× plain (T = 0.6,
+    repetitive). The forecast must use each k's own timing, and the line through them
+    between and beyond."""
+    from specchat.engine.gamma.cost_model import CostModel
+
+    model = CostModel(8)
+    model.at(100)
+    verify = {0: 23.0, 1: 26.0, 2: 33.0}
+    for k in (0, 2, 2, 2, 1, 1, 0):
+        d = 12.0 + 10.0 * k if k else 0.0
+        model.time(StepStats(num_speculative_tokens=k, num_draft_tokens=k, num_accepted_tokens=k, draft_ms=d,
+                             draft_forwards=k, verify_ms=verify[k], total_ms=verify[k] + d,
+                             draft_source="draft_model" if k else "", context_tokens=100, cpu_others=0.0),
+                   "draft_model")
+    forecast = model.forecast([1.0] * 3, "draft_model")
+    assert [round(f[1], 6) for f in forecast[1:3]] == [22.0 + 26.0, 32.0 + 33.0]
+    assert model.drafting_ms("draft_model", 3) == 42.0  # on the line through k = 1 and 2
+    assert model.ceiling("draft_model", 2) == max(2 * 23.0 / 48.0, 3 * 23.0 / 65.0)
