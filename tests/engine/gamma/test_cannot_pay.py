@@ -96,3 +96,17 @@ def test_a_drafting_steps_fixed_cost_is_priced_as_timed_not_per_draft():
     assert [round(f[1], 6) for f in forecast[1:3]] == [22.0 + 26.0, 32.0 + 33.0]
     assert model.drafting_ms("draft_model", 3) == 42.0  # on the line through k = 1 and 2
     assert model.ceiling("draft_model", 2) == max(2 * 23.0 / 48.0, 3 * 23.0 / 65.0)
+
+
+def test_a_draft_whose_best_case_is_within_ten_percent_of_plain_is_set_aside():
+    """The ceiling (every draft kept) leaves out a draft model's catch-ups; the pair on two
+    cores timed ceilings of 1.04-1.05 at load, and drafting from it lost (ngram_draft 1.08×
+    against 1.34× plain on the mixed sets, T = 0). Below CEILING_TO_DRAFT it is set aside."""
+    from specchat.engine.gamma.controller import CEILING_TO_DRAFT
+
+    controller = controller_for()
+    # every draft kept, k = 8 at best: 9 tokens for 8 * 18 + 54 ms against 9 plain steps of 23 (1.045)
+    drive(controller, 40, draft_ms_per_token=18.0, verify=lambda k: PLAIN_MS * (1 + 0.17 * k))
+    best = controller.model.ceiling("draft_model", 8)
+    assert best is not None and 1.0 < best < CEILING_TO_DRAFT
+    assert controller.cannot_pay("draft_model")
