@@ -154,10 +154,10 @@ class AdaptiveGamma(Controller):
         # there is kept as the starting point, but a few of this reply's drafts outweigh it
         self.model.loosen(self.turn_weight)
 
-    def predicted_rates(self, key: AcceptanceKey, limit: int, source: str = "") -> list[float | None]:
-        """Expected tokens per ms for k = 0..limit when ``source`` drafts (None where T(k)
-        or its draft cost is unknown)."""
-        return self.model.predicted_rates(key, limit, source, key_prior(key))
+    def predicted_rates(self, key: AcceptanceKey, limit: int, source: str = "", behind: int = 0) -> list[float | None]:
+        """Expected tokens per ms for k = 0..limit when ``source`` drafts, ``behind`` tokens
+        behind (None where T(k) or its draft cost is unknown)."""
+        return self.model.predicted_rates(key, limit, source, key_prior(key), behind)
 
     def choose(self, ids: list[int]) -> tuple[int, float | None]:
         # n-gram: a miss means nothing to verify, and the match informs a_i; a hybrid
@@ -174,7 +174,7 @@ class AdaptiveGamma(Controller):
         best: tuple[float, int, Candidate] | None = None
         unexplored: Candidate | None = None
         for candidate in candidates:
-            rates = self.predicted_rates(acceptance_key(candidate), candidate.limit, candidate.source)
+            rates = self.predicted_rates(acceptance_key(candidate), candidate.limit, candidate.source, candidate.behind)
             known = [(r, k) for k, r in enumerate(rates) if r is not None]
             if len(known) < 2:
                 unexplored = unexplored or candidate
@@ -194,8 +194,13 @@ class AdaptiveGamma(Controller):
             self.plain_run += 1
             if self.plain_run >= self.probe_after:  # conditions change: look again
                 self.plain_run = 0
+                probe = self._probe_source(candidates)
+                ceiling = self.model.ceiling(probe.source, probe.limit, probe.behind) if probe.behind else None
+                if ceiling is not None and ceiling < CEILING_TO_DRAFT:  # its catch-up outweighs the gain
+                    self.probe_after = min(self.probe_after * 2, self.max_probe_after)
+                    return 0, 1.0
                 self._probing = True  # observe() sets the wait for the next probe
-                self._use(self._probe_source(candidates))
+                self._use(probe)
                 return 1, None
             return 0, 1.0
         self.plain_run = 0
@@ -206,7 +211,7 @@ class AdaptiveGamma(Controller):
             # another context length) would otherwise never be tried again
             neighbour = best_k + 1 if best_k < chosen.limit else best_k - 1
             if neighbour >= 1:
-                rates = self.predicted_rates(acceptance_key(chosen), chosen.limit, chosen.source)
+                rates = self.predicted_rates(acceptance_key(chosen), chosen.limit, chosen.source, chosen.behind)
                 return neighbour, rates[neighbour] / plain if rates[neighbour] and plain else None
         return best_k, best_rate / plain if plain else None
 
@@ -218,7 +223,7 @@ class AdaptiveGamma(Controller):
     def _probe_source(self, candidates: list[Candidate]) -> Candidate:
         """The source a probe tries: the one whose single draft is predicted best."""
         def one_draft(candidate: Candidate) -> float:
-            rates = self.predicted_rates(acceptance_key(candidate), 1, candidate.source)
+            rates = self.predicted_rates(acceptance_key(candidate), 1, candidate.source, candidate.behind)
             return rates[1] if len(rates) > 1 and rates[1] is not None else 0.0
         return max(candidates, key=one_draft)
 
@@ -242,6 +247,10 @@ class AdaptiveGamma(Controller):
         # the ratio still judges; one slow draft cannot (the ceiling waits for two timings)
         if k and source in METHODS and not METHODS[source].point_mass:
             self.judge(source)
+        elif not k and self.proposer is not None and self.proposer.drafting_model not in {"", *self.hopeless}:
+            # warm plain steps replace the load-time timing's first, cold ones (w(0) read
+            # 10-45 % slow there on the pair, its ceiling 1.15-1.52 where warm it is ~1.04)
+            self.judge(self.proposer.drafting_model)
         if self._probing:
             self._probing = False
             if k and n:  # its draft was kept: look again at once, the estimate is catching up

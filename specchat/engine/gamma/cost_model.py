@@ -62,6 +62,12 @@ class Timings:
         return median(ms for _, ms in self.points)
 
 
+# a drafting model that is behind (it missed tokens while the target decoded plainly or a lookup
+# drafted) runs them all in its next draft's first forward: that catch-up is spread over the
+# steps it lets the model draft from then on, this many at most (a probe's interval). The
+# pair on two cores: a probe after 13 plain steps ran 90 tokens of catch-up in 365 ms, 13
+# plain steps' worth, for one kept draft, and drafting there could win at most 10 %
+CATCH_UP_HORIZON = 24
 MIN_SPAN = 64  # tokens: plain steps closer than this in context say nothing of its slope
 STALE_SPAN = 0.25  # a plain step timed this share of the context away (and MIN_SPAN) is due again
 
@@ -149,6 +155,7 @@ class CostModel:
         self.draft_ms: dict[str, RecentMedian] = {}  # source → time per drafted token
         self.draft_step_ms: dict[str, dict[int, RecentMedian]] = {}  # source → k → a k-step's draft time
         self.drafting_share: dict[str, Ewma] = {}  # source → share of steps it drafted (n-gram misses)
+        self.catch_ups: dict[str, deque[tuple[int, int, float]]] = {}  # source → (k, catch-up tokens, draft ms)
         self._w: dict[int, float | None] = {}  # w(k) as of the last observation
 
     def acceptance(self, key: Hashable, prior: Prior = None) -> list[Ewma]:
@@ -205,17 +212,28 @@ class CostModel:
         near = [(c, ms) for c, ms in points if abs(c - self.context) <= max(MIN_SPAN, STALE_SPAN * self.context)]
         return near or list(points)
 
-    def forecast(self, survival: list[float], source: str) -> list[tuple[float, float] | None]:
+    def forecast(self, survival: list[float], source: str, behind: int = 0) -> list[tuple[float, float] | None]:
         """(E(k), T(k) in ms) for k = 0..len(survival), ``survival[i]`` the probability that
-        draft i and all before it are kept (None where T(k) or the draft cost is unknown)."""
+        draft i and all before it are kept (None where T(k) or the draft cost is unknown).
+        ``behind``: context tokens the source must catch up on first, its share of T(k) for
+        k ≥ 1 spread over CATCH_UP_HORIZON steps."""
         out: list[tuple[float, float] | None] = []
-        expected = 1.0
+        expected, catch_up = 1.0, self.catch_up_ms(source, behind) / CATCH_UP_HORIZON
         for k in range(len(survival) + 1):
             if k:
                 expected += survival[k - 1]
             w, d = self.w(k), self.drafting_ms(source, k) if k else 0.0
-            out.append(None if w is None or d is None else (expected, d + w))
+            out.append(None if w is None or d is None else (expected, d + w + (catch_up if k else 0.0)))
         return out
+
+    def catch_up_ms(self, source: str, tokens: int) -> float:
+        """The ms ``source`` takes to run ``tokens`` context tokens it missed: per token, the
+        recent steps that caught up's draft time beyond D(k) over their catch-up tokens (a
+        ratio of sums: a 3-token catch-up's fixed part read 12 ms a token on the pair, a
+        31-token one's 4.9); 0 until one such step and its k's D(k) are timed."""
+        extra = [(max(0.0, ms - d), n) for k, n, ms in self.catch_ups.get(source, ())
+                 if (d := self.drafting_ms(source, k)) is not None] if tokens else []
+        return tokens * sum(ms for ms, _ in extra) / sum(n for _, n in extra) if extra else 0.0
 
     def drafting_ms(self, source: str, k: int) -> float | None:
         """D(k), the ms ``source`` takes to draft k: as timed where a k-step was, else on the
@@ -237,10 +255,12 @@ class CostModel:
             survival.append(alive)
         return survival
 
-    def predicted_rates(self, key: Hashable, limit: int, source: str = "", prior: Prior = None) -> list[float | None]:
-        """Expected tokens per ms for k = 0..limit when ``source`` drafts under acceptance
-        ``key`` (None where :meth:`forecast` has no figure)."""
-        return [None if f is None else f[0] / f[1] for f in self.forecast(self.survival(key, limit, prior), source)]
+    def predicted_rates(self, key: Hashable, limit: int, source: str = "", prior: Prior = None,
+                        behind: int = 0) -> list[float | None]:
+        """Expected tokens per ms for k = 0..limit when ``source``, ``behind`` tokens behind,
+        drafts under acceptance ``key`` (None where :meth:`forecast` has no figure)."""
+        return [None if f is None else f[0] / f[1]
+                for f in self.forecast(self.survival(key, limit, prior), source, behind)]
 
     def step_prediction(self, key: Hashable, k: int, source: str, prior: Prior = None) -> tuple[float, float] | None:
         """(E(k), T(k)/w(0)) of the k a controller chose: tokens, and time in plain-step
@@ -293,15 +313,23 @@ class CostModel:
                                                              stats.total_ms - stats.draft_ms)
         self._w.clear()
         self._shape = None
-        if k and stats.draft_catch_up_tokens == 0:
+        if k and stats.draft_catch_up_tokens:
+            self.time_catch_up(stats, source)
+        elif k:
             self.draft_ms.setdefault(source, RecentMedian(self.window)).add(stats.draft_ms / k)
             self.draft_step_ms.setdefault(source, {}).setdefault(k, RecentMedian(self.window)).add(stats.draft_ms)
+
+    def time_catch_up(self, stats: StepStats, source: str) -> None:
+        """A step's catch-up alone (its draft time beyond D(k), read when priced)."""
+        self.catch_ups.setdefault(source, deque(maxlen=self.window)).append(
+            (stats.num_draft_tokens, stats.draft_catch_up_tokens, stats.draft_ms))
 
     def adopt(self, other: "CostModel") -> None:
         """Takes ``other``'s step and draft times (the hardware's, whoever chose γ there)."""
         self.step_ms = {k: copy.deepcopy(t) for k, t in other.step_ms.items()}
         self.draft_ms = {s: copy.deepcopy(t) for s, t in other.draft_ms.items()}
         self.draft_step_ms = copy.deepcopy(other.draft_step_ms)
+        self.catch_ups = copy.deepcopy(other.catch_ups)
         self._w.clear()
         self._shape = None
 
@@ -348,16 +376,16 @@ class CostModel:
             return None
         return best if best.gain > 1.0 else Recommendation(0, best.gain, best.source)
 
-    def ceiling(self, source: str, limit: int) -> float | None:
-        """The best speed-up any k in 1..limit drafted by ``source`` could give if every
-        draft were kept: max (k + 1) / (T(k) / w(0)). Below 1, no acceptance can make that
-        source pay at this context, so learning its acceptance is wasted time. None until
-        w(0), a k-step and the source's draft time are measured (two draft timings: one
-        slow step cannot condemn a source)."""
+    def ceiling(self, source: str, limit: int, behind: int = 0) -> float | None:
+        """The best speed-up any k in 1..limit drafted by ``source`` (``behind`` tokens behind)
+        could give if every draft were kept: max (k + 1) / (T(k) / w(0)). Below 1, no
+        acceptance can make that source pay at this context, so learning its acceptance is
+        wasted time. None until w(0), a k-step and the source's draft time are measured (two
+        draft timings: one slow step cannot condemn a source)."""
         w0, draft = self.w(0), self.draft_ms.get(source)
         if not w0 or draft is None or len(draft.values) < 2:
             return None
-        known = [f for f in self.forecast([1.0] * limit, source)[1:] if f is not None]
+        known = [f for f in self.forecast([1.0] * limit, source, behind)[1:] if f is not None]
         return max(tokens / ms * w0 for tokens, ms in known) if known else None
 
     def gains(self, source: str, limit: int) -> list[float | None] | None:

@@ -46,12 +46,14 @@ class Candidate:
     which the adaptive controller keys its acceptance estimates on. ``shares``: suffix
     decoding's word on each draft, the share of the still-agreeing earlier occurrences
     that went on with it (score_j / score_{j−1}, suffix.py), which the controller's
-    starting acceptance follows; () for the others."""
+    starting acceptance follows; () for the others. ``behind``: the catch-up tokens a draft
+    model would run first (as :class:`Proposal` counts them)."""
 
     source: str
     limit: int
     match: NgramMatch | None = None
     shares: tuple[float, ...] = ()
+    behind: int = 0
 
 
 class Proposer:
@@ -146,12 +148,19 @@ class DraftModelProposer(Proposer):
         if len(ids) > 1 and len(ids) <= self.max_length:
             self.lm.forward(self._context(ids)[:-1], num_logits=1)
 
+    def _behind(self, ids: list[int]) -> int:
+        """Tokens the next forward runs (the draft's cache against the context)."""
+        return len(ids) - common_prefix_length(self.lm.ids, ids)
+
+    def candidates(self, ids: list[int], limit: int) -> list[Candidate]:
+        return [Candidate(self.kind, limit, behind=max(0, self._behind(self._context(ids)) - 2))]
+
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
         k = min(k, self.max_length - len(ids))
         if k <= 0:
             return Proposal(torch.empty(0, dtype=torch.long), None)
         ids = self._context(ids)
-        behind = len(ids) - common_prefix_length(self.lm.ids, ids)  # tokens the next forward runs
+        behind = self._behind(ids)
         vocab = self.vocab_size or self.lm.vocab_size
         logits = self.lm.forward(ids)  # [1, V_draft]
         drafts, qs = [], []

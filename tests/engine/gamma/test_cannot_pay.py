@@ -110,3 +110,75 @@ def test_a_draft_whose_best_case_is_within_ten_percent_of_plain_is_set_aside():
     best = controller.model.ceiling("draft_model", 8)
     assert best is not None and 1.0 < best < CEILING_TO_DRAFT
     assert controller.cannot_pay("draft_model")
+
+
+class Behind(Proposer):
+    """A draft model that is ``behind`` tokens behind the context whenever it is asked."""
+
+    kind = drafting_model = "draft_model"
+
+    def __init__(self, behind):
+        super().__init__("auto", 8)
+        self.behind = behind
+
+    def candidates(self, ids, limit):
+        from specchat.engine.proposers import Candidate
+
+        return [Candidate(self.kind, limit, behind=self.behind)]
+
+
+def timed(controller, draft, verify, catch_up=None, context=100):
+    """Plain steps, k = 1 and 2 steps as a load-time timing gives them; ``catch_up``: (k,
+    tokens, draft ms) of a step that caught up."""
+    for k in (0, 0, 0, 2, 2, 2, 1, 1, 0, 0):
+        controller.model.time(StepStats(num_speculative_tokens=k, num_draft_tokens=k, num_accepted_tokens=k,
+                                        draft_ms=draft(k) if k else 0.0, draft_forwards=k, verify_ms=verify(k),
+                                        total_ms=verify(k) + (draft(k) if k else 0.0), context_tokens=context,
+                                        draft_source="draft_model" if k else "", cpu_others=0.0), "draft_model")
+    if catch_up:
+        k, n, ms = catch_up
+        controller.model.time_catch_up(StepStats(num_speculative_tokens=k, num_draft_tokens=k, num_accepted_tokens=0, draft_ms=ms,
+                                                 draft_catch_up_tokens=n, draft_source="draft_model"), "draft_model")
+
+
+def plain_steps(controller, steps, ms, context=100):
+    chosen = []
+    for _ in range(steps):
+        k, _ = controller.choose(list(range(context)))
+        chosen.append(k)
+        controller.observe(StepStats(num_speculative_tokens=k, num_draft_tokens=0, num_accepted_tokens=0, verify_ms=ms, total_ms=ms,
+                                     context_tokens=context, cpu_others=0.0), None)
+        context += 1
+    return chosen
+
+
+def test_a_probe_whose_catch_up_outweighs_what_the_draft_could_win_is_not_run():
+    """A draft model probed after a plain stretch first runs every token it missed: on the
+    pair a probe after 13 plain steps ran a 90-token catch-up in 365 ms, 13 plain steps'
+    worth, for a draft whose best case was +10 % (issue 56: 0.90× plain on that request).
+    Here every draft kept would give 1.2× at k = 8, and 90 tokens at 5 ms a token spread over
+    CATCH_UP_HORIZON steps bring that under CEILING_TO_DRAFT: no probe. (Planted: the probe
+    priced without the catch-up runs.)"""
+    controller = AdaptiveGamma(8, Behind(90))
+    timed(controller, draft=lambda k: 8.0 + 12.0 * k, verify=lambda k: 27.0 + 9.0 * k, catch_up=(2, 31, 32 + 31 * 5.0))
+    assert 1.1 < controller.model.ceiling("draft_model", 8) < 1.25
+    assert not any(plain_steps(controller, 200, 27.0))
+
+
+def test_a_probe_after_a_short_stretch_still_runs():
+    """The same draft, 2 tokens behind: the probe looks again, as before."""
+    controller = AdaptiveGamma(8, Behind(2))
+    timed(controller, draft=lambda k: 8.0 + 12.0 * k, verify=lambda k: 27.0 + 9.0 * k, catch_up=(2, 31, 32 + 31 * 5.0))
+    assert any(plain_steps(controller, 60, 27.0))
+
+
+def test_warm_plain_steps_set_aside_a_draft_that_only_cold_timings_let_through():
+    """The load-time timing's plain steps read 40 % slow (cold); the draft's ceiling looked
+    1.5 and it was kept. Warm plain steps at 27 ms replace them, and the ceiling they give
+    (~1.07) sets it aside before any probe. (Planted: judging only on drafting steps keeps it.)"""
+    controller = AdaptiveGamma(8, Behind(0))
+    timed(controller, draft=lambda k: 8.0 + 12.0 * k, verify=lambda k: 38.0 if k == 0 else 27.0 + 12.0 * k)
+    controller.judge("draft_model")
+    assert not controller.cannot_pay("draft_model")
+    plain_steps(controller, 12, 27.0)
+    assert controller.cannot_pay("draft_model")

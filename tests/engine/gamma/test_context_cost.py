@@ -65,6 +65,8 @@ def test_the_controllers_assessment_uses_the_context_of_its_step():
     within 1 % of the truth."""
 
     class Always:
+        drafting_model = ""
+
         def candidates(self, ids, limit):
             return [Candidate("ngram", limit)]
 

@@ -41,6 +41,8 @@ class Stub:
     """What the controller asks of a proposer: its candidates for the next step, and
     which one it used. ``contexts`` yields each step's candidates."""
 
+    drafting_model = ""
+
     def __init__(self, contexts) -> None:
         self.contexts = contexts
         self.selected = ""
