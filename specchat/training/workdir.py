@@ -3,14 +3,17 @@
 ``--out`` is a folder the user names, maybe one of theirs (their home, a project): a
 fresh run clears only a ``work`` folder that specchat made (it holds MARKER), and
 refuses any other non-empty one in one line, before the model loads. So are an
-``--out`` that is a file, a ``work`` that is a link, and (with ``--resume``) a
-``distilled.jsonl`` whose lines are not the rows the distill stage writes.
+``--out`` that is a file (or lies under one), a ``work`` that is a link, and (with
+``--resume``) a ``distilled.jsonl`` that is no regular file (a folder; a FIFO, which
+would block the read forever) or whose lines are not the rows the distill stage writes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 from specchat.errors import SpecchatError
@@ -35,18 +38,32 @@ def prepare_work(out: Path, resume: bool) -> Path:
             raise SpecchatError("this folder was not made by train-head: it is left as it is", file=str(work),
                                 hint="choose another --out, or move this folder away")
         shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
-    (work / MARKER).touch()
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        (work / MARKER).touch()
+    except OSError as exc:  # a file on the way (--out FILE/sub), no permission, a full disk
+        raise SpecchatError(f"cannot make the work folder ({exc.strerror or exc})", file=str(work),
+                            hint="name a folder you can write to with --out") from None
     return work
 
 
 def read_distilled(path: Path) -> list[dict]:
     """The rows of ``distilled.jsonl`` ([] when missing). A line cut by a kill mid-write
     (the last, without its newline) is dropped from the file and redone; any other line
-    that is not a row raises SpecchatError naming the file and the line."""
-    if not path.exists():
+    that is not a row, or a path that is no regular file, raises SpecchatError naming it."""
+    try:
+        info = os.stat(path)  # before opening: opening a FIFO would block
+    except FileNotFoundError:
         return []
-    text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise SpecchatError(f"cannot read it ({exc.strerror or exc})", file=str(path)) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise SpecchatError("not a regular file (a folder, a FIFO or a device?)", file=str(path),
+                            hint="move it away and run without --resume to distil again")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise SpecchatError(f"cannot read it ({exc.strerror or exc})", file=str(path)) from None
     lines = text.split("\n")
     if lines[-1]:  # no newline after the last line: cut while written
         path.write_text("\n".join(lines[:-1]) + ("\n" if len(lines) > 1 else ""), encoding="utf-8")

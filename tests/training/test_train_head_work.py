@@ -3,10 +3,13 @@
 Planted bugs each test kills: ``shutil.rmtree(out / "work")`` on any fresh run (a user's
 own ``work`` folder lost); ``json.loads`` of each ``distilled.jsonl`` line unchecked
 (JSONDecodeError on --resume); no check of ``--out`` or of ``work`` before the load
-(NotADirectoryError and OSError tracebacks after it).
+(NotADirectoryError and OSError tracebacks after it); mkdir unguarded (an --out under a file);
+``read_text`` of a ``distilled.jsonl`` that is no regular file (a folder, a FIFO: blocked).
 """
 
 import json
+import os
+import threading
 
 import pytest
 
@@ -75,3 +78,42 @@ def test_the_cli_refuses_before_the_model_loads(tmp_path):
     result = in_process("train-head", "--profile", "default", "--out", str(tmp_path))
     assert_one_line_error(result, "not made by train-head", str(tmp_path / "work"))
     assert "[load]" not in result.stderr and (tmp_path / "work" / "notes.txt").exists()
+
+
+def test_an_out_under_a_file_is_one_line(tmp_path):
+    # replayed by hand (docs/trials/2026-12-07-adversarial-replay): NotADirectoryError from mkdir
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SpecchatError, match="cannot make the work folder") as caught:
+        prepare_work(tmp_path / "file" / "sub", resume=False)
+    assert str(tmp_path / "file" / "sub" / "work") in str(caught.value)
+    assert (tmp_path / "file").read_text() == "x"
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_distilled_path_that_is_no_file_is_one_line_on_resume(tmp_path, kind):
+    # replayed by hand: a folder was an IsADirectoryError, a FIFO blocked the read forever
+    # (here a writer thread feeds the FIFO, so a planted read ends, with the wrong words)
+    work = prepare_work(tmp_path, resume=False)
+    path = work / "distilled.jsonl"
+    done = threading.Event()
+    if kind == "folder":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+
+        def writer():  # its open succeeds only once a reader has the FIFO open
+            while not done.wait(0.05):
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                os.write(fd, b"no row\n")
+                os.close(fd)
+
+        threading.Thread(target=writer, daemon=True).start()
+    try:
+        with pytest.raises(SpecchatError, match="not a regular file") as caught:
+            prepare_work(tmp_path, resume=True)
+    finally:
+        done.set()
+    assert "distilled.jsonl" in str(caught.value)
