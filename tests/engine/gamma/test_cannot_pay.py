@@ -156,29 +156,47 @@ def test_a_probe_whose_catch_up_outweighs_what_the_draft_could_win_is_not_run():
     """A draft model probed after a plain stretch first runs every token it missed: on the
     pair a probe after 13 plain steps ran a 90-token catch-up in 365 ms, 13 plain steps'
     worth, for a draft whose best case was +10 % (issue 56: 0.90× plain on that request).
-    Here every draft kept would give 1.2× at k = 8, and 90 tokens at 5 ms a token spread over
+    Here every draft kept would give 1.16× at k = 2, and 90 tokens at 5 ms a token spread over
     CATCH_UP_HORIZON steps bring that under CEILING_TO_DRAFT: no probe. (Planted: the probe
     priced without the catch-up runs.)"""
     controller = AdaptiveGamma(8, Behind(90))
-    timed(controller, draft=lambda k: 8.0 + 12.0 * k, verify=lambda k: 27.0 + 9.0 * k, catch_up=(2, 31, 32 + 31 * 5.0))
-    assert 1.1 < controller.model.ceiling("draft_model", 8) < 1.25
+    timed(controller, draft=lambda k: 10.0 + 10.0 * k, verify=lambda k: 27.0 + 6.5 * k, catch_up=(2, 31, 30 + 31 * 5.0))
+    assert 1.1 < controller.model.ceiling("draft_model", 8) < 1.2
     assert not any(plain_steps(controller, 200, 27.0))
 
 
 def test_a_probe_after_a_short_stretch_still_runs():
     """The same draft, 2 tokens behind: the probe looks again, as before."""
     controller = AdaptiveGamma(8, Behind(2))
-    timed(controller, draft=lambda k: 8.0 + 12.0 * k, verify=lambda k: 27.0 + 9.0 * k, catch_up=(2, 31, 32 + 31 * 5.0))
+    timed(controller, draft=lambda k: 10.0 + 10.0 * k, verify=lambda k: 27.0 + 6.5 * k, catch_up=(2, 31, 30 + 31 * 5.0))
     assert any(plain_steps(controller, 60, 27.0))
 
 
 def test_warm_plain_steps_set_aside_a_draft_that_only_cold_timings_let_through():
     """The load-time timing's plain steps read 40 % slow (cold); the draft's ceiling looked
-    1.5 and it was kept. Warm plain steps at 27 ms replace them, and the ceiling they give
-    (~1.07) sets it aside before any probe. (Planted: judging only on drafting steps keeps it.)"""
+    1.37 and it was kept. Warm plain steps at 27 ms replace them, and the ceiling they give
+    (0.98) sets it aside before any probe. (Planted: judging only on drafting steps keeps it.)"""
     controller = AdaptiveGamma(8, Behind(0))
     timed(controller, draft=lambda k: 8.0 + 12.0 * k, verify=lambda k: 38.0 if k == 0 else 27.0 + 12.0 * k)
     controller.judge("draft_model")
     assert not controller.cannot_pay("draft_model")
     plain_steps(controller, 12, 27.0)
     assert controller.cannot_pay("draft_model")
+
+
+def test_the_ceiling_rests_on_the_sizes_timed_not_on_lines_beyond_them():
+    """A live k = 1 step's drafting (31 ms: its first forward ran two kept tokens) beside a
+    load-time k = 2 one (32 ms: drafts on random ids are rejected, one token) put the line
+    through them flat, and k = 8 "could" give 3× where nothing timed gave over 1.1: γ = auto
+    kept drafting k = 1 at 0.88× plain on the pair (issue 56). (Planted: the ceiling read
+    over every k up to the limit.)"""
+    from specchat.engine.gamma.cost_model import CostModel
+
+    model = CostModel(8)
+    model.at(100)
+    drafting, verify = {0: 0.0, 1: 31.0, 2: 32.0}, {0: 27.0, 1: 34.5, 2: 47.0}
+    for k in (0, 1, 2, 1, 2, 0):
+        model.time(StepStats(num_speculative_tokens=k, num_draft_tokens=k, num_accepted_tokens=k, draft_ms=drafting[k],
+                             draft_forwards=k, verify_ms=verify[k], total_ms=verify[k] + drafting[k],
+                             draft_source="draft_model" if k else "", context_tokens=100, cpu_others=0.0), "draft_model")
+    assert abs(model.ceiling("draft_model", 8) - max(2 * 27.0 / 65.5, 3 * 27.0 / 79.0)) < 1e-12
