@@ -32,7 +32,7 @@ MAX_SEQUENCES = 256  # llama.cpp's limit on sequences in one context (LLAMA_MAX_
 def parse_levels(text: str) -> list[int]:
     levels: list[int] = []
     for part in (p.strip() for p in str(text).split(",")):
-        if not part.isdigit() or int(part) < 1:
+        if not (part.isascii() and part.isdigit()) or int(part) < 1:  # '²' is a digit to isdigit, not to int
             raise SpecchatError(f"--concurrency value {part!r} is not valid", key="--concurrency",
                                 hint="give a comma-separated list of whole numbers ≥ 1, e.g. 1,2,4,8")
         if int(part) not in levels:

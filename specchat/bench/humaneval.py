@@ -38,7 +38,7 @@ def _count(spec: str, size: int) -> int:
     if spec == NAME:
         return size
     text = spec.split(":", 1)[1]
-    if not text.isdigit() or not 1 <= int(text) <= size:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= size:  # int('²') raises
         raise SpecchatError(f"--prompts {spec!r}: N must be a whole number from 1 to {size}", key="--prompts",
                             hint="e.g. humaneval:16")
     return int(text)

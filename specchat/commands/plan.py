@@ -130,7 +130,7 @@ def _contexts(text: str | None, default: tuple[int, ...] | None) -> tuple[int, .
     if text is None:
         return default
     parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() and 16 <= int(p) <= 131072 for p in parts):
+    if not all(p.isascii() and p.isdigit() and 16 <= int(p) <= 131072 for p in parts):  # int('²') raises
         raise SpecchatError(f"--contexts {text!r} is not valid", key="--contexts",
                             hint="give context lengths of 16 to 131072 tokens, comma-separated: 256,1024")
     return tuple(sorted({int(p) for p in parts}))
