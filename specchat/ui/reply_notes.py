@@ -41,7 +41,8 @@ class AcceptanceWatch:
     """Says, once each time it happens, that drafting changed character: acceptance
     collapsed far below its usual level (the text left what the draft knows), jumped to
     nearly every draft kept (a model repeating itself in a loop), or γ = auto set drafting
-    aside (its cost model found no γ that beats plain decoding any more). Each notice is
+    aside (its cost model found no γ that beats plain decoding any more) and took it up
+    again. Each notice is
     edge-triggered: said when its condition starts to hold, again only after it stopped.
 
     ``recent`` drafting steps are held against the session's earlier ones (its
@@ -87,4 +88,7 @@ class AcceptanceWatch:
         if set_aside:
             found["set aside"] = ("γ = auto set drafting aside: no γ beats plain decoding now; it decodes plainly "
                                   "and probes now and then")
+        # the notice above must not stand over a panel that says "pays" again: say the turn back
+        elif gamma == "auto" and not hide_timing and m.verdict == "pays" and self._active & {"set aside", "resumed"}:
+            found["resumed"] = "γ = auto drafts again: its cost model expects drafting to beat plain decoding here"
         return found

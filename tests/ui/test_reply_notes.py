@@ -119,3 +119,17 @@ def test_each_reply_ends_with_its_figures_and_a_collapse_is_said_in_the_chat(tmp
             assert sum(n.startswith("acceptance collapsed") for n in notes) == 1, notes
 
     asyncio.run(run())
+
+
+def test_the_watch_says_when_gamma_auto_drafts_again_after_setting_drafting_aside():
+    """The set-aside notice stood in the chat above a panel that said "pays" again later in
+    the same reply (the newcomer trial's note A, issue 59): the turn back is said too, once."""
+    watch = AcceptanceWatch()
+    watch.observe(MetricsSnapshot(verdict="pays"), "auto")
+    assert watch.observe(MetricsSnapshot(verdict="does not pay"), "auto")[0].startswith("γ = auto set drafting aside")
+    said = watch.observe(MetricsSnapshot(verdict="pays"), "auto")
+    assert len(said) == 1 and said[0].startswith("γ = auto drafts again")
+    assert watch.observe(MetricsSnapshot(verdict="pays"), "auto") == []
+    assert watch.observe(MetricsSnapshot(verdict="does not pay"), "auto")[0].startswith("γ = auto set drafting aside")
+    fresh = AcceptanceWatch()  # "pays" from the start is no turn back
+    assert fresh.observe(MetricsSnapshot(verdict="pays"), "auto") == []
