@@ -105,22 +105,27 @@ class Runner(Protocol):
         """Other processes' share of the cores since the last step (None: not read)."""
 
 
-def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None,
+# plans nothing: each sequence's γ is its own controller's (shared: a step that plans
+# nothing leaves a BatchGamma as it was)
+EACH_OWN = BatchGamma(0)
+
+
+def step(seqs: list[Sequence], runner: Runner, gamma: BatchGamma = EACH_OWN,
          alone: Callable[[Sequence, Exception], None] | None = None) -> list[tuple[Sequence, Step]]:
     """One speculative step for every sequence in ``seqs`` → each sequence's Step (a
-    finished one's carries its finish reason). ``planner``: γ = auto's batch plan, which
-    chooses the drafts of the sequences it ``plans``; every other sequence asks its own
-    controller. Exactness uses each sequence's own past only. ``alone``: where one
-    sequence's verification fails, it is handed the sequence and the error, and that
-    sequence's Step ends it ("error") while the others go on; None: the error ends the step."""
+    finished one's carries its finish reason). ``gamma`` chooses, assesses and observes
+    every sequence's drafts (a batch plan, or each sequence's own controller). Exactness
+    uses each sequence's own past only. ``alone``: where one sequence's verification fails,
+    it is handed the sequence and the error, and that sequence's Step ends it ("error")
+    while the others go on; None: the error ends the step."""
     timer = StepTimer(runner.device)  # the step's own time, not the consumer's
     contexts = [len(s.ids) for s in seqs]
-    gammas, chosen, planned, plan = choose(seqs, planner)
+    plan = gamma.choose(seqs)
     # alone, choosing γ is part of the sequence's drafting (as it always was); in a batch the
     # choices are no one sequence's, and each draft time is its proposer's alone
     proposals, marks = [], [0 if len(seqs) == 1 else timer.mark()]
-    for s, gamma in zip(seqs, gammas):
-        proposals.append(s.proposer.propose(s.ids, gamma, s.params, s.draft_generator) if gamma > 0 else NO_DRAFTS)
+    for s, k in zip(seqs, plan.drafts):
+        proposals.append(s.proposer.propose(s.ids, k, s.params, s.draft_generator) if k > 0 else NO_DRAFTS)
         marks.append(timer.mark())
     # a step that ran a prompt (any sequence's) says nothing of what verifying costs
     prompts = sum(len(s.ids) - s.cached - 1 for s in seqs)
@@ -150,49 +155,29 @@ def step(seqs: list[Sequence], runner: Runner, planner: BatchGamma | None = None
         s.steps += 1
         verdicts.append((proposal, result, settled))
     end = timer.mark()  # one time for the whole step, before anything is handed out
-    if plan is not None:
-        planner.observe_batch(rows, timer.ms(decoded - 1, end), timer.ms(0, decoded - 1), prompts > 0,
-                              [(len(v[0].tokens), v[1].num_accepted) if d and v else (0, 0)
-                               for v, d in zip(verdicts, planned)])
-    others, out = runner.cpu_others(), []
+    others, out, done = runner.cpu_others(), [], []
     for i, (s, verdict) in enumerate(zip(seqs, verdicts)):
         if verdict is None:  # failed alone (handed to ``alone``)
             out.append((s, epilogue.ended("error")))
+            done.append(None)
             continue
         proposal, result, settled = verdict
         k = len(proposal.tokens)
         source = (proposal.source or s.proposer.kind) if k else ""
-        if planned[i]:
-            assessed, gain, marginal = planner.assess_planned(plan, i)
-        else:
-            assessed, gain, marginal = s.controller.assess(k, source), chosen[i][1], None
+        assessed, gain, marginal = gamma.assess(plan, i, s, k, source)
         # each sequence drafted on its own (its own time); the target's pass and the step are shared
         stats = epilogue.stats(
-            gammas[i], k, result.num_accepted, result.alpha_sum, assessed, alpha_count=result.alpha_count,
+            plan.drafts[i], k, result.num_accepted, result.alpha_sum, assessed, alpha_count=result.alpha_count,
             draft_forwards=proposal.forwards, draft_catch_up_tokens=proposal.catch_up_tokens,
             verified_positions=result.positions, draft_ms=timer.ms(marks[i], marks[i + 1]),
             verify_ms=timer.ms(decoded - 1, decoded), total_ms=timer.ms(0, end), prefill_tokens=prompts,
             predicted_gain=gain, draft_source=source, batch_size=len(seqs), marginal_ms=marginal,
             cpu_others=others, context_tokens=contexts[i], **s.first)
         s.first = {}
-        if not planned[i]:
-            s.controller.observe(stats, proposal)
+        done.append((stats, proposal))
         out.append((s, Step(tuple(settled.tokens), stats, settled.finish)))
+    gamma.observe(plan, seqs, done, rows, timer.ms(decoded - 1, end), timer.ms(0, decoded - 1), prompts > 0)
     return out
-
-
-def choose(seqs: list[Sequence], planner: BatchGamma | None = None) -> tuple[list[int], list, list[bool], object]:
-    """(γ per sequence, each controller's (γ, gain) or (0, None), whether the plan chose
-    it, the plan or None). A sequence alone is always its own controller's (the plan
-    reduces to its E(k)/T(k) there: batch_plan.py)."""
-    planned = [planner is not None and planner.plans(s, len(seqs)) for s in seqs]
-    chosen = [(0, None) if p or not s.proposer else s.controller.choose(s.ids) for s, p in zip(seqs, planned)]
-    gammas = [max(0, min(g, s.cap())) for s, (g, _) in zip(seqs, chosen)]
-    plan = None
-    if any(planned):  # the fixed-γ sequences' drafts run anyway: to the plan they are rows like the pending ones
-        drafts, plan = planner.choose_batch(seqs, gammas)
-        gammas = [d if p else g for d, g, p in zip(drafts, gammas, planned)]
-    return gammas, chosen, planned, plan
 
 
 def verify(logits: torch.Tensor, proposal: Proposal, s: Sequence) -> _Verified:

@@ -19,7 +19,7 @@ import torch
 
 from specchat.engine.backends.base import Backend, common_prefix_length
 from specchat.engine.batch.requests import Request, RequestQueue
-from specchat.engine.engine import NO_DRAFTS, Sequence, _Verified, open_sequence, step
+from specchat.engine.engine import EACH_OWN, NO_DRAFTS, Sequence, _Verified, open_sequence, step
 from specchat.engine import epilogue
 from specchat.engine.gamma.batch_plan import BatchGamma
 from specchat.engine.gamma.controller import Controller, make_controller
@@ -88,7 +88,7 @@ class BatchedEngine:
         self._cancelled: set[int] = set()
         self._lock = threading.Lock()
         self._held: dict[int, list[int]] = {}  # seq → the ids whose cells it holds (reused by the next request)
-        self._auto: BatchGamma | None = None  # γ = auto's batch plan (kept across calls: what it measured holds)
+        self._gamma = EACH_OWN  # γ = auto's batch plan once a proposer asks (kept across calls: what it measured holds)
         self._controllers: dict[int, tuple[Proposer | None, Controller]] = {}  # seq → its proposer's controller
 
     def close(self) -> None:
@@ -154,7 +154,7 @@ class BatchedEngine:
                     self._release(s, free)
                     yield s.index, epilogue.ended(reason)
                 if active:
-                    for s, done in step(list(active.values()), self.runner, self._auto, alone):
+                    for s, done in step(list(active.values()), self.runner, self._gamma, alone):
                         if done.finish_reason == "error":  # its cells hold an unverified step: gone
                             self.context.drop(s.lane)
                             s.ids, s.cached = [], 0
@@ -197,8 +197,8 @@ class BatchedEngine:
             return None
         proposer.place(self.target.device)
         proposer.vocab_size = self.target.vocab_size  # q is reported on the target's vocabulary
-        if proposer.point_mass and proposer.num_speculative_tokens == "auto" and self._auto is None:
-            self._auto = BatchGamma(proposer.max_speculative_tokens)
+        if proposer.point_mass and proposer.num_speculative_tokens == "auto" and self._gamma is EACH_OWN:
+            self._gamma = BatchGamma(proposer.max_speculative_tokens)
         return proposer
 
     def _reusable(self, seq: int, ids: list[int]) -> int:

@@ -13,7 +13,7 @@ Design notes: docs/design/gamma.md
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from specchat.engine.gamma.acceptance import AcceptanceKey, acceptance_key, key_prior
 from specchat.engine.gamma.controller import Assessment, Controller
@@ -62,15 +62,16 @@ class BatchPlan:
     cost: float | None
     gain: float | None
     marginal_ms: float | None
+    planned: list[bool] = field(default_factory=list)  # per sequence: the plan chose (else its own controller)
+    gains: list[float | None] = field(default_factory=list)  # per sequence: its own controller's predicted gain
 
 
 class BatchGamma(Controller):
-    """The controller of a batch's point-mass drafts under γ = auto. Like every controller
-    it keeps its acceptance estimates in the one cost model (``model``, per acceptance key)
-    and recommends from them; unlike a sequence's, it chooses for many sequences at once
-    (:meth:`choose_batch`, :meth:`assess_planned`, :meth:`observe_batch`), and times steps
-    by their rows, not by k. A sequence alone is never planned here: its own controller's
-    E(k)/T(k) is this plan at N = 1, measured on its lane's every step (``plans``)."""
+    """The controller of a step's sequences: a controller's verbs, over the whole step. It
+    plans a batch's point-mass drafts under γ = auto at once, keeping their acceptance in
+    the one cost model (``model``, per acceptance key) and timing steps by their rows, not
+    by k; every other sequence, and a sequence alone, is its own controller's (``plans``).
+    ``BatchGamma(0)`` plans nothing."""
 
     def __init__(self, max_gamma: int, probe_every: int = 24, window: int = 9) -> None:
         self.max_gamma = max_gamma
@@ -96,19 +97,42 @@ class BatchGamma(Controller):
         its forwards: its own controller. So does a sequence alone: there the plan is its
         controller's E(k)/T(k) (AdaptiveGamma), which has measured its lane's every step."""
         proposer = seq.proposer
-        return batch > 1 and proposer is not None and proposer.point_mass and proposer.num_speculative_tokens == "auto"
+        return self.max_gamma > 0 and batch > 1 and proposer is not None and proposer.point_mass and proposer.num_speculative_tokens == "auto"
 
-    def choose_batch(self, seqs: list, fixed: list[int]) -> tuple[list[int], BatchPlan]:
-        """The planned sequences' drafts (0 for the others, whose ``fixed`` drafts run anyway:
-        to the plan they are rows like the pending ones), and the plan."""
-        offers = [(s.proposer.candidates(s.ids, s.cap())[:1] or [None])[0] if self.plans(s, len(seqs)) and s.cap()
-                  else None for s in seqs]
-        plan = self.plan(offers, sum(len(s.ids) - s.cached for s in seqs) + sum(fixed))
-        return plan.drafts, plan
+    def choose(self, seqs: list) -> BatchPlan:
+        """The step's drafts per sequence, within its room: the plan's for those it ``plans``,
+        each other's own controller's (those drafts run anyway: to the plan they are rows
+        like the pending ones)."""
+        planned = [self.plans(s, len(seqs)) for s in seqs]
+        own = [(0, None) if p or not s.proposer else s.controller.choose(s.ids) for s, p in zip(seqs, planned)]
+        drafts = [max(0, min(g, s.cap())) for s, (g, _) in zip(seqs, own)]
+        plan = BatchPlan(drafts, [None] * len(seqs), None, None, None)
+        if any(planned):
+            offers = [(s.proposer.candidates(s.ids, s.cap())[:1] or [None])[0] if p and s.cap() else None
+                      for s, p in zip(seqs, planned)]
+            plan = self.plan(offers, sum(len(s.ids) - s.cached for s in seqs) + sum(drafts))
+            drafts = [d if p else g for d, g, p in zip(plan.drafts, drafts, planned)]
+        return replace(plan, drafts=drafts, planned=planned, gains=[g for _, g in own])
 
-    def assess_planned(self, plan: BatchPlan, i: int) -> tuple[Assessment, float | None, float | None]:
-        """Sequence i's StepStats figures under ``plan``: (assessment, predicted gain, e(1))."""
-        return Assessment(plan.tokens[i], plan.cost, *self.recommendation()), plan.gain, plan.marginal_ms
+    def assess(self, plan: BatchPlan, i: int, seq, k: int, source: str) -> tuple[Assessment, float | None, float | None]:
+        """Sequence i's StepStats figures, asked before the step is observed: (assessment,
+        predicted gain, e(1)); its own controller's where the plan did not choose for it."""
+        if plan.planned[i]:
+            return Assessment(plan.tokens[i], plan.cost, *self.recommendation()), plan.gain, plan.marginal_ms
+        return seq.controller.assess(k, source), plan.gains[i], None
+
+    def observe(self, plan: BatchPlan, seqs: list, done: list, rows: int, step_ms: float, draft_ms: float,
+                prefill: bool) -> None:
+        """The step as it went: ``done`` per sequence its (StepStats, Proposal), None where it
+        failed. The plan measures a step it chose in (:meth:`observe_batch`); every other
+        sequence's own controller observes its own step."""
+        if any(plan.planned):
+            self.observe_batch(rows, step_ms, draft_ms, prefill,
+                               [(d[0].num_draft_tokens, d[0].num_accepted_tokens) if p and d else (0, 0)
+                                for d, p in zip(done, plan.planned)])
+        for s, d, p in zip(seqs, done, plan.planned):
+            if d is not None and not p:
+                s.controller.observe(*d)
 
     def plain_time(self, rows: int) -> float | None:
         """w(R): measured at R rows, else on the line through the sizes measured."""

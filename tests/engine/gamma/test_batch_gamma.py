@@ -216,7 +216,7 @@ def test_a_batch_of_one_chooses_what_adaptive_gamma_chooses_on_replayed_steps():
     sequence alone chooses otherwise.)"""
     import torch
 
-    from specchat.engine.engine import SpeculativeEngine, choose, open_sequence
+    from specchat.engine.engine import SpeculativeEngine, open_sequence
     from specchat.engine.gamma.controller import AdaptiveGamma, Controller
     from specchat.engine.proposers import NgramProposer
     from specchat.engine.sampling import SamplingParams
@@ -261,4 +261,4 @@ def test_a_batch_of_one_chooses_what_adaptive_gamma_chooses_on_replayed_steps():
 
     recorded = [gamma for _, gamma, _ in live.log]
     assert replay(lambda seq, planner: seq.controller.choose(seq.ids)[0]) == recorded
-    assert replay(lambda seq, planner: choose([seq], planner)[0][0]) == recorded
+    assert replay(lambda seq, planner: planner.choose([seq]).drafts[0]) == recorded
