@@ -88,7 +88,7 @@ class BatchedEngine:
         self._cancelled: set[int] = set()
         self._lock = threading.Lock()
         self._held: dict[int, list[int]] = {}  # seq → the ids whose cells it holds (reused by the next request)
-        self._gamma = EACH_OWN  # γ = auto's batch plan once a proposer asks (kept across calls: what it measured holds)
+        self._gamma = EACH_OWN  # γ = auto's batch plan once a proposer asks (kept across calls: its measures hold)
         self._controllers: dict[int, tuple[Proposer | None, Controller]] = {}  # seq → its proposer's controller
 
     def close(self) -> None:

@@ -96,8 +96,9 @@ class BatchGamma(Controller):
         point masses under γ = auto (their cost is the rows they add); a model's drafts cost
         its forwards: its own controller. So does a sequence alone: there the plan is its
         controller's E(k)/T(k) (AdaptiveGamma), which has measured its lane's every step."""
-        proposer = seq.proposer
-        return self.max_gamma > 0 and batch > 1 and proposer is not None and proposer.point_mass and proposer.num_speculative_tokens == "auto"
+        p = seq.proposer
+        auto = p is not None and p.point_mass and p.num_speculative_tokens == "auto"
+        return auto and batch > 1 and self.max_gamma > 0
 
     def choose(self, seqs: list) -> BatchPlan:
         """The step's drafts per sequence, within its room: the plan's for those it ``plans``,
@@ -114,7 +115,8 @@ class BatchGamma(Controller):
             drafts = [d if p else g for d, g, p in zip(plan.drafts, drafts, planned)]
         return replace(plan, drafts=drafts, planned=planned, gains=[g for _, g in own])
 
-    def assess(self, plan: BatchPlan, i: int, seq, k: int, source: str) -> tuple[Assessment, float | None, float | None]:
+    def assess(self, plan: BatchPlan, i: int, seq, k: int,
+               source: str) -> tuple[Assessment, float | None, float | None]:
         """Sequence i's StepStats figures, asked before the step is observed: (assessment,
         predicted gain, e(1)); its own controller's where the plan did not choose for it."""
         if plan.planned[i]:
