@@ -105,9 +105,7 @@ class Runner(Protocol):
         """Other processes' share of the cores since the last step (None: not read)."""
 
 
-# plans nothing: each sequence's γ is its own controller's (shared: a step that plans
-# nothing leaves a BatchGamma as it was)
-EACH_OWN = BatchGamma(0)
+EACH_OWN = BatchGamma(0)  # plans nothing (each sequence's own controller chooses), so it keeps no state to share
 
 
 def step(seqs: list[Sequence], runner: Runner, gamma: BatchGamma = EACH_OWN,
