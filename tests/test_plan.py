@@ -191,29 +191,11 @@ def test_alpha_from_a_fifo_is_one_line_not_a_wait_forever(tiny_ngram_profile_pat
     """A FIFO is checked before it is opened, as a recording path is (issue 59, item 7).
     Planted bug: no ``is_file`` check — plan waits for a writer forever; here a writer
     thread feeds the FIFO so the planted run ends (with the wrong words) instead of hanging."""
-    import os
-    import threading
-
     from specchat.cli import main
+    from tests.support.fifo import fed_fifo
 
-    fifo = tmp_path / name
-    os.mkfifo(fifo)
-    done = threading.Event()
-
-    def writer():  # only a reader that opened the FIFO lets this open succeed
-        while not done.wait(0.05):
-            try:
-                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:
-                continue
-            os.write(fd, b"not json")
-            os.close(fd)
-
-    threading.Thread(target=writer, daemon=True).start()
-    try:
+    with fed_fifo(tmp_path / name, b"not json") as fifo:
         assert main(["plan", "--profile", str(tiny_ngram_profile_path), "--alpha-from", str(fifo)]) == 2
-    finally:
-        done.set()
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(fifo) in err, err
     assert "not a regular file" in err, err  # not "no such recording": the file is there

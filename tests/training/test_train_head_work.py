@@ -7,15 +7,15 @@ own ``work`` folder lost); ``json.loads`` of each ``distilled.jsonl`` line unche
 ``read_text`` of a ``distilled.jsonl`` that is no regular file (a folder, a FIFO: blocked).
 """
 
+import contextlib
 import json
-import os
-import threading
 
 import pytest
 
 from specchat.errors import SpecchatError
 from specchat.training.workdir import MARKER, prepare_work, read_distilled
 from tests.support.cli import assert_one_line_error, in_process
+from tests.support.fifo import fed_fifo
 
 
 def test_a_work_folder_specchat_did_not_make_is_left_whole(tmp_path):
@@ -95,25 +95,9 @@ def test_a_distilled_path_that_is_no_file_is_one_line_on_resume(tmp_path, kind):
     # (here a writer thread feeds the FIFO, so a planted read ends, with the wrong words)
     work = prepare_work(tmp_path, resume=False)
     path = work / "distilled.jsonl"
-    done = threading.Event()
     if kind == "folder":
         path.mkdir()
-    else:
-        os.mkfifo(path)
-
-        def writer():  # its open succeeds only once a reader has the FIFO open
-            while not done.wait(0.05):
-                try:
-                    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-                except OSError:
-                    continue
-                os.write(fd, b"no row\n")
-                os.close(fd)
-
-        threading.Thread(target=writer, daemon=True).start()
-    try:
+    with fed_fifo(path, b"no row\n") if kind == "fifo" else contextlib.nullcontext():
         with pytest.raises(SpecchatError, match="not a regular file") as caught:
             prepare_work(tmp_path, resume=True)
-    finally:
-        done.set()
     assert "distilled.jsonl" in str(caught.value)
