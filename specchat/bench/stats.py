@@ -56,7 +56,9 @@ def telemetry_of(rows: list[BenchRow]) -> MetricsSnapshot:
 
 def predicted_end_to_end(rows: list[BenchRow]) -> float | None:
     """The cost model's forecasts as run, with each request's prompt step added to both
-    sides (docs/design/bench.md); None without a request that timed plain steps."""
+    sides and the proposer's pass over the prompt (``prefill_ms``, outside every step: a
+    draft model's) to the speculative side (docs/design/bench.md); None without a request
+    that timed plain steps."""
     plain_ms = spec_ms = 0.0
     for row in rows:
         steps = row.steps
@@ -70,7 +72,7 @@ def predicted_end_to_end(rows: list[BenchRow]) -> float | None:
             tokens += s.predicted_tokens if forecast else 1 + s.num_accepted_tokens
             cost += s.predicted_cost if forecast else s.total_ms / w
         plain_ms += steps[0].total_ms + tokens * w
-        spec_ms += steps[0].total_ms + cost * w
+        spec_ms += steps[0].total_ms + steps[0].prefill_ms + cost * w
     return plain_ms / spec_ms if spec_ms else None
 
 
