@@ -64,9 +64,11 @@ class Timings:
 
 # a drafting model that is behind (it missed tokens while the target decoded plainly or a lookup
 # drafted) runs them all in its next draft's first forward: that catch-up is spread over the
-# steps it lets the model draft from then on, this many at most (a probe's interval). The
-# pair on two cores: a probe after 13 plain steps ran 90 tokens of catch-up in 365 ms, 13
-# plain steps' worth, for one kept draft, and drafting there could win at most 10 %
+# steps it lets the model draft from then on, taken to be as many as the tokens it missed and
+# at least this many (a probe's interval). The pair on two cores: a probe after 13 plain steps
+# ran 90 tokens of catch-up in 365 ms, 13 plain steps' worth, for one kept draft, and drafting
+# there could win at most 10 %. Spread over a fixed horizon instead, a draft 2,000 tokens
+# behind looked dearer the longer it waited and was never probed again, even where it paid
 CATCH_UP_HORIZON = 24
 MIN_SPAN = 64  # tokens: plain steps closer than this in context say nothing of its slope
 STALE_SPAN = 0.25  # a plain step timed this share of the context away (and MIN_SPAN) is due again
@@ -215,10 +217,10 @@ class CostModel:
     def forecast(self, survival: list[float], source: str, behind: int = 0) -> list[tuple[float, float] | None]:
         """(E(k), T(k) in ms) for k = 0..len(survival), ``survival[i]`` the probability that
         draft i and all before it are kept (None where T(k) or the draft cost is unknown).
-        ``behind``: context tokens the source must catch up on first, its share of T(k) for
-        k ≥ 1 spread over CATCH_UP_HORIZON steps."""
+        ``behind``: context tokens the source must catch up on first, their time a share of
+        T(k) for k ≥ 1, spread over max(CATCH_UP_HORIZON, behind) steps."""
         out: list[tuple[float, float] | None] = []
-        expected, catch_up = 1.0, self.catch_up_ms(source, behind) / CATCH_UP_HORIZON
+        expected, catch_up = 1.0, self.catch_up_ms(source, behind) / max(CATCH_UP_HORIZON, behind)
         for k in range(len(survival) + 1):
             if k:
                 expected += survival[k - 1]

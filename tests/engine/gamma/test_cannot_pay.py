@@ -156,9 +156,9 @@ def test_a_probe_whose_catch_up_outweighs_what_the_draft_could_win_is_not_run():
     """A draft model probed after a plain stretch first runs every token it missed: on the
     pair a probe after 13 plain steps ran a 90-token catch-up in 365 ms, 13 plain steps'
     worth, for a draft whose best case was +10 % (issue 56: 0.90× plain on that request).
-    Here every draft kept would give 1.16× at k = 2, and 90 tokens at 5 ms a token spread over
-    CATCH_UP_HORIZON steps bring that under CEILING_TO_DRAFT: no probe. (Planted: the probe
-    priced without the catch-up runs.)"""
+    Here every draft kept would give 1.16× at k = 2, and 90 tokens at 5 ms a token, spread
+    over 90 steps, bring that under CEILING_TO_DRAFT: no probe. (Planted: the probe priced
+    without the catch-up runs.)"""
     controller = AdaptiveGamma(8, Behind(90))
     timed(controller, draft=lambda k: 10.0 + 10.0 * k, verify=lambda k: 27.0 + 6.5 * k, catch_up=(2, 31, 30 + 31 * 5.0))
     assert 1.1 < controller.model.ceiling("draft_model", 8) < 1.2
@@ -200,3 +200,16 @@ def test_the_ceiling_rests_on_the_sizes_timed_not_on_lines_beyond_them():
                              draft_forwards=k, verify_ms=verify[k], total_ms=verify[k] + drafting[k],
                              draft_source="draft_model" if k else "", context_tokens=100, cpu_others=0.0), "draft_model")
     assert abs(model.ceiling("draft_model", 8) - max(2 * 27.0 / 65.5, 3 * 27.0 / 79.0)) < 1e-12
+
+
+def test_a_draft_far_behind_where_drafting_pays_is_probed_again():
+    """A draft set aside early in a chat falls further behind with every plain step. With its
+    catch-up spread over a fixed number of steps, 2,100 tokens behind priced every k out of
+    reach (ceiling 2.2 without the catch-up, 0.5 with it) and the draft was never probed
+    again, even once the context had outgrown RETEST. The catch-up is spread over as many
+    steps as the tokens it missed (found in review; planted: a fixed horizon)."""
+    controller = AdaptiveGamma(8, Behind(2100))
+    timed(controller, draft=lambda k: 2.0 + 2.0 * k, verify=lambda k: 27.0 + 3.0 * k, catch_up=(2, 31, 6 + 31 * 5.0),
+          context=2300)
+    assert controller.model.ceiling("draft_model", 8) > 2
+    assert any(plain_steps(controller, 100, 27.0, context=2300))
