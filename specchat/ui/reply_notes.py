@@ -65,8 +65,11 @@ class AcceptanceWatch:
         """The notices the session's latest snapshot calls for (usually none)."""
         now = self._conditions(session, gamma, hide_timing)
         said = [text for kind, text in now.items() if kind not in self._active]
+        if session.verdict is None:  # no verdict this time (not yet measured): the last one stands
+            now.update({kind: "" for kind in self._active & {"set aside", "resumed"}})
+        else:
+            self._verdict = session.verdict
         self._active = set(now)
-        self._verdict = session.verdict
         return said
 
     def _conditions(self, m: MetricsSnapshot, gamma: int | str | None, hide_timing: bool) -> dict[str, str]:

@@ -133,3 +133,15 @@ def test_the_watch_says_when_gamma_auto_drafts_again_after_setting_drafting_asid
     assert watch.observe(MetricsSnapshot(verdict="does not pay"), "auto")[0].startswith("γ = auto set drafting aside")
     fresh = AcceptanceWatch()  # "pays" from the start is no turn back
     assert fresh.observe(MetricsSnapshot(verdict="pays"), "auto") == []
+
+
+def test_a_snapshot_without_a_verdict_between_two_keeps_the_watchs_place():
+    """"does not pay" → no verdict → "pays" still says the turn back, and "pays" → no verdict →
+    "does not pay" still says the set-aside (found in review). Planted: a None verdict forgets."""
+    watch = AcceptanceWatch()
+    watch.observe(MetricsSnapshot(verdict="pays"), "auto")
+    assert watch.observe(MetricsSnapshot(verdict=None), "auto") == []
+    assert watch.observe(MetricsSnapshot(verdict="does not pay"), "auto")[0].startswith("γ = auto set drafting aside")
+    assert watch.observe(MetricsSnapshot(verdict=None), "auto") == []
+    assert watch.observe(MetricsSnapshot(verdict="pays"), "auto")[0].startswith("γ = auto drafts again")
+
