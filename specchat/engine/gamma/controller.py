@@ -43,6 +43,7 @@ class Controller:
 
     max_gamma = 8
     _key: AcceptanceKey = ("", ())  # the acceptance estimates the chosen drafts share
+    _behind = 0  # the catch-up tokens the chosen source runs first (its price is in the forecast)
 
     @property
     def model(self) -> CostModel:
@@ -71,7 +72,7 @@ class Controller:
         """The model's word on a step that drafted ``k`` tokens from ``source`` under the
         chosen context, asked before the step is observed (its own outcome is not in it)."""
         source = source or self._key[0]
-        forecast = self.model.step_prediction(self._key, k, source, key_prior(self._key))
+        forecast = self.model.step_prediction(self._key, k, source, key_prior(self._key), self._behind)
         tokens, cost = forecast if forecast is not None else (None, None)
         gamma, gain = self.recommendation()
         c, v = self.model.ratios(source) if k else (None, ())  # a plain step leaves them as they were
@@ -216,7 +217,7 @@ class AdaptiveGamma(Controller):
         return best_k, best_rate / plain if plain else None
 
     def _use(self, candidate: Candidate) -> None:
-        self._key = acceptance_key(candidate)
+        self._key, self._behind = acceptance_key(candidate), candidate.behind
         if self.proposer is not None:
             self.proposer.select(candidate.source)
 

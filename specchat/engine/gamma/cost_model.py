@@ -264,7 +264,8 @@ class CostModel:
         return [None if f is None else f[0] / f[1]
                 for f in self.forecast(self.survival(key, limit, prior), source, behind)]
 
-    def step_prediction(self, key: Hashable, k: int, source: str, prior: Prior = None) -> tuple[float, float] | None:
+    def step_prediction(self, key: Hashable, k: int, source: str, prior: Prior = None,
+                        behind: int = 0) -> tuple[float, float] | None:
         """(E(k), T(k)/w(0)) of the k a controller chose: tokens, and time in plain-step
         units; bench's and the panel's predicted speed-up is Σ E / Σ T/w(0) over the steps
         as run (None while either is unknown)."""
@@ -278,7 +279,7 @@ class CostModel:
         survival = self.survival(key, k, prior)
         if len(survival) < k:  # more drafts than positions tracked (a wide tree): no forecast
             return None
-        f = self.forecast(survival, source)[k]
+        f = self.forecast(survival, source, behind)[k]
         return None if f is None else (f[0], f[1] / w0)
 
     def ratios(self, source: str) -> tuple[float | None, tuple[float, ...]]:

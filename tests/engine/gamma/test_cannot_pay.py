@@ -213,3 +213,15 @@ def test_a_draft_far_behind_where_drafting_pays_is_probed_again():
           context=2300)
     assert controller.model.ceiling("draft_model", 8) > 2
     assert any(plain_steps(controller, 100, 27.0, context=2300))
+
+
+def test_a_steps_predicted_cost_holds_the_catch_up_its_choice_priced():
+    """The StepStats forecast (the panel's and bench's "predicted") is the one γ was chosen by:
+    a draft 90 tokens behind costs its catch-up's share there too (found in review; planted:
+    the forecast without it reads 5 ms a step cheaper than the choice)."""
+    from specchat.engine.proposers import Candidate
+
+    controller = AdaptiveGamma(8, Behind(90))
+    timed(controller, draft=lambda k: 10.0 + 10.0 * k, verify=lambda k: 27.0 + 6.5 * k, catch_up=(2, 31, 30 + 31 * 5.0))
+    controller._use(Candidate("draft_model", 8, behind=90))
+    assert abs(controller.assess(2, "draft_model").cost - (30.0 + 40.0 + 5.0) / 27.0) < 1e-9
