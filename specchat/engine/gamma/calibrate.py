@@ -25,8 +25,8 @@ from specchat.events import StepStats
 # could (the real pair at T = 0: set aside only after a probe's 370 ms catch-up, issue 56)
 SCRIPT = (0, 0, 0, 2, 2, 2, 1, 1, 0, 0)
 # untimed steps first: the first steps after a load read slow (pages and caches still cold), and
-# plain ones come first, so w(0) read 10-25 % above the warm 27 ms on the pair, its ceiling
-# 1.16-1.30 where warm it is under 1.1 (and a probe later ran a 365 ms catch-up to find that out).
+# plain ones come first, so w(0) read 29-40 ms against 27 warm on the pair, its ceiling 1.16-1.52
+# where warm it is under 1.1 (and a probe later ran a 365 ms catch-up to find that out).
 # The warm-up's draft runs over the prompt: that catch-up is timed (the cost model prices it)
 WARMUP = (0, 2, 0, 1, 0)
 PROMPT_TOKENS = 32

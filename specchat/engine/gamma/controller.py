@@ -248,10 +248,12 @@ class AdaptiveGamma(Controller):
         # the ratio still judges; one slow draft cannot (the ceiling waits for two timings)
         if k and source in METHODS and not METHODS[source].point_mass:
             self.judge(source)
-        elif not k and self.proposer is not None and self.proposer.drafting_model not in {"", *self.hopeless}:
+        elif not k and self.proposer is not None and self.proposer.drafting_model:
             # warm plain steps replace the load-time timing's first, cold ones (w(0) read
-            # 10-45 % slow there on the pair, its ceiling 1.15-1.52 where warm it is ~1.04)
-            self.judge(self.proposer.drafting_model)
+            # 10-45 % slow there on the pair, its ceiling 1.15-1.52 where warm it is ~1.04);
+            # a model already set aside waits for RETEST and a probe's fresh timings instead
+            if self.proposer.drafting_model not in self.hopeless:
+                self.judge(self.proposer.drafting_model)
         if self._probing:
             self._probing = False
             if k and n:  # its draft was kept: look again at once, the estimate is catching up
