@@ -167,13 +167,15 @@ def test_seeded_sampled_reply_is_reproducible_at_a_fixed_gamma(backend, tokenize
 def test_verify_passes_on_the_llama_cpp_backend(tmp_path):
     """``specchat verify``'s statistical checks (χ² and TV against the exact target
     distribution and against plain samples, false-alarm rate 10⁻³ each) on the GGUF
-    through the real loader; fewer samples than the CLI's default, to stay fast."""
+    through the real loader; fewer samples than the CLI's default, and γ fixed (verify's
+    γ = auto pass is checked on tiny models in tests/verify/test_verify.py), to stay fast."""
     from specchat.verify.single import verify
     from specchat.config import load_profile
     from specchat.loading import load_models
 
     path = tmp_path / "llama.toml"
-    path.write_text('extends = "default"\n[target]\nbackend = "llama.cpp"\nn_threads = 1\nn_ctx = 1024\n')
+    path.write_text('extends = "default"\n[target]\nbackend = "llama.cpp"\nn_threads = 1\nn_ctx = 1024\n'
+                    '[speculation]\nnum_speculative_tokens = 3\n')
     profile = load_profile(str(path))
     loaded = load_models(profile)
     report = verify(loaded, profile, samples=400, tokens=2, gamma=3)
