@@ -22,7 +22,7 @@ import torch
 from specchat.verify.near_tie import compute_precision, noise_bound
 from specchat.verify.single import (END, GREEDY_TOKENS, MAX_DIVERGENCES, PLAIN_SEEDS, VerifyReport, _distribution,
                                    _divergence, _exact_first_two, _pair_codes, _sequence_codes, _speculative_sample,
-                                   choose_prompt, resolve, summary)
+                                   choose_prompt, diff_check, resolve, summary)
 from specchat.verify.stats import Check, goodness_of_fit, two_sample
 from specchat.engine import SpeculativeEngine
 from specchat.engine.batch.batched import BatchedEngine, Request
@@ -201,13 +201,4 @@ def _greedy_diff(engine: BatchedEngine, kinds: KindQueue, kind_gammas: list[int 
                 starts[r] = at + 1
     name = (f"greedy batched vs one-sequence diff ({engine.n_seq} at once: {', '.join(labels)}; "
             f"{len(plain)} tokens, {precision})")
-    if not divergences:
-        return Check(name, True, detail="identical", extra={"tokens": plain, "precision": precision})
-    ok = all(d["near_tie"] for d in divergences)
-    listed = "; ".join(
-        f"{d['request']} token {d['at']}: batched {d['speculative']} vs plain {d['plain']}, top-two logit gap "
-        f"{d['gap_text']}" + ("" if d["near_tie"] else " — NOT a near-tie") for d in divergences)
-    more = " (stopped looking)" if len(divergences) >= MAX_DIVERGENCES else ""
-    verdict = "" if not ok else ", at a near-tie" if len(divergences) == 1 else ", all at near-ties"
-    detail = f"{len(divergences)} divergence{'s' if len(divergences) > 1 else ''}{verdict}{more}: {listed}"
-    return Check(name, ok, detail=detail, extra={"plain": plain, "divergences": divergences, "precision": precision})
+    return diff_check(name, plain, divergences, precision, "batched")

@@ -419,13 +419,20 @@ def _greedy_diff(target: Backend, spec_engine: SpeculativeEngine, ids: list[int]
         divergences.append(_divergence(target, ids, plain, spec, at - start, at, precision))
         start = at + 1
     name = f"greedy token-by-token diff ({len(plain)} tokens, {precision}{', ' + label if label else ''})"
+    return diff_check(name, plain, divergences, precision, "speculative")
+
+
+def diff_check(name: str, plain: list[int], divergences: list[dict[str, Any]], precision: str, side: str) -> Check:
+    """A greedy diff's verdict: it passes when every divergence is a near-tie; each is
+    listed (with its request, where a batch ran several) with its top-two logit gap."""
     if not divergences:
         return Check(name, True, detail="identical", extra={"tokens": plain, "precision": precision})
     ok = all(d["near_tie"] for d in divergences)
     listed = "; ".join(
-        f"token {d['at']}: speculative {d['speculative']} vs plain {d['plain']}, top-two logit gap {d['gap_text']}"
-        + ("" if d["near_tie"] else " — NOT a near-tie") for d in divergences)
-    more = " (stopped looking)" if len(divergences) == MAX_DIVERGENCES else ""
+        f"{d['request'] + ' ' if 'request' in d else ''}token {d['at']}: {side} {d['speculative']} vs plain "
+        f"{d['plain']}, top-two logit gap {d['gap_text']}" + ("" if d["near_tie"] else " — NOT a near-tie")
+        for d in divergences)
+    more = " (stopped looking)" if len(divergences) >= MAX_DIVERGENCES else ""
     verdict = ("" if not ok else ", at a near-tie" if len(divergences) == 1 else ", all at near-ties")
     detail = f"{len(divergences)} divergence{'s' if len(divergences) > 1 else ''}{verdict}{more}: {listed}"
     return Check(name, ok, detail=detail, extra={"plain": plain, "divergences": divergences, "precision": precision})
