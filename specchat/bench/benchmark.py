@@ -106,6 +106,6 @@ def describe(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Ben
 
 
 def write_outputs(out_dir: Path, results: dict) -> dict[str, Path | None]:
-    from specchat.bench.plot import write_plot
+    from specchat.bench.plot import draw
 
-    return write_files(out_dir, results, markdown(results), "speedup_vs_gamma.png", write_plot)
+    return write_files(out_dir, results, markdown(results), "speedup_vs_gamma.png", draw)

@@ -1,14 +1,5 @@
-"""``bench --concurrency 1,2,4,8``: N chats at once, with and without speculation.
-
-For every prompt set, level N and repeat, one run per configuration serves the same
-max(prompts, 2N) requests through N closed-loop clients; in-process the N sequences decode
-together (engine/batch/batched.py), plain or with n-gram lookup, and the peer rows are
-llama-server ``-np N`` (peer_server_concurrent.py). Configurations run in an order rotated
-per run, from empty caches. A row is one request: ``start_ms`` (send from the run's start),
-``wall_ms`` (send to last token), ``emissions`` ([ms since send, tokens], …) and, for ours,
-every step's StepStats; throughput comes from concurrency_stats.py.
-Design notes: docs/design/bench.md
-"""
+"""``bench --concurrency 1,2,4,8``: N chats at once, decoded together (engine/batch/batched.py),
+against llama-server ``-np N`` (peer_server_concurrent.py). Design notes: docs/design/bench.md"""
 
 from __future__ import annotations
 

@@ -59,14 +59,7 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_plot(path: Path, results: dict[str, Any]) -> bool:
-    try:
-        import matplotlib
-    except ModuleNotFoundError:
-        return False
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def draw(plt: Any, results: dict[str, Any]) -> Any:
     by_set = results["aggregates"]["by_set"]
     fig, axes = plt.subplots(2, len(by_set), figsize=(4.2 * len(by_set), 6.4), squeeze=False, sharex=True)
     for col, (name, levels) in enumerate(by_set.items()):
@@ -91,10 +84,8 @@ def write_plot(path: Path, results: dict[str, Any]) -> bool:
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.06 if handles else 0, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return fig
 
 
 def write_outputs(out_dir: Path, results: dict) -> dict[str, Path | None]:
-    return write_files(out_dir, results, markdown(results), "speedup_vs_concurrency.png", write_plot)
+    return write_files(out_dir, results, markdown(results), "speedup_vs_concurrency.png", draw)

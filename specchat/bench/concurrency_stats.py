@@ -1,13 +1,5 @@
-"""Figures of a concurrency benchmark (concurrency.py), per level N and configuration.
-
-``throughput_tokens_per_s`` (Σ tokens / Σ run wall time), ``request_tokens_per_s`` (what
-one client sees once its reply started), ``ttft_ms_p50``, ``itl_ms_p50`` / ``itl_ms_p95``
-(ms), acceptance figures, paired ratios with 95 % bootstrap intervals
-(``throughput_vs_plain``, ``request_speed_vs_plain``, ``vs_server_plain``,
-``vs_one_sequence``), ``marginal_ms_p50`` and ``batch_size_mean``. Grouped as
-``by_concurrency["N"][config]`` and ``by_set[set]["N"][config]``; ``crossover`` names the N
-at which speculation stops paying. Every definition: docs/design/bench.md
-"""
+"""Figures of a concurrency benchmark, per level N and configuration
+(``by_set[set]["N"][config]``). Every definition: docs/design/bench.md"""
 
 from __future__ import annotations
 

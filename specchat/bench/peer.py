@@ -1,14 +1,5 @@
 """The peer row: transformers' own assisted generation on the same models and prompts.
-
-``draft_model`` rows pass ``assistant_model=draft`` with a constant γ
-(``num_assistant_tokens = γ``, schedule "constant"); ``ngram`` rows pass
-``prompt_lookup_num_tokens = γ`` with ``max_matching_ngram_size`` = ``prompt_lookup_max``.
-γ = "auto" runs transformers' own defaults. Same max_new_tokens, stop ids and sampling;
-each request seeds torch's global generator. A streamer stamps every chunk, so TTFT and
-inter-token latency are measured as for our engine.
-
-Design notes: docs/design/bench.md
-"""
+Design notes: docs/design/bench.md"""
 
 from __future__ import annotations
 

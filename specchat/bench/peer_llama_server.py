@@ -1,14 +1,6 @@
-"""The llama-server peer rows: its plain generation, and drafting with **the same head** as ours.
-
-Rows: ``peer:none (llama-server)``, ``peer:draft_model[ γ=N] (llama-server)`` (``-md``),
-``peer:ngram-… (llama-server)`` for each n-gram ``--spec-type`` (:func:`ngram_args`), and
-``peer:eagle3 γ`` (``--spec-type draft-eagle3`` with the profile's head converted by
-llama.cpp's ``convert_hf_to_gguf.py``, cached). Same prompt ids, sampling, seed, threads
-and max_new_tokens; γ = auto drafts the profile's ceiling. Without ``make llama-server``
-or the target's Hugging Face folder the row is skipped with one line saying why.
-
-Design notes: docs/design/bench.md
-"""
+"""The llama-server peer rows: plain, ``-md`` with the profile's draft, its n-gram
+``--spec-type``s, and ``peer:eagle3 γ`` drafting with **the same head** as ours (converted by
+llama.cpp's ``convert_hf_to_gguf.py``, cached). Design notes: docs/design/bench.md"""
 
 from __future__ import annotations
 

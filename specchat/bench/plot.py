@@ -4,21 +4,12 @@ paper's E(γ)/(γc + 1) (dotted); γ = auto at its mean γ (star), peer rows hol
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 COLOURS = {"draft_model": "tab:blue", "ngram": "tab:orange"}
 
 
-def write_plot(path: Path, results: dict[str, Any]) -> bool:
-    """False (and no file) when matplotlib is not installed."""
-    try:
-        import matplotlib
-    except ModuleNotFoundError:
-        return False
-    matplotlib.use("Agg")  # no display needed; safe in threads and over SSH
-    import matplotlib.pyplot as plt
-
+def draw(plt: Any, results: dict[str, Any]) -> Any:
     sets = results["aggregates"]["sets"]
     curves = results["aggregates"]["curves"]
     configs = {c["name"]: c for c in results["configs"]}
@@ -60,6 +51,4 @@ def write_plot(path: Path, results: dict[str, Any]) -> bool:
     fig.suptitle("measured (points: ours filled, transformers hollow, ★ auto) vs predicted (— cost-aware, ⋯ paper)",
                  fontsize=9)
     fig.tight_layout(rect=(0, 0.12 if handles else 0, 1, 0.95))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return fig

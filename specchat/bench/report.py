@@ -64,10 +64,6 @@ def concurrency_note(concurrency: int) -> str:
             f"(sum of the measured service times ahead of a request), throughput is unchanged by queueing.")
 
 
-def write_json(path: Path, results: dict[str, Any]) -> None:
-    path.write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-
-
 def _fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
@@ -177,21 +173,28 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def write_files(out_dir: Path, results: dict, report_md: str, plot: str,
-                write_plot: Callable[[Path, dict], bool]) -> dict[str, Path | None]:
-    """results.json, report.md and the ``plot`` image in ``out_dir`` → their paths (the
-    plot's None when matplotlib is not installed). Where ``out_dir`` cannot be written
-    after all (a full disk, a folder gone), they go to a new temporary folder and a
-    SpecchatError says where: a run's results are never lost."""
-    return written(out_dir, lambda folder: _write_files(folder, results, report_md, plot, write_plot))
+                draw: Callable[[Any, dict], Any]) -> dict[str, Path | None]:
+    """results.json, report.md and the ``plot`` image (``draw(pyplot, results)``'s figure)
+    in ``out_dir`` → their paths (the plot's None without matplotlib); see :func:`written`."""
+    return written(out_dir, lambda folder: _write_files(folder, results, report_md, plot, draw))
 
 
 def _write_files(out_dir: Path, results: dict, report_md: str, plot: str,
-                 write_plot: Callable[[Path, dict], bool]) -> dict[str, Path | None]:
+                 draw: Callable[[Any, dict], Any]) -> dict[str, Path | None]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path | None] = {"json": out_dir / "results.json", "markdown": out_dir / "report.md",
                                      "plot": out_dir / plot}
-    write_json(paths["json"], results)
+    paths["json"].write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
     paths["markdown"].write_text(report_md, encoding="utf-8")
-    if not write_plot(paths["plot"], results):
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
         paths["plot"] = None
+        return paths
+    matplotlib.use("Agg")  # no display needed; safe in threads and over SSH
+    import matplotlib.pyplot as plt
+
+    fig = draw(plt, results)
+    fig.savefig(paths["plot"], dpi=110)
+    plt.close(fig)
     return paths

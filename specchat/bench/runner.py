@@ -1,14 +1,5 @@
-"""Runs the request set under every configuration and records raw per-request rows.
-
-Request-major, in an order rotated per request, each run from an empty KV cache; all
-configurations of a request share one seed. A multi-turn question runs its second turn
-next as the same chat (rows in ``<set>/turn-2``). Stopped early, it keeps the requests
-finished under every configuration (``stopped_early``). A row keeps its emissions
-``[[t_ms, tokens], ...]`` (t0 just before ``generate``) and every step's StepStats, from
-which stats rebuilds the metrics.
-
-Design notes: docs/design/bench.md
-"""
+"""Runs the request set under every configuration, request-major, and records raw
+per-request rows. Design notes: docs/design/bench.md"""
 
 from __future__ import annotations
 

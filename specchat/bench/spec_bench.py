@@ -1,14 +1,5 @@
-"""Spec-Bench (Xia et al. 2024, arXiv 2401.07851) as bench prompt sets: ``--prompts spec-bench[:N]``.
-
-480 questions shipped in ``specchat/bench/prompts/spec-bench/`` (``SOURCE.md``: upstream
-commit and sha256), as six sets ``spec-bench/{mt-bench,translation,summarization,qa,
-math_reasoning,rag}``. ``spec-bench:N`` takes N questions per category (1 ≤ N ≤ 80) by a
-fixed, evenly spaced rule; ``spec-bench/CATEGORY[:N]`` is one set alone. A prompt's id is
-its question_id; ``turns`` holds every user turn (``text`` the first). Sets default to 256
-new tokens (``--max-new-tokens`` overrides).
-
-Design notes (the selection rule): docs/design/bench.md
-"""
+"""Spec-Bench (Xia et al. 2024, arXiv 2401.07851) as six bench prompt sets:
+``--prompts spec-bench[/CATEGORY][:N]``. The selection rule: docs/design/bench.md"""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Aggregates raw benchmark rows into the reported figures.
-
-``tokens_per_s`` = Σ emitted tokens / Σ request wall time (prefill included);
-``speedup`` = tokens_per_s(config) / tokens_per_s(none) on the same requests, with
-``speedup_ci`` a seeded 95 % paired bootstrap over requests (None with < 2 requests);
-``ttft_ms`` (mean), ``itl_ms_p50`` / ``itl_ms_p95`` (ms per token), ``latency_ms_*``,
-``same_tokens_as_none``, ``auto_vs_best``, ``predicted_speedup`` /
-``predicted_end_to_end`` / ``predicted_speedup_paper``, ``curves``, ``overhead_ms`` /
-``overhead_share`` and ``vs_peers``; acceptance metrics are :mod:`specchat.telemetry`'s.
-Every definition: docs/design/bench.md
-"""
+"""Aggregates raw benchmark rows into the reported figures. Every definition: docs/design/bench.md"""
 
 from __future__ import annotations
 

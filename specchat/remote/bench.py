@@ -1,14 +1,5 @@
 """``specchat bench`` on a remote profile: the server with speculation against the same
-model served without it (``--plain-url``), side by side.
-
-Without ``--plain-url`` it measures the speculative server alone and says it cannot
-compare. Speeds are the server's generation time (tokens / Σ step ms), prefill left out.
-``concurrency`` N > 1 runs N closed-loop clients from one queue (refused on a llama-server
-with fewer slots); ``tokens_per_s`` is the streams' own speed, ``throughput_tokens_per_s``
-tokens over wall time; a row's ``start_ms`` and ``wall_ms`` show how long it queued.
-
-Design notes: docs/design/remote.md
-"""
+model served without it (``--plain-url``). Design notes: docs/design/remote.md"""
 
 from __future__ import annotations
 

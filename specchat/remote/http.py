@@ -1,13 +1,6 @@
-"""Bounded HTTP for remote engines: JSON requests and server-sent events (SSE), over httpx.
-
-Every call has a connect and a read timeout and is made once (no retry). Failures raise
-:class:`RemoteError`, whose ``str()`` is one line; all server text in an error passes
-through :meth:`Endpoint.shown` (key redacted, then sanitised), and the URL is shown
-without its user info. Environment proxies are used, except for loopback servers, which
-are always reached directly (:func:`_loopback_direct`).
-
-Design notes: docs/design/remote.md
-"""
+"""Bounded HTTP for remote engines over httpx: JSON and server-sent events, every call with
+timeouts and made once; failures are one-line :class:`RemoteError`s whose server text went
+through :meth:`Endpoint.shown`. Design notes: docs/design/remote.md"""
 
 from __future__ import annotations
 
@@ -283,14 +276,8 @@ def is_loopback(host: str) -> bool:
 
 
 def _loopback_direct(host: str) -> dict[str, None]:
-    """httpx mounts that reach ``host`` without a proxy when it is this machine's loopback.
-
-    A proxy in the environment is used for every other host, and NO_PROXY is honoured as
-    httpx reads it. Loopback is the exception, as in Go's net/http: a proxy cannot reach
-    this machine's loopback (it would connect to its own), so sending a local
-    llama-server's requests there only fails with the proxy's 502 — and shows the proxy
-    the key and the conversation. Users with a corporate HTTPS_PROXY and no NO_PROXY
-    would otherwise find that nothing local works."""
+    """httpx mounts that reach ``host`` without a proxy when it is this machine's loopback
+    (why: docs/design/remote.md, "HTTP")."""
     if not is_loopback(host):
         return {}
     return {f"all://[{host}]" if ":" in host else f"all://{host}": None}

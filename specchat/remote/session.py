@@ -1,12 +1,5 @@
-"""The chat-level backend shared by remote engines: history, events, telemetry, errors.
-
-A subclass streams one reply as :class:`~specchat.events.Step` objects (tokens with the
-provenance the server's data supports, text filled in); this class turns them into
-the events a local ``ChatSession`` yields and keeps the conversation. Server failures
-(down, HTTP errors, a dropped or malformed stream) become one ErrorEvent line; the
-partial reply is kept in the history and in the TurnFinished (so it is recorded), and
-the next message makes a fresh request.
-"""
+"""The chat-level backend shared by remote engines. A server failure is one ErrorEvent line;
+the partial reply is kept (and recorded), and the next message makes a fresh request."""
 
 from __future__ import annotations
 
@@ -28,8 +21,7 @@ CANCEL_POLL_S = 0.05
 
 
 class RemoteChat(Conversation):
-    """One conversation with a server: the server is its source of steps, and
-    :class:`~specchat.turn.Conversation` runs the turn. Subclasses implement
+    """One conversation with a server, its source of steps. Subclasses implement
     :meth:`describe` (what the server serves) and :meth:`stream_steps`."""
 
     backend = "remote"

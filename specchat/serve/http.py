@@ -1,14 +1,5 @@
 """The HTTP side of ``specchat serve``: stdlib ThreadingHTTPServer, one thread a client.
-
-Replies are JSON (errors as OpenAI's ``{"error": {"message", "type", "code"}}``, one line)
-except ``/metrics`` (Prometheus text) and streams (SSE ``data:`` lines, then ``data:
-[DONE]``). A key, when set, is asked of every path but ``/health`` (Bearer, constant-time
-compare); bodies over MAX_BODY are refused unread (413). A client that goes away has its
-request cancelled, the batch unharmed. Nothing a client sends reaches a 5xx: every bad
-request gets a 4xx with one JSON line. Log lines are cleaned before the terminal.
-
-Design notes: docs/design/serve.md
-"""
+Nothing a client sends reaches a 5xx; log lines are cleaned. Design notes: docs/design/serve.md"""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
 """OpenAI's request and response shapes: a request body → a Job; a reply → chunks/JSON.
-
-Reads ``messages`` / ``prompt``, ``max_tokens`` (or ``max_completion_tokens``),
-``temperature``, ``top_p``, ``top_k`` (−1 or 0: off), ``seed``, ``stream``,
-``stream_options.include_usage``, ``logprobs``, ``return_token_ids`` (vLLM's) and
-``stop`` (up to MAX_STOP strings; the reply ends before the first, finish_reason "stop").
-An omitted sampling field takes the profile's value; ``n`` ≠ 1 is refused (400); other
-OpenAI fields are ignored. Text UTF-8 cannot encode (a lone surrogate) is refused.
-
-Design notes: docs/design/serve.md
-"""
+The fields read, and what is refused: docs/design/serve.md"""
 
 from __future__ import annotations
 

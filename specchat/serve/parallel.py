@@ -1,14 +1,5 @@
-"""``serve --parallel N``: how many chats one batched llama.cpp context can hold.
-
-llama.cpp opens a context of at most ``llama_max_parallel_sequences()`` sequences (256
-in the builds we ship); past that it refuses and the batched engine cannot start. That
-is known before the model loads, and so, for a local GGUF or a profile that sets
-``target.n_ctx``, is the context the N chats share (commands/serve.py reads it): a
-refusal names both, in one line, before anything heavy happens. A context llama.cpp
-still cannot open (its KV cache does not fit in memory) is only known once it tries:
-:func:`too_many` words that case too, suggesting the largest N whose batched context is
-no larger than the target's own, which llama.cpp has just opened.
-"""
+"""``serve --parallel N``: how many chats one batched llama.cpp context can hold, refused in
+one line before the model loads where it can be known (at most 256 sequences in our builds)."""
 
 from __future__ import annotations
 
