@@ -1,12 +1,5 @@
-"""The profile's models: on disk (never downloaded here), and the memory their weights need.
-
-Each model is found by the loader's own offline ``locate`` (specchat.loading): on the
-Hugging Face Hub only the local cache is read, and a Hub id not in it is a failure that
-says how to get it, whatever the network.
-Sizes are estimates of the weights alone, from headers (a GGUF's tensors, safetensors'
-shapes) times the bytes a parameter takes in the precision it will run in; the KV cache
-and activations come on top, hence a warning above 80 % of what is free.
-"""
+"""The profile's models, found by the loader's own offline ``locate`` (never downloaded), and
+the memory their weights need: estimated from headers, the KV cache on top (hence TIGHT)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Runs the checks in order and prints them: one line each, the fix on the same line.
-
-A check's text names paths, library versions and profile values — someone else's
-bytes — so every line is cleaned (specchat.sanitize.clean_line) before it reaches
-the terminal; colour only on a TTY.
-"""
+"""Runs the checks in order and prints one cleaned line each (a check quotes paths and
+versions, someone else's bytes), the fix on the same line."""
 
 from __future__ import annotations
 

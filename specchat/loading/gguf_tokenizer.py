@@ -1,12 +1,5 @@
-"""The tokenizer a GGUF file carries, read through llama.cpp, with the small part of the
-transformers tokenizer interface the chat layer, bench and verify use.
-
-The chat template is the GGUF's own ``tokenizer.chat_template``, rendered with Jinja in
-a sandbox with transformers' settings (trim_blocks, lstrip_blocks, ``raise_exception``)
-and a time and size budget (:mod:`.chat_template`), so a GGUF model sees the prompt its
-authors wrote for it, tokenised by llama.cpp's own tokenizer exactly as llama.cpp's
-tools would.
-"""
+"""The tokenizer a GGUF file carries, read through llama.cpp, with the part of transformers'
+tokenizer interface specchat uses; its own chat template renders under :mod:`.chat_template`'s budget."""
 
 from __future__ import annotations
 

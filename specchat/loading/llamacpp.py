@@ -1,10 +1,5 @@
-"""Loading a ``backend = "llama.cpp"`` model: find the GGUF file, check it, open it.
-
-The embedded model runs from the wheel's GGUF directly (no conversion, no float32
-copy). Every way this fails — llama-cpp-python missing, a file that is not GGUF,
-GPU layers without a GPU build, a draft whose vocabulary differs — is one
-ModelLoadError line naming the key and the fix.
-"""
+"""Loading a ``backend = "llama.cpp"`` model: find the GGUF file, check it, open it; every
+way this fails is one ModelLoadError line naming the key and the fix."""
 
 from __future__ import annotations
 
@@ -30,15 +25,6 @@ INSTALL_HINT = ("run `make setup` (it compiles llama-cpp-python once, about 4–
                 "`pip install llama-cpp-python`; or set backend = \"transformers\"")
 GPU_BUILD_HINT = ('install a GPU build: CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall '
                   '--no-cache-dir llama-cpp-python (see docs/guide.md), or set n_gpu_layers = 0')
-
-
-def require_llama_cpp(key: str) -> Any:
-    try:
-        import llama_cpp
-    except ImportError as error:
-        raise ModelLoadError(f"{key}.backend = 'llama.cpp' needs the llama-cpp-python package, which is not installed "
-                             f"({error})", key=f"{key}.backend", hint=INSTALL_HINT) from None
-    return llama_cpp
 
 
 def local_candidates(source: str, base: Path | None) -> list[Path]:
@@ -127,10 +113,8 @@ def is_converted(final: Path) -> bool:
 
 def converted_gguf(llama_cpp: Any, path: Path, gguf_type: str, key: str, report=None) -> Path:
     """``path`` converted once to ``gguf_type`` by llama.cpp's own quantiser, cached under
-    the source's name and :func:`source_fingerprint`; the write goes to a temporary file
-    renamed into place under a lock, so concurrent starts never see half a file. A cached
-    file is used only if it matches the record written after its conversion (size and
-    fingerprint): anything else in its place is rebuilt once (see :mod:`.cache_files`)."""
+    :func:`source_fingerprint`, written to a temporary file renamed into place under a lock;
+    a cached file that does not match its record is rebuilt once (:mod:`.cache_files`)."""
     final = conversion_path(path, gguf_type)
     folder = final.parent
     if is_converted(final):
@@ -211,7 +195,11 @@ def resolve_gguf_type(gguf_type: str | None, n_gpu_layers: int = 0,
 
 def load_gguf_model(spec: ModelSpec, key: str, base: Path | None, report=None) -> tuple[Any, dict[str, Any]]:
     """A LlamaCppBackend for ``spec`` and its info (for headers, panels and bench)."""
-    llama_cpp = require_llama_cpp(key)
+    try:
+        import llama_cpp
+    except ImportError as error:
+        raise ModelLoadError(f"{key}.backend = 'llama.cpp' needs the llama-cpp-python package, which is not installed "
+                             f"({error})", key=f"{key}.backend", hint=INSTALL_HINT) from None
     path = gguf_path(spec, key, base)
     check_gguf(path, key)
     source_file = path

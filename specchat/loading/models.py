@@ -120,7 +120,8 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         "target": target_info,
         "draft": draft_info,
         "device": target_info["device"],
-        "device_name": _device_name(target_info["device"]),
+        "device_name": (torch.cuda.get_device_name(torch.device(target_info["device"]))
+                        if target_info["device"].startswith("cuda") else target_info["device"]),
         "precision": describe_precision(target_info, draft_info),
         "backend": target_info.get("backend", "transformers"),
         "torch": torch.__version__,
@@ -131,19 +132,13 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
 
     share_cores((target, draft))
     where = frozenset().union(*(m.computes_on for m in (target, draft) if m is not None))
-    _settle_heap()
-    report(LoadProgress("done", 1, 1, f"loaded in {info['load_seconds']:.1f} s"))
-    return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info, head=head, computes_on=where)
-
-
-def _settle_heap() -> None:
-    """What is loaded now (models, tokenizer, the UI's widgets) lives as long as the chat,
-    so it leaves the cyclic collector's scans (gc.freeze). Otherwise a full collection
-    during a reply walks all of it while holding the GIL the engine's thread needs between
-    steps (docs/benchmarks/why-the-numbers.md). Objects still free normally when their
-    references go."""
+    # What is loaded now lives as long as the chat, so it leaves the cyclic collector's scans:
+    # a full collection during a reply would walk it all holding the GIL the engine's thread
+    # needs between steps (docs/benchmarks/why-the-numbers.md). It still frees normally.
     gc.collect()
     gc.freeze()
+    report(LoadProgress("done", 1, 1, f"loaded in {info['load_seconds']:.1f} s"))
+    return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info, head=head, computes_on=where)
 
 
 def _load_transformers_target(profile: Profile, base: Path | None, report) -> tuple[Any, Any, dict[str, Any]]:
@@ -312,11 +307,3 @@ def _quiet_transformers(enabled: bool):
         yield
     finally:
         hf_logging.set_verbosity(previous)
-
-
-def _device_name(device: str) -> str:
-    import torch
-
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(torch.device(device))
-    return device

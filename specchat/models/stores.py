@@ -1,14 +1,7 @@
-"""Sources that name a GGUF another tool keeps, resolved read-only to one file:
-
-* ``pulled:NAME`` — a file ``specchat models pull`` joined (catalog.py);
-* ``ollama:NAME[:TAG]`` — the model layer of an Ollama manifest, found where Ollama keeps
-  its store (``OLLAMA_MODELS``, else ``~/.ollama/models``, else the Linux service's
-  ``/usr/share/ollama/.ollama/models``); ``ollama-draft:NAME[:TAG]`` its draft layer;
-* ``lmstudio:PUBLISHER/REPO[/FILE.gguf]`` — a file in LM Studio's models folder.
-
-A manifest is someone else's file: its digests must be sha256 hex and its names plain
-path parts, so nothing it says can point outside the store.
-"""
+"""Sources that name a GGUF another tool keeps, resolved read-only to one file: ``pulled:NAME``,
+``ollama:NAME[:TAG]`` (``ollama-draft:`` its draft layer), ``lmstudio:PUBLISHER/REPO[/FILE.gguf]``.
+A manifest's digests must be sha256 hex and its names plain path parts: nothing it says
+can point outside the store."""
 
 from __future__ import annotations
 
