@@ -45,10 +45,8 @@ def telemetry_of(rows: list[BenchRow]) -> MetricsSnapshot:
 
 
 def predicted_end_to_end(rows: list[BenchRow]) -> float | None:
-    """The cost model's forecasts as run, with each request's prompt step added to both
-    sides and the proposer's pass over the prompt (``prefill_ms``, outside every step: a
-    draft model's) to the speculative side (docs/design/bench.md); None without a request
-    that timed plain steps."""
+    """The cost model's forecasts as run, prompt included (docs/design/bench.md); None
+    without a request that timed plain steps."""
     plain_ms = spec_ms = 0.0
     for row in rows:
         steps = row.steps

@@ -137,11 +137,8 @@ def render(template: Any, budget: Budget, **context: Any) -> str:
 
 
 def budget_transformers_template(tokenizer: Any) -> Any:
-    """A transformers tokenizer whose ``apply_chat_template`` runs under the time budget
-    and is sized before it is tokenised. transformers renders a Hub template in its own
-    sandbox, whose operators this module cannot size, so a single huge operation there
-    ends in a MemoryError line rather than this one; loops, the usual runaway, stop on
-    the clock. Returns ``tokenizer``, its method replaced on the instance only."""
+    """``tokenizer``, its ``apply_chat_template`` (on the instance only) under the time budget
+    and sized before it is tokenised (docs/design/loading.md: what this cannot size)."""
     original = tokenizer.apply_chat_template
 
     @functools.wraps(original)

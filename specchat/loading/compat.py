@@ -7,7 +7,7 @@ from ..config.model import Profile
 from ..errors import ModelLoadError
 
 
-def check_draft_compatible(target, target_tokenizer, draft, draft_tokenizer, profile: Profile) -> None:
+def check_draft_compatible(target_tokenizer, draft_tokenizer, profile: Profile) -> None:
     if draft_tokenizer is None:
         return  # same source (a derived draft): one tokenizer; padded rows either way are fine
     target_vocab = target_tokenizer.get_vocab()

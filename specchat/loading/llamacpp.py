@@ -264,20 +264,16 @@ def check_context(n_ctx: int, trained: int, key: str) -> None:
 
 
 def batched_kernel(llama_cpp: Any) -> str:
-    """Which CPU kernels a batch of a few tokens (a step and the drafts it verifies) gets:
-    "specchat" where the loaded llama.cpp carries specchat's patches (patches/llama.cpp,
-    built by `make setup`, which verify drafts cheaper), "upstream" otherwise or where
-    SPECCHAT_GGML_UPSTREAM turns them off."""
+    """"specchat" where the loaded llama.cpp carries specchat's small-batch patches
+    (patches/llama.cpp: cheaper verification), else "upstream" (or SPECCHAT_GGML_UPSTREAM set)."""
     if "SPECCHAT_GGML_UPSTREAM" in os.environ:  # the patched library tests presence, not value
         return "upstream (SPECCHAT_GGML_UPSTREAM)"
     return "specchat" if _ggml_cpu_symbol(llama_cpp, "specchat_sgemm_stream_rows") else "upstream"
 
 
 def small_batch_attention_width(llama_cpp: Any) -> int:
-    """The width of the blocks of specchat's small-batch attention kernel in the loaded
-    llama.cpp (16 where it was compiled for AVX-512, 8 for AVX2), 0 where the build has
-    none (another CPU, an unpatched build) or SPECCHAT_GGML_UPSTREAM turns it off. The
-    build says so itself (patches/llama.cpp/0002 exports it): never guessed from the CPU."""
+    """The block width of specchat's small-batch attention kernel in the loaded llama.cpp (16
+    AVX-512, 8 AVX2, 0 none), as the build itself exports it: never guessed from the CPU."""
     if "SPECCHAT_GGML_UPSTREAM" in os.environ:
         return 0
     width = _ggml_cpu_symbol(llama_cpp, "specchat_flash_attn_small_batch_width")

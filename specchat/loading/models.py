@@ -41,10 +41,8 @@ class LoadedModels:
     computes_on: frozenset[str] = frozenset()
 
     def target_hf_folder(self, profile: Profile) -> Path | str | None:
-        """The target's Hugging Face folder (its config, which llama.cpp's converter reads
-        to turn an EAGLE-3 head into a GGUF): only the embedded model has one here, made
-        from its GGUF on first use; None for any other target. A method here, so bench
-        reaches the loader's cache through the models it was handed, not by importing it."""
+        """The target's Hugging Face folder, which llama.cpp's converter reads to turn an EAGLE-3
+        head into a GGUF: only the embedded model has one (None for any other target)."""
         from .embedded import ensure_embedded_model, is_embedded
 
         return ensure_embedded_model() if is_embedded(profile.target.source) else None
@@ -90,11 +88,9 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         else:
             draft_source = resolve_source(draft_spec, "speculation.draft", base, report)
             draft, draft_info = load_model(draft_spec, draft_source, profile, "speculation.draft")
-            draft_tokenizer = None
             same = (draft_source.path, draft_source.gguf_file) == (target_info.get("resolved"), target_info.get("gguf_file"))
-            if not same:
-                draft_tokenizer = load_tokenizer(draft_source, profile, "speculation.draft.source")
-        check_draft_compatible(target, tokenizer, draft, draft_tokenizer, profile)
+            draft_tokenizer = None if same else load_tokenizer(draft_source, profile, "speculation.draft.source")
+        check_draft_compatible(tokenizer, draft_tokenizer, profile)
 
     from specchat.engine.backends import as_backend
 

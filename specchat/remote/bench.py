@@ -30,10 +30,8 @@ def _measure(chat, prompt: str) -> dict[str, Any]:
 
 
 def _serve(chats: list, jobs: list[tuple[str, Any, int, int]]) -> tuple[list[dict], float]:
-    """The jobs (set name, prompt, repeat, max_new_tokens) over one client per chat, in
-    order, closed loop → (their measurements in job order, each with ``start_ms`` (its
-    send, ms after the first send) and ``wall_ms`` (its send to its reply's end); the wall
-    ms from the first send to the last reply's end)."""
+    """The jobs (set name, prompt, repeat, max_new_tokens), one client per chat, closed loop →
+    (measurements in job order with ``start_ms`` and ``wall_ms``, the run's wall ms)."""
     measured: list[dict] = [{} for _ in jobs]
     spans: list[tuple[float, float]] = [(0.0, 0.0)] * len(jobs)
 

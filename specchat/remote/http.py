@@ -70,10 +70,8 @@ class Endpoint:
         self._lock = threading.Lock()
 
     def abort(self) -> None:
-        """Shut the sockets of the streams open now, from any thread: a reader blocked on
-        a server that trickles or has gone silent wakes at once instead of at the next
-        read timeout (up to READ_TIMEOUT_S). Closing the response from here would not
-        wake it (close() leaves a blocked recv() waiting), shutdown() does."""
+        """Shut the sockets of the streams open now, from any thread, so a blocked reader wakes
+        at once (docs/design/remote.md, "Cancelling")."""
         with self._lock:
             sockets = list(self._sockets)
         for sock in sockets:

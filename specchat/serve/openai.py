@@ -171,21 +171,23 @@ class Shape:
     def _envelope(self, obj: str, choices: list, **extra: Any) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices, **extra}
 
+    def _choice(self, text: str, entries: list[dict], finish: str | None, message: str) -> dict[str, Any]:
+        """A choice as OpenAI shapes it: chat's ``message`` (a stream's ``delta``), else text."""
+        if self.job.kind != "chat":
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        said = {"role": "assistant", "content": text} if message == "message" or self.first else {"content": text}
+        return {"index": 0, message: said, "logprobs": {"content": entries} if self.job.logprobs else None,
+                "finish_reason": finish}
+
     def chunk(self, text: str, entries: list[dict], ids: list[int], finish: str | None = None,
               stats: dict | None = None) -> dict:
-        if self.job.kind == "chat":
-            delta = {"role": "assistant", "content": text} if self.first else {"content": text}
-            choice = {"index": 0, "delta": delta, "logprobs": {"content": entries} if self.job.logprobs else None,
-                      "finish_reason": finish}
-            obj = "chat.completion.chunk"
-        else:
-            choice, obj = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}, "text_completion"
+        choice = self._choice(text, entries, finish, "delta")
         if self.job.return_token_ids:
             choice["token_ids"] = ids
         if finish is not None:
             choice["speculative_decoding_stats"] = stats
         self.first = False
-        return self._envelope(obj, [choice])
+        return self._envelope("chat.completion.chunk" if self.job.kind == "chat" else "text_completion", [choice])
 
     def usage_chunk(self, usage: dict) -> dict:
         return self._envelope("chat.completion.chunk" if self.job.kind == "chat" else "text_completion", [],
@@ -193,13 +195,8 @@ class Shape:
 
     def body(self, text: str, entries: list[dict], ids: list[int], finish: str, stats: dict | None, usage: dict,
              prompt_ids: list[int]) -> dict:
-        if self.job.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": {"content": entries} if self.job.logprobs else None, "finish_reason": finish}
-            obj = "chat.completion"
-        else:
-            choice, obj = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}, "text_completion"
-        choice["speculative_decoding_stats"] = stats
+        choice = {**self._choice(text, entries, finish, "message"), "speculative_decoding_stats": stats}
+        obj = "chat.completion" if self.job.kind == "chat" else "text_completion"
         if not self.job.return_token_ids:
             return self._envelope(obj, [choice], usage=usage)
         choice["token_ids"] = ids
