@@ -72,22 +72,21 @@ def describe(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Ben
     from specchat import __version__
 
     info = loaded.info or {}
-    sampling = profile.sampling
+    target = info.get("target") or {}
+    sampling, speculation = profile.sampling, profile.speculation
     return {
         "created": _dt.datetime.now().isoformat(timespec="seconds"),
         "environment": {
             "profile": profile.name, "specchat": __version__, "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(),
             "platform": platform.platform(), "device": info.get("device", str(loaded.target.device)),
-            "device_name": info.get("device_name", ""), "cpu_threads": (info.get("target") or {}).get("n_threads") or torch.get_num_threads(),
-            "target_source": profile.target.source, "draft_source": (profile.speculation.draft.source
-                                                                     if profile.speculation.draft else None),
+            "device_name": info.get("device_name", ""),
+            "cpu_threads": target.get("n_threads") or torch.get_num_threads(), "target_source": profile.target.source,
+            "draft_source": speculation.draft and speculation.draft.source,
             "models": {"target": info.get("target"), "draft": info.get("draft")},
-            "backend": info.get("backend", "transformers"),
-            "target_format": (info.get("target") or {}).get("dtype"),
-            "llama_cpp_python": (info.get("target") or {}).get("llama_cpp_python"),
-            "llama_cpp_kernel": (info.get("target") or {}).get("llama_cpp_kernel"),
-            "llama_cpp_attention_width": (info.get("target") or {}).get("llama_cpp_attention_width"),
+            "backend": info.get("backend", "transformers"), "target_format": target.get("dtype"),
+            "llama_cpp_python": target.get("llama_cpp_python"), "llama_cpp_kernel": target.get("llama_cpp_kernel"),
+            "llama_cpp_attention_width": target.get("llama_cpp_attention_width"),
             "precision": info.get("precision"),
         },
         "settings": {
@@ -95,9 +94,9 @@ def describe(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Ben
             "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
             "base_seed": sampling.seed if sampling.seed is not None else 0, "repeat": repeat,
             "max_new_tokens": max_new_tokens, "concurrency": concurrency, "warmup": warmup,
-            "speculation": {"prompt_lookup_min": profile.speculation.prompt_lookup_min,
-                            "prompt_lookup_max": profile.speculation.prompt_lookup_max,
-                            "max_speculative_tokens": profile.speculation.max_speculative_tokens},
+            "speculation": {"prompt_lookup_min": speculation.prompt_lookup_min,
+                            "prompt_lookup_max": speculation.prompt_lookup_max,
+                            "max_speculative_tokens": speculation.max_speculative_tokens},
         },
         "prompt_sets": {s.name: {"description": s.description, "prompts": len(s.prompts), "source": s.source,
                                  "max_new_tokens": max_new_tokens or s.max_new_tokens} for s in sets},

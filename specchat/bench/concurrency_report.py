@@ -14,19 +14,15 @@ COLUMNS = ("N", "config", "tok/s (all)", "× plain", "tok/s (one)", "× plain", 
 
 
 def table_rows(levels: dict[str, dict]) -> list[tuple[str, ...]]:
-    out = []
-    for n, configs in levels.items():
-        for config, f in configs.items():
-            out.append((n, config, _fmt(f["throughput_tokens_per_s"], ".1f"), ratio_text(f.get("throughput_vs_plain"), 2),
-                        _fmt(f["request_tokens_per_s"], ".1f"), ratio_text(f.get("request_speed_vs_plain"), 2),
-                        _fmt(f["ttft_ms_p50"], ".0f", " ms"), _fmt(f["itl_ms_p50"], ".1f"), _fmt(f["itl_ms_p95"], ".1f"),
-                        _fmt(f["draft_acceptance_rate"], ".0%"), _fmt(f["marginal_ms_p50"], ".2f")))
-    return out
+    return [(n, config, _fmt(f["throughput_tokens_per_s"], ".1f"), ratio_text(f.get("throughput_vs_plain"), 2),
+             _fmt(f["request_tokens_per_s"], ".1f"), ratio_text(f.get("request_speed_vs_plain"), 2),
+             _fmt(f["ttft_ms_p50"], ".0f", " ms"), _fmt(f["itl_ms_p50"], ".1f"), _fmt(f["itl_ms_p95"], ".1f"),
+             _fmt(f["draft_acceptance_rate"], ".0%"), _fmt(f["marginal_ms_p50"], ".2f"))
+            for n, configs in levels.items() for config, f in configs.items()]
 
 
 def comparison_lines(levels: dict[str, dict]) -> list[str]:
-    """Ours against llama-server's plain rows at each N, and a batch of one against the
-    one-sequence engine."""
+    """Ours against llama-server's plain rows, and a batch of one against one sequence."""
     out = []
     for n, configs in levels.items():
         for config, f in configs.items():

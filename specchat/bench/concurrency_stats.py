@@ -23,15 +23,11 @@ def _decode_span(row: BenchRow) -> tuple[float, float]:
     return (row.new_tokens - e[0][1], e[-1][0] - e[0][0]) if len(e) > 1 else (0.0, 0.0)
 
 
-def by_run(runs: list[dict], other: list[dict]) -> list[tuple[float, float, float, float]]:
-    theirs = {(r["set"], r["repeat"]): r for r in other}
-    return [(r["tokens"], r["wall_ms"], b["tokens"], b["wall_ms"]) for r in runs
-            if (b := theirs.get((r["set"], r["repeat"])))]
-
-
-def by_request(rows: list[BenchRow], other: list[BenchRow]) -> list[tuple[float, float, float, float]]:
-    theirs = {(r.set, r.repeat, r.index): r for r in other}
-    return [(*_decode_span(r), *_decode_span(b)) for r in rows if (b := theirs.get((r.set, r.repeat, r.index)))]
+def by_run(runs: list[dict], all_runs: list[dict], config: str) -> dict[str, Any] | None:
+    """``runs``' throughput over ``config``'s on the same runs (pooled_ratio)."""
+    theirs = {(r["set"], r["repeat"]): r for r in all_runs if r["config"] == config}
+    return pooled_ratio([(r["tokens"], r["wall_ms"], b["tokens"], b["wall_ms"]) for r in runs
+                         if (b := theirs.get((r["set"], r["repeat"])))], "pairs")
 
 
 def figures(runs: list[dict], rows: list[BenchRow], all_runs: list[dict], all_rows: list[BenchRow]) -> dict[str, Any]:
@@ -62,13 +58,13 @@ def figures(runs: list[dict], rows: list[BenchRow], all_runs: list[dict], all_ro
     }
     plain = PLAIN[runner]
     if config != plain:
-        out["throughput_vs_plain"] = pooled_ratio(by_run(runs, [r for r in all_runs if r["config"] == plain]), "pairs")
-        out["request_speed_vs_plain"] = pooled_ratio(by_request(rows, [r for r in all_rows if r.config == plain]), "pairs")
+        out["throughput_vs_plain"] = by_run(runs, all_runs, plain)
+        theirs = {(r.set, r.repeat, r.index): r for r in all_rows if r.config == plain}
+        out["request_speed_vs_plain"] = pooled_ratio([(*_decode_span(r), *_decode_span(b)) for r in rows
+                                                      if (b := theirs.get((r.set, r.repeat, r.index)))], "pairs")
     if runner == "specchat":
-        out["vs_server_plain"] = pooled_ratio(by_run(runs, [r for r in all_runs if r["config"] == PLAIN["peer"]]), "pairs")
-        # N = 1: the batched engine against the one-sequence engine, same method
-        out["vs_one_sequence"] = pooled_ratio(by_run(runs, [r for r in all_runs
-                                                            if r["config"] == f"{config} (one sequence)"]), "pairs")
+        out["vs_server_plain"] = by_run(runs, all_runs, PLAIN["peer"])
+        out["vs_one_sequence"] = by_run(runs, all_runs, f"{config} (one sequence)")  # N = 1: same method
     return out
 
 

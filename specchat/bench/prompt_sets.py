@@ -14,8 +14,7 @@ SHIPPED_SETS = ("repetitive", "open", "unusual", "long")
 
 
 def load_prompt_sets(specs: list[str]) -> list[PromptSet]:
-    """Each spec is a shipped set name, ``all``, ``spec-bench[:N]`` (six sets), or a path
-    to a .toml / .jsonl file."""
+    """Each spec a shipped set, ``all``, ``spec-bench…``, ``humaneval…`` or a .toml / .jsonl file."""
     from specchat.bench.humaneval import humaneval_set, is_humaneval
     from specchat.bench.spec_bench import is_spec_bench, spec_bench_sets
 

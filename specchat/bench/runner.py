@@ -56,8 +56,7 @@ def second_turn(request: Request, reply_ids: list[int], chat: Any) -> Request:
 
 def build_requests(sets: list[PromptSet], chat: Any, repeat: int, base_seed: int,
                    max_new_tokens: int | None) -> list[Request]:
-    """Chat-templated prompt ids for every (prompt, repeat); ``chat``: the profile's
-    ChatTemplate (its system prompt and thinking setting)."""
+    """Prompt ids for every (prompt, repeat), templated by the profile's ChatTemplate."""
     requests = []
     number = 0
     for prompt_set in sets:
@@ -114,8 +113,7 @@ def run_specchat(engine: Any, request: Request, params: Any, stops: set[int], ma
 
 
 def peer_kind(loaded: Any) -> str:
-    """Which engine a user would pick instead on this target: "llama.cpp" for a GGUF
-    run through the llama.cpp backend, else "transformers"."""
+    """The engine a user would pick instead on this target: "llama.cpp" or "transformers"."""
     from specchat.engine.backends import as_backend
 
     return "llama.cpp" if as_backend(loaded.target).name == "llama.cpp" else "transformers"

@@ -29,8 +29,7 @@ def is_spec_bench(spec: str) -> bool:
 
 
 def spec_bench_sets(spec: str) -> list[PromptSet]:
-    """The six category sets of ``spec-bench`` (all 480) or ``spec-bench:N`` (N per
-    category); ``spec-bench/CATEGORY[:N]``, that category's set alone."""
+    """The six category sets (N per category with ``:N``), or the one ``/CATEGORY`` names."""
     chosen_category = _category(spec)
     per_category = parse_count(spec)
     by_category = _questions_by_category(QUESTIONS)
@@ -50,8 +49,7 @@ def spec_bench_sets(spec: str) -> list[PromptSet]:
 
 
 def _category(spec: str) -> str | None:
-    """The category of ``spec-bench/CATEGORY[:N]`` (None without one), refused in one
-    line unless it names one of the six sets."""
+    """The CATEGORY of ``spec-bench/CATEGORY[:N]`` (None without one), one of the six."""
     if not spec.startswith(NAME + "/"):
         return None
     category = spec[len(NAME) + 1:].partition(":")[0]
@@ -62,8 +60,7 @@ def _category(spec: str) -> str | None:
 
 
 def parse_count(spec: str) -> int | None:
-    """None for ``spec-bench[/CATEGORY]``; N for ``spec-bench[/CATEGORY]:N``, refused in one
-    line unless 1 ≤ N ≤ 80."""
+    """N of ``spec-bench[/CATEGORY]:N`` (1 ≤ N ≤ 80), None without one."""
     _, colon, value = spec.partition(":")
     if not colon:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from typing import Any
 
@@ -25,10 +26,7 @@ TELEMETRY_KEYS = (
 
 
 def per_token_latencies(emissions: list[list[float]]) -> list[float]:
-    out: list[float] = []
-    for (t_prev, _), (t, m) in zip(emissions, emissions[1:]):
-        out += [(t - t_prev) / m] * int(m)
-    return out
+    return [(t - t_prev) / m for (t_prev, _), (t, m) in zip(emissions, emissions[1:]) for _ in range(int(m))]
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -77,13 +75,9 @@ def bootstrap_speedup_ci(pairs: list[tuple[float, float, float, float]]) -> list
 
 
 def queue_latencies(walls: list[float], concurrency: int) -> list[float]:
-    out: list[float] = []
-    for start in range(0, len(walls), max(1, concurrency)):
-        waited = 0.0
-        for wall in walls[start:start + concurrency]:
-            waited += wall
-            out.append(waited)
-    return out
+    """Each request's wall time plus those ahead of it in its group of ``concurrency``."""
+    n = max(1, concurrency)
+    return [waited for start in range(0, len(walls), n) for waited in itertools.accumulate(walls[start:start + n])]
 
 
 def matched_requests(rows: list[BenchRow], other: list[BenchRow]) -> list[tuple[BenchRow, BenchRow]]:

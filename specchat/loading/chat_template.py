@@ -24,18 +24,18 @@ class TemplateBudgetError(ValueError):
 
 
 class Budget:
-    def __init__(self, seconds: float = RENDER_SECONDS, chars: int = RENDER_CHARS) -> None:
-        self.seconds, self.chars = seconds, chars
-        self.deadline = time.monotonic() + seconds
+    def __init__(self) -> None:
+        self.deadline = time.monotonic() + RENDER_SECONDS
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
-            raise TemplateBudgetError(f"the chat template ran for more than {self.seconds:g} s "
+            raise TemplateBudgetError(f"the chat template ran for more than {RENDER_SECONDS:g} s "
                                       f"(a runaway loop?); it was stopped")
 
-    def check_size(self, size: int) -> None:
-        if size > self.chars:
-            raise TemplateBudgetError(f"the chat template renders more than {self.chars:,} characters; "
+    @staticmethod
+    def check_size(size: int) -> None:
+        if size > RENDER_CHARS:
+            raise TemplateBudgetError(f"the chat template renders more than {RENDER_CHARS:,} characters; "
                                       f"it was stopped")
 
 
@@ -82,9 +82,7 @@ class BudgetedSandbox(ImmutableSandboxedEnvironment):
 
     def _check_arguments(self, args: Any, kwargs: Any) -> None:
         self.budget.check_time()
-        widest = _widest((*args, *kwargs.values()))
-        if widest > self.budget.chars:
-            self.budget.check_size(widest)
+        self.budget.check_size(_widest((*args, *kwargs.values())))
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         self.budget.check_time()

@@ -25,17 +25,12 @@ class Found:
 
 
 def find_all() -> list[Found]:
-    places: list[tuple[str, str, Path, str]] = []
-    for pull in PULLS.values():
-        for entry in pull.files:
-            if is_pulled(entry):
-                places.append(("pulled", f"pulled:{entry.name}", pulled_path(entry.name), ""))
-    for source, blob, has_draft in stores.ollama_models():
-        places.append(("ollama", source, blob, "carries a draft layer" if has_draft else ""))
-    for source, path in stores.lmstudio_models():
-        places.append(("lmstudio", source, path, ""))
-    for source, path in stores.hf_cache_models():
-        places.append(("hf-cache", source, path, ""))
+    places = [("pulled", f"pulled:{entry.name}", pulled_path(entry.name), "")
+              for pull in PULLS.values() for entry in pull.files if is_pulled(entry)]
+    places += [("ollama", source, blob, "carries a draft layer" if has_draft else "")
+               for source, blob, has_draft in stores.ollama_models()]
+    places += [("lmstudio", source, path, "") for source, path in stores.lmstudio_models()]
+    places += [("hf-cache", source, path, "") for source, path in stores.hf_cache_models()]
     found = []
     for where, source, path, note in places:
         try:
