@@ -1,1 +1,1 @@
-"""``specchat bench``: whether speculation paid. Headless but for the Rich table (table.py)."""
+"""``specchat bench``: whether speculation paid. Headless but for the Rich tables (report.py)."""

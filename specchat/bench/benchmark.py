@@ -104,7 +104,7 @@ def describe(loaded: Any, profile: Any, sets: list[PromptSet], configs: list[Ben
     }
 
 
-def write_outputs(out_dir: Path, results: dict) -> dict[str, Path | None]:
+def write_outputs(out_dir: Path, results: dict) -> dict[str, Path]:
     from specchat.bench.plot import draw
 
     return write_files(out_dir, results, markdown(results), "speedup_vs_gamma.png", draw)

@@ -83,5 +83,5 @@ def draw(plt: Any, results: dict[str, Any]) -> Any:
     return fig
 
 
-def write_outputs(out_dir: Path, results: dict) -> dict[str, Path | None]:
+def write_outputs(out_dir: Path, results: dict) -> dict[str, Path]:
     return write_files(out_dir, results, markdown(results), "speedup_vs_concurrency.png", draw)

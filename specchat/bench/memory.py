@@ -36,11 +36,9 @@ def peak_gpu_bytes(device: Any) -> int | None:
     return None
 
 
-def rss_bytes() -> int | None:
-    try:
-        import psutil
-    except ModuleNotFoundError:
-        return None
+def rss_bytes() -> int:
+    import psutil
+
     return int(psutil.Process().memory_info().rss)
 
 

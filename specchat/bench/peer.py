@@ -91,10 +91,7 @@ class PeerRunner:
             sequences = self.target.generate(ids, attention_mask=torch.ones_like(ids), streamer=streamer, **kwargs)
             wall_ms = (time.perf_counter() - t0) * 1000.0
         out = sequences[0, ids.shape[1]:].tolist()
-        for i, token in enumerate(out):  # transformers pads after eos; count up to the first stop
-            if token in self.stops:
-                out = out[: i + 1]
-                break
+        out = out[:next((i + 1 for i, t in enumerate(out) if t in self.stops), len(out))]  # padded after eos
         finish = "eos" if out and out[-1] in self.stops else "length"
         return BenchRow(new_tokens=len(out), finish_reason=finish, wall_ms=wall_ms, output_ids=out,
                         emissions=clip_emissions(streamer.emissions, len(out)),

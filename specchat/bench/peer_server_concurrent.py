@@ -9,7 +9,7 @@ from typing import Any
 from specchat.bench.peer_llama_server import (ServerProcess, Streamed, completion_body, ngram_args, start_server,
                                               stream_completion)
 from specchat.bench.row import BenchRow
-from specchat.remote.closed_loop import closed_loop
+from specchat.remote.bench import closed_loop
 
 
 class ConcurrentServerPeer:

@@ -119,21 +119,11 @@ def _against(name: str, parts: list[Footprint], free: int | None, where: str) ->
     return Check(name, OK, detail)
 
 
-def free_ram_bytes() -> int | None:
-    """Memory available to a new process: psutil's, else /proc/meminfo's MemAvailable."""
-    try:
-        import psutil
+def free_ram_bytes() -> int:
+    """Memory available to a new process."""
+    import psutil
 
-        return int(psutil.virtual_memory().available)
-    except ImportError:
-        pass
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return int(psutil.virtual_memory().available)
 
 
 def _transformers_model(key: str, spec: Any, base: Path | None) -> tuple[str, Footprint]:

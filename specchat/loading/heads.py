@@ -1,10 +1,5 @@
-"""Finding and loading a profile's draft head (``[speculation] head``), checked against
-the target before anything runs.
-
-``head`` names a folder (relative to the profile), a Hub repo ``org/name`` (only its
-``config.json`` and ``*.safetensors`` are fetched: a head is data, never code or pickle),
-or ``embedded:<name>``, a head specchat ships in ``specchat/heads/shipped/``.
-"""
+"""Finding and loading a profile's draft head (a folder, a Hub repo of which only config.json
+and *.safetensors are fetched: a head is data, never code, or ``embedded:<name>``)."""
 
 from __future__ import annotations
 

@@ -281,8 +281,14 @@ def small_batch_attention_width(llama_cpp: Any) -> int:
 
 
 def _ggml_cpu_symbol(llama_cpp: Any, name: str) -> Any:
-    """An exported function of the loaded ggml CPU backend (ctypes), or None."""
-    for library in _ggml_cpu_libraries(llama_cpp):
+    """An exported function of the loaded ggml CPU backend (ctypes), or None: of the libraries
+    this process mapped (Linux), else those beside llama_cpp."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            mapped = sorted({Path(line.split()[-1]) for line in maps if "ggml-cpu" in line and "/" in line})
+    except OSError:
+        mapped = []
+    for library in mapped or sorted((Path(llama_cpp.__file__).parent / "lib").glob("*ggml-cpu*")):
         try:
             symbol = getattr(ctypes.CDLL(str(library)), name, None)
         except OSError:
@@ -290,18 +296,6 @@ def _ggml_cpu_symbol(llama_cpp: Any, name: str) -> Any:
         if symbol is not None:
             return symbol
     return None
-
-
-def _ggml_cpu_libraries(llama_cpp: Any) -> list[Path]:
-    """The ggml CPU backend libraries this process loaded (Linux), else those beside llama_cpp."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            mapped = {Path(line.split()[-1]) for line in maps if "ggml-cpu" in line and "/" in line}
-        if mapped:
-            return sorted(mapped)
-    except OSError:
-        pass
-    return sorted((Path(llama_cpp.__file__).parent / "lib").glob("*ggml-cpu*"))
 
 
 def load_gguf_tokenizer(backend: Any) -> Any:

@@ -4,12 +4,15 @@ model served without it (``--plain-url``). Design notes: docs/design/remote.md""
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from specchat.events import StepEvent, TurnFinished
-from specchat.remote.closed_loop import closed_loop
+from specchat.remote.http import Endpoint, RemoteError
 
 
 def _measure(chat, prompt: str) -> dict[str, Any]:
@@ -27,6 +30,38 @@ def _measure(chat, prompt: str) -> dict[str, Any]:
             "finish_reason": finished.finish_reason if finished else "error",
             **{k: turn.get(k) for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
                                          "mean_acceptance_length", "draft_acceptance_rate")}}
+
+
+def closed_loop(jobs: list, workers: list, work: Callable[[Any, int, Any], None]) -> None:
+    """N clients sharing one queue of ``jobs``, closed loop: ``work(worker, i, job)`` for each,
+    one client per entry of ``workers`` (a single one in this thread, where Ctrl-C lands).
+    The first failure stops the clients from taking more jobs and is re-raised here."""
+    todo: queue.Queue = queue.Queue()
+    for item in enumerate(jobs):
+        todo.put(item)
+    failed: list[BaseException] = []
+
+    def client(worker: Any) -> None:
+        while not failed:
+            try:
+                i, job = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                work(worker, i, job)
+            except BaseException as exc:  # noqa: BLE001 — re-raised in the caller's thread
+                failed.append(exc)
+
+    if len(workers) == 1:
+        client(workers[0])
+    else:
+        threads = [threading.Thread(target=client, args=(w,), daemon=True) for w in workers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if failed:
+        raise failed[0]
 
 
 def _serve(chats: list, jobs: list[tuple[str, Any, int, int]]) -> tuple[list[dict], float]:
@@ -51,13 +86,29 @@ def _serve(chats: list, jobs: list[tuple[str, Any, int, int]]) -> tuple[list[dic
     return measured, (max(end for _, end in spans) - first) * 1000
 
 
+def check_concurrency(url: str, n: int, api_key_env: str | None = None) -> None:
+    """RemoteError (one line) when the server at ``url`` decodes fewer than ``n`` requests
+    at once (``total_slots`` in ``GET /props``); nothing when it does not say (vLLM has no
+    /props and batches by itself)."""
+    endpoint = Endpoint(url, api_key_env)
+    try:
+        props = endpoint.get_json("/props")
+    except RemoteError as exc:
+        if exc.status == 404:
+            return
+        raise
+    slots = props.get("total_slots") if isinstance(props, dict) else None
+    if isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots < n:
+        raise RemoteError(f"the server at {endpoint.url} has {slots} parallel slots; --concurrency {n} needs {n}",
+                          hint="start llama-server with -np N, or lower --concurrency")
+
+
 def remote_bench(profile, sets, *, plain_url: str | None, repeat: int = 1, max_new_tokens: int | None = None,
                  concurrency: int = 1, say=print) -> dict[str, Any]:
     """Runs every prompt on the speculative server (the profile's url) and, with
     ``plain_url``, on the plain one, ``concurrency`` streams at a time; returns the
     results document."""
     from specchat.remote.connect import open_chat
-    from specchat.remote.slots import check_concurrency
 
     configs = {"speculative": profile}
     if plain_url:

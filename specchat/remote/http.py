@@ -59,10 +59,8 @@ class Endpoint:
         self.api_key_env = api_key_env
         self.read_timeout = READ_TIMEOUT_S if read_timeout is None else read_timeout
         connect = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
-        # No keep-alive: each request opens its own connection (as http.client did here),
-        # so the socket of a stream is known from its connect on (see stream()) and cancel
-        # can shut it while the server is still thinking. On loopback a connect costs
-        # nothing; to a TLS server far away it costs a handshake per request.
+        # No keep-alive: a stream's socket is known from its connect on, so cancel can shut it
+        # (docs/design/remote.md, "Cancelling")
         self._client = httpx.Client(timeout=httpx.Timeout(self.read_timeout, connect=connect),
                                     limits=httpx.Limits(max_keepalive_connections=0),
                                     mounts=_loopback_direct(parts.hostname))

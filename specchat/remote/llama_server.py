@@ -11,7 +11,7 @@ from specchat.events import Step
 from specchat.remote.session import RemoteChat
 from specchat.remote.http import Endpoint, RemoteError
 from specchat.remote.llama_server_steps import MalformedChunk, StepBuilder
-from specchat.remote.metrics import MAX_POSITIONS
+from specchat.remote.metrics import spec_counters
 
 
 class LlamaServerChat(RemoteChat):
@@ -90,11 +90,8 @@ class LlamaServerChat(RemoteChat):
 
 
 def per_position_count(endpoint: Endpoint) -> int:
-    """Positions in ``llamacpp:spec_decode_num_accepted_tokens_per_pos_total`` (= γ), 0 if absent."""
+    """The server's per-position acceptance counters (= γ, at most MAX_POSITIONS), 0 if absent."""
     try:
-        text = endpoint.get_text("/metrics")
-    except RemoteError:
-        return 0  # started without --metrics
-    count = sum(1 for line in text.splitlines()
-                if line.startswith("llamacpp:spec_decode_num_accepted_tokens_per_pos_total{"))
-    return min(count, MAX_POSITIONS)  # it sizes the panel and the histograms: bounded by ours
+        return len(spec_counters(endpoint.get_text("/metrics"), "llama-server")["accepted_per_position"])
+    except RemoteError:  # started without --metrics, or counters that fail validation
+        return 0
