@@ -7,14 +7,6 @@ import sys
 from typing import Any
 
 
-def parameter_bytes(model: Any) -> int:
-    if model is None:
-        return 0
-    from specchat.engine.backends import as_backend
-
-    return as_backend(model).parameter_bytes()
-
-
 def draft_kv_bytes(engine: Any) -> int:
     proposer = getattr(engine, "proposer", None)
     lm = getattr(proposer, "lm", None)

@@ -41,10 +41,8 @@ def server_bin_dir() -> Path | None:
 
 
 def convert_script(bin_dir: Path) -> Path | None:
-    for root in (bin_dir.parent / "src", bin_dir.parent.parent / "src"):
-        for script in root.glob("llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py"):
-            return script
-    return None
+    return next((script for root in (bin_dir.parent / "src", bin_dir.parent.parent / "src")
+                 for script in root.glob("llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py")), None)
 
 
 def unavailable(loaded: Any, profile: Any) -> str | None:

@@ -174,7 +174,7 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
     peer = (make_peer(loaded, profile, stops, eagle3=any(c.runner == "peer" and c.method == "eagle3" for c in configs),
                       server=any(c.server for c in configs))
             if any(c.runner == "peer" for c in configs) else None)
-    draft_bytes = memory.parameter_bytes(loaded.draft)
+    draft_bytes = loaded.draft.parameter_bytes() if loaded.draft is not None else 0
 
     def run_one(config: BenchConfig, request: Request, limit: int) -> BenchRow:
         params = dataclasses.replace(base, seed=request.seed)

@@ -3,6 +3,7 @@ quote paths and versions, someone else's bytes). Nothing here downloads."""
 
 from __future__ import annotations
 
+import platform
 from typing import Any, Callable, Iterator
 
 from specchat.doctor.checks import (FAIL, OK, WARNING, Check, check_bitsandbytes, check_cpu, check_cuda, check_data_dir,
@@ -29,9 +30,8 @@ def run_checks(profile_ref: str, smoke: bool = False) -> Iterator[Check]:
         yield from_error("profile", error)
     if torch.status != FAIL:
         yield check_cuda(profile)
-        mps = check_mps(profile)
-        if mps is not None:
-            yield mps
+        if platform.system() == "Darwin":  # Apple's GPU
+            yield check_mps(profile)
         yield check_cpu()
         yield check_bitsandbytes(profile)
     yield from check_llama_cpp(profile)

@@ -95,10 +95,7 @@ def check_cuda(profile: Any) -> Check:
     return Check("cuda", OK, f"{why}: models run on the CPU")
 
 
-def check_mps(profile: Any) -> Check | None:
-    """Apple's GPU: a line on macOS only."""
-    if platform.system() != "Darwin":
-        return None
+def check_mps(profile: Any) -> Check:
     import torch
 
     available = torch.backends.mps.is_available()

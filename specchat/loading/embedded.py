@@ -149,18 +149,13 @@ def remove_stale_conversions(final: Path) -> None:
     process is gone — a conversion killed mid-save leaves ~540 MB behind otherwise."""
     for tmp in final.parent.glob(f"{final.name}.tmp-*"):
         pid = tmp.name.rpartition("-")[2]
-        if pid.isdigit() and not _alive(int(pid)):
+        try:
+            if pid.isdigit():
+                os.kill(int(pid), 0)
+        except ProcessLookupError:  # gone
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):  # someone else's process, or no way to tell: keep its files
-        return True
-    return True
+        except OSError:  # someone else's process, or no way to tell: keep its files
+            pass
 
 
 def check_cache(final: Path) -> None:

@@ -50,7 +50,14 @@ def load_head(spec, target, base: Path | None):
     if spec.method != "medusa" and not target.provides_features:
         raise ModelLoadError(f"method '{spec.method}' needs the target's hidden states, and {target.features_note}",
                              key="speculation.method", hint='use method = "ngram" or "draft_model" with this target')
-    check_tree(spec, target)
+    if spec.siblings > 1 and not target.supports_trees:  # siblings > 1 drafts a tree
+        raise ModelLoadError(f"siblings = {spec.siblings} drafts a tree, and the {target.name} backend verifies "
+                             "chains only", key="speculation.siblings",
+                             hint="set siblings = 1, or use a transformers or llama.cpp target")
+    if spec.siblings > (target.max_tree_leaves or spec.siblings):
+        raise ModelLoadError(f"siblings = {spec.siblings}: the {target.name} backend verifies trees of at most "
+                             f"{target.max_tree_leaves} leaves", key="speculation.siblings",
+                             hint=f"set siblings to at most {target.max_tree_leaves}")
     folder = resolve_head(spec.head, spec.head_revision, base)
     if spec.method == "medusa":
         from specchat.heads.medusa_checkpoint import load_medusa
@@ -68,15 +75,3 @@ def load_head(spec, target, base: Path | None):
                            target_layers=target.num_layers, embed=target.token_embeddings())
     head.folder = folder  # where it was read from (bench converts it for llama-server's peer row)
     return head
-
-
-def check_tree(spec, target) -> None:
-    """siblings > 1 drafts a tree: one line where the target cannot verify it."""
-    if spec.siblings > 1 and not target.supports_trees:
-        raise ModelLoadError(f"siblings = {spec.siblings} drafts a tree, and the {target.name} backend verifies "
-                             "chains only", key="speculation.siblings",
-                             hint="set siblings = 1, or use a transformers or llama.cpp target")
-    if spec.siblings > (target.max_tree_leaves or spec.siblings):
-        raise ModelLoadError(f"siblings = {spec.siblings}: the {target.name} backend verifies trees of at most "
-                             f"{target.max_tree_leaves} leaves", key="speculation.siblings",
-                             hint=f"set siblings to at most {target.max_tree_leaves}")

@@ -296,9 +296,3 @@ def _ggml_cpu_symbol(llama_cpp: Any, name: str) -> Any:
         if symbol is not None:
             return symbol
     return None
-
-
-def load_gguf_tokenizer(backend: Any) -> Any:
-    from .gguf_tokenizer import GgufTokenizer
-
-    return GgufTokenizer(backend.llm)

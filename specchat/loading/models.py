@@ -7,7 +7,7 @@ import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..config.model import ModelSpec, Profile
 from ..errors import ModelLoadError
@@ -18,12 +18,11 @@ from . import embedded
 from .compat import check_draft_compatible
 from .devices import check_quantized_layers, quantization_config, resolve_device, resolve_dtype
 from .hub_errors import friendly_load_errors, from_hub
-from .llamacpp import gguf_path, load_gguf_model, load_gguf_tokenizer, local_candidates
+from .gguf_tokenizer import GgufTokenizer
+from .llamacpp import gguf_path, load_gguf_model, local_candidates
 
 if TYPE_CHECKING:
     from specchat.engine.backends import Backend
-
-Progress = Callable[[LoadProgress], None] | None
 
 
 @dataclass
@@ -58,7 +57,7 @@ class ResolvedSource:
     local: bool
 
 
-def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
+def load_models(profile: Profile, progress: embedded.Progress = None) -> LoadedModels:
     """Load what ``profile`` asks for; every failure is a one-line ModelLoadError."""
     if is_remote(profile):
         raise ModelLoadError(f"backend '{profile.target.backend}' is a server, not a model to load here",
@@ -74,7 +73,7 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
     if profile.target.backend == "llama.cpp":
         report(LoadProgress("target", 0, 0, f"loading target {profile.target.source} (llama.cpp)"))
         target, target_info = load_gguf_model(profile.target, "target", base, report)
-        tokenizer = load_gguf_tokenizer(target)
+        tokenizer = GgufTokenizer(target.llm)
     else:
         tokenizer, target, target_info = _load_transformers_target(profile, base, report)
 
@@ -84,7 +83,7 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         report(LoadProgress("draft", 0, 0, f"loading draft {draft_spec.source}"))
         if draft_spec.backend == "llama.cpp":
             draft, draft_info = load_gguf_model(draft_spec, "speculation.draft", base, report)
-            draft_tokenizer = load_gguf_tokenizer(draft)
+            draft_tokenizer = GgufTokenizer(draft.llm)
         else:
             draft_source = resolve_source(draft_spec, "speculation.draft", base, report)
             draft, draft_info = load_model(draft_spec, draft_source, profile, "speculation.draft")

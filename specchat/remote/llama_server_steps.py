@@ -12,7 +12,7 @@ STOP_TYPES = {"eos": "eos", "word": "stop", "limit": "length"}
 
 
 class MalformedChunk(ValueError):
-    pass
+    """A server's streamed chunk (llama-server's or vLLM's) is not shaped as its protocol says."""
 
 
 @dataclass

@@ -10,12 +10,9 @@ from typing import Any
 from specchat.events import Step, StepStats, Token
 from specchat.remote.session import RemoteChat
 from specchat.remote.http import Endpoint, RemoteError
+from specchat.remote.llama_server_steps import MalformedChunk
 
 FINISH = {"stop": "eos", "length": "length", "abort": "cancelled"}
-
-
-class ChunkError(ValueError):
-    pass
 
 
 def chunk_tokens(chunk: dict[str, Any]) -> tuple[list[tuple[str, float | None]], str | None]:
@@ -23,22 +20,22 @@ def chunk_tokens(chunk: dict[str, Any]) -> tuple[list[tuple[str, float | None]],
     The delta's text goes to the tokens whose logprob entries spell it, else to the last."""
     choices = chunk.get("choices")
     if not isinstance(choices, list):
-        raise ChunkError("'choices' is not a list")
+        raise MalformedChunk("'choices' is not a list")
     if not choices:
         return [], None  # the usage chunk
     choice = choices[0]
     if not isinstance(choice, dict):
-        raise ChunkError("a choice is not an object")
+        raise MalformedChunk("a choice is not an object")
     delta = choice.get("delta") or {}
     text = delta.get("content") or "" if isinstance(delta, dict) else ""
     if not isinstance(text, str):
-        raise ChunkError("'delta.content' is not text")
+        raise MalformedChunk("'delta.content' is not text")
     logprobs = choice.get("logprobs") or {}
     if not isinstance(logprobs, dict):
-        raise ChunkError("'logprobs' is not an object")
+        raise MalformedChunk("'logprobs' is not an object")
     entries = logprobs.get("content") or []
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise ChunkError("'logprobs.content' is not a list of tokens")
+        raise MalformedChunk("'logprobs.content' is not a list of tokens")
     tokens: list[tuple[str, float | None]] = []
     for entry in entries:
         lp = entry.get("logprob")
@@ -120,7 +117,7 @@ class VllmChat(RemoteChat):
         for chunk in self.endpoint.stream("/v1/chat/completions", self.request(messages), self._cancel.is_set):
             try:
                 tokens, reason = chunk_tokens(chunk)
-            except ChunkError as exc:
+            except MalformedChunk as exc:
                 raise RemoteError(f"{self.endpoint.url}/v1/chat/completions: malformed chunk ({exc})") from None
             finish = reason or finish
             if tokens:

@@ -119,7 +119,7 @@ class Handler(BaseHTTPRequestHandler):
                 if not handle.finished and not reply.stopped:  # gone while it waited for a slot
                     return
                 self._json(shape.body(reply.text, entries, reply.ids, reply.finish_reason, reply.spec_stats(),
-                                      usage(len(prompt_ids), reply.tokens), prompt_ids))
+                                      usage(len(prompt_ids), len(reply.ids)), prompt_ids))
         except GenerationError as error:
             self._json(error_body(f"generation failed: {error}", 500), 500)
         finally:
@@ -144,7 +144,7 @@ class Handler(BaseHTTPRequestHandler):
         if not handle.finished and not reply.stopped:  # the client went away while it waited
             return
         if shape.job.include_usage:
-            self._event(shape.usage_chunk(usage(prompt_tokens, reply.tokens)))
+            self._event(shape.usage_chunk(usage(prompt_tokens, len(reply.ids))))
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 

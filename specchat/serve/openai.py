@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from specchat.errors import SamplingError
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP = 16  # stop strings a request may give (OpenAI allows 4, vLLM any number)
 MAX_STOP_CHARS = 512
+_SURROGATE = re.compile("[\ud800-\udfff]")  # what UTF-8 cannot encode
 
 
 class BadRequest(Exception):
@@ -122,22 +124,14 @@ def _unencodable(body: Any) -> str | None:
         where, value = pending.pop()
         if isinstance(value, dict):
             for key, item in value.items():
-                if not key.isascii() and not _encodes(key):
+                if _SURROGATE.search(key):
                     return f"a key in '{where[:80] or 'the body'}'"
                 pending.append((f"{where}.{key}" if where else key, item))
         elif isinstance(value, list):
             pending += [(f"{where}[{i}]", item) for i, item in enumerate(value)]
-        elif isinstance(value, str) and not value.isascii() and not _encodes(value):
+        elif isinstance(value, str) and _SURROGATE.search(value):
             return f"'{where[:80]}'"
     return None
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _messages(messages: Any) -> tuple[dict[str, str], ...]:

@@ -27,10 +27,6 @@ class Reply:
         self.drafts = DraftCounts()
 
     @property
-    def tokens(self) -> int:
-        return len(self.ids)
-
-    @property
     def text(self) -> str:
         return self.decoder.text[:self.cut]
 
