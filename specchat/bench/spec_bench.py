@@ -42,7 +42,8 @@ def spec_bench_sets(spec: str) -> list[PromptSet]:
             groups = [spread(group, n) for group, n in zip(groups, share(per_category, len(groups)))]
         chosen = sorted((q for group in groups for q in group), key=lambda q: q["question_id"])
         total = sum(len(by_category.get(c, [])) for c in categories)
-        prompts = tuple(_prompt(q) for q in chosen)
+        prompts = tuple(Prompt(str(q["question_id"]), q["turns"][0], category=q["category"],
+                               turns=tuple(q["turns"]) if len(q["turns"]) > 1 else ()) for q in chosen)
         sets.append(PromptSet(f"{NAME}/{suffix}", f"Spec-Bench {description}: {len(prompts)} of {total} questions",
                               DEFAULT_MAX_NEW_TOKENS, prompts, spec))
     return sets
@@ -97,19 +98,13 @@ def _questions_by_category(path: Path) -> dict[str, list[dict]]:
         try:
             question = untrusted.json_value(line)
             question_id, category, turns = question["question_id"], question["category"], question["turns"]
+            valid = isinstance(question_id, int) and turns and all(isinstance(t, str) and t for t in turns)
         except (untrusted.Unreadable, TypeError, KeyError):
-            raise SpecchatError(f"line {number} is not a Spec-Bench question", file=str(path),
-                                hint="reinstall specchat") from None
-        if not isinstance(question_id, int) or not turns or not all(isinstance(t, str) and t for t in turns):
+            valid = False
+        if not valid:
             raise SpecchatError(f"line {number} is not a Spec-Bench question", file=str(path),
                                 hint="reinstall specchat")
         by_category.setdefault(str(category), []).append(question)
     for questions in by_category.values():
         questions.sort(key=lambda q: q["question_id"])
     return by_category
-
-
-def _prompt(question: dict) -> Prompt:
-    turns = tuple(question["turns"])
-    return Prompt(str(question["question_id"]), turns[0], turns=turns if len(turns) > 1 else (),
-                  category=question["category"])
