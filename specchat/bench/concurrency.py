@@ -21,14 +21,12 @@ MAX_SEQUENCES = 256  # llama.cpp's limit on sequences in one context (LLAMA_MAX_
 
 
 def parse_levels(text: str) -> list[int]:
-    levels: list[int] = []
-    for part in (p.strip() for p in str(text).split(",")):
+    parts = [p.strip() for p in str(text).split(",")]
+    for part in parts:
         if not (part.isascii() and part.isdigit()) or int(part) < 1:  # '²' is a digit to isdigit, not to int
             raise SpecchatError(f"--concurrency value {part!r} is not valid", key="--concurrency",
                                 hint="give a comma-separated list of whole numbers ≥ 1, e.g. 1,2,4,8")
-        if int(part) not in levels:
-            levels.append(int(part))
-    return sorted(levels)
+    return sorted({int(p) for p in parts})
 
 
 def check_context(levels: list[int], requests: list[Request], n_ctx: int) -> int:

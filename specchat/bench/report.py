@@ -175,7 +175,7 @@ def markdown(results: dict[str, Any]) -> str:
 def write_files(out_dir: Path, results: dict, report_md: str, plot: str,
                 draw: Callable[[Any, dict], Any]) -> dict[str, Path]:
     """results.json, report.md and the ``plot`` image (``draw(pyplot, results)``'s figure)
-    in ``out_dir`` → their paths; see :func:`written`."""
+    in ``out_dir`` → their paths; never lost (configs.written)."""
     return written(out_dir, lambda folder: _write_files(folder, results, report_md, plot, draw))
 
 

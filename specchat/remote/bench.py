@@ -1,5 +1,6 @@
-"""``specchat bench`` on a remote profile: the server with speculation against the same
-model served without it (``--plain-url``). Design notes: docs/design/remote.md"""
+"""``specchat bench`` on a remote profile: the server with speculation against the same model
+served without it (``--plain-url``); and the closed loop and slot check concurrent benches
+use. Design notes: docs/design/remote.md"""
 
 from __future__ import annotations
 
