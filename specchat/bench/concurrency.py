@@ -1,14 +1,5 @@
-"""``bench --concurrency 1,2,4,8``: N chats at once, with and without speculation.
-
-For every prompt set, level N and repeat, one run per configuration serves the same
-max(prompts, 2N) requests through N closed-loop clients; in-process the N sequences decode
-together (engine/batch/batched.py), plain or with n-gram lookup, and the peer rows are
-llama-server ``-np N`` (peer_server_concurrent.py). Configurations run in an order rotated
-per run, from empty caches. A row is one request: ``start_ms`` (send from the run's start),
-``wall_ms`` (send to last token), ``emissions`` ([ms since send, tokens], …) and, for ours,
-every step's StepStats; throughput comes from concurrency_stats.py.
-Design notes: docs/design/bench.md
-"""
+"""``bench --concurrency 1,2,4,8``: N chats at once, decoded together (engine/batch/batched.py),
+against llama-server ``-np N`` (peer_server_concurrent.py). Design notes: docs/design/bench.md"""
 
 from __future__ import annotations
 
@@ -30,14 +21,12 @@ MAX_SEQUENCES = 256  # llama.cpp's limit on sequences in one context (LLAMA_MAX_
 
 
 def parse_levels(text: str) -> list[int]:
-    levels: list[int] = []
-    for part in (p.strip() for p in str(text).split(",")):
+    parts = [p.strip() for p in str(text).split(",")]
+    for part in parts:
         if not (part.isascii() and part.isdigit()) or int(part) < 1:  # '²' is a digit to isdigit, not to int
             raise SpecchatError(f"--concurrency value {part!r} is not valid", key="--concurrency",
                                 hint="give a comma-separated list of whole numbers ≥ 1, e.g. 1,2,4,8")
-        if int(part) not in levels:
-            levels.append(int(part))
-    return sorted(levels)
+    return sorted({int(p) for p in parts})
 
 
 def check_context(levels: list[int], requests: list[Request], n_ctx: int) -> int:

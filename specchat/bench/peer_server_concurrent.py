@@ -1,14 +1,5 @@
-"""The llama-server peer rows under concurrency: ``llama-server -np N`` serving N clients.
-
-N slots, each its own context (``--no-kv-unified``, ``-c`` = N × the per-sequence
-context). ``none`` serves plainly; ``ngram`` uses ``--spec-type ngram-simple`` with
-n = prompt_lookup_max (capped at m) and m = max_speculative_tokens. N closed-loop client
-threads stream from one queue with the same ids, sampling and seed as
-:class:`~specchat.bench.peer_llama_server.LlamaServerPeer`'s. One server per (method, N),
-started on first use; only one is alive at a time.
-
-Design notes: docs/design/bench.md
-"""
+"""The llama-server peer rows under concurrency: ``llama-server -np N`` serving N
+closed-loop clients, one server alive at a time. Design notes: docs/design/bench.md"""
 
 from __future__ import annotations
 
@@ -18,7 +9,7 @@ from typing import Any
 from specchat.bench.peer_llama_server import (ServerProcess, Streamed, completion_body, ngram_args, start_server,
                                               stream_completion)
 from specchat.bench.row import BenchRow
-from specchat.remote.closed_loop import closed_loop
+from specchat.remote.bench import closed_loop
 
 
 class ConcurrentServerPeer:

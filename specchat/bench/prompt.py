@@ -1,5 +1,4 @@
-"""A bench prompt and a set of them: what prompt_sets.py (shipped sets, files) and
-spec_bench.py (Spec-Bench's categories) both make."""
+"""A bench prompt and a set of them, as prompt_sets.py, spec_bench.py and humaneval.py make them."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Prompt sets for ``specchat bench``: the shipped ones by name, or files of your own.
-
-A set is a TOML file (``description``, ``max_new_tokens``, ``[[prompts]] id/text``) or a
-JSON-lines file (one ``{"id": ..., "prompt": ...}`` or ``{"text": ...}`` per line). A file
-is untrusted: the names bench prints (the set's, each prompt's id, the description) are
-cleaned here, at the edge, of anything a terminal would act on. The
-shipped sets live in ``specchat/bench/prompts/`` and ship inside the wheel; so does
-Spec-Bench, which ``spec-bench[:N]`` turns into six category sets (``spec_bench.py`` has
-the rule that picks N questions per category).
-"""
+"""Prompt sets for ``specchat bench``: the shipped ones by name, or TOML / JSON-lines files.
+A file is untrusted: the names bench prints (set, ids, description) are cleaned here."""
 
 from __future__ import annotations
 
@@ -22,8 +14,7 @@ SHIPPED_SETS = ("repetitive", "open", "unusual", "long")
 
 
 def load_prompt_sets(specs: list[str]) -> list[PromptSet]:
-    """Each spec is a shipped set name, ``all``, ``spec-bench[:N]`` (six sets), or a path
-    to a .toml / .jsonl file."""
+    """Each spec a shipped set, ``all``, ``spec-bench…``, ``humaneval…`` or a .toml / .jsonl file."""
     from specchat.bench.humaneval import humaneval_set, is_humaneval
     from specchat.bench.spec_bench import is_spec_bench, spec_bench_sets
 

@@ -1,5 +1,5 @@
-"""Writes a benchmark's results: ``results.json`` (raw rows, aggregates, environment) and
-``report.md`` (the tables a reader needs, with the definitions)."""
+"""A benchmark's results: ``results.json`` (raw rows, aggregates, environment), ``report.md``
+(the tables a reader needs, with the definitions) and the terminal's Rich tables."""
 
 from __future__ import annotations
 
@@ -62,10 +62,6 @@ def concurrency_note(concurrency: int) -> str:
     return (f"the engine decodes one sequence at a time, so batched speculation is not measured: requests "
             f"arrive {concurrency} at a time and are served as a FIFO queue; 'latency' includes the wait "
             f"(sum of the measured service times ahead of a request), throughput is unchanged by queueing.")
-
-
-def write_json(path: Path, results: dict[str, Any]) -> None:
-    path.write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
 
 
 def _fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:
@@ -177,21 +173,66 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def write_files(out_dir: Path, results: dict, report_md: str, plot: str,
-                write_plot: Callable[[Path, dict], bool]) -> dict[str, Path | None]:
-    """results.json, report.md and the ``plot`` image in ``out_dir`` → their paths (the
-    plot's None when matplotlib is not installed). Where ``out_dir`` cannot be written
-    after all (a full disk, a folder gone), they go to a new temporary folder and a
-    SpecchatError says where: a run's results are never lost."""
-    return written(out_dir, lambda folder: _write_files(folder, results, report_md, plot, write_plot))
+                draw: Callable[[Any, dict], Any]) -> dict[str, Path]:
+    """results.json, report.md and the ``plot`` image (``draw(pyplot, results)``'s figure)
+    in ``out_dir`` → their paths; never lost (configs.written)."""
+    return written(out_dir, lambda folder: _write_files(folder, results, report_md, plot, draw))
 
 
 def _write_files(out_dir: Path, results: dict, report_md: str, plot: str,
-                 write_plot: Callable[[Path, dict], bool]) -> dict[str, Path | None]:
+                 draw: Callable[[Any, dict], Any]) -> dict[str, Path]:
+    import matplotlib
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths: dict[str, Path | None] = {"json": out_dir / "results.json", "markdown": out_dir / "report.md",
-                                     "plot": out_dir / plot}
-    write_json(paths["json"], results)
+    paths = {"json": out_dir / "results.json", "markdown": out_dir / "report.md", "plot": out_dir / plot}
+    paths["json"].write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
     paths["markdown"].write_text(report_md, encoding="utf-8")
-    if not write_plot(paths["plot"], results):
-        paths["plot"] = None
+    matplotlib.use("Agg")  # no display needed; safe in threads and over SSH
+    import matplotlib.pyplot as plt
+
+    fig = draw(plt, results)
+    fig.savefig(paths["plot"], dpi=110)
+    plt.close(fig)
     return paths
+
+
+def render_tables(console: Any, results: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    for set_name, configs in results["aggregates"]["sets"].items():
+        title = "all sets (mixed total)" if set_name == ALL_SETS else f"set: {set_name}"
+        table = Table(title=title, title_justify="left")
+        for header in ("config", "tok/s", "speed-up [95% CI]", "TTFT ms", "ITL p50/p95 ms", "mean acc. len",
+                       "accept", "α", "c", "predicted (as run)", "overhead ms"):
+            table.add_column(header, justify="left" if header == "config" else "right")
+        for name, f in configs.items():
+            speedup = speedup_text(f)
+            if f.get("speedup") is not None and name != "none":
+                speedup = f"[{'green' if f['speedup'] > 1 else 'red'}]{speedup}[/]"
+            table.add_row(
+                name, _fmt(f["tokens_per_s"], ".1f"), speedup, _fmt(f["ttft_ms"], ".0f"),
+                f"{_fmt(f['itl_ms_p50'], '.1f')}/{_fmt(f['itl_ms_p95'], '.1f')}",
+                _fmt(f.get("mean_acceptance_length") or None), _fmt(f.get("draft_acceptance_rate"), ".0%"),
+                _fmt(f.get("alpha")), _fmt(f.get("cost_ratio"), ".3f"),
+                _fmt(f.get("predicted_end_to_end"), ".2f", "×"),
+                _fmt(f.get("overhead_ms"), ".2f")
+                + (f" ({f['overhead_share']:.0%})" if f.get("overhead_share") else ""),
+            )
+        console.print(table)
+        for c in results["aggregates"].get("auto_vs_best", {}).get(set_name, {}).values():
+            console.print(f"  {c['auto']} vs the best fixed γ here ({c['best_fixed']}): {ratio_text(c)}")
+        for name, ratios in results["aggregates"].get("vs_peers", {}).get(set_name, {}).items():
+            if not name.startswith("peer:none"):
+                console.print(f"  {vs_peer_text(name, ratios)}")
+
+
+def render_rows(console: Any, title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A plain table of already formatted cells (bench --concurrency)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for i, header in enumerate(columns):
+        table.add_column(header, justify="left" if i < 2 else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)

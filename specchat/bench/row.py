@@ -15,11 +15,8 @@ ONE_BENCH = frozenset({"max_new_tokens", "order", "draft_param_bytes", "run", "c
 @dataclasses.dataclass
 class BenchRow:
     """Times in ms; ``emissions`` [[ms since the request was sent, tokens], ...]; ``steps``
-    our engine's StepStats (none for a peer); ``server_drafted`` / ``server_accepted``
-    llama-server's own counters; ``start_ms`` its send after the run's first (concurrency);
-    ``order`` its place in the run and ``cpu_others`` other processes' share of the cores
-    while it ran (local bench). A field of ONE_BENCH the other bench does not fill stays
-    None and is left out of its rows in results.json."""
+    our engine's StepStats (none for a peer; llama-server's own counters instead). A field
+    of ONE_BENCH the other bench does not fill stays None, left out of results.json."""
 
     set: str = ""
     prompt_id: str = ""

@@ -1,14 +1,5 @@
-"""Runs the request set under every configuration and records raw per-request rows.
-
-Request-major, in an order rotated per request, each run from an empty KV cache; all
-configurations of a request share one seed. A multi-turn question runs its second turn
-next as the same chat (rows in ``<set>/turn-2``). Stopped early, it keeps the requests
-finished under every configuration (``stopped_early``). A row keeps its emissions
-``[[t_ms, tokens], ...]`` (t0 just before ``generate``) and every step's StepStats, from
-which stats rebuilds the metrics.
-
-Design notes: docs/design/bench.md
-"""
+"""Runs the request set under every configuration, request-major, and records raw
+per-request rows. Design notes: docs/design/bench.md"""
 
 from __future__ import annotations
 
@@ -65,8 +56,7 @@ def second_turn(request: Request, reply_ids: list[int], chat: Any) -> Request:
 
 def build_requests(sets: list[PromptSet], chat: Any, repeat: int, base_seed: int,
                    max_new_tokens: int | None) -> list[Request]:
-    """Chat-templated prompt ids for every (prompt, repeat); ``chat``: the profile's
-    ChatTemplate (its system prompt and thinking setting)."""
+    """Prompt ids for every (prompt, repeat), templated by the profile's ChatTemplate."""
     requests = []
     number = 0
     for prompt_set in sets:
@@ -123,8 +113,7 @@ def run_specchat(engine: Any, request: Request, params: Any, stops: set[int], ma
 
 
 def peer_kind(loaded: Any) -> str:
-    """Which engine a user would pick instead on this target: "llama.cpp" for a GGUF
-    run through the llama.cpp backend, else "transformers"."""
+    """The engine a user would pick instead on this target: "llama.cpp" or "transformers"."""
     from specchat.engine.backends import as_backend
 
     return "llama.cpp" if as_backend(loaded.target).name == "llama.cpp" else "transformers"
@@ -185,7 +174,7 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
     peer = (make_peer(loaded, profile, stops, eagle3=any(c.runner == "peer" and c.method == "eagle3" for c in configs),
                       server=any(c.server for c in configs))
             if any(c.runner == "peer" for c in configs) else None)
-    draft_bytes = memory.parameter_bytes(loaded.draft)
+    draft_bytes = loaded.draft.parameter_bytes() if loaded.draft is not None else 0
 
     def run_one(config: BenchConfig, request: Request, limit: int) -> BenchRow:
         params = dataclasses.replace(base, seed=request.seed)

@@ -1,13 +1,5 @@
 """``specchat replay FILE --simulate``: what a model-free proposer accepts in a recorded
-chat, without the model.
-
-At temperature 0 the recorded reply is the target's own, so the engine itself runs over a
-backend that answers each position with the recorded token; each turn starts from the
-recorded prompt ids. A fixed γ accepts what the live run accepted, step for step;
-γ = auto chooses by this machine's clock. A draft past the reply's EOS counts as rejected.
-
-Design notes: docs/design/bench.md
-"""
+chat, the engine run over the recorded greedy reply. Design notes: docs/design/bench.md"""
 
 from __future__ import annotations
 

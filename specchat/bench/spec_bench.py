@@ -1,14 +1,5 @@
-"""Spec-Bench (Xia et al. 2024, arXiv 2401.07851) as bench prompt sets: ``--prompts spec-bench[:N]``.
-
-480 questions shipped in ``specchat/bench/prompts/spec-bench/`` (``SOURCE.md``: upstream
-commit and sha256), as six sets ``spec-bench/{mt-bench,translation,summarization,qa,
-math_reasoning,rag}``. ``spec-bench:N`` takes N questions per category (1 ≤ N ≤ 80) by a
-fixed, evenly spaced rule; ``spec-bench/CATEGORY[:N]`` is one set alone. A prompt's id is
-its question_id; ``turns`` holds every user turn (``text`` the first). Sets default to 256
-new tokens (``--max-new-tokens`` overrides).
-
-Design notes (the selection rule): docs/design/bench.md
-"""
+"""Spec-Bench (Xia et al. 2024, arXiv 2401.07851) as six bench prompt sets:
+``--prompts spec-bench[/CATEGORY][:N]``. The selection rule: docs/design/bench.md"""
 
 from __future__ import annotations
 
@@ -38,8 +29,7 @@ def is_spec_bench(spec: str) -> bool:
 
 
 def spec_bench_sets(spec: str) -> list[PromptSet]:
-    """The six category sets of ``spec-bench`` (all 480) or ``spec-bench:N`` (N per
-    category); ``spec-bench/CATEGORY[:N]``, that category's set alone."""
+    """The six category sets (N per category with ``:N``), or the one ``/CATEGORY`` names."""
     chosen_category = _category(spec)
     per_category = parse_count(spec)
     by_category = _questions_by_category(QUESTIONS)
@@ -52,15 +42,15 @@ def spec_bench_sets(spec: str) -> list[PromptSet]:
             groups = [spread(group, n) for group, n in zip(groups, share(per_category, len(groups)))]
         chosen = sorted((q for group in groups for q in group), key=lambda q: q["question_id"])
         total = sum(len(by_category.get(c, [])) for c in categories)
-        prompts = tuple(_prompt(q) for q in chosen)
+        prompts = tuple(Prompt(str(q["question_id"]), q["turns"][0], category=q["category"],
+                               turns=tuple(q["turns"]) if len(q["turns"]) > 1 else ()) for q in chosen)
         sets.append(PromptSet(f"{NAME}/{suffix}", f"Spec-Bench {description}: {len(prompts)} of {total} questions",
                               DEFAULT_MAX_NEW_TOKENS, prompts, spec))
     return sets
 
 
 def _category(spec: str) -> str | None:
-    """The category of ``spec-bench/CATEGORY[:N]`` (None without one), refused in one
-    line unless it names one of the six sets."""
+    """The CATEGORY of ``spec-bench/CATEGORY[:N]`` (None without one), one of the six."""
     if not spec.startswith(NAME + "/"):
         return None
     category = spec[len(NAME) + 1:].partition(":")[0]
@@ -71,8 +61,7 @@ def _category(spec: str) -> str | None:
 
 
 def parse_count(spec: str) -> int | None:
-    """None for ``spec-bench[/CATEGORY]``; N for ``spec-bench[/CATEGORY]:N``, refused in one
-    line unless 1 ≤ N ≤ 80."""
+    """N of ``spec-bench[/CATEGORY]:N`` (1 ≤ N ≤ 80), None without one."""
     _, colon, value = spec.partition(":")
     if not colon:
         return None
@@ -109,19 +98,13 @@ def _questions_by_category(path: Path) -> dict[str, list[dict]]:
         try:
             question = untrusted.json_value(line)
             question_id, category, turns = question["question_id"], question["category"], question["turns"]
+            valid = isinstance(question_id, int) and turns and all(isinstance(t, str) and t for t in turns)
         except (untrusted.Unreadable, TypeError, KeyError):
-            raise SpecchatError(f"line {number} is not a Spec-Bench question", file=str(path),
-                                hint="reinstall specchat") from None
-        if not isinstance(question_id, int) or not turns or not all(isinstance(t, str) and t for t in turns):
+            valid = False
+        if not valid:
             raise SpecchatError(f"line {number} is not a Spec-Bench question", file=str(path),
                                 hint="reinstall specchat")
         by_category.setdefault(str(category), []).append(question)
     for questions in by_category.values():
         questions.sort(key=lambda q: q["question_id"])
     return by_category
-
-
-def _prompt(question: dict) -> Prompt:
-    turns = tuple(question["turns"])
-    return Prompt(str(question["question_id"]), turns[0], turns=turns if len(turns) > 1 else (),
-                  category=question["category"])

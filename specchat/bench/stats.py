@@ -1,17 +1,8 @@
-"""Aggregates raw benchmark rows into the reported figures.
-
-``tokens_per_s`` = Σ emitted tokens / Σ request wall time (prefill included);
-``speedup`` = tokens_per_s(config) / tokens_per_s(none) on the same requests, with
-``speedup_ci`` a seeded 95 % paired bootstrap over requests (None with < 2 requests);
-``ttft_ms`` (mean), ``itl_ms_p50`` / ``itl_ms_p95`` (ms per token), ``latency_ms_*``,
-``same_tokens_as_none``, ``auto_vs_best``, ``predicted_speedup`` /
-``predicted_end_to_end`` / ``predicted_speedup_paper``, ``curves``, ``overhead_ms`` /
-``overhead_share`` and ``vs_peers``; acceptance metrics are :mod:`specchat.telemetry`'s.
-Every definition: docs/design/bench.md
-"""
+"""Aggregates raw benchmark rows into the reported figures. Every definition: docs/design/bench.md"""
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from typing import Any
 
@@ -35,10 +26,7 @@ TELEMETRY_KEYS = (
 
 
 def per_token_latencies(emissions: list[list[float]]) -> list[float]:
-    out: list[float] = []
-    for (t_prev, _), (t, m) in zip(emissions, emissions[1:]):
-        out += [(t - t_prev) / m] * int(m)
-    return out
+    return [(t - t_prev) / m for (t_prev, _), (t, m) in zip(emissions, emissions[1:]) for _ in range(int(m))]
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -55,10 +43,8 @@ def telemetry_of(rows: list[BenchRow]) -> MetricsSnapshot:
 
 
 def predicted_end_to_end(rows: list[BenchRow]) -> float | None:
-    """The cost model's forecasts as run, with each request's prompt step added to both
-    sides and the proposer's pass over the prompt (``prefill_ms``, outside every step: a
-    draft model's) to the speculative side (docs/design/bench.md); None without a request
-    that timed plain steps."""
+    """The cost model's forecasts as run, prompt included (docs/design/bench.md); None
+    without a request that timed plain steps."""
     plain_ms = spec_ms = 0.0
     for row in rows:
         steps = row.steps
@@ -89,13 +75,9 @@ def bootstrap_speedup_ci(pairs: list[tuple[float, float, float, float]]) -> list
 
 
 def queue_latencies(walls: list[float], concurrency: int) -> list[float]:
-    out: list[float] = []
-    for start in range(0, len(walls), max(1, concurrency)):
-        waited = 0.0
-        for wall in walls[start:start + concurrency]:
-            waited += wall
-            out.append(waited)
-    return out
+    """Each request's wall time plus those ahead of it in its group of ``concurrency``."""
+    n = max(1, concurrency)
+    return [waited for start in range(0, len(walls), n) for waited in itertools.accumulate(walls[start:start + n])]
 
 
 def matched_requests(rows: list[BenchRow], other: list[BenchRow]) -> list[tuple[BenchRow, BenchRow]]:

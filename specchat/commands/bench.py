@@ -192,7 +192,7 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     from specchat.bench.configs import loaded_methods, parse_gammas
     from specchat.bench.peer_llama_server import plain_unavailable
     from specchat.bench.runner import chat_requests
-    from specchat.bench.table import render_rows
+    from specchat.bench.report import render_rows
     from specchat.engine.batch.lanes import check_batchable
 
     levels = args.concurrency if isinstance(args.concurrency, list) else [args.concurrency]
@@ -244,7 +244,7 @@ def _remote(profile, sets, args, out_dir: Path) -> int:
     say = lambda text: print(clean(text), file=sys.stderr, flush=True)  # noqa: E731
     levels = args.concurrency if isinstance(args.concurrency, list) else [args.concurrency]
     if max(levels) > 1:  # refused before any level runs, not after the first ones
-        from specchat.remote.slots import check_concurrency
+        from specchat.remote.bench import check_concurrency
 
         check_concurrency(profile.target.url, max(levels), profile.target.api_key_env)
     for n in levels:  # one level after another, each in its own folder when there are several
@@ -261,7 +261,7 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
 
     from specchat.bench.benchmark import benchmark, write_outputs
     from specchat.bench.report import concurrency_note
-    from specchat.bench.table import render_tables
+    from specchat.bench.report import render_tables
 
     console.print(f"bench: {len(configs)} configurations × "
                   f"{sum(len(s.prompts) for s in sets) * args.repeat} requests "
@@ -336,4 +336,4 @@ def _say_outputs(console, results: dict, paths: dict) -> None:
         console.print(f"[bold yellow]busy machine: other processes used {results['cpu_others']:.0%} of the CPU "
                       "during this run — timings unreliable; rerun on a quiet machine[/]")
     console.print(f"results: {paths['json']}\nreport:  {paths['markdown']}")
-    console.print(f"plot:    {paths['plot']}" if paths["plot"] else "plot:    skipped (matplotlib is not installed)")
+    console.print(f"plot:    {paths['plot']}")

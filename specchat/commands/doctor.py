@@ -27,7 +27,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.doctor.report import report, run_checks
+    from specchat.doctor import report, run_checks
 
     def write(text: str) -> None:
         print(text, flush=True)

@@ -50,7 +50,7 @@ def _pull(name: str) -> int:
 
 
 def _list() -> int:
-    from specchat.models.listing import draft_candidates, find_all
+    from specchat.models.stores import draft_candidates, find_all
     from specchat.models.pull import pulled_dir
 
     found = find_all()

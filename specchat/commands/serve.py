@@ -103,8 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from specchat.engine.backends.llamacpp_batch import BatchContextError
     from specchat.loading import load_models
     from specchat.serve.http import make_server
-    from specchat.serve.parallel import check_parallel, too_many
-    from specchat.serve.service import build_service, check_profile
+    from specchat.serve.service import build_service, check_parallel, check_profile, too_many
 
     check_profile(profile, args.parallel)  # before anything loads
     check_parallel(args.parallel, known_n_ctx(profile))

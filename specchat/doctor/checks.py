@@ -1,11 +1,5 @@
-"""The machine's checks: Python, torch and the devices, bitsandbytes, llama-cpp-python and
-the data dir, each judged against what the profile asks for.
-
-A check returns a :class:`Check`. What the profile does not need is never a failure
-(a CPU-only torch is fine for a CPU profile); what it needs and cannot have is, with
-the fix. Features are read from the machine and the libraries (the CPU's flags, the
-symbols a build exports), never assumed from a vendor or a version.
-"""
+"""The machine's checks, each judged against what the profile asks for: what it does not need
+is never a failure. Features are read from the machine and the libraries, never assumed."""
 
 from __future__ import annotations
 
@@ -101,10 +95,7 @@ def check_cuda(profile: Any) -> Check:
     return Check("cuda", OK, f"{why}: models run on the CPU")
 
 
-def check_mps(profile: Any) -> Check | None:
-    """Apple's GPU: a line on macOS only."""
-    if platform.system() != "Darwin":
-        return None
+def check_mps(profile: Any) -> Check:
     import torch
 
     available = torch.backends.mps.is_available()

@@ -1,12 +1,5 @@
-"""The profile's models: on disk (never downloaded here), and the memory their weights need.
-
-Each model is found by the loader's own offline ``locate`` (specchat.loading): on the
-Hugging Face Hub only the local cache is read, and a Hub id not in it is a failure that
-says how to get it, whatever the network.
-Sizes are estimates of the weights alone, from headers (a GGUF's tensors, safetensors'
-shapes) times the bytes a parameter takes in the precision it will run in; the KV cache
-and activations come on top, hence a warning above 80 % of what is free.
-"""
+"""The profile's models, found by the loader's own offline ``locate`` (never downloaded), and
+the memory their weights need: estimated from headers, the KV cache on top (hence TIGHT)."""
 
 from __future__ import annotations
 
@@ -103,7 +96,10 @@ def check_memory(footprints: list[Footprint], complete: bool = True) -> list[Che
     if ram or not vram:
         checks.append(_against("memory", ram, free_ram_bytes(), "RAM"))
     if vram:
-        checks.append(_against("gpu memory", vram, free_vram_bytes(), "VRAM"))
+        import torch
+
+        free = int(torch.cuda.mem_get_info()[0]) if torch.cuda.is_available() else None
+        checks.append(_against("gpu memory", vram, free, "VRAM"))
     return checks
 
 
@@ -123,29 +119,11 @@ def _against(name: str, parts: list[Footprint], free: int | None, where: str) ->
     return Check(name, OK, detail)
 
 
-def free_ram_bytes() -> int | None:
-    """Memory available to a new process: psutil's, else /proc/meminfo's MemAvailable."""
-    try:
-        import psutil
+def free_ram_bytes() -> int:
+    """Memory available to a new process."""
+    import psutil
 
-        return int(psutil.virtual_memory().available)
-    except ImportError:
-        pass
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def free_vram_bytes() -> int | None:
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    return int(torch.cuda.mem_get_info()[0])
+    return int(psutil.virtual_memory().available)
 
 
 def _transformers_model(key: str, spec: Any, base: Path | None) -> tuple[str, Footprint]:
@@ -195,28 +173,22 @@ def _on_gpu(spec: Any) -> bool:
 
 
 def _gguf_model(key: str, spec: Any, base: Path | None) -> tuple[str, Footprint]:
-    from specchat.loading.llamacpp import check_gguf, resolve_gguf_type
+    from specchat.loading.llamacpp import check_gguf, conversion_path, is_converted, resolve_gguf_type
     from specchat.loading.models import locate
 
     path = locate(spec, key, base)  # by the loader's own rules, offline
     check_gguf(path, key)
     gguf_type, _ = resolve_gguf_type(spec.gguf_type, spec.n_gpu_layers)
-    where = str(path) + (f" ({_conversion(path, gguf_type)})" if gguf_type else "")
+    where = str(path)
+    if gguf_type:  # cached already? the loader's own test
+        when = "in the cache" if is_converted(conversion_path(path, gguf_type)) else "on the first start, then cached"
+        where += f" (converted to {gguf_type} {when})"
     params = gguf_params(path)  # always: the header is read whole, as the loader reads it
     if gguf_type and params:
         size, how = int(params * GGUF_BYTES.get(gguf_type, 2.0)), f"{params / 1e6:.0f}M parameters in {gguf_type}"
     else:
         size, how = path.stat().st_size, "the GGUF file"
     return where, Footprint(key, size, _on_gpu(spec), how)
-
-
-def _conversion(path: Path, gguf_type: str) -> str:
-    """Whether llama.cpp's conversion of ``path`` is cached already (the loader's own test)."""
-    from specchat.loading.llamacpp import conversion_path, is_converted
-
-    if is_converted(conversion_path(path, gguf_type)):
-        return f"converted to {gguf_type} in the cache"
-    return f"converted to {gguf_type} on the first start, then cached"
 
 
 def safetensors_params(folder: Path) -> int:

@@ -1,12 +1,5 @@
-"""``--smoke``: load the profile and decode a few tokens greedily with speculation on and off.
-
-Both runs must give the same tokens, or part only at a near-tie: greedy speculation
-and plain decoding take the argmax of two computations of the same logits, so they may
-differ where the top two logits are within rounding of each other
-(specchat/verify/near_tie.py gives the width per precision). The speculative run drafts
-at every step (γ fixed), so the rejection path is exercised within 16 tokens;
-``specchat verify`` is the full check.
-"""
+"""``--smoke``: a few greedy tokens with speculation on (drafting every step) and off. They
+must agree, or part only at a near-tie (verify/near_tie.py); ``specchat verify`` is the full check."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""What the model caches share: an entry is checked before it is trusted, a bad one is
-cleared and rebuilt once, and a cache that cannot be written is one line.
-
-A cached conversion is re-creatable data, so what is found in its place — a file cut
-short by a full disk or a killed process, another program's file, a directory — is
-never loaded as it is (llama.cpp would abort or fail the same way on every run, with
-hints about the profile that do not apply). It is removed and built again; where even
-that fails, the one line names the path to delete.
-"""
+"""What the model caches share: an entry is checked against its record before it is trusted
+(llama.cpp would abort on a file cut short), a bad one is rebuilt once, and a cache that
+cannot be written is one line naming the path."""
 
 from __future__ import annotations
 

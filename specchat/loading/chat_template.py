@@ -1,14 +1,5 @@
-"""Chat templates render in a sandbox under a time and a size budget.
-
-A chat template is code that came with a model file: Jinja's sandbox keeps it from Python
-but not from looping or building huge strings. A render that runs past
-:data:`RENDER_SECONDS` or produces more than :data:`RENDER_CHARS` characters stops with one
-:class:`TemplateBudgetError` line, so the turn fails within about a second and the chat
-goes on. Time is watched by a trace function on the template's frames; size where text
-grows in one step and on the output.
-
-Design notes: docs/design/loading.md
-"""
+"""Chat templates (code that came with a model file) render in Jinja's sandbox under a time
+and a size budget: past it, one :class:`TemplateBudgetError` line. Design notes: docs/design/loading.md"""
 
 from __future__ import annotations
 
@@ -33,18 +24,18 @@ class TemplateBudgetError(ValueError):
 
 
 class Budget:
-    def __init__(self, seconds: float = RENDER_SECONDS, chars: int = RENDER_CHARS) -> None:
-        self.seconds, self.chars = seconds, chars
-        self.deadline = time.monotonic() + seconds
+    def __init__(self) -> None:
+        self.deadline = time.monotonic() + RENDER_SECONDS
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
-            raise TemplateBudgetError(f"the chat template ran for more than {self.seconds:g} s "
+            raise TemplateBudgetError(f"the chat template ran for more than {RENDER_SECONDS:g} s "
                                       f"(a runaway loop?); it was stopped")
 
-    def check_size(self, size: int) -> None:
-        if size > self.chars:
-            raise TemplateBudgetError(f"the chat template renders more than {self.chars:,} characters; "
+    @staticmethod
+    def check_size(size: int) -> None:
+        if size > RENDER_CHARS:
+            raise TemplateBudgetError(f"the chat template renders more than {RENDER_CHARS:,} characters; "
                                       f"it was stopped")
 
 
@@ -91,9 +82,7 @@ class BudgetedSandbox(ImmutableSandboxedEnvironment):
 
     def _check_arguments(self, args: Any, kwargs: Any) -> None:
         self.budget.check_time()
-        widest = _widest((*args, *kwargs.values()))
-        if widest > self.budget.chars:
-            self.budget.check_size(widest)
+        self.budget.check_size(_widest((*args, *kwargs.values())))
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         self.budget.check_time()
@@ -146,11 +135,8 @@ def render(template: Any, budget: Budget, **context: Any) -> str:
 
 
 def budget_transformers_template(tokenizer: Any) -> Any:
-    """A transformers tokenizer whose ``apply_chat_template`` runs under the time budget
-    and is sized before it is tokenised. transformers renders a Hub template in its own
-    sandbox, whose operators this module cannot size, so a single huge operation there
-    ends in a MemoryError line rather than this one; loops, the usual runaway, stop on
-    the clock. Returns ``tokenizer``, its method replaced on the instance only."""
+    """``tokenizer``, its ``apply_chat_template`` (on the instance only) under the time budget
+    and sized before it is tokenised (docs/design/loading.md: what this cannot size)."""
     original = tokenizer.apply_chat_template
 
     @functools.wraps(original)

@@ -1,13 +1,6 @@
-"""Does this CPU compute bfloat16 natively? It decides ``dtype = "auto"`` on a CPU.
-
-Where the CPU has bf16 instructions (x86: AVX-512 BF16 or AMX; Arm: FEAT_BF16, e.g.
-Graviton 3, Apple M2 and later), torch's bf16 matrix products run at about twice the
-float32 speed (half the bytes to read, and decoding a small model is bound by memory
-traffic). Where bf16 is emulated, it is slower than float32. So the choice is made
-from the CPU's own feature list, never from its vendor or model name.
-``torch.backends.cpu.get_cpu_capability()`` (the widest vector ISA torch dispatches
-to) is reported beside the decision as a hint; the feature flags decide.
-"""
+"""Does this CPU compute bfloat16 natively? It decides ``dtype = "auto"`` on a CPU: native
+bf16 (AVX-512 BF16, AMX, Arm FEAT_BF16) runs torch's products at about twice float32's
+speed, emulated bf16 slower than float32. Read from the CPU's own flags, never its vendor."""
 
 from __future__ import annotations
 
@@ -23,15 +16,8 @@ APPLE_SYSCTL = "hw.optional.arm.FEAT_BF16"
 
 
 def cpu_native_bf16(machine: str, flags: str | None, source: str, capability: str | None = None) -> tuple[bool, str]:
-    """(native, reason) from a CPU's feature list.
-
-    machine: ``platform.machine()`` ("x86_64", "AMD64", "aarch64", "arm64", ...).
-    flags: the feature words, space separated (the "flags" / "Features" line of
-        /proc/cpuinfo, or "bf16" when macOS's sysctl reports FEAT_BF16); None when the
-        list could not be read.
-    source: where ``flags`` came from, for the reason.
-    capability: torch's CPU capability, quoted in the reason only.
-    """
+    """(native, reason) from ``platform.machine()`` and the CPU's feature words (space
+    separated; None when unreadable); ``source`` and torch's ``capability`` are quoted only."""
     hint = f"; torch CPU capability {capability}" if capability else ""
     arch = machine.lower()
     if arch in ("x86_64", "amd64", "i386", "i686", "x86"):

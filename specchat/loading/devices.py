@@ -32,12 +32,8 @@ def resolve_device(spec: ModelSpec, key: str) -> str:
 
 
 def resolve_dtype(spec: ModelSpec, device: str):
-    """(torch dtype, why) for one model.
-
-    "auto" → bfloat16 on CUDA (float16 on GPUs without bf16); on a CPU bfloat16 where
-    it computes bf16 natively (cpu_features: about 2× float32 for a small model), else
-    float32, because emulated half precision is slower than float32.
-    """
+    """(torch dtype, why): "auto" → bfloat16 on CUDA (float16 without bf16); on a CPU
+    bfloat16 where it is native (cpu_features), else float32 (emulated is slower)."""
     import torch
 
     if spec.dtype != "auto":
@@ -53,12 +49,8 @@ def resolve_dtype(spec: ModelSpec, device: str):
 
 
 def quantization_config(spec: ModelSpec, device: str, key: str, dtype):
-    """A BitsAndBytesConfig for 8bit / 4bit-nf4 / 4bit-fp4, or None.
-
-    4-bit layers compute in ``dtype`` (the model's resolved dtype: bf16 on CUDA and on
-    CPUs with native bf16, float32 on other CPUs). bitsandbytes ≥ 0.48 runs all three
-    formats on CPU as well as CUDA.
-    """
+    """A BitsAndBytesConfig for 8bit / 4bit-nf4 / 4bit-fp4 (4-bit layers compute in the
+    model's ``dtype``), or None."""
     if spec.quantization == "none":
         return None
     if device != "cpu" and not device.startswith("cuda"):
@@ -89,12 +81,8 @@ def quantization_config(spec: ModelSpec, device: str, key: str, dtype):
 
 
 def check_quantized_layers(model, device: str, key: str) -> None:
-    """bitsandbytes' 4-bit CPU kernel packs weights in blocks: every quantized layer needs
-    an input size that is a multiple of the quantisation block (64) and an output size
-    that is a multiple of 32. Real checkpoints meet this; a layer that does not would
-    fail with a shape error at the first token, so say so at load time instead. The rule
-    is applied on every CPU (not only where that kernel runs) so that a profile behaves
-    the same on every machine."""
+    """bitsandbytes' 4-bit CPU kernel needs inputs a multiple of the block (64) and outputs of
+    32, else a shape error at the first token: said at load time instead, on every CPU alike."""
     if device != "cpu":
         return
     import bitsandbytes
@@ -112,10 +100,8 @@ def check_quantized_layers(model, device: str, key: str) -> None:
 
 
 def _import_bitsandbytes() -> None:
-    """Import bitsandbytes with its warnings kept off the terminal: on CPU it logs, once
-    per process, that an optional kernel package ("kernels") is missing (it would download
-    a kernel from the Hub), and for 8-bit once per layer call that inputs are cast to
-    float16 — neither is something a chat user can act on."""
+    """Import bitsandbytes with its warnings (a missing optional "kernels" package, 8-bit
+    inputs cast to float16) kept off the terminal: nothing a chat user can act on."""
     import logging
 
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)

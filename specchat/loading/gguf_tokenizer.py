@@ -1,12 +1,5 @@
-"""The tokenizer a GGUF file carries, read through llama.cpp, with the small part of the
-transformers tokenizer interface the chat layer, bench and verify use.
-
-The chat template is the GGUF's own ``tokenizer.chat_template``, rendered with Jinja in
-a sandbox with transformers' settings (trim_blocks, lstrip_blocks, ``raise_exception``)
-and a time and size budget (:mod:`.chat_template`), so a GGUF model sees the prompt its
-authors wrote for it, tokenised by llama.cpp's own tokenizer exactly as llama.cpp's
-tools would.
-"""
+"""The tokenizer a GGUF file carries, read through llama.cpp, with the part of transformers'
+tokenizer interface specchat uses; its own chat template renders under :mod:`.chat_template`'s budget."""
 
 from __future__ import annotations
 
@@ -22,14 +15,13 @@ class GgufTokenizer:
         self.llm = llm
         self._vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
         self.chat_template = llm.metadata.get("tokenizer.chat_template")
-        eos = llama_cpp.llama_vocab_eos(self._vocab)
-        self.eos_token_id = eos if eos >= 0 else None
-        pad = llama_cpp.llama_vocab_pad(self._vocab)
-        self.pad_token_id = pad if pad >= 0 else None
-        bos = llama_cpp.llama_vocab_bos(self._vocab)
-        self.bos_token_id = bos if bos >= 0 else None
+        found = (llama_cpp.llama_vocab_eos(self._vocab), llama_cpp.llama_vocab_pad(self._vocab),
+                 llama_cpp.llama_vocab_bos(self._vocab))
+        self.eos_token_id, self.pad_token_id, self.bos_token_id = (i if i >= 0 else None for i in found)  # -1: none
 
-    def _text(self, token_id: int) -> str:
+    def _text(self, token_id: int | None) -> str:
+        if token_id is None:
+            return ""
         raw = self._llama_cpp.llama_vocab_get_text(self._vocab, token_id)
         return raw.decode("utf-8", errors="replace") if raw else ""
 
@@ -43,14 +35,6 @@ class GgufTokenizer:
     def get_vocab(self) -> dict[str, int]:
         """Token text → id (the GGUF's token strings, as transformers' get_vocab gives)."""
         return dict(self._vocabulary)
-
-    @property
-    def eos_token(self) -> str:
-        return self._text(self.eos_token_id) if self.eos_token_id is not None else ""
-
-    @property
-    def bos_token(self) -> str:
-        return self._text(self.bos_token_id) if self.bos_token_id is not None else ""
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self.llm.tokenize(text.encode("utf-8"), add_bos=add_special_tokens, special=True)
@@ -70,7 +54,7 @@ class GgufTokenizer:
         from .chat_template import Budget, render
 
         text = render(self._template, Budget(), messages=messages, add_generation_prompt=add_generation_prompt,
-                      bos_token=self.bos_token, eos_token=self.eos_token, **kwargs)
+                      bos_token=self._text(self.bos_token_id), eos_token=self._text(self.eos_token_id), **kwargs)
         return self.encode(text) if tokenize else text
 
     @cached_property

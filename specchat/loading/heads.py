@@ -1,10 +1,5 @@
-"""Finding and loading a profile's draft head (``[speculation] head``), checked against
-the target before anything runs.
-
-``head`` names a folder (relative to the profile), a Hub repo ``org/name`` (only its
-``config.json`` and ``*.safetensors`` are fetched: a head is data, never code or pickle),
-or ``embedded:<name>``, a head specchat ships in ``specchat/heads/shipped/``.
-"""
+"""Finding and loading a profile's draft head (a folder, a Hub repo of which only config.json
+and *.safetensors are fetched: a head is data, never code, or ``embedded:<name>``)."""
 
 from __future__ import annotations
 
@@ -48,24 +43,14 @@ def load_head(spec, target, base: Path | None):
     """The profile's head for ``target`` (a Backend): Medusa-1 heads for method "medusa",
     else an EAGLE-3 head; one-line errors for a target that cannot hand out the hidden
     states the head reads and for a head that does not fit it."""
-    from specchat.heads.checkpoint import load_eagle3
-
-    if spec.method == "medusa":
-        return load_medusa_head(spec, target, base)
-    if not target.provides_features:
+    if spec.method == "medusa" and not target.provides_final_hidden:
+        raise ModelLoadError(f"method 'medusa' needs the target's final hidden states, and {target.final_hidden_note}",
+                             key="speculation.method", hint='use method = "ngram" or "draft_model" with this target, '
+                             'or backend = "transformers"')
+    if spec.method != "medusa" and not target.provides_features:
         raise ModelLoadError(f"method '{spec.method}' needs the target's hidden states, and {target.features_note}",
                              key="speculation.method", hint='use method = "ngram" or "draft_model" with this target')
-    check_tree(spec, target)
-    folder = resolve_head(spec.head, spec.head_revision, base)
-    head = load_eagle3(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
-                       target_layers=target.num_layers, embed=target.token_embeddings())
-    head.folder = folder  # where it was read from (bench converts it for llama-server's peer row)
-    return head
-
-
-def check_tree(spec, target) -> None:
-    """siblings > 1 drafts a tree: one line where the target cannot verify it."""
-    if spec.siblings > 1 and not target.supports_trees:
+    if spec.siblings > 1 and not target.supports_trees:  # siblings > 1 drafts a tree
         raise ModelLoadError(f"siblings = {spec.siblings} drafts a tree, and the {target.name} backend verifies "
                              "chains only", key="speculation.siblings",
                              hint="set siblings = 1, or use a transformers or llama.cpp target")
@@ -73,23 +58,20 @@ def check_tree(spec, target) -> None:
         raise ModelLoadError(f"siblings = {spec.siblings}: the {target.name} backend verifies trees of at most "
                              f"{target.max_tree_leaves} leaves", key="speculation.siblings",
                              hint=f"set siblings to at most {target.max_tree_leaves}")
-
-
-def load_medusa_head(spec, target, base: Path | None):
-    """Medusa-1 heads for ``target``, which must hand out its final hidden states."""
-    from specchat.heads.medusa_checkpoint import load_medusa
-
-    if not target.provides_final_hidden:
-        raise ModelLoadError(f"method 'medusa' needs the target's final hidden states, and {target.final_hidden_note}",
-                             key="speculation.method", hint='use method = "ngram" or "draft_model" with this target, '
-                             'or backend = "transformers"')
-    check_tree(spec, target)
     folder = resolve_head(spec.head, spec.head_revision, base)
-    head = load_medusa(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size)
-    gamma = spec.num_speculative_tokens
-    if isinstance(gamma, int) and gamma > head.num_heads:
-        raise ModelLoadError(f"num_speculative_tokens = {gamma}, but the Medusa checkpoint has {head.num_heads} "
-                             "heads (one per draft)", key="speculation.num_speculative_tokens",
-                             hint=f'set num_speculative_tokens to at most {head.num_heads}, or "auto"')
-    head.folder = folder
+    if spec.method == "medusa":
+        from specchat.heads.medusa_checkpoint import load_medusa
+
+        head = load_medusa(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size)
+        gamma = spec.num_speculative_tokens
+        if isinstance(gamma, int) and gamma > head.num_heads:
+            raise ModelLoadError(f"num_speculative_tokens = {gamma}, but the Medusa checkpoint has {head.num_heads} "
+                                 "heads (one per draft)", key="speculation.num_speculative_tokens",
+                                 hint=f'set num_speculative_tokens to at most {head.num_heads}, or "auto"')
+    else:
+        from specchat.heads.checkpoint import load_eagle3
+
+        head = load_eagle3(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
+                           target_layers=target.num_layers, embed=target.token_embeddings())
+    head.folder = folder  # where it was read from (bench converts it for llama-server's peer row)
     return head

@@ -25,16 +25,12 @@ def from_hub(repo: str, revision: str | None, key: str, what: str, file: str | N
             return fetch(local_files_only=True)
         except Exception:  # noqa: BLE001 - not cached, whichever way huggingface_hub says it
             name = f"{repo}/{file}" if file else f"'{repo}'"
+            download = " ".join(filter(None, (repo, file, f"--revision {revision}" if revision else "")))
             raise ModelLoadError(f"{name} is not in the Hugging Face cache (nothing is downloaded here)", key=key,
-                                 hint=offline_fix(repo, revision, file)) from None
+                                 hint=f"with network, run `hf download {download}` once (hf comes with "
+                                      "huggingface_hub), or give a local path") from None
     with friendly_load_errors(repo, key, what):
         return fetch()
-
-
-def offline_fix(repo: str, revision: str | None = None, file: str | None = None) -> str:
-    """What to run once with network to put ``repo`` (or one ``file`` of it) in the cache."""
-    what = " ".join(filter(None, (repo, file, f"--revision {revision}" if revision else "")))
-    return f"with network, run `hf download {what}` once (hf comes with huggingface_hub), or give a local path"
 
 
 @contextlib.contextmanager

@@ -1,10 +1,5 @@
-"""Loading a ``backend = "llama.cpp"`` model: find the GGUF file, check it, open it.
-
-The embedded model runs from the wheel's GGUF directly (no conversion, no float32
-copy). Every way this fails — llama-cpp-python missing, a file that is not GGUF,
-GPU layers without a GPU build, a draft whose vocabulary differs — is one
-ModelLoadError line naming the key and the fix.
-"""
+"""Loading a ``backend = "llama.cpp"`` model: find the GGUF file, check it, open it; every
+way this fails is one ModelLoadError line naming the key and the fix."""
 
 from __future__ import annotations
 
@@ -30,15 +25,6 @@ INSTALL_HINT = ("run `make setup` (it compiles llama-cpp-python once, about 4–
                 "`pip install llama-cpp-python`; or set backend = \"transformers\"")
 GPU_BUILD_HINT = ('install a GPU build: CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall '
                   '--no-cache-dir llama-cpp-python (see docs/guide.md), or set n_gpu_layers = 0')
-
-
-def require_llama_cpp(key: str) -> Any:
-    try:
-        import llama_cpp
-    except ImportError as error:
-        raise ModelLoadError(f"{key}.backend = 'llama.cpp' needs the llama-cpp-python package, which is not installed "
-                             f"({error})", key=f"{key}.backend", hint=INSTALL_HINT) from None
-    return llama_cpp
 
 
 def local_candidates(source: str, base: Path | None) -> list[Path]:
@@ -127,10 +113,8 @@ def is_converted(final: Path) -> bool:
 
 def converted_gguf(llama_cpp: Any, path: Path, gguf_type: str, key: str, report=None) -> Path:
     """``path`` converted once to ``gguf_type`` by llama.cpp's own quantiser, cached under
-    the source's name and :func:`source_fingerprint`; the write goes to a temporary file
-    renamed into place under a lock, so concurrent starts never see half a file. A cached
-    file is used only if it matches the record written after its conversion (size and
-    fingerprint): anything else in its place is rebuilt once (see :mod:`.cache_files`)."""
+    :func:`source_fingerprint`, written to a temporary file renamed into place under a lock;
+    a cached file that does not match its record is rebuilt once (:mod:`.cache_files`)."""
     final = conversion_path(path, gguf_type)
     folder = final.parent
     if is_converted(final):
@@ -211,7 +195,11 @@ def resolve_gguf_type(gguf_type: str | None, n_gpu_layers: int = 0,
 
 def load_gguf_model(spec: ModelSpec, key: str, base: Path | None, report=None) -> tuple[Any, dict[str, Any]]:
     """A LlamaCppBackend for ``spec`` and its info (for headers, panels and bench)."""
-    llama_cpp = require_llama_cpp(key)
+    try:
+        import llama_cpp
+    except ImportError as error:
+        raise ModelLoadError(f"{key}.backend = 'llama.cpp' needs the llama-cpp-python package, which is not installed "
+                             f"({error})", key=f"{key}.backend", hint=INSTALL_HINT) from None
     path = gguf_path(spec, key, base)
     check_gguf(path, key)
     source_file = path
@@ -276,20 +264,16 @@ def check_context(n_ctx: int, trained: int, key: str) -> None:
 
 
 def batched_kernel(llama_cpp: Any) -> str:
-    """Which CPU kernels a batch of a few tokens (a step and the drafts it verifies) gets:
-    "specchat" where the loaded llama.cpp carries specchat's patches (patches/llama.cpp,
-    built by `make setup`, which verify drafts cheaper), "upstream" otherwise or where
-    SPECCHAT_GGML_UPSTREAM turns them off."""
+    """"specchat" where the loaded llama.cpp carries specchat's small-batch patches
+    (patches/llama.cpp: cheaper verification), else "upstream" (or SPECCHAT_GGML_UPSTREAM set)."""
     if "SPECCHAT_GGML_UPSTREAM" in os.environ:  # the patched library tests presence, not value
         return "upstream (SPECCHAT_GGML_UPSTREAM)"
     return "specchat" if _ggml_cpu_symbol(llama_cpp, "specchat_sgemm_stream_rows") else "upstream"
 
 
 def small_batch_attention_width(llama_cpp: Any) -> int:
-    """The width of the blocks of specchat's small-batch attention kernel in the loaded
-    llama.cpp (16 where it was compiled for AVX-512, 8 for AVX2), 0 where the build has
-    none (another CPU, an unpatched build) or SPECCHAT_GGML_UPSTREAM turns it off. The
-    build says so itself (patches/llama.cpp/0002 exports it): never guessed from the CPU."""
+    """The block width of specchat's small-batch attention kernel in the loaded llama.cpp (16
+    AVX-512, 8 AVX2, 0 none), as the build itself exports it: never guessed from the CPU."""
     if "SPECCHAT_GGML_UPSTREAM" in os.environ:
         return 0
     width = _ggml_cpu_symbol(llama_cpp, "specchat_flash_attn_small_batch_width")
@@ -297,8 +281,14 @@ def small_batch_attention_width(llama_cpp: Any) -> int:
 
 
 def _ggml_cpu_symbol(llama_cpp: Any, name: str) -> Any:
-    """An exported function of the loaded ggml CPU backend (ctypes), or None."""
-    for library in _ggml_cpu_libraries(llama_cpp):
+    """An exported function of the loaded ggml CPU backend (ctypes), or None: of the libraries
+    this process mapped (Linux), else those beside llama_cpp."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            mapped = sorted({Path(line.split()[-1]) for line in maps if "ggml-cpu" in line and "/" in line})
+    except OSError:
+        mapped = []
+    for library in mapped or sorted((Path(llama_cpp.__file__).parent / "lib").glob("*ggml-cpu*")):
         try:
             symbol = getattr(ctypes.CDLL(str(library)), name, None)
         except OSError:
@@ -306,21 +296,3 @@ def _ggml_cpu_symbol(llama_cpp: Any, name: str) -> Any:
         if symbol is not None:
             return symbol
     return None
-
-
-def _ggml_cpu_libraries(llama_cpp: Any) -> list[Path]:
-    """The ggml CPU backend libraries this process loaded (Linux), else those beside llama_cpp."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            mapped = {Path(line.split()[-1]) for line in maps if "ggml-cpu" in line and "/" in line}
-        if mapped:
-            return sorted(mapped)
-    except OSError:
-        pass
-    return sorted((Path(llama_cpp.__file__).parent / "lib").glob("*ggml-cpu*"))
-
-
-def load_gguf_tokenizer(backend: Any) -> Any:
-    from .gguf_tokenizer import GgufTokenizer
-
-    return GgufTokenizer(backend.llm)

@@ -7,7 +7,7 @@ import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..config.model import ModelSpec, Profile
 from ..errors import ModelLoadError
@@ -18,12 +18,11 @@ from . import embedded
 from .compat import check_draft_compatible
 from .devices import check_quantized_layers, quantization_config, resolve_device, resolve_dtype
 from .hub_errors import friendly_load_errors, from_hub
-from .llamacpp import gguf_path, load_gguf_model, load_gguf_tokenizer, local_candidates
+from .gguf_tokenizer import GgufTokenizer
+from .llamacpp import gguf_path, load_gguf_model, local_candidates
 
 if TYPE_CHECKING:
     from specchat.engine.backends import Backend
-
-Progress = Callable[[LoadProgress], None] | None
 
 
 @dataclass
@@ -41,10 +40,8 @@ class LoadedModels:
     computes_on: frozenset[str] = frozenset()
 
     def target_hf_folder(self, profile: Profile) -> Path | str | None:
-        """The target's Hugging Face folder (its config, which llama.cpp's converter reads
-        to turn an EAGLE-3 head into a GGUF): only the embedded model has one here, made
-        from its GGUF on first use; None for any other target. A method here, so bench
-        reaches the loader's cache through the models it was handed, not by importing it."""
+        """The target's Hugging Face folder, which llama.cpp's converter reads to turn an EAGLE-3
+        head into a GGUF: only the embedded model has one (None for any other target)."""
         from .embedded import ensure_embedded_model, is_embedded
 
         return ensure_embedded_model() if is_embedded(profile.target.source) else None
@@ -60,7 +57,7 @@ class ResolvedSource:
     local: bool
 
 
-def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
+def load_models(profile: Profile, progress: embedded.Progress = None) -> LoadedModels:
     """Load what ``profile`` asks for; every failure is a one-line ModelLoadError."""
     if is_remote(profile):
         raise ModelLoadError(f"backend '{profile.target.backend}' is a server, not a model to load here",
@@ -76,7 +73,7 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
     if profile.target.backend == "llama.cpp":
         report(LoadProgress("target", 0, 0, f"loading target {profile.target.source} (llama.cpp)"))
         target, target_info = load_gguf_model(profile.target, "target", base, report)
-        tokenizer = load_gguf_tokenizer(target)
+        tokenizer = GgufTokenizer(target.llm)
     else:
         tokenizer, target, target_info = _load_transformers_target(profile, base, report)
 
@@ -86,15 +83,13 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         report(LoadProgress("draft", 0, 0, f"loading draft {draft_spec.source}"))
         if draft_spec.backend == "llama.cpp":
             draft, draft_info = load_gguf_model(draft_spec, "speculation.draft", base, report)
-            draft_tokenizer = load_gguf_tokenizer(draft)
+            draft_tokenizer = GgufTokenizer(draft.llm)
         else:
             draft_source = resolve_source(draft_spec, "speculation.draft", base, report)
             draft, draft_info = load_model(draft_spec, draft_source, profile, "speculation.draft")
-            draft_tokenizer = None
             same = (draft_source.path, draft_source.gguf_file) == (target_info.get("resolved"), target_info.get("gguf_file"))
-            if not same:
-                draft_tokenizer = load_tokenizer(draft_source, profile, "speculation.draft.source")
-        check_draft_compatible(target, tokenizer, draft, draft_tokenizer, profile)
+            draft_tokenizer = None if same else load_tokenizer(draft_source, profile, "speculation.draft.source")
+        check_draft_compatible(tokenizer, draft_tokenizer, profile)
 
     from specchat.engine.backends import as_backend
 
@@ -120,7 +115,8 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
         "target": target_info,
         "draft": draft_info,
         "device": target_info["device"],
-        "device_name": _device_name(target_info["device"]),
+        "device_name": (torch.cuda.get_device_name(torch.device(target_info["device"]))
+                        if target_info["device"].startswith("cuda") else target_info["device"]),
         "precision": describe_precision(target_info, draft_info),
         "backend": target_info.get("backend", "transformers"),
         "torch": torch.__version__,
@@ -131,19 +127,13 @@ def load_models(profile: Profile, progress: Progress = None) -> LoadedModels:
 
     share_cores((target, draft))
     where = frozenset().union(*(m.computes_on for m in (target, draft) if m is not None))
-    _settle_heap()
-    report(LoadProgress("done", 1, 1, f"loaded in {info['load_seconds']:.1f} s"))
-    return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info, head=head, computes_on=where)
-
-
-def _settle_heap() -> None:
-    """What is loaded now (models, tokenizer, the UI's widgets) lives as long as the chat,
-    so it leaves the cyclic collector's scans (gc.freeze). Otherwise a full collection
-    during a reply walks all of it while holding the GIL the engine's thread needs between
-    steps (docs/benchmarks/why-the-numbers.md). Objects still free normally when their
-    references go."""
+    # What is loaded now lives as long as the chat, so it leaves the cyclic collector's scans:
+    # a full collection during a reply would walk it all holding the GIL the engine's thread
+    # needs between steps (docs/benchmarks/why-the-numbers.md). It still frees normally.
     gc.collect()
     gc.freeze()
+    report(LoadProgress("done", 1, 1, f"loaded in {info['load_seconds']:.1f} s"))
+    return LoadedModels(target=target, tokenizer=tokenizer, draft=draft, info=info, head=head, computes_on=where)
 
 
 def _load_transformers_target(profile: Profile, base: Path | None, report) -> tuple[Any, Any, dict[str, Any]]:
@@ -312,11 +302,3 @@ def _quiet_transformers(enabled: bool):
         yield
     finally:
         hf_logging.set_verbosity(previous)
-
-
-def _device_name(device: str) -> str:
-    import torch
-
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(torch.device(device))
-    return device

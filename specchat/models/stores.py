@@ -1,23 +1,21 @@
-"""Sources that name a GGUF another tool keeps, resolved read-only to one file:
-
-* ``pulled:NAME`` — a file ``specchat models pull`` joined (catalog.py);
-* ``ollama:NAME[:TAG]`` — the model layer of an Ollama manifest, found where Ollama keeps
-  its store (``OLLAMA_MODELS``, else ``~/.ollama/models``, else the Linux service's
-  ``/usr/share/ollama/.ollama/models``); ``ollama-draft:NAME[:TAG]`` its draft layer;
-* ``lmstudio:PUBLISHER/REPO[/FILE.gguf]`` — a file in LM Studio's models folder.
-
-A manifest is someone else's file: its digests must be sha256 hex and its names plain
-path parts, so nothing it says can point outside the store.
-"""
+"""Sources that name a GGUF another tool keeps, resolved read-only to one file: ``pulled:NAME``,
+``ollama:NAME[:TAG]`` (``ollama-draft:`` its draft layer), ``lmstudio:PUBLISHER/REPO[/FILE.gguf]``.
+A manifest's digests must be sha256 hex and its names plain path parts: nothing it says
+can point outside the store. And what ``models list`` shows: every GGUF these name (and the
+Hugging Face cache's), and which can draft for which (gguf_meta.py's tokenizer fingerprint)."""
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import untrusted
 from ..errors import ModelLoadError
+from .catalog import PULLS
+from .gguf_meta import GgufInfo, read_info
+from .pull import is_pulled, pulled_path
 
 PREFIXES = ("pulled:", "ollama:", "ollama-draft:", "lmstudio:")
 MODEL_LAYER = "application/vnd.ollama.image.model"
@@ -42,9 +40,6 @@ def resolve(source: str, key: str) -> Path:
 
 
 def _pulled(name: str, key: str) -> Path:
-    from .catalog import PULLS
-    from .pull import pulled_path
-
     path = pulled_path(name)
     if _PART.match(name) and path.is_file():
         return path
@@ -52,8 +47,6 @@ def _pulled(name: str, key: str) -> Path:
     hint = f"run `specchat models pull {pull}`" if pull else "`specchat models list` shows what is pulled"
     raise ModelLoadError(f"{key}.source: '{name}' has not been pulled", key=f"{key}.source", hint=hint)
 
-
-# --- Ollama -------------------------------------------------------------------------------
 
 def ollama_stores() -> list[Path]:
     """Where Ollama keeps models, as Ollama reads it: OLLAMA_MODELS when set, else the
@@ -156,8 +149,6 @@ def ollama_models() -> list[tuple[str, Path, bool]]:
     return found
 
 
-# --- LM Studio ----------------------------------------------------------------------------
-
 def lmstudio_folders() -> list[Path]:
     home = Path.home()
     return [home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models"]
@@ -197,8 +188,6 @@ def lmstudio_models() -> list[tuple[str, Path]]:
     return found
 
 
-# --- the Hugging Face cache ---------------------------------------------------------------
-
 def hf_cache_models() -> list[tuple[str, Path]]:
     """(``org/name`` + ``gguf_file``, path) of each GGUF in the Hugging Face cache's snapshots."""
     from huggingface_hub import constants  # where huggingface_hub itself keeps the cache
@@ -211,3 +200,44 @@ def hf_cache_models() -> list[tuple[str, Path]]:
                 if gguf.is_file() and not gguf.name.lower().startswith("mmproj"):
                     found.append((f"{repo_id} (gguf_file = \"{gguf.relative_to(snapshot)}\")", gguf))
     return found
+
+
+@dataclass(frozen=True)
+class Found:
+    where: str  # pulled, ollama, lmstudio, hf-cache
+    source: str  # what a profile's source (and gguf_file) says
+    path: Path
+    size: int
+    info: GgufInfo | None
+    problem: str | None = None  # why its header could not be read
+    note: str = ""
+
+
+def find_all() -> list[Found]:
+    places = [("pulled", f"pulled:{entry.name}", pulled_path(entry.name), "")
+              for pull in PULLS.values() for entry in pull.files if is_pulled(entry)]
+    places += [("ollama", source, blob, "carries a draft layer" if has_draft else "")
+               for source, blob, has_draft in ollama_models()]
+    places += [("lmstudio", source, path, "") for source, path in lmstudio_models()]
+    places += [("hf-cache", source, path, "") for source, path in hf_cache_models()]
+    found = []
+    for where, source, path, note in places:
+        try:
+            info, problem = read_info(path), None
+        except (OSError, ValueError) as error:
+            info, problem = None, str(error)
+        found.append(Found(where, source, path, path.stat().st_size, info, problem, note))
+    return found
+
+
+def draft_candidates(found: list[Found]) -> dict[str, list[Found]]:
+    """For each model, the smaller ones with the same tokenizer, smallest first."""
+    out: dict[str, list[Found]] = {}
+    for target in found:
+        if target.info is None or not target.info.tokenizer:
+            continue
+        drafts = [d for d in found if d is not target and d.info is not None
+                  and d.info.tokenizer == target.info.tokenizer and d.size < target.size]
+        if drafts:
+            out[target.source] = sorted(drafts, key=lambda d: d.size)
+    return out

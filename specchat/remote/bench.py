@@ -1,24 +1,19 @@
-"""``specchat bench`` on a remote profile: the server with speculation against the same
-model served without it (``--plain-url``), side by side.
-
-Without ``--plain-url`` it measures the speculative server alone and says it cannot
-compare. Speeds are the server's generation time (tokens / Σ step ms), prefill left out.
-``concurrency`` N > 1 runs N closed-loop clients from one queue (refused on a llama-server
-with fewer slots); ``tokens_per_s`` is the streams' own speed, ``throughput_tokens_per_s``
-tokens over wall time; a row's ``start_ms`` and ``wall_ms`` show how long it queued.
-
-Design notes: docs/design/remote.md
-"""
+"""``specchat bench`` on a remote profile: the server with speculation against the same model
+served without it (``--plain-url``); and the closed loop and slot check concurrent benches
+use. Design notes: docs/design/remote.md"""
 
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from specchat.events import StepEvent, TurnFinished
-from specchat.remote.closed_loop import closed_loop
+from specchat.remote.http import Endpoint, RemoteError
 
 
 def _measure(chat, prompt: str) -> dict[str, Any]:
@@ -38,11 +33,41 @@ def _measure(chat, prompt: str) -> dict[str, Any]:
                                          "mean_acceptance_length", "draft_acceptance_rate")}}
 
 
+def closed_loop(jobs: list, workers: list, work: Callable[[Any, int, Any], None]) -> None:
+    """N clients sharing one queue of ``jobs``, closed loop: ``work(worker, i, job)`` for each,
+    one client per entry of ``workers`` (a single one in this thread, where Ctrl-C lands).
+    The first failure stops the clients from taking more jobs and is re-raised here."""
+    todo: queue.Queue = queue.Queue()
+    for item in enumerate(jobs):
+        todo.put(item)
+    failed: list[BaseException] = []
+
+    def client(worker: Any) -> None:
+        while not failed:
+            try:
+                i, job = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                work(worker, i, job)
+            except BaseException as exc:  # noqa: BLE001 — re-raised in the caller's thread
+                failed.append(exc)
+
+    if len(workers) == 1:
+        client(workers[0])
+    else:
+        threads = [threading.Thread(target=client, args=(w,), daemon=True) for w in workers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if failed:
+        raise failed[0]
+
+
 def _serve(chats: list, jobs: list[tuple[str, Any, int, int]]) -> tuple[list[dict], float]:
-    """The jobs (set name, prompt, repeat, max_new_tokens) over one client per chat, in
-    order, closed loop → (their measurements in job order, each with ``start_ms`` (its
-    send, ms after the first send) and ``wall_ms`` (its send to its reply's end); the wall
-    ms from the first send to the last reply's end)."""
+    """The jobs (set name, prompt, repeat, max_new_tokens), one client per chat, closed loop →
+    (measurements in job order with ``start_ms`` and ``wall_ms``, the run's wall ms)."""
     measured: list[dict] = [{} for _ in jobs]
     spans: list[tuple[float, float]] = [(0.0, 0.0)] * len(jobs)
 
@@ -62,13 +87,29 @@ def _serve(chats: list, jobs: list[tuple[str, Any, int, int]]) -> tuple[list[dic
     return measured, (max(end for _, end in spans) - first) * 1000
 
 
+def check_concurrency(url: str, n: int, api_key_env: str | None = None) -> None:
+    """RemoteError (one line) when the server at ``url`` decodes fewer than ``n`` requests
+    at once (``total_slots`` in ``GET /props``); nothing when it does not say (vLLM has no
+    /props and batches by itself)."""
+    endpoint = Endpoint(url, api_key_env)
+    try:
+        props = endpoint.get_json("/props")
+    except RemoteError as exc:
+        if exc.status == 404:
+            return
+        raise
+    slots = props.get("total_slots") if isinstance(props, dict) else None
+    if isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots < n:
+        raise RemoteError(f"the server at {endpoint.url} has {slots} parallel slots; --concurrency {n} needs {n}",
+                          hint="start llama-server with -np N, or lower --concurrency")
+
+
 def remote_bench(profile, sets, *, plain_url: str | None, repeat: int = 1, max_new_tokens: int | None = None,
                  concurrency: int = 1, say=print) -> dict[str, Any]:
     """Runs every prompt on the speculative server (the profile's url) and, with
     ``plain_url``, on the plain one, ``concurrency`` streams at a time; returns the
     results document."""
     from specchat.remote.connect import open_chat
-    from specchat.remote.slots import check_concurrency
 
     configs = {"speculative": profile}
     if plain_url:

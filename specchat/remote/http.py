@@ -1,13 +1,6 @@
-"""Bounded HTTP for remote engines: JSON requests and server-sent events (SSE), over httpx.
-
-Every call has a connect and a read timeout and is made once (no retry). Failures raise
-:class:`RemoteError`, whose ``str()`` is one line; all server text in an error passes
-through :meth:`Endpoint.shown` (key redacted, then sanitised), and the URL is shown
-without its user info. Environment proxies are used, except for loopback servers, which
-are always reached directly (:func:`_loopback_direct`).
-
-Design notes: docs/design/remote.md
-"""
+"""Bounded HTTP for remote engines over httpx: JSON and server-sent events, every call with
+timeouts and made once; failures are one-line :class:`RemoteError`s whose server text went
+through :meth:`Endpoint.shown`. Design notes: docs/design/remote.md"""
 
 from __future__ import annotations
 
@@ -66,10 +59,8 @@ class Endpoint:
         self.api_key_env = api_key_env
         self.read_timeout = READ_TIMEOUT_S if read_timeout is None else read_timeout
         connect = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
-        # No keep-alive: each request opens its own connection (as http.client did here),
-        # so the socket of a stream is known from its connect on (see stream()) and cancel
-        # can shut it while the server is still thinking. On loopback a connect costs
-        # nothing; to a TLS server far away it costs a handshake per request.
+        # No keep-alive: a stream's socket is known from its connect on, so cancel can shut it
+        # (docs/design/remote.md, "Cancelling")
         self._client = httpx.Client(timeout=httpx.Timeout(self.read_timeout, connect=connect),
                                     limits=httpx.Limits(max_keepalive_connections=0),
                                     mounts=_loopback_direct(parts.hostname))
@@ -77,10 +68,8 @@ class Endpoint:
         self._lock = threading.Lock()
 
     def abort(self) -> None:
-        """Shut the sockets of the streams open now, from any thread: a reader blocked on
-        a server that trickles or has gone silent wakes at once instead of at the next
-        read timeout (up to READ_TIMEOUT_S). Closing the response from here would not
-        wake it (close() leaves a blocked recv() waiting), shutdown() does."""
+        """Shut the sockets of the streams open now, from any thread, so a blocked reader wakes
+        at once (docs/design/remote.md, "Cancelling")."""
         with self._lock:
             sockets = list(self._sockets)
         for sock in sockets:
@@ -283,14 +272,8 @@ def is_loopback(host: str) -> bool:
 
 
 def _loopback_direct(host: str) -> dict[str, None]:
-    """httpx mounts that reach ``host`` without a proxy when it is this machine's loopback.
-
-    A proxy in the environment is used for every other host, and NO_PROXY is honoured as
-    httpx reads it. Loopback is the exception, as in Go's net/http: a proxy cannot reach
-    this machine's loopback (it would connect to its own), so sending a local
-    llama-server's requests there only fails with the proxy's 502 — and shows the proxy
-    the key and the conversation. Users with a corporate HTTPS_PROXY and no NO_PROXY
-    would otherwise find that nothing local works."""
+    """httpx mounts that reach ``host`` without a proxy when it is this machine's loopback
+    (why: docs/design/remote.md, "HTTP")."""
     if not is_loopback(host):
         return {}
     return {f"all://[{host}]" if ":" in host else f"all://{host}": None}

@@ -1,12 +1,6 @@
-"""A chat with llama.cpp's ``llama-server`` (one machine, or layers spread over
-``rpc-server`` processes with ``--rpc``), shown with the server's own speculation.
-
-Each turn: the server renders the chat template (``/apply-template``) and counts the
-prompt (``/tokenize``); the reply streams from ``/completion`` with
-``timings_per_token`` and ``return_tokens``, and :mod:`llama_server_steps` turns the
-chunks into steps. Whether the server speculates comes from ``/slots`` and ``/props``,
-its γ from ``/metrics`` (see :func:`describe`).
-"""
+"""A chat with llama.cpp's ``llama-server``, shown with the server's own speculation: the
+server renders the template (``/apply-template``) and counts the prompt (``/tokenize``); the
+reply streams from ``/completion`` and :mod:`llama_server_steps` turns its chunks into steps."""
 
 from __future__ import annotations
 
@@ -17,27 +11,52 @@ from specchat.events import Step
 from specchat.remote.session import RemoteChat
 from specchat.remote.http import Endpoint, RemoteError
 from specchat.remote.llama_server_steps import MalformedChunk, StepBuilder
-from specchat.remote.metrics import MAX_POSITIONS
+from specchat.remote.metrics import spec_counters
 
 
 class LlamaServerChat(RemoteChat):
     backend = "llama-server"
-
     label = "llama-server"
 
     @staticmethod
     def describe(endpoint: Endpoint, profile) -> dict[str, Any]:
-        return describe(endpoint)
-
-    def prompt_text(self, messages: list[dict[str, str]]) -> str:
-        answer = self.endpoint.post_json("/apply-template", {"messages": messages})
-        prompt = answer.get("prompt") if isinstance(answer, dict) else None
-        if not isinstance(prompt, str):
-            raise RemoteError(f"{self.endpoint.url}/apply-template: no prompt in the answer")
-        return prompt
+        """What the server serves and how it speculates, for the header and the panel.
+        llama-server 0.3.36 says *whether* a slot speculates (``/slots``) and with which
+        types (``/props``), not its γ: the number of ``/metrics``' per-position acceptance
+        counters gives it once it has drafted (``--metrics``), else γ stays unknown (0)."""
+        health = endpoint.get_json("/health")
+        if isinstance(health, dict) and health.get("status") not in (None, "ok"):
+            raise RemoteError(f"{endpoint.url}: the server is not ready ({endpoint.shown(str(health.get('status')))})")
+        info: dict[str, Any] = {"backend": "llama-server", "url": endpoint.url}
+        props = endpoint.get_json("/props")
+        types = ""
+        if isinstance(props, dict):
+            # the server's own words: shown and recorded, so redacted and cleaned here
+            info["target"] = endpoint.shown(str(props.get("model_path") or props.get("model_alias") or ""))
+            info["server_build"] = endpoint.shown(str(props.get("build_info") or ""))
+            params = (props.get("default_generation_settings") or {}).get("params") or {}
+            types = endpoint.shown(str(params.get("speculative.types") or "")) if isinstance(params, dict) else ""
+        try:
+            slots = endpoint.get_json("/slots")
+        except RemoteError:
+            slots = None  # started with --no-slots
+        if isinstance(slots, list) and slots and isinstance(slots[0], dict) and "speculative" in slots[0]:
+            speculating = slots[0]["speculative"] is True
+        else:
+            speculating = types not in ("", "none")
+        info["server_speculates"] = speculating
+        # /props shows the default request's types ("none" even when the slot speculates)
+        info["server_speculative"] = {"type": types if types not in ("", "none") else "server"}
+        info["server_num_speculative_tokens"] = per_position_count(endpoint) if speculating else 0
+        info["speculation_source"] = ("server counts: accepted known, resampled/bonus inferred"
+                                      if speculating else "the server reports no speculation")
+        return info
 
     def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
-        self._prompt = self.prompt_text(messages)
+        answer = self.endpoint.post_json("/apply-template", {"messages": messages})
+        self._prompt = answer.get("prompt") if isinstance(answer, dict) else None
+        if not isinstance(self._prompt, str):
+            raise RemoteError(f"{self.endpoint.url}/apply-template: no prompt in the answer")
         answer = self.endpoint.post_json("/tokenize", {"content": self._prompt, "add_special": True,
                                                        "parse_special": True})
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
@@ -70,50 +89,9 @@ class LlamaServerChat(RemoteChat):
         self.finish_reason = builder.finish_reason
 
 
-def describe(endpoint: Endpoint) -> dict[str, Any]:
-    """What the server serves and how it speculates, for the header and the panel.
-
-    llama-server 0.3.36 says *whether* a slot speculates (``/slots``: ``speculative``)
-    and with which types (``/props``: ``speculative.types``), but not its γ; the length
-    of ``/metrics``' per-position acceptance counters gives γ once it has drafted
-    (``--metrics``), else γ stays unknown (0) and the panel grows with the drafts seen.
-    """
-    health = endpoint.get_json("/health")
-    if isinstance(health, dict) and health.get("status") not in (None, "ok"):
-        raise RemoteError(f"{endpoint.url}: the server is not ready ({endpoint.shown(str(health.get('status')))})")
-    info: dict[str, Any] = {"backend": "llama-server", "url": endpoint.url}
-    props = endpoint.get_json("/props")
-    types = ""
-    if isinstance(props, dict):
-        # the server's own words: shown and recorded, so redacted and cleaned here
-        info["target"] = endpoint.shown(str(props.get("model_path") or props.get("model_alias") or ""))
-        info["server_build"] = endpoint.shown(str(props.get("build_info") or ""))
-        params = (props.get("default_generation_settings") or {}).get("params") or {}
-        types = endpoint.shown(str(params.get("speculative.types") or "")) if isinstance(params, dict) else ""
-    try:
-        slots = endpoint.get_json("/slots")
-    except RemoteError:
-        slots = None  # started with --no-slots
-    if isinstance(slots, list) and slots and isinstance(slots[0], dict) and "speculative" in slots[0]:
-        speculating = slots[0]["speculative"] is True
-    else:
-        speculating = types not in ("", "none")
-    gamma = per_position_count(endpoint) if speculating else 0
-    info["server_speculates"] = speculating
-    # /props shows the default request's types ("none" even when the slot speculates)
-    info["server_speculative"] = {"type": types if types not in ("", "none") else "server"}
-    info["server_num_speculative_tokens"] = gamma
-    info["speculation_source"] = ("server counts: accepted known, resampled/bonus inferred"
-                                  if speculating else "the server reports no speculation")
-    return info
-
-
 def per_position_count(endpoint: Endpoint) -> int:
-    """Positions in ``llamacpp:spec_decode_num_accepted_tokens_per_pos_total`` (= γ), 0 if absent."""
+    """The server's per-position acceptance counters (= γ, at most MAX_POSITIONS), 0 if absent."""
     try:
-        text = endpoint.get_text("/metrics")
-    except RemoteError:
-        return 0  # started without --metrics
-    count = sum(1 for line in text.splitlines()
-                if line.startswith("llamacpp:spec_decode_num_accepted_tokens_per_pos_total{"))
-    return min(count, MAX_POSITIONS)  # it sizes the panel and the histograms: bounded by ours
+        return len(spec_counters(endpoint.get_text("/metrics"), "llama-server")["accepted_per_position"])
+    except RemoteError:  # started without --metrics, or counters that fail validation
+        return 0

@@ -1,14 +1,5 @@
 """llama-server's streamed chunks → engine steps with provenance. Pure; no I/O.
-
-With ``"timings_per_token": true`` a change (d, a) in the cumulative ``draft_n`` /
-``draft_n_accepted`` opens a verification step of a + 1 tokens: a **accepted** drafts,
-then a **bonus** token when a == d, else **resampled** (inferred). Tokens while the
-counters stand still are plain **target** steps. A step's time is the difference of
-``predicted_ms`` (ms); the first step carries ``prompt_ms`` as prefill. Ids a chunk stands
-for without sending (a split UTF-8 sequence) appear as ``-1`` with empty text.
-
-Design notes: docs/design/remote.md
-"""
+How provenance and times are read from the counters: docs/design/remote.md"""
 
 from __future__ import annotations
 
@@ -21,7 +12,7 @@ STOP_TYPES = {"eos": "eos", "word": "stop", "limit": "length"}
 
 
 class MalformedChunk(ValueError):
-    pass
+    """A server's streamed chunk (llama-server's or vLLM's) is not shaped as its protocol says."""
 
 
 @dataclass

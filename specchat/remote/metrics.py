@@ -1,13 +1,5 @@
-"""A server's own speculation counters, from its Prometheus ``/metrics`` text.
-
-Reads llama-server's ``llamacpp:spec_decode_*`` counters (drafts, draft tokens, accepted,
-accepted per position) and vLLM's under ``vllm:`` (summed over labels). Each turn records
-the difference across it (``TurnFinished.metrics["server"]``), the reference where
-specchat's provenance is inferred. A counter that is not finite and non-negative, goes
-backwards, or accepts more than was proposed is a :class:`BadCounters` (one line).
-
-Design notes: docs/design/remote.md
-"""
+"""A server's own speculation counters, from its Prometheus ``/metrics`` text; each turn
+records their difference across it. Design notes: docs/design/remote.md"""
 
 from __future__ import annotations
 

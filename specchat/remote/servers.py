@@ -7,13 +7,11 @@ from __future__ import annotations
 from specchat.methods import REMOTE_BACKENDS
 
 # What a server's stream cannot tell: the draft's cost (c), so neither the α-vs-c
-# prediction nor v(k). They stay None — "not derivable from the server" — rather than
-# the 0 an unknown draft time would give.
-NOT_DERIVABLE = ("draft_forward_ms", "cost_ratio", "predicted_speedup_paper", "predicted_speedup",
-                 "predicted_speedup_steps", "breakeven", "speedup_lower_bound", "best_gamma",
-                 "recommended_gain", "verdict",
-                 "arithmetic_increase")
-UNDERIVABLE = (*NOT_DERIVABLE, "verify_cost")  # v(k) too: {} rather than None (telemetry.masked)
+# prediction nor v(k). They stay None ({} for verify_cost) — "not derivable from the
+# server" — rather than the 0 an unknown draft time would give (telemetry.masked).
+UNDERIVABLE = ("draft_forward_ms", "cost_ratio", "predicted_speedup_paper", "predicted_speedup",
+               "predicted_speedup_steps", "breakeven", "speedup_lower_bound", "best_gamma",
+               "recommended_gain", "verdict", "arithmetic_increase", "verify_cost")
 
 
 def is_server_session(models) -> bool:

@@ -1,18 +1,11 @@
-"""The chat-level backend shared by remote engines: history, events, telemetry, errors.
-
-A subclass streams one reply as :class:`~specchat.events.Step` objects (tokens with the
-provenance the server's data supports, text filled in); this class turns them into
-the events a local ``ChatSession`` yields and keeps the conversation. Server failures
-(down, HTTP errors, a dropped or malformed stream) become one ErrorEvent line; the
-partial reply is kept in the history and in the TurnFinished (so it is recorded), and
-the next message makes a fresh request.
-"""
+"""The chat-level backend shared by remote engines. A server failure is one ErrorEvent line;
+the partial reply is kept (and recorded), and the next message makes a fresh request."""
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from typing import Any
 
@@ -28,8 +21,7 @@ CANCEL_POLL_S = 0.05
 
 
 class RemoteChat(Conversation):
-    """One conversation with a server: the server is its source of steps, and
-    :class:`~specchat.turn.Conversation` runs the turn. Subclasses implement
+    """One conversation with a server, its source of steps. Subclasses implement
     :meth:`describe` (what the server serves) and :meth:`stream_steps`."""
 
     backend = "remote"
@@ -102,68 +94,39 @@ class RemoteChat(Conversation):
     def _counters_across(self, before: Any) -> tuple[dict[str, Any] | None, str | None]:
         """(the server's counters across the turn, or None; what was wrong with them, or None).
         ``before`` is the counters at its start, None, or the BadCounters they raised."""
-        def problem(exc: BadCounters) -> str:
-            return f"{self.endpoint.url}{exc.message}; the server's own counters are left out of this turn"
-
-        if before is None or isinstance(before, BadCounters):
-            return None, before and problem(before)
         try:
-            after = self.server_counters()
-        except BadCounters as exc:
-            return None, problem(exc)
-        try:
+            if isinstance(before, BadCounters):
+                raise before
+            after = None if before is None else self.server_counters()
             return (None if after is None else counter_delta(before, after)), None
         except BadCounters as exc:
-            return None, problem(exc)
+            return None, f"{self.endpoint.url}{exc.message}; the server's own counters are left out of this turn"
 
     def _network(self, messages: list[dict[str, str]], cancel: threading.Event) -> Iterator[tuple[str, Any]]:
-        """The turn's requests — the server's counters before it, the prompt's length, the
-        stream — made on a thread of their own. Yields ("before", counters or BadCounters),
-        ("started", prompt tokens), then ("step", Step)…; raises what they raise; and ends
-        as soon as ``cancel`` is set, whatever they wait on: a connect to a host that does
-        not answer, a server that never sends its headers (http.py can shut only a stream
-        whose connection is made; a request left behind ends at its own timeout, its
-        answer unread). Leaving early (cancelled, max_new_tokens) shuts the stream."""
-        answers: queue.SimpleQueue = queue.SimpleQueue()
+        """The turn's requests on a thread of their own (docs/design/remote.md, "Cancelling"):
+        yields ("before", counters or BadCounters), ("started", prompt tokens), then ("step",
+        Step)…; ends as soon as ``cancel`` is set. Leaving early shuts the stream."""
         left = threading.Event()
 
-        def requests() -> None:
+        def requests(put: Callable[[Any], None]) -> None:
             try:
-                try:
-                    answers.put(("before", self.server_counters()))
-                except BadCounters as exc:  # said when the turn ends
-                    answers.put(("before", exc))
-                if cancel.is_set():
-                    return
-                answers.put(("started", self.prompt_tokens(messages)))
-                if cancel.is_set():
-                    return
-                with closing(self.stream_steps(messages)) as steps:
-                    for step in steps:
-                        answers.put(("step", step))
-                        if left.is_set() or cancel.is_set():
-                            return
-            except BaseException as exc:  # handed to the turn, which says it in one line
-                answers.put(("error", exc))
-            finally:
-                answers.put(("done", None))
+                put(("before", self.server_counters()))
+            except BadCounters as exc:  # said when the turn ends
+                put(("before", exc))
+            if cancel.is_set():
+                return
+            put(("started", self.prompt_tokens(messages)))
+            if cancel.is_set():
+                return
+            with closing(self.stream_steps(messages)) as steps:
+                for step in steps:
+                    put(("step", step))
+                    if left.is_set() or cancel.is_set():
+                        return
 
-        threading.Thread(target=requests, name=f"remote-turn-{self.turn}", daemon=True).start()
         ended = False
         try:
-            while True:
-                try:
-                    kind, value = answers.get(timeout=CANCEL_POLL_S)
-                except queue.Empty:
-                    if cancel.is_set():
-                        return
-                    continue
-                if kind == "done":
-                    ended = True
-                    return
-                if kind == "error":
-                    raise value
-                yield kind, value
+            ended = yield from _on_thread(requests, cancel, f"remote-turn-{self.turn}")
         finally:
             if not ended:  # left before the requests did: shut the stream, if it is open yet
                 left.set()
@@ -173,25 +136,9 @@ class RemoteChat(Conversation):
     def _unless_cancelled(request: Any, cancel: threading.Event) -> Any:
         """``request()`` made on a thread of its own: what it returns (or raises), or None
         as soon as ``cancel`` is set (the request is left to end at its own timeout)."""
-        answer: queue.SimpleQueue = queue.SimpleQueue()
-
-        def run() -> None:
-            try:
-                answer.put((True, request()))
-            except BaseException as exc:
-                answer.put((False, exc))
-
-        threading.Thread(target=run, name="remote-request", daemon=True).start()
-        while True:
-            try:
-                ok, value = answer.get(timeout=CANCEL_POLL_S)
-            except queue.Empty:
-                if cancel.is_set():
-                    return None
-                continue
-            if ok:
-                return value
-            raise value
+        for answer in _on_thread(lambda put: put(request()), cancel, "remote-request"):
+            return answer
+        return None
 
     def send(self, text: str) -> Iterator[Any]:
         # this turn's own cancel, made at the turn's first step: a request an earlier
@@ -244,3 +191,33 @@ class RemoteChat(Conversation):
         counters, problem = self._unless_cancelled(lambda: self._counters_across(before), self._cancel) or (None, None)
         return ({} if counters is None else {"server": counters}), (
             None if problem is None else self.endpoint.shown(problem, 400))
+
+
+def _on_thread(work: Callable[[Callable[[Any], None]], None], cancel: threading.Event, name: str
+               ) -> Generator[Any, None, bool]:
+    """Runs ``work(put)`` on a thread of its own and yields what it puts, raising what it
+    raises (handed to the turn, which says it in one line); returns True when it ended,
+    False as soon as ``cancel`` is set, whatever the thread still waits on."""
+    answers: queue.SimpleQueue = queue.SimpleQueue()
+
+    def run() -> None:
+        try:
+            work(lambda item: answers.put(("item", item)))
+        except BaseException as exc:  # noqa: BLE001 — re-raised in the caller's thread
+            answers.put(("error", exc))
+        finally:
+            answers.put(("done", None))
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    while True:
+        try:
+            kind, value = answers.get(timeout=CANCEL_POLL_S)
+        except queue.Empty:
+            if cancel.is_set():
+                return False
+            continue
+        if kind == "done":
+            return True
+        if kind == "error":
+            raise value
+        yield value

@@ -1,13 +1,5 @@
-"""A chat with vLLM's OpenAI-compatible server, shown with the speculation it reports.
-
-Streams ``POST /v1/chat/completions`` with logprobs; a chunk of n tokens is one step:
-n − 1 **accepted** drafts, then a **bonus** token when n − 1 equals the profile's γ, else
-**resampled** (inferred); with ``method = "none"`` every token is plain **target**. Each
-step counts as proposing γ drafts, so the server's ``vllm:spec_decode_*`` counters are the
-reference for totals. Token ids are not sent (−1); p comes from each token's logprob.
-
-Design notes: docs/design/remote.md
-"""
+"""A chat with vLLM's OpenAI-compatible server: a streamed chunk of n tokens is one step of
+n − 1 accepted drafts and a bonus or resampled token. Design notes: docs/design/remote.md"""
 
 from __future__ import annotations
 
@@ -18,12 +10,9 @@ from typing import Any
 from specchat.events import Step, StepStats, Token
 from specchat.remote.session import RemoteChat
 from specchat.remote.http import Endpoint, RemoteError
+from specchat.remote.llama_server_steps import MalformedChunk
 
 FINISH = {"stop": "eos", "length": "length", "abort": "cancelled"}
-
-
-class ChunkError(ValueError):
-    pass
 
 
 def chunk_tokens(chunk: dict[str, Any]) -> tuple[list[tuple[str, float | None]], str | None]:
@@ -31,22 +20,22 @@ def chunk_tokens(chunk: dict[str, Any]) -> tuple[list[tuple[str, float | None]],
     The delta's text goes to the tokens whose logprob entries spell it, else to the last."""
     choices = chunk.get("choices")
     if not isinstance(choices, list):
-        raise ChunkError("'choices' is not a list")
+        raise MalformedChunk("'choices' is not a list")
     if not choices:
         return [], None  # the usage chunk
     choice = choices[0]
     if not isinstance(choice, dict):
-        raise ChunkError("a choice is not an object")
+        raise MalformedChunk("a choice is not an object")
     delta = choice.get("delta") or {}
     text = delta.get("content") or "" if isinstance(delta, dict) else ""
     if not isinstance(text, str):
-        raise ChunkError("'delta.content' is not text")
+        raise MalformedChunk("'delta.content' is not text")
     logprobs = choice.get("logprobs") or {}
     if not isinstance(logprobs, dict):
-        raise ChunkError("'logprobs' is not an object")
+        raise MalformedChunk("'logprobs' is not an object")
     entries = logprobs.get("content") or []
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise ChunkError("'logprobs.content' is not a list of tokens")
+        raise MalformedChunk("'logprobs.content' is not a list of tokens")
     tokens: list[tuple[str, float | None]] = []
     for entry in entries:
         lp = entry.get("logprob")
@@ -80,12 +69,29 @@ def chunk_step(tokens: list[tuple[str, float | None]], gamma: int, ms: float) ->
 
 class VllmChat(RemoteChat):
     backend = "vllm"
-
     label = "vLLM"
 
     @staticmethod
     def describe(endpoint: Endpoint, profile) -> dict[str, Any]:
-        return describe(endpoint, profile)
+        """The served model (the profile's ``source``, else the server's first) and the γ the
+        profile says the server speculates with."""
+        models = endpoint.get_json("/v1/models")
+        data = models.get("data") if isinstance(models, dict) else None
+        ids = [m.get("id") for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        if not ids:
+            raise RemoteError(f"{endpoint.url}/v1/models lists no model — is this a vLLM server?")
+        name = profile.target.source or ids[0]
+        if name not in ids:
+            raise RemoteError(f"{endpoint.url} does not serve {name!r}", key="target.source",
+                              hint="it serves: " + endpoint.shown(", ".join(ids[:5])))
+        spec = profile.speculation
+        gamma = 0 if spec.method == "none" else int(spec.num_speculative_tokens if spec.num_speculative_tokens != "auto"
+                                                     else spec.max_speculative_tokens)
+        return {"backend": "vllm", "url": endpoint.url, "target": endpoint.shown(name), "model_id": name,
+                "server_num_speculative_tokens": gamma,
+                "server_speculates": bool(gamma), "server_speculative": {"type": spec.method},
+                "speculation_source": ("chunk sizes: accepted known, resampled/bonus and drafts inferred from γ"
+                                       if gamma else "no speculation declared in the profile")}
 
     def __init__(self, endpoint: Endpoint, profile, info: dict[str, Any]) -> None:
         self.model_id = info.pop("model_id")  # as the server spells it: sent back, never shown or recorded
@@ -111,7 +117,7 @@ class VllmChat(RemoteChat):
         for chunk in self.endpoint.stream("/v1/chat/completions", self.request(messages), self._cancel.is_set):
             try:
                 tokens, reason = chunk_tokens(chunk)
-            except ChunkError as exc:
+            except MalformedChunk as exc:
                 raise RemoteError(f"{self.endpoint.url}/v1/chat/completions: malformed chunk ({exc})") from None
             finish = reason or finish
             if tokens:
@@ -124,25 +130,3 @@ class VllmChat(RemoteChat):
         if finish is None and not self._cancel.is_set():
             raise RemoteError(f"{self.endpoint.url}/v1/chat/completions: the stream ended without a finish_reason")
         self.finish_reason = FINISH.get(finish or "", "stop")
-
-
-def describe(endpoint: Endpoint, profile) -> dict[str, Any]:
-    """The served model (the profile's ``source``, else the server's first) and the γ the
-    profile says the server speculates with."""
-    models = endpoint.get_json("/v1/models")
-    data = models.get("data") if isinstance(models, dict) else None
-    ids = [m.get("id") for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
-    if not ids:
-        raise RemoteError(f"{endpoint.url}/v1/models lists no model — is this a vLLM server?")
-    name = profile.target.source or ids[0]
-    if name not in ids:
-        raise RemoteError(f"{endpoint.url} does not serve {name!r}", key="target.source",
-                          hint="it serves: " + endpoint.shown(", ".join(ids[:5])))
-    spec = profile.speculation
-    gamma = 0 if spec.method == "none" else int(spec.num_speculative_tokens if spec.num_speculative_tokens != "auto"
-                                                 else spec.max_speculative_tokens)
-    return {"backend": "vllm", "url": endpoint.url, "target": endpoint.shown(name), "model_id": name,
-            "server_num_speculative_tokens": gamma,
-            "server_speculates": bool(gamma), "server_speculative": {"type": spec.method},
-            "speculation_source": ("chunk sizes: accepted known, resampled/bonus and drafts inferred from γ"
-                                   if gamma else "no speculation declared in the profile")}

@@ -1,14 +1,5 @@
 """The HTTP side of ``specchat serve``: stdlib ThreadingHTTPServer, one thread a client.
-
-Replies are JSON (errors as OpenAI's ``{"error": {"message", "type", "code"}}``, one line)
-except ``/metrics`` (Prometheus text) and streams (SSE ``data:`` lines, then ``data:
-[DONE]``). A key, when set, is asked of every path but ``/health`` (Bearer, constant-time
-compare); bodies over MAX_BODY are refused unread (413). A client that goes away has its
-request cancelled, the batch unharmed. Nothing a client sends reaches a 5xx: every bad
-request gets a 4xx with one JSON line. Log lines are cleaned before the terminal.
-
-Design notes: docs/design/serve.md
-"""
+Nothing a client sends reaches a 5xx; log lines are cleaned. Design notes: docs/design/serve.md"""
 
 from __future__ import annotations
 
@@ -128,7 +119,7 @@ class Handler(BaseHTTPRequestHandler):
                 if not handle.finished and not reply.stopped:  # gone while it waited for a slot
                     return
                 self._json(shape.body(reply.text, entries, reply.ids, reply.finish_reason, reply.spec_stats(),
-                                      usage(len(prompt_ids), reply.tokens), prompt_ids))
+                                      usage(len(prompt_ids), len(reply.ids)), prompt_ids))
         except GenerationError as error:
             self._json(error_body(f"generation failed: {error}", 500), 500)
         finally:
@@ -153,7 +144,7 @@ class Handler(BaseHTTPRequestHandler):
         if not handle.finished and not reply.stopped:  # the client went away while it waited
             return
         if shape.job.include_usage:
-            self._event(shape.usage_chunk(usage(prompt_tokens, reply.tokens)))
+            self._event(shape.usage_chunk(usage(prompt_tokens, len(reply.ids))))
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 

@@ -1,12 +1,5 @@
-"""Server-wide counters for ``GET /metrics``, in Prometheus text under vLLM's names.
-
-``vllm:spec_decode_num_drafts_total`` (steps that verified a draft), ``…_num_draft_tokens``
-/ ``…_num_accepted_tokens_total``, ``…_num_accepted_tokens_per_pos_total{position="i"}``,
-``vllm:prompt_tokens_total`` / ``vllm:generation_tokens_total``,
-``vllm:request_success_total{finished_reason=…}`` and the gauge
-``vllm:num_requests_running``. Every sample carries ``model_name`` as vLLM's do, so
-remote/metrics.py and dashboards made for vLLM read them unchanged.
-"""
+"""Server-wide counters for ``GET /metrics``, in Prometheus text under vLLM's names and
+``model_name`` label, so remote/metrics.py and dashboards made for vLLM read them unchanged."""
 
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """OpenAI's request and response shapes: a request body → a Job; a reply → chunks/JSON.
-
-Reads ``messages`` / ``prompt``, ``max_tokens`` (or ``max_completion_tokens``),
-``temperature``, ``top_p``, ``top_k`` (−1 or 0: off), ``seed``, ``stream``,
-``stream_options.include_usage``, ``logprobs``, ``return_token_ids`` (vLLM's) and
-``stop`` (up to MAX_STOP strings; the reply ends before the first, finish_reason "stop").
-An omitted sampling field takes the profile's value; ``n`` ≠ 1 is refused (400); other
-OpenAI fields are ignored. Text UTF-8 cannot encode (a lone surrogate) is refused.
-
-Design notes: docs/design/serve.md
-"""
+The fields read, and what is refused: docs/design/serve.md"""
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -25,6 +17,7 @@ from specchat.errors import SamplingError
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP = 16  # stop strings a request may give (OpenAI allows 4, vLLM any number)
 MAX_STOP_CHARS = 512
+_SURROGATE = re.compile("[\ud800-\udfff]")  # what UTF-8 cannot encode
 
 
 class BadRequest(Exception):
@@ -131,22 +124,14 @@ def _unencodable(body: Any) -> str | None:
         where, value = pending.pop()
         if isinstance(value, dict):
             for key, item in value.items():
-                if not key.isascii() and not _encodes(key):
+                if _SURROGATE.search(key):
                     return f"a key in '{where[:80] or 'the body'}'"
                 pending.append((f"{where}.{key}" if where else key, item))
         elif isinstance(value, list):
             pending += [(f"{where}[{i}]", item) for i, item in enumerate(value)]
-        elif isinstance(value, str) and not value.isascii() and not _encodes(value):
+        elif isinstance(value, str) and _SURROGATE.search(value):
             return f"'{where[:80]}'"
     return None
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _messages(messages: Any) -> tuple[dict[str, str], ...]:
@@ -180,21 +165,23 @@ class Shape:
     def _envelope(self, obj: str, choices: list, **extra: Any) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices, **extra}
 
+    def _choice(self, text: str, entries: list[dict], finish: str | None, message: str) -> dict[str, Any]:
+        """A choice as OpenAI shapes it: chat's ``message`` (a stream's ``delta``), else text."""
+        if self.job.kind != "chat":
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        said = {"role": "assistant", "content": text} if message == "message" or self.first else {"content": text}
+        return {"index": 0, message: said, "logprobs": {"content": entries} if self.job.logprobs else None,
+                "finish_reason": finish}
+
     def chunk(self, text: str, entries: list[dict], ids: list[int], finish: str | None = None,
               stats: dict | None = None) -> dict:
-        if self.job.kind == "chat":
-            delta = {"role": "assistant", "content": text} if self.first else {"content": text}
-            choice = {"index": 0, "delta": delta, "logprobs": {"content": entries} if self.job.logprobs else None,
-                      "finish_reason": finish}
-            obj = "chat.completion.chunk"
-        else:
-            choice, obj = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}, "text_completion"
+        choice = self._choice(text, entries, finish, "delta")
         if self.job.return_token_ids:
             choice["token_ids"] = ids
         if finish is not None:
             choice["speculative_decoding_stats"] = stats
         self.first = False
-        return self._envelope(obj, [choice])
+        return self._envelope("chat.completion.chunk" if self.job.kind == "chat" else "text_completion", [choice])
 
     def usage_chunk(self, usage: dict) -> dict:
         return self._envelope("chat.completion.chunk" if self.job.kind == "chat" else "text_completion", [],
@@ -202,13 +189,8 @@ class Shape:
 
     def body(self, text: str, entries: list[dict], ids: list[int], finish: str, stats: dict | None, usage: dict,
              prompt_ids: list[int]) -> dict:
-        if self.job.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": {"content": entries} if self.job.logprobs else None, "finish_reason": finish}
-            obj = "chat.completion"
-        else:
-            choice, obj = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}, "text_completion"
-        choice["speculative_decoding_stats"] = stats
+        choice = {**self._choice(text, entries, finish, "message"), "speculative_decoding_stats": stats}
+        obj = "chat.completion" if self.job.kind == "chat" else "text_completion"
         if not self.job.return_token_ids:
             return self._envelope(obj, [choice], usage=usage)
         choice["token_ids"] = ids

@@ -1,14 +1,6 @@
-"""One request's reply as its Steps arrive: text, token counts and speculation figures.
-
-``speculative_decoding_stats`` has vLLM's per-request shape (num_spec_steps,
-num_draft_tokens, num_accepted_draft_tokens, mean_acceptance_length,
-draft_acceptance_rate, acceptance_histogram, num_spec_tokens; rates null before any
-draft) plus specchat's ``accepted_per_position``. Stop strings: the text ends before the
-first to appear (``stopped``); ``add`` holds back any tail that could begin one, so nothing
-handed out is taken back. Token ids, log p entries and usage count every token generated.
-
-Field definitions: docs/design/metrics.md
-"""
+"""One request's reply as its Steps arrive: text (held back where it could begin a stop
+string, so nothing handed out is taken back), token counts and vLLM-shaped speculation
+figures (docs/design/metrics.md)."""
 
 from __future__ import annotations
 
@@ -33,10 +25,6 @@ class Reply:
         self.ids: list[int] = []
         self.finish_reason: str | None = None
         self.drafts = DraftCounts()
-
-    @property
-    def tokens(self) -> int:
-        return len(self.ids)
 
     @property
     def text(self) -> str:

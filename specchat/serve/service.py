@@ -1,6 +1,6 @@
-"""What ``specchat serve`` holds while it runs: the batched engine's worker, the chat
-template, the profile's defaults and the counters; ``start(job)`` turns a parsed request
-into a running one."""
+"""What ``specchat serve`` holds while it runs (the batched engine's worker, the chat template,
+the profile's defaults, the counters), and the checks of a profile and ``--parallel N`` that
+refuse in one line before the model loads."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from specchat.engine.sampling import SamplingParams
 from specchat.engine.template import ChatTemplate
 from specchat.errors import SpecchatError
 from specchat.serve.metrics import ServeMetrics
-from specchat.serve.parallel import MIN_ROOM
 from specchat.serve.openai import BadRequest, Job
+
+MIN_ROOM = 256  # tokens a chat holds at least (build_service's floor)
 
 
 @dataclass
@@ -77,3 +78,25 @@ def build_service(profile: Any, loaded: Any, parallel: int, api_key: str | None 
     engine = BatchedEngine(loaded.target, parallel, factory, chat.stop_token_ids, n_ctx_per_seq=room)
     return Service(BatchedServer(engine, metrics.add_step), chat, profile.name, sampling_params(profile.sampling),
                    profile.sampling.max_new_tokens, room, num_spec_tokens, metrics, api_key)
+
+
+def check_parallel(parallel: int, n_ctx: int | None) -> None:
+    """One line, exit 2, for an N no batched context can hold (before the model loads;
+    N < 1 is check_profile's)."""
+    import llama_cpp
+
+    most = int(llama_cpp.llama_max_parallel_sequences())
+    if parallel > most:
+        raise too_many(parallel, n_ctx, f"llama.cpp batches at most {most} sequences in one context", most)
+
+
+def too_many(parallel: int, n_ctx: int | None, why: str, fits: int | None = None) -> SpecchatError:
+    """The error for ``--parallel N`` that llama.cpp cannot batch: why, each chat's share
+    of n_ctx, and the largest N that fits (``fits``; by default the largest whose
+    batched context is no larger than the target's own n_ctx)."""
+    share = (f"each chat would get {n_ctx // parallel} tokens (n_ctx {n_ctx} / {parallel})" if n_ctx
+             else f"each chat would get 1/{parallel} of the target's context")
+    if fits is None:
+        fits = max(1, (n_ctx or MIN_ROOM) // MIN_ROOM)
+    return SpecchatError(f"--parallel {parallel} is more chats than fit: {why}; {share}", key="--parallel",
+                         hint=f"use --parallel {fits} or fewer")

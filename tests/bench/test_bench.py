@@ -203,7 +203,7 @@ def test_a_bad_out_is_one_line_before_the_run_and_a_failed_write_keeps_the_resul
     check_out_dir(tmp_path / "new" / "deeper")  # to be made: fine, and nothing made yet
     assert not (tmp_path / "new").exists()
     with pytest.raises(SpecchatError, match="cannot write the results to") as error:
-        write_files(a_file / "sub", {"ran": True}, "# report", "plot.png", lambda path, results: False)
+        write_files(a_file / "sub", {"ran": True}, "# report", "plot.png", lambda plt, results: plt.figure())
     kept = Path(str(error.value).split("; they are in ")[1].split()[0])
     assert json.loads((kept / "results.json").read_text()) == {"ran": True}
     assert (kept / "report.md").read_text() == "# report"

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from specchat.bench.concurrency_stats import crossover
+from specchat.bench.concurrency_report import crossover
 from specchat.cli import main
 from tests.support.llama_server_helpers import server_dir
 from tests.support.needs import needs_llama_cpp

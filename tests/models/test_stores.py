@@ -10,7 +10,7 @@ import pytest
 from specchat.errors import ModelLoadError
 from specchat.models import stores
 from specchat.models.gguf_meta import read_info
-from specchat.models.listing import draft_candidates, find_all
+from specchat.models.stores import draft_candidates, find_all
 from tests.models.gguf_files import write_gguf
 
 TOKENS = ["<|endoftext|>", "a", "b", "ab", "def", " return"]

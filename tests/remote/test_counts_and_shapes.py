@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from specchat.remote.llama_server_steps import MalformedChunk, StepBuilder
-from specchat.remote.vllm import ChunkError, chunk_tokens
+from specchat.remote.vllm import chunk_tokens
 from tests.remote.test_steps import chunk
 
 
@@ -34,5 +34,5 @@ def test_counts_that_follow_are_taken():
 
 @pytest.mark.parametrize("logprobs", [[{"token": "x", "logprob": -0.1}], "x", 3])
 def test_vllm_logprobs_that_is_no_object_is_malformed(logprobs):
-    with pytest.raises(ChunkError, match="'logprobs' is not an object"):
+    with pytest.raises(MalformedChunk, match="'logprobs' is not an object"):
         chunk_tokens({"choices": [{"index": 0, "delta": {"content": "x"}, "logprobs": logprobs}]})

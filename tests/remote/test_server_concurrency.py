@@ -107,7 +107,7 @@ def test_a_server_that_will_not_start_is_one_line(setup, tmp_path):
 
 def test_check_concurrency_refuses_a_server_with_fewer_slots(setup, tmp_path):
     from specchat.remote.http import RemoteError
-    from specchat.remote.slots import check_concurrency
+    from specchat.remote.bench import check_concurrency
 
     loaded, _, _ = setup
     server = llama_server(BIN, loaded.target.model_path, tmp_path / "server.log")  # -np 1
@@ -133,7 +133,7 @@ class NoProps(BaseHTTPRequestHandler):
 
 def test_a_server_without_props_batches_by_itself():
     """vLLM answers /props with 404: no slot count, no refusal."""
-    from specchat.remote.slots import check_concurrency
+    from specchat.remote.bench import check_concurrency
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), NoProps)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from specchat.remote.llama_server_steps import MalformedChunk, StepBuilder
-from specchat.remote.vllm import ChunkError, chunk_step, chunk_tokens
+from specchat.remote.vllm import chunk_step, chunk_tokens
 from specchat.telemetry import Telemetry
 from tests.support import ROOT
 
@@ -117,7 +117,7 @@ def test_vllm_fixture_text_not_spelled_by_logprobs_goes_on_the_last_token():
 @pytest.mark.parametrize("bad", [{"choices": 3}, {"choices": [5]}, {"choices": [{"delta": {"content": 1}}]},
                                  {"choices": [{"delta": {}, "logprobs": {"content": [1]}}]}])
 def test_vllm_fixture_malformed_chunks_are_refused(bad):
-    with pytest.raises(ChunkError):
+    with pytest.raises(MalformedChunk):
         chunk_tokens(bad)
 
 
