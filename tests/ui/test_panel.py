@@ -10,7 +10,7 @@ from textual.widgets import Collapsible
 
 from specchat.telemetry import MetricsSnapshot
 from specchat.ui.screens.help import HelpScreen
-from tests.support.pilot import replayed
+from tests.support.pilot import replayed, wait_for
 from tests.support.ui_session import turn_events, write_recording
 
 
@@ -32,8 +32,9 @@ def test_the_panel_leads_with_a_verdict_and_folds_the_details(tmp_path):
             assert not app.chat.query_one("#detail-figures").region.height
             assert text_of(app, "#detail-figures") == ""
             await pilot.click("#details CollapsibleTitle")
-            await pilot.pause(0.1)
-            assert not details.collapsed and app.chat.query_one("#detail-figures").region.height
+            # laid out within a frame or two; under a busy CPU, later (a fixed pause failed there)
+            await wait_for(pilot, lambda: not details.collapsed and app.chat.query_one("#detail-figures").region.height,
+                           timeout=10, what="the details to open")
             steps = app.chat.figures.turn.num_steps
             assert "α measured" in text_of(app, "#detail-figures") and f"steps{steps:>22}" in text_of(
                 app, "#detail-figures")  # brought up to date as it opens
@@ -43,8 +44,8 @@ def test_the_panel_leads_with_a_verdict_and_folds_the_details(tmp_path):
                                       gamma_history=(3, 0, 0, 0, 0, 0, 0, 0, 0), last_gamma=0, predicted_gain=0.9)
             app.chat.panel.gamma, app.chat.panel.hide_timing = "auto", False  # as a live chat at γ = auto
             app.chat.panel.show(MetricsSnapshot(), session)
-            await pilot.pause(0.1)
             verdict = app.chat.query_one("#verdict")
+            await wait_for(pilot, lambda: "for now γ auto" in str(verdict.render()), timeout=10, what="the verdict")
             assert "for now γ auto decodes plainly" in str(verdict.render()) and verdict.has_class("-good")
             assert "no draft pays at this point" in text_of(app, "#controller")
 
@@ -87,7 +88,7 @@ def test_a_busy_machine_shows_the_ratio_its_interval_and_one_caveat(tmp_path):
         async with replayed(path) as (app, pilot):
             app.chat.panel.hide_timing = False  # as a live chat shows them
             app.chat.panel.show(busy(0.63, 1.31, (1.05, 1.63)), busy(0.58, 1.27, (1.12, 1.44)))
-            await pilot.pause(0.1)
+            await wait_for(pilot, lambda: "1.31×*" in text_of(app, "#figures"), timeout=10, what="the figures")
             shown = text_of(app, "#figures")
             assert "1.31×*" in shown and "1.27×*" in shown and "–*" not in shown
             assert "turn 95 %: 1.05–1.63×" in shown and "session 95 %: 1.12–1.44×" in shown
