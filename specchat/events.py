@@ -276,22 +276,9 @@ class Notice:
     message: str
 
 
-EVENT_TYPES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (
-        SessionHeader,
-        LoadProgress,
-        Loaded,
-        UserMessage,
-        TurnStarted,
-        StepEvent,
-        TurnFinished,
-        ProfileSwitched,
-        ChatReset,
-        ErrorEvent,
-        Notice,
-    )
-}
+EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
+    SessionHeader, LoadProgress, Loaded, UserMessage, TurnStarted, StepEvent, TurnFinished, ProfileSwitched, ChatReset,
+    ErrorEvent, Notice)}
 
 
 def to_json(event: Any) -> dict[str, Any]:
@@ -321,17 +308,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _token_from(d: dict[str, Any]) -> Token:
-    alts = tuple(Alternative(**a) for a in d.get("alternatives", ()))
-    return Token(**{**d, "alternatives": alts})
-
-
 def _step_from(d: dict[str, Any]) -> Step:
-    return Step(
-        tokens=tuple(_token_from(t) for t in d["tokens"]),
-        stats=StepStats(**d["stats"]),
-        finish_reason=d.get("finish_reason"),
-    )
+    tokens = tuple(Token(**{**t, "alternatives": tuple(Alternative(**a) for a in t.get("alternatives", ()))})
+                   for t in d["tokens"])
+    return Step(tokens, StepStats(**d["stats"]), d.get("finish_reason"))
 
 
 def from_json(data: dict[str, Any]) -> Any:

@@ -31,12 +31,6 @@ def quiet_transformers() -> None:
     disable_progress_bars()
 
 
-def template_has_thinking(tokenizer: Any) -> bool:
-    """Qwen3-style chat templates read an ``enable_thinking`` variable; others have no switch."""
-    template = getattr(tokenizer, "chat_template", None) or ""
-    return isinstance(template, str) and "enable_thinking" in template
-
-
 def _build(profile_ref: Any, progress: ProgressCallback, record: bool):
     """(profile, LoadedModels, ChatSession, BackendInfo) for a profile name or path, or
     a :class:`~specchat.config.Profile` already built (a recording's, on resume);
@@ -58,7 +52,8 @@ def _build(profile_ref: Any, progress: ProgressCallback, record: bool):
     calibrate(session.engine, session.sampling, lambda text: progress(LoadProgress("timing", 0, 0, text)))
     spec = profile.speculation
     thinking: bool | None = None
-    if template_has_thinking(models.tokenizer):
+    template = getattr(models.tokenizer, "chat_template", None) or ""
+    if isinstance(template, str) and "enable_thinking" in template:  # Qwen3-style: the others have no switch
         thinking = bool(profile.chat.enable_thinking) if profile.chat.enable_thinking is not None else True
     info = BackendInfo(
         profile_name=profile.name,
@@ -68,7 +63,6 @@ def _build(profile_ref: Any, progress: ProgressCallback, record: bool):
         max_gamma=int(spec.max_speculative_tokens or 8),
         temperature=float(profile.sampling.temperature),
         thinking=thinking,
-        profile_ref=str(profile.source_path) if profile.source_path else profile.name,
         details=dict(models.info or {}),
         # declared by the backends; llama.cpp with some layers offloaded still computes on the CPU
         computes_on_cpu="cpu" in models.computes_on,
@@ -91,7 +85,6 @@ def _build_remote(profile: Any, progress: ProgressCallback):
         description=profile.description or "",
         temperature=float(profile.sampling.temperature),
         thinking=None,
-        profile_ref=str(profile.source_path) if profile.source_path else profile.name,
         warning=None if fields["method"] != "none" else f"{server.get('url')}: the server reports no "
                                                          "speculation — every token is a plain target token",
         **fields,

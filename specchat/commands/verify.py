@@ -90,7 +90,11 @@ def run(args: argparse.Namespace) -> int:
                         reply_start=args.reply_start or "", gamma=args.gamma, progress=progress)
     print("", file=sys.stderr)
     if args.json:
-        print(json.dumps(_as_dict(report), ensure_ascii=False, default=str))
+        import dataclasses
+
+        print(json.dumps({"passed": report.passed, "settings": report.settings, "speculation": report.speculation,
+                          "speculation_auto": report.speculation_auto, "notes": report.notes,
+                          "checks": [dataclasses.asdict(c) for c in report.checks]}, ensure_ascii=False, default=str))
     else:
         print(render(report))
     return 0 if report.passed else 1
@@ -98,11 +102,11 @@ def run(args: argparse.Namespace) -> int:
 
 def render(report) -> str:
     s = report.settings
-    lines = [
-        f"verify: {s['method']} γ={s['gamma']}, temperature {s['temperature']}, top_p {s['top_p']}, top_k {s['top_k']}, "
-        f"{s['dtype']}{_weights(s)}; {s['samples']} samples × {s['tokens']} tokens of each kind; prompt {s['prompt_tokens']} tokens"
-        + (f" (reply so far: {s['reply_start']!r})" if s.get("reply_start") else ""),
-    ]
+    weights = f" ({s['precision']} weights)" if s.get("precision") in ("4bit", "8bit") else ""
+    reply = f" (reply so far: {s['reply_start']!r})" if s.get("reply_start") else ""
+    lines = [f"verify: {s['method']} γ={s['gamma']}, temperature {s['temperature']}, top_p {s['top_p']}, "
+             f"top_k {s['top_k']}, {s['dtype']}{weights}; {s['samples']} samples × {s['tokens']} tokens of each kind; "
+             f"prompt {s['prompt_tokens']} tokens{reply}"]
     if s.get("concurrency"):
         lines.append(f"batched: {s['concurrency']} sequences in each llama.cpp decode, the requests cycling through "
                      f"{', '.join(s['kinds'])} (drafts of different lengths in one decode)")
@@ -138,19 +142,6 @@ def render(report) -> str:
                      "these cells and samples (a lower bound: the TV rule can only add)")
     lines.append(f"verdict: {'PASS' if report.passed else 'FAIL'}")
     return "\n".join(lines)
-
-
-def _weights(settings: dict) -> str:
-    precision = settings.get("precision")
-    return f" ({precision} weights)" if precision in ("4bit", "8bit") else ""
-
-
-def _as_dict(report) -> dict:
-    import dataclasses
-
-    return {"passed": report.passed, "settings": report.settings, "speculation": report.speculation,
-            "speculation_auto": report.speculation_auto,
-            "notes": report.notes, "checks": [dataclasses.asdict(c) for c in report.checks]}
 
 
 class _Progress:

@@ -28,10 +28,6 @@ def profile_files() -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
-def profile_names() -> list[str]:
-    return list(profile_files())
-
-
 def looks_like_path(name_or_path: str | Path) -> bool:
     text = str(name_or_path)
     return isinstance(name_or_path, Path) or "/" in text or "\\" in text or text.endswith(".toml")
@@ -105,13 +101,11 @@ def _read_chain(file: Path, seen: tuple[Path, ...]) -> dict:
 
 
 def _merge(base: dict, override: dict) -> dict:
-    out = dict(base)
+    merged = {**base, **override}
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged[key] = _merge(base[key], value)
+    return merged
 
 
 def _read_text(file: Path) -> str:

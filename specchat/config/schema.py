@@ -314,14 +314,11 @@ def _model(raw: dict, where: str, err) -> ModelSpec:
             if getattr(spec, key) != default:
                 raise err(f"key '{where}.{key}' does not apply to backend '{spec.backend}'", f"{where}.{key}",
                           "the server's command line sets it: remove the key")
-        return spec
     # Keys of the other backend are ignored rather than refused: a profile that extends
     # one of another backend could not unset them (TOML has no null). Quantisation is the
     # exception — a GGUF carries its own, and asking for another is a real mistake.
-    if spec.backend == "llama.cpp":
-        if spec.quantization != "none":
-            raise err(f"key '{where}.quantization' does not apply to backend 'llama.cpp'", f"{where}.quantization",
-                      'a GGUF file carries its own quantisation (see gguf_type): set quantization = "none", '
-                      'or use backend = "transformers"')
-        return spec
+    if spec.backend == "llama.cpp" and spec.quantization != "none":
+        raise err(f"key '{where}.quantization' does not apply to backend 'llama.cpp'", f"{where}.quantization",
+                  'a GGUF file carries its own quantisation (see gguf_type): set quantization = "none", '
+                  'or use backend = "transformers"')
     return spec

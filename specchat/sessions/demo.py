@@ -164,7 +164,7 @@ class ScriptedBackend:
     def events(self) -> Iterator[Any]:
         for event in run_script(self.inner, self.steps, sleep=self._cancelled.wait, stopped=self._cancelled.is_set):
             yield event
-            if self._cancelled.is_set() and not _in_turn(event):
+            if self._cancelled.is_set() and isinstance(event, (TurnFinished, ChatReset)):  # a cancelled turn ends cleanly
                 return
 
     def cancel(self) -> None:
@@ -181,8 +181,3 @@ class ScriptedBackend:
     @property
     def session_metrics(self) -> Any:
         return self.inner.session_metrics
-
-
-def _in_turn(event: Any) -> bool:
-    """True while a turn still has events to come (let a cancelled turn finish cleanly)."""
-    return not isinstance(event, (TurnFinished, ChatReset))

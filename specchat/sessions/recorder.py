@@ -83,13 +83,10 @@ def build_header(profile: Any, info: dict[str, Any] | None = None, **environment
     )
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:40] or "session"
-
-
 def _candidates(profile_name: str, directory: Path) -> Iterator[Path]:
     """``<dir>/YYYY-MM-DDTHH-MM-SS_<profile>.jsonl``, then ``…-2.jsonl``, ``…-3.jsonl``…"""
-    base = f"{_dt.datetime.now().strftime('%Y-%m-%dT%H-%M-%S')}_{_slug(profile_name)}"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", profile_name).strip("-")[:40] or "session"
+    base = f"{_dt.datetime.now().strftime('%Y-%m-%dT%H-%M-%S')}_{slug}"
     yield directory / f"{base}{SUFFIX}"
     for n in itertools.count(2):
         yield directory / f"{base}-{n}{SUFFIX}"

@@ -87,7 +87,6 @@ class BackendInfo:
     max_gamma: int = 8
     temperature: float = 0.0
     thinking: bool | None = None
-    profile_ref: str | None = None
     recording: Path | None = None
     details: dict[str, Any] = field(default_factory=dict)
     warning: str | None = None

@@ -141,15 +141,6 @@ def speedup_cell(m: MetricsSnapshot) -> str:
     return "–*" if m.measured_speedup_note else "–"
 
 
-def busy_caveat(*snapshots: MetricsSnapshot) -> str:
-    """The busy-machine caveat, once for all the figures it concerns (the busiest share
-    of them), "" when none was measured on a busy machine."""
-    shares = [m.cpu_others or 0.0 for m in snapshots if m.measured_speedup_busy is not None]
-    if not shares:
-        return ""
-    return f"busy machine: other processes used {max(shares):.0%} of the CPU, so the speed-up is rough"
-
-
 def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool = False) -> list[Row]:
     """The panel's table, always in view: (label, this turn, whole session). The measured
     speed-up carries its 95 % interval; where it is withheld or flagged the reason
@@ -164,10 +155,12 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
     if len(shown) == 2 and shown["turn"] == shown["session"]:  # one turn so far: one line
         shown = {"both": shown["turn"]}
     spread = [Row(f"  {'' if name == 'both' else name + ' '}95 %: {text}", "", "") for name, text in shown.items()]
-    busy = busy_caveat(turn, session)
+    # the busy-machine caveat once for both columns, at the busiest share
+    busy = [m.cpu_others or 0.0 for m in (turn, session) if m.measured_speedup_busy is not None]
     notes = [m.measured_speedup_note for m in (turn, session)
              if m.measured_speedup is None and m.measured_speedup_busy is None and m.measured_speedup_note]
-    caveats = ([f"* {busy}"] if busy else []) + [f"* {note}" for note in dict.fromkeys(notes)]
+    caveats = ([f"* busy machine: other processes used {max(busy):.0%} of the CPU, so the speed-up is rough"]
+               if busy else []) + [f"* {note}" for note in dict.fromkeys(notes)]
     return rows + spread + [Row(text, "", "") for text in caveats]
 
 
@@ -191,13 +184,6 @@ def gain_text(gain: float) -> str:
     return f"{gain:.3f}×" if abs(gain - 1.0) < 0.005 else f"{gain:.2f}×"
 
 
-def drafting_lately(m: MetricsSnapshot, steps: int = 8) -> bool | None:
-    """Whether any of the last ``steps`` steps drafted (None before any step): a plain
-    calibration step now and then does not make γ = auto look idle."""
-    recent = m.gamma_history[-steps:]
-    return any(recent) if recent else None
-
-
 def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing: bool = False,
                    gamma: int | str | None = None) -> tuple[str, str]:
     """Is speculation paying? The cost model's verdict in plain words, with its one
@@ -215,7 +201,9 @@ def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing:
     if m.verdict is None:
         return ("too early to say: no plain step and draft timed yet", "unknown")
     gain = f" {gain_text(m.recommended_gain)}" if m.recommended_gain is not None else ""
-    lately = drafting_lately(m)
+    # whether any of the last 8 steps drafted (None before any): a plain calibration step
+    # now and then does not make γ = auto look idle
+    lately = any(m.gamma_history[-8:]) if m.gamma_history else None
     if m.verdict == "pays":
         text = f"speculation pays: γ {m.best_gamma} predicted{gain} plain speed"
         if gamma == "auto" and lately is False:
@@ -241,7 +229,9 @@ def paper_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
 def controller_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
     """The γ the engine is using now and, for γ = auto, why (its predicted gain); in a
     batch, under it, the chats decoded together and what a draft's row costs there."""
-    batch = "" if m.batch_size <= 1 else f"\n{batch_text(m, hide_timing)}"
+    # in a batch: the marginal cost γ = auto weighs a draft by, "batch: 4 chats, a draft's row +0.91 ms"
+    cost = "" if m.marginal_ms is None or hide_timing else f", a draft's row +{m.marginal_ms:.2f} ms"
+    batch = "" if m.batch_size <= 1 else f"\nbatch: {m.batch_size} chats{cost}"
     if m.last_gamma is None:
         return "γ now: –" + batch
     if m.predicted_gain is None or hide_timing:
@@ -249,12 +239,6 @@ def controller_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
     if m.last_gamma == 0:
         return "γ now: 0 (auto: no draft pays at this point; probing now and then)" + batch
     return f"γ now: {m.last_gamma} (auto: this step predicted {m.predicted_gain:.2f}× plain)" + batch
-
-
-def batch_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
-    """"batch: 4 chats, a draft's row +0.91 ms": the marginal cost γ = auto weighs a draft by."""
-    cost = "" if m.marginal_ms is None or hide_timing else f", a draft's row +{m.marginal_ms:.2f} ms"
-    return f"batch: {m.batch_size} chats{cost}"
 
 
 def recommended_gamma_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:

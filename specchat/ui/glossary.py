@@ -40,7 +40,5 @@ def panel_key_lines(width: int = 72) -> list[str]:
     """The key as lines of at most ``width`` characters: a label, then its meaning wrapped under it."""
     lines = []
     for label, meaning in PANEL_KEY:
-        wrapped = textwrap.wrap(meaning, width - 4) or [""]
-        lines.append(label)
-        lines.extend("    " + line for line in wrapped)
+        lines += [label, *("    " + line for line in textwrap.wrap(meaning, width - 4) or [""])]
     return lines

@@ -24,12 +24,8 @@ from textual.theme import Theme
 from specchat import untrusted
 
 # Provenance colours for themes that do not name their own (Textual's built-in themes).
-SPEC_VARIABLE_DEFAULTS: dict[str, str] = {
-    "spec-accepted": "#5fb85f",
-    "spec-resampled": "#e0a040",
-    "spec-bonus": "#58a6ff",
-    "spec-target": "#b0b0b0",
-}
+SPEC_VARIABLE_DEFAULTS = {"spec-accepted": "#5fb85f", "spec-resampled": "#e0a040", "spec-bonus": "#58a6ff",
+                          "spec-target": "#b0b0b0"}
 
 _COLOUR_KEYS = ("primary", "secondary", "warning", "error", "success", "accent", "foreground", "background",
                 "surface", "panel", "boost")
@@ -48,7 +44,7 @@ class ThemeLoadFailure:
 _ALPHA = re.compile(r"\s+\d+(\.\d+)?%$")
 
 
-def _check_colour(path: Path, key: str, value: object) -> str:
+def _check_colour(key: str, value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"key '{key}' must be a colour string like \"#3a7bd5\", got {value!r}")
     try:
@@ -72,7 +68,7 @@ def _check_variable(key: str, value: object) -> str:
         return value
     colour = _ALPHA.sub("", value.strip())
     if colour not in ("auto", "initial"):
-        _check_colour(Path(), where, colour)
+        _check_colour(where, colour)
     return value
 
 
@@ -109,7 +105,7 @@ def theme_from_toml(path: Path) -> Theme:
         raise ValueError("key 'name' must be a non-empty string")
     for key in _COLOUR_KEYS:
         if key in data:
-            kwargs[key] = _check_colour(path, key, data[key])
+            kwargs[key] = _check_colour(key, data[key])
     variables = data.get("variables", {})
     if not isinstance(variables, dict):
         raise ValueError("key 'variables' must be a table")
@@ -124,19 +120,14 @@ def theme_from_toml(path: Path) -> Theme:
 
 
 def load_themes(dirs: Path | Iterable[Path]) -> tuple[list[Theme], list[ThemeLoadFailure]]:
-    """Every ``*.toml`` in ``dirs`` (missing dirs are skipped), sorted by file name.
-
-    A later dir's theme replaces an earlier one of the same name, so a user's
-    ``specchat-dark.toml`` overrides the shipped one.
-    """
+    """Every ``*.toml`` in ``dirs`` (missing dirs skipped), by file name; a later dir's theme replaces an
+    earlier one of the same name (a user's ``specchat-dark.toml`` overrides the shipped one)."""
     if isinstance(dirs, Path):
         dirs = [dirs]
     by_name: dict[str, Theme] = {}
     failed: list[ThemeLoadFailure] = []
     for directory in dirs:
-        if not directory.is_dir():
-            continue
-        for path in sorted(directory.glob("*.toml")):
+        for path in sorted(directory.glob("*.toml")) if directory.is_dir() else ():
             try:
                 theme = theme_from_toml(path)
             except ValueError as exc:

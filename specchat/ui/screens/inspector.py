@@ -14,7 +14,7 @@ from textual.widgets import Footer, Static
 from specchat.events import Token
 from specchat.methods import METHODS
 from specchat.ui.figures import fmt
-from specchat.ui.widgets.reply import KIND_LABELS, kind_styles, provenance_content
+from specchat.ui.widgets.provenance_text import KIND_LABELS, kind_styles, provenance_content
 
 
 def rejected_label(token: Token) -> str:

@@ -76,10 +76,6 @@ class SpecPanel(VerticalScroll):
         self._latest: tuple[MetricsSnapshot, MetricsSnapshot] = (MetricsSnapshot(), MetricsSnapshot())
         self.show(*self._latest)
 
-    @property
-    def details_open(self) -> bool:
-        return not self.query_one("#details", Collapsible).collapsed
-
     def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
         """The details were left alone while folded (see show): brought up to date now."""
         if event.collapsible.id == "details":
@@ -124,7 +120,7 @@ class SpecPanel(VerticalScroll):
         update("#verdict", Content(text)).set_classes(f"-{level}")
         update("#figures", table_content(figure_rows(turn, session, self.hide_timing)))
         self._latest = (turn, session)
-        if self.details_open:  # folded, they are not drawn: each update would cost a layout of the screen
+        if not self.query_one("#details", Collapsible).collapsed:  # folded, they are not drawn: each update would cost a layout of the screen
             self._show_details(turn, session, settle)
 
     def _show_details(self, turn: MetricsSnapshot, session: MetricsSnapshot, settle: bool = False) -> None:

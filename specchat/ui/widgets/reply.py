@@ -13,17 +13,7 @@ from textual.content import Content
 from textual.widgets import Markdown, Static
 
 from specchat.events import FINISH_NOTES, Token
-from specchat.ui.widgets.provenance_text import KIND_STYLES, ProvenanceText, kind_styles, provenance_content
-
-__all__ = ["KIND_LABELS", "KIND_STYLES", "NoteView", "ProvenanceText", "ReplyView", "UserView", "kind_styles",
-           "provenance_content"]
-
-KIND_LABELS: dict[str, str] = {
-    "accepted": "accepted draft",
-    "resampled": "resampled",
-    "bonus": "bonus",
-    "target": "target",
-}
+from specchat.ui.widgets.provenance_text import ProvenanceText
 
 
 class ReplyView(Vertical):
