@@ -80,16 +80,8 @@ class Token:
 
 @dataclass(frozen=True)
 class StepStats:
-    """What one engine step cost and achieved. Times are wall-clock ms (device-synchronised on
-    CUDA); counts are tokens. γ asked (``num_speculative_tokens``, 0 = plain), drafts proposed
-    and kept (bonus excluded), α terms (``alpha_sum / alpha_count`` estimates α), draft /
-    verify / total / prefill times, and the cost model's figures as of this step. None means
-    not measured or not applicable (a fixed γ's ``predicted_gain``, the cost model's figures
-    until measurable, ``marginal_ms`` outside a batch plan, ``cpu_others`` where unreadable or
-    for a server, ``verified_positions`` for a chain); ``draft_source`` "" means no drafts,
-    ``context_tokens`` 0 not known, ``batch_size`` 1 alone.
-    Every field defined: docs/design/metrics.md
-    """
+    """What one engine step cost and achieved: times in wall-clock ms, counts in tokens, None
+    where not measured or not applicable. Every field defined: docs/design/metrics.md"""
 
     num_speculative_tokens: int
     num_draft_tokens: int
@@ -132,13 +124,10 @@ class StepStats:
 @dataclass
 class DraftCounts:
     """The draft counters of some steps (vLLM's names), the one fold telemetry, serve, bench
-    and verify share. num_drafts: steps that drafted; num_draft_tokens / num_accepted_tokens:
-    drafts proposed / kept (bonus excluded); num_rejected: drafting steps that ended on a
-    rejected draft (the others drew a bonus token). acceptance_histogram[n]: drafting steps
-    that kept exactly n; drafted_ / accepted_per_position[i]: drafting steps with a draft / a
-    kept draft at position (a tree's depth) i. draft_acceptance_rate = accepted / drafted and
-    mean_acceptance_length = 1 + accepted / num_drafts (tokens a drafting step emitted) are
-    None with nothing drafted: nothing was measured."""
+    and verify share; rates None with nothing drafted. ``num_rejected``: drafting steps that
+    ended on a rejected draft (the others drew a bonus token); ``drafted_`` /
+    ``accepted_per_position[i]``: drafting steps with a draft / a kept draft at position (a
+    tree's depth) i. The others defined: docs/design/metrics.md"""
 
     num_drafts: int = 0
     num_draft_tokens: int = 0

@@ -1,11 +1,5 @@
-"""The one sanitiser for untrusted text on its way to a terminal or an export.
-
-Text from a recording, a model or a profile must never act on the terminal that shows it.
-:func:`clean` drops escape sequences with their payloads (CSI, OSC, DCS, … in 7- and 8-bit
-forms), C0 controls but ``\\n`` and ``\\t`` (CR LF becomes ``\\n``), DEL and C1 controls,
-and invisible format characters that can disguise text (bidi controls, zero-width space,
-tag characters, …; ZWJ and ZWNJ stay). Lone surrogates become U+FFFD. Pure Python.
-
+"""The one sanitiser for untrusted text on its way to a terminal or an export: escape sequences,
+controls and disguising format characters out, newlines and tabs kept. Pure Python.
 The full list and why: docs/design/sanitize.md
 """
 

@@ -1,12 +1,5 @@
-"""Random-weight models in the shapes of real ones, for ``specchat plan --synthetic``.
-
-A step's time depends on shapes and number formats, not weights (acceptance does, so α
-stays a parameter), so a pair one has not downloaded can be timed here: GGUFs with the
-real shapes and quantisation mix and random blocks under a small fixed scale, built once
-and cached by shape and format (a few GB each; nothing downloaded); or transformers
-models (random bf16 weights, on a GPU).
-
-Design notes: docs/design/speedup.md
+"""Random-weight models in the shapes of real ones, for ``specchat plan --synthetic``: a step's
+time depends on shapes and formats, not weights. Design notes: docs/design/speedup.md
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Speculation telemetry: one fold of every step's :class:`~specchat.events.StepStats`.
-Pure Python (no torch); replay feeds recorded steps into another and gets the same figures.
-
-Draft counts and rates are :class:`~specchat.events.DraftCounts`' (vLLM's names; rates
-None while nothing was drafted). c, v(k), the predicted speed-up, ``best_gamma`` and
-``verdict`` are the one cost model's per-step answers (engine/gamma/cost_model.py), added
-up, not re-estimated, so the panel, ``run`` and ``bench`` agree with γ = auto. The paper's
-figures (E(γ), ``predicted_speedup_paper``, ``breakeven``) stay beside them, labelled as
-ignoring the cost of verification. Times are ms; speeds tokens/s.
+"""Speculation telemetry: one fold of every step's :class:`~specchat.events.StepStats`, live or
+replayed. The cost model's figures are its per-step answers added up, not re-estimated.
 Every metric defined: docs/design/metrics.md
 """
 
@@ -154,11 +147,8 @@ class RecentMedian:
 
 
 class Telemetry:
-    """Accumulates :class:`StepStats` into a :class:`MetricsSnapshot`.
-
-    ``max_gamma`` sizes the histogram and bounds the ``best_gamma`` search.
-    ``history`` bounds the per-step sparkline series kept for the panel.
-    """
+    """Folds :class:`StepStats` into a :class:`MetricsSnapshot`. ``max_gamma`` sizes the histogram;
+    ``history`` bounds the per-step series the panel's sparklines show."""
 
     def __init__(self, max_gamma: int = 8, history: int = 200) -> None:
         self.max_gamma = max_gamma
@@ -326,11 +316,8 @@ def masked(snapshot: MetricsSnapshot, underivable: tuple[str, ...]) -> MetricsSn
 
 
 class ChatTelemetry:
-    """The one fold of a conversation's steps: this turn's and the whole session's
-    :class:`Telemetry`. The turn loop (:mod:`specchat.turn`) feeds it every step, from a
-    local engine or a server alike; its snapshots are what ``TurnFinished.metrics``
-    carries. ``underivable`` names the snapshot fields the source cannot support
-    (see :func:`masked`)."""
+    """The one fold of a conversation's steps, this turn's and the whole session's, fed by the turn
+    loop (:mod:`specchat.turn`) whatever the source; ``underivable``: see :func:`masked`."""
 
     def __init__(self, max_gamma: int = 8, underivable: tuple[str, ...] = ()) -> None:
         self.underivable = tuple(underivable)

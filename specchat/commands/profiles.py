@@ -74,17 +74,9 @@ def _print_table(data: dict, where: tuple) -> None:
 
 
 def _check(refs: list[str]) -> int:
-    from specchat.config import load_all_profiles, load_profile
+    from specchat.config import load_all_profiles
 
-    if refs:
-        loaded, failed = [], []
-        for ref in refs:
-            try:
-                loaded.append(load_profile(ref))
-            except SpecchatError as error:
-                failed.append(error)
-    else:
-        loaded, failed = load_all_profiles()
+    loaded, failed = load_all_profiles(refs)
     for profile in loaded:
         print(f"ok     {profile.name} ({profile.source_path})")
     if refs:  # a server profile named here is also asked what it serves

@@ -74,8 +74,8 @@ def _headless(path, speed: str) -> int:
         # stdout's buffer would raise again when Python flushes it at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    if backend.damage is not None:
-        print(clean_line(f"specchat replay: replay stopped: {backend.damage}"), file=sys.stderr)
+    if backend.recording.damage is not None:
+        print(clean_line(f"specchat replay: replay stopped: {backend.recording.damage}"), file=sys.stderr)
         return 1
     return 0
 

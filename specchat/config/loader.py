@@ -62,12 +62,13 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
     return build_profile(file.stem, merged, file, lambda key_path: find_key_line(_read_text(file), key_path))
 
 
-def load_all_profiles() -> tuple[list[Profile], list[SpecchatError]]:
-    """Every available profile: (loaded, failed) — one bad file never hides the others."""
+def load_all_profiles(refs: list[str] | None = None) -> tuple[list[Profile], list[SpecchatError]]:
+    """``refs`` (names or paths; default: every available profile) as (loaded, failed): one bad
+    file never hides the others."""
     loaded, failed = [], []
-    for file in profile_files().values():
+    for ref in refs or profile_files().values():
         try:
-            loaded.append(load_profile(file))
+            loaded.append(load_profile(ref))
         except SpecchatError as error:
             failed.append(error)
     return loaded, failed

@@ -20,6 +20,7 @@ from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.config.schema import value_problem
 from specchat.errors import SpecchatError
 from specchat.events import ChatReset, TurnFinished
+from specchat.paths import shipped
 
 DIRECTIVES = ("pause", "reset", "gamma", "temperature", "thinking")
 
@@ -103,7 +104,7 @@ def parse_script(text: str, file: str = "<script>") -> list[DemoStep]:
 
 def load_script(path: str | os.PathLike[str] | None) -> list[DemoStep]:
     """A script file, or the shipped ``demos/tour.txt`` when ``path`` is None."""
-    path = Path(path) if path is not None else shipped_demo()
+    path = Path(path) if path is not None else shipped("demos") / "tour.txt"
     try:
         text = untrusted.read_text(path)
     except OSError as exc:
@@ -111,14 +112,6 @@ def load_script(path: str | os.PathLike[str] | None) -> list[DemoStep]:
     except untrusted.Unreadable as exc:
         raise SpecchatError(f"cannot read the demo script: {exc}", file=str(path), hint="save it as UTF-8") from None
     return parse_script(text, str(path))
-
-
-def shipped_demo() -> Path:
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here / "demos" / "tour.txt", here.parent / "demos" / "tour.txt"):
-        if candidate.is_file():
-            return candidate
-    return here.parent / "demos" / "tour.txt"
 
 
 def run_script(

@@ -1,14 +1,5 @@
-"""Crash-safe session recording: every event appended to a JSON Lines file as it happens.
-
-Durability: an fsync per event could cost half the decode time on a laptop SSD, where a
-write is microseconds (docs/benchmarks/why-the-numbers.md). So:
-
-* every event is written as one line by one ``write`` call (no user-space buffer) —
-  the bytes are then in the kernel's page cache, which survives the process being SIGKILLed or crashing; at most
-  the event being written is lost;
-* **fsync** happens only at turn ends, resets, profile switches and close — what an OS
-  crash or power cut can lose is bounded by the turn in flight, at no cost per token.
-"""
+"""Crash-safe session recording: every event appended to a JSON Lines file as it happens, one
+``write`` per line, fsynced only where a turn ends (why: docs/design/sessions.md)."""
 
 from __future__ import annotations
 
@@ -97,15 +88,8 @@ class RecordingBusy(SpecchatError):
 
 
 class Recorder:
-    """Appends events to one recording, one flushed line each; thread-safe.
-
-    ``Recorder(path)`` creates ``path``; ``for_profile(profile)`` a new file in the sessions
-    dir; ``append_to(path)`` resumes one; ``Recorder(None)`` does nothing (no ``if`` needed).
-    :meth:`start` creates the file exclusively (0600, 0700 dir) and locks it, header first;
-    :meth:`close` removes a file with nothing but the header. A failed write never reaches
-    the chat: the partial line is dropped, recording stops, and ``failure`` keeps the reason
-    (:meth:`take_failure` hands it out once).
-    """
+    """Appends events to one recording, one flushed line each; thread-safe. ``Recorder(None)``
+    does nothing (no ``if`` needed); the others, and what a failed write does: docs/design/sessions.md."""
 
     def __init__(self, path: str | os.PathLike[str] | None, *, _new_in: tuple[Path, str] | None = None,
                  _append_after: float | None = None) -> None:

@@ -10,7 +10,7 @@ import os
 import threading
 from typing import Any, Iterator
 
-from specchat.sessions.reader import Damage, Recording, read_recording
+from specchat.sessions.reader import Recording, read_recording
 from specchat.sessions.replay import IDLE_LIMIT_S, parse_speed, recorded_settings, recording_telemetry, replay_events
 from specchat.telemetry import MetricsSnapshot
 
@@ -21,7 +21,7 @@ class ReplayBackend:
     Reading happens here, in the constructor, so an unreadable file fails while the UI is
     still "loading" with one clear line (:class:`~specchat.sessions.reader.RecordingError`).
     A damaged file plays up to the damage and then yields an ErrorEvent naming the line
-    and the reason; ``damage`` holds the same.
+    and the reason (``recording.damage``).
     """
 
     can_send = False  # plays by itself (specchat.ui.backend.EventSource)
@@ -34,18 +34,6 @@ class ReplayBackend:
         self._cancelled = threading.Event()
         # the recorded steps folded as they play, as the turn loop folded them live
         self.telemetry = recording_telemetry(self.recording)
-
-    @property
-    def profile_name(self) -> str:
-        return self.recording.profile_name
-
-    @property
-    def header(self):  # the SessionHeader: what the UI may show about the recorded models
-        return self.recording.header
-
-    @property
-    def damage(self) -> Damage | None:
-        return self.recording.damage
 
     def backend_info(self) -> dict[str, Any]:
         """The recorded profile's speculation settings as ``BackendInfo`` fields, so the

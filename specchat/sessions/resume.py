@@ -24,9 +24,8 @@ class Resumed:
 
     history: list[dict[str, str]] = field(default_factory=list)
     pending: str | None = None
-    events: list[Any] = field(default_factory=list)  # the conversation as recorded, since its last reset
+    events: list[Any] = field(default_factory=list)
     damage: Damage | None = None
-    profile_name: str = ""
 
 
 def resume_from(path: str | os.PathLike[str]) -> Resumed:
@@ -52,6 +51,5 @@ def resume_from(path: str | os.PathLike[str]) -> Resumed:
             history.append({"role": "user", "content": pending})
             history.append({"role": "assistant", "content": ev.text})
             pending = None
-    return Resumed(history=history, pending=pending, events=events, damage=recording.damage,
-                   profile_name=recording.profile_name)
+    return Resumed(history, pending, events, recording.damage)
 

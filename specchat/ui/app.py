@@ -21,7 +21,7 @@ from textual.screen import Screen
 from specchat.errors import SpecchatError, one_line
 from specchat.events import ErrorEvent, Loaded, LoadProgress, StepEvent, UserMessage
 from specchat.sanitize import clean, clean_data, clean_line, decode_input
-from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader
+from specchat.ui.backend import BackendInfo, LoadedBackend, Loader
 from specchat.ui.commands import REPLACED_SYSTEM_COMMANDS, profile_commands, system_commands
 from specchat.ui.controls import Controls
 from specchat.ui.figures import FigureFeed
@@ -243,7 +243,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         if not loaded.can_send:  # a replay plays by itself
             self.generating = True
             self._engine_idle.clear()
-            self._play(loaded.backend)
+            self._run_turn(loaded.backend, None)
         self._update_status()  # after the replay started: it said "ready" while one played
 
     @property
@@ -277,32 +277,20 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self._run_turn(self.loaded.backend, text, gated=self.loaded.info.computes_on_cpu)
 
     @work(thread=True, exclusive=True, group="engine")
-    def _run_turn(self, backend: Any, text: str, gated: bool) -> None:
-        """``gated``: the model shares the CPU with the UI, which then draws between its
-        steps (see step_gate.py)."""
-        delivered = False
+    def _run_turn(self, backend: Any, text: str | None, gated: bool = False) -> None:
+        """A turn, ``text`` sent to a live backend, or (``text`` None) a source playing by itself.
+        ``gated``: the model shares the CPU with the UI, which then draws between its steps (step_gate.py)."""
+        delivered = text is None
         feed = FigureFeed(backend)
         try:
-            events = backend.send(text)
+            events = backend.events() if text is None else backend.send(text)
             for event in self.gate.steps(events, is_step) if gated else events:
                 delivered = delivered or isinstance(event, UserMessage)
                 self.pump.hand_over(event, feed)
         except Exception as exc:
-            self.pump.put(ErrorEvent(f"generation failed: {one_line(exc)}"))
+            self.pump.put(ErrorEvent(f"{'replay stopped' if text is None else 'generation failed'}: {one_line(exc)}"))
         finally:
-            self.pump.put_marker(_TurnEnded(text, delivered))
-            self._engine_idle.set()
-
-    @work(thread=True, exclusive=True, group="engine")
-    def _play(self, source: EventSource) -> None:
-        feed = FigureFeed(source)
-        try:
-            for event in source.events():
-                self.pump.hand_over(event, feed)
-        except Exception as exc:
-            self.pump.put(ErrorEvent(f"replay stopped: {one_line(exc)}"))
-        finally:
-            self.pump.put_marker(_TurnEnded("", True))
+            self.pump.put_marker(_TurnEnded(text or "", delivered))
             self._engine_idle.set()
 
     def _turn_ended(self, ended: _TurnEnded) -> None:

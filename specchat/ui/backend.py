@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol
 
 from specchat.events import LoadProgress
 from specchat.telemetry import MetricsSnapshot
@@ -20,21 +20,16 @@ from specchat.telemetry import MetricsSnapshot
 ProgressCallback = Callable[[LoadProgress], None]
 
 
-@runtime_checkable
 class ChatBackend(Protocol):
     """A live conversation. ``send`` yields UserMessage, TurnStarted, StepEvent…,
     TurnFinished (or ErrorEvent) and runs in a worker thread; ``cancel`` is called from
     the UI thread while ``send`` is running and must be thread-safe. ``close`` releases
-    what it holds (a recording file) when the app lets it go."""
+    what it holds (a recording file) when the app lets it go. The metrics are this turn's
+    and the session's figures from the source's own fold (read on the worker thread)."""
 
     can_send: bool  # True: it takes the user's messages
-
-    @property
-    def turn_metrics(self) -> MetricsSnapshot:
-        """This turn's figures from the source's own fold (read on the worker thread)."""
-
-    @property
-    def session_metrics(self) -> MetricsSnapshot: ...
+    turn_metrics: MetricsSnapshot
+    session_metrics: MetricsSnapshot
 
     def send(self, text: str) -> Iterator[Any]: ...
 
@@ -51,17 +46,12 @@ class ChatBackend(Protocol):
     def close(self) -> None: ...
 
 
-@runtime_checkable
 class EventSource(Protocol):
     """Plays a whole session by itself (replay): ``events`` sleeps as recorded."""
 
     can_send: bool  # False: it takes no messages
-
-    @property
-    def turn_metrics(self) -> MetricsSnapshot: ...
-
-    @property
-    def session_metrics(self) -> MetricsSnapshot: ...
+    turn_metrics: MetricsSnapshot
+    session_metrics: MetricsSnapshot
 
     def events(self) -> Iterator[Any]: ...
 
@@ -135,7 +125,7 @@ def replay_loader(path: str | Path, speed: float | str = 1.0) -> Loader:
 
         progress(LoadProgress(stage="replay", message=f"reading {path}"))
         source = ReplayBackend(path, speed=speed)
-        name = source.profile_name or Path(path).stem
+        name = source.recording.profile_name or Path(path).stem
         return LoadedBackend(source, BackendInfo(profile_name=str(name), description=f"replay of {Path(path).name}", **source.backend_info()))
 
     return load

@@ -1,12 +1,5 @@
-"""Themes from TOML files: ``loaded, failed = load_themes(dirs)``.
-
-A theme file is a flat table of Textual theme colours (``name``, ``dark``, ``primary``, …)
-plus a ``[variables]`` table holding the provenance colours (``spec-accepted`` …), so the
-stylesheet names only theme variables. One bad file lands in ``failed`` with a one-line
-reason and the app still starts. Everything is checked before Textual sees it (numbers
-finite and in range, every colour and variable parseable), since Textual fails too late.
-
-Design notes: docs/design/ui.md
+"""Themes from TOML files: ``loaded, failed = load_themes(dirs)``; a bad file lands in
+``failed`` with a one-line reason and the app still starts. Design notes: docs/design/ui.md
 """
 
 from __future__ import annotations

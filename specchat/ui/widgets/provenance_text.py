@@ -1,12 +1,4 @@
-"""A reply's tokens as text styled by provenance, cheap to grow.
-
-Wrapped lines are kept per paragraph, and a batch re-wraps only the growing paragraph from
-its second-last line (the same wrap, line for line); the layout reserves room for about
-RESERVE_S seconds of further text, so the screen is re-laid out every several lines; between
-layouts it repaints from its old last line down.
-
-Design notes: docs/design/ui.md
-"""
+"""A reply's tokens as text styled by provenance, cheap to grow. Design notes: docs/design/ui.md"""
 
 from __future__ import annotations
 
