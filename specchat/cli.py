@@ -71,13 +71,9 @@ def _add_shared(parser: argparse.ArgumentParser, *names: str, prefix: str = "") 
 def build_parser() -> argparse.ArgumentParser:
     from .commands import available_commands
 
-    parser = OneLineParser(
-        prog="specchat",
-        description="Terminal chat with a local LLM and exact speculative decoding, "
-        "showing live whether speculation pays.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = OneLineParser(prog="specchat", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+                           description="Terminal chat with a local LLM and exact speculative decoding, "
+                                       "showing live whether speculation pays.")
     parser.add_argument("--version", action="version", version=f"specchat {__version__}")
     # the TUI's, and a subcommand's given before it: dests tui_…, which a subcommand's cannot overwrite
     _add_shared(parser, "profile", prefix="tui_")

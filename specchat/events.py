@@ -46,15 +46,10 @@ class Alternative:
 
 @dataclass(frozen=True)
 class Token:
-    """One emitted token and the evidence behind it.
-
-    ``p`` is the target's (warped) probability of this token at its position,
-    ``q`` the proposer's probability for an accepted draft (1.0 for n-gram drafts).
-    For a ``resampled`` token, ``rejected_id`` / ``rejected_p`` / ``rejected_q`` describe
-    the draft that was rejected there (acceptance probability min(1, p/q)).
-    ``text`` (and a rejected draft's ``rejected_text``) is filled by the chat layer (the
-    engine works in ids).
-    """
+    """One emitted token and the evidence behind it: ``p`` the target's (warped) probability of
+    it, ``q`` the proposer's for an accepted draft (1.0 for n-gram drafts); a ``resampled``
+    token's ``rejected_*`` describe the draft rejected there. The texts are filled by the chat
+    layer (the engine works in ids)."""
 
     id: int
     kind: str

@@ -16,11 +16,8 @@ from specchat.ui.backend import BackendInfo, LoadedBackend, Loader, ProgressCall
 
 
 def quiet_transformers() -> None:
-    """No progress bars or info lines from transformers / huggingface_hub on stderr.
-
-    They write straight to the terminal, which garbles a Textual screen while a model
-    loads; the loader's own LoadProgress events feed the app's status line instead.
-    """
+    """No progress bars or info lines from transformers / huggingface_hub on stderr: they would
+    garble a Textual screen while a model loads (LoadProgress feeds the status line instead)."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     from huggingface_hub.utils import disable_progress_bars
@@ -55,18 +52,12 @@ def _build(profile_ref: Any, progress: ProgressCallback, record: bool):
     template = getattr(models.tokenizer, "chat_template", None) or ""
     if isinstance(template, str) and "enable_thinking" in template:  # Qwen3-style: the others have no switch
         thinking = bool(profile.chat.enable_thinking) if profile.chat.enable_thinking is not None else True
-    info = BackendInfo(
-        profile_name=profile.name,
-        description=profile.description or "",
-        method=spec.method,
-        num_speculative_tokens=spec.num_speculative_tokens if spec.method != "none" else 0,
-        max_gamma=int(spec.max_speculative_tokens or 8),
-        temperature=float(profile.sampling.temperature),
-        thinking=thinking,
-        details=dict(models.info or {}),
-        # declared by the backends; llama.cpp with some layers offloaded still computes on the CPU
-        computes_on_cpu="cpu" in models.computes_on,
-    )
+    info = BackendInfo(profile_name=profile.name, description=profile.description or "", method=spec.method,
+                       num_speculative_tokens=spec.num_speculative_tokens if spec.method != "none" else 0,
+                       max_gamma=int(spec.max_speculative_tokens or 8), temperature=float(profile.sampling.temperature),
+                       thinking=thinking, details=dict(models.info or {}),
+                       # declared by the backends; llama.cpp with some layers offloaded still computes on the CPU
+                       computes_on_cpu="cpu" in models.computes_on)
     return profile, models, session, info
 
 
@@ -80,15 +71,10 @@ def _build_remote(profile: Any, progress: ProgressCallback):
     session, server = open_chat(profile, progress)
     models = SimpleNamespace(info=server, tokenizer=None)
     fields = server_fields(server)
-    info = BackendInfo(
-        profile_name=profile.name,
-        description=profile.description or "",
-        temperature=float(profile.sampling.temperature),
-        thinking=None,
-        warning=None if fields["method"] != "none" else f"{server.get('url')}: the server reports no "
-                                                         "speculation — every token is a plain target token",
-        **fields,
-    )
+    warning = f"{server.get('url')}: the server reports no speculation — every token is a plain target token"
+    info = BackendInfo(profile_name=profile.name, description=profile.description or "",
+                       temperature=float(profile.sampling.temperature),
+                       warning=None if fields["method"] != "none" else warning, **fields)
     return profile, models, session, info
 
 
@@ -135,15 +121,10 @@ class LiveLoader:
 def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, *, record: bool = True,
                   quiet: bool = False, trust_remote_code: bool = False,
                   trust_recorded_server: bool = False) -> Loader:
-    """A loader that reopens a recorded conversation, history restored and recording on into
-    the same file. The profile is the recording's (as data: no file it names is read,
-    ``trust_remote_code`` only with ``trust_remote_code=True``, a server it names is not
-    contacted before ``trust_recorded_server=True``) or ``profile_ref``. A damaged or busy
-    file is left as is and the continuation goes to a new recording naming it
-    (``resumed_from``). ``LoadedBackend.pending`` carries a prompt that never got its reply.
-    The recording and its profile are checked before any model loads; a bad one raises
-    SpecchatError (one line).
-    """
+    """A loader that reopens a recorded conversation, history restored and recording on into the
+    same file (a damaged or busy one is left as is: a new recording names it, ``resumed_from``).
+    The profile is ``profile_ref``, or the recording's as data (config/recorded.py). The
+    recording and its profile are checked here, before any model loads (SpecchatError)."""
     from specchat.config import load_profile
     from specchat.config.recorded import profile_from_recording
     from specchat.sessions.locate import locate

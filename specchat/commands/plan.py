@@ -19,13 +19,11 @@ SHARED = ("profile",)
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "plan",
-        help="measure the draft's cost c and the target's verify cost v(k) here; print the expected speed-up",
+        "plan", help="measure the draft's cost c and the target's verify cost v(k) here; print the expected speed-up",
         description="Times the target's steps verifying 0..8 drafts at contexts of 256, 1,024 and 4,096 tokens "
                     "and the proposer's time per draft, then prints the expected speed-up over acceptance rate α "
                     "× draft length γ, each γ's break-even α and the best γ per α (the panel's formula, with these "
-                    "measured costs). No acceptance is measured: α is the task's, the costs are this machine's.",
-    )
+                    "measured costs). No acceptance is measured: α is the task's, the costs are this machine's.")
     parser.add_argument("--alpha-from", metavar="FILE",
                         help="measured acceptance: a recording (path, name or 'last') or a bench results.json; "
                              "prints its α in the geometric formula and its steps as run priced with these costs")

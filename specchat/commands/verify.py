@@ -145,11 +145,9 @@ def render(report) -> str:
 
 
 class _Progress:
-    """verify's progress on stderr. On a terminal, one updating line. Elsewhere (a log, CI,
-    ``2>file``) a line whenever the stage changes, at each tenth of a stage's work and at
-    least every ``every_s`` while reports come, so a log says which stage is running: a
-    line per tenth of the whole run alone once left "choosing the prompt: 0/1" standing
-    while minutes of sampling ran (its 0 % was the same tenth)."""
+    """verify's progress on stderr: one updating line on a terminal; elsewhere a line whenever
+    the stage changes, at each tenth of a stage and at least every ``every_s`` (tenths of the
+    whole run alone once left "choosing the prompt: 0/1" standing through minutes of sampling)."""
 
     def __init__(self, terminal: bool | None = None, every_s: float = 30.0) -> None:
         self.terminal = sys.stderr.isatty() if terminal is None else terminal

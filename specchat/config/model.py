@@ -32,16 +32,8 @@ def parse_gamma(text: str) -> int | str | None:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model to load. Design notes: docs/design/loading.md
-
-    source: a Hub id (``org/name``), a local directory, a ``.gguf`` path, or
-        ``embedded:smollm2-135m-instruct``. num_layers: keep only the first N decoder layers.
-    backend: "transformers" (ignores the llama.cpp keys), "llama.cpp" (n_gpu_layers / n_ctx /
-        n_threads: 0 = all-CPU / the model's context / a thread per core; dtype, device,
-        num_layers ignored; quantization "none"), or "llama-server" / "vllm" (``url`` needed;
-        ``api_key_env`` names the variable holding the key, never stored). gguf_type: convert
-        once to this type (cached); "auto": BF16 if the CPU computes bf16, else F16; None: as is.
-    """
+    """One model to load; each key explained in docs/guide.md's profile reference, the backends'
+    rules in docs/design/loading.md."""
 
     source: str = ""
     revision: str | None = None

@@ -172,10 +172,8 @@ def _check_table(table: dict, where: tuple[str, ...], spec: dict, file: Path, li
             raise ProfileError(f"key '{dotted}' is unknown", file=file, key=dotted, hint=hint, line=line_of(path))
         if rule == "table":
             if not isinstance(value, dict):
-                raise ProfileError(
-                    f"'{dotted}' must be a table", file=file, key=dotted,
-                    hint=f"write it as a [{dotted}] section", line=line_of(path),
-                )
+                raise ProfileError(f"'{dotted}' must be a table", file=file, key=dotted,
+                                   hint=f"write it as a [{dotted}] section", line=line_of(path))
             _check_table(value, path, TABLES[path], file, line_of)
             continue
         _check_value(value, rule, dotted, file, line_of(path))
@@ -183,10 +181,8 @@ def _check_table(table: dict, where: tuple[str, ...], spec: dict, file: Path, li
 
 def _check_value(value, rule: Key, dotted: str, file: Path, line: int | None) -> None:
     if isinstance(value, bool) and bool not in rule.types or not isinstance(value, rule.types):
-        raise ProfileError(
-            f"key '{dotted}' must be {rule.type_name}, not {_describe(value)}",
-            file=file, key=dotted, hint=_type_hint(rule), line=line,
-        )
+        raise ProfileError(f"key '{dotted}' must be {rule.type_name}, not {_describe(value)}", file=file,
+                           key=dotted, hint=_type_hint(rule), line=line)
     if rule.choices and value not in rule.choices:
         options = ", ".join(f"'{c}'" for c in rule.choices)
         hint = did_you_mean(value, rule.choices) or f"use one of {options}"
@@ -281,18 +277,11 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         raise err(f"num_speculative_tokens ({gamma}) exceeds max_speculative_tokens "
                   f"({speculation.max_speculative_tokens})", "speculation.num_speculative_tokens",
                   "lower num_speculative_tokens or raise max_speculative_tokens")
-    return Profile(
-        name=name,
-        description=merged.get("description", ""),
-        source_path=file,
-        target=_model(target_raw, "target", err),  # bitsandbytes quantization: checked by the loader (the device)
-        speculation=speculation,
-        sampling=SamplingSpec(**merged.get("sampling", {})),
-        chat=ChatSpec(**merged.get("chat", {})),
-        record=merged.get("record", True),
-        trust_remote_code=merged.get("trust_remote_code", False),
-        needs_gpu=merged.get("needs_gpu", False),
-    )
+    # bitsandbytes quantization is checked by the loader (it depends on the device)
+    return Profile(name, merged.get("description", ""), file, _model(target_raw, "target", err), speculation,
+                   SamplingSpec(**merged.get("sampling", {})), ChatSpec(**merged.get("chat", {})),
+                   record=merged.get("record", True), trust_remote_code=merged.get("trust_remote_code", False),
+                   needs_gpu=merged.get("needs_gpu", False))
 
 
 def _model(raw: dict, where: str, err) -> ModelSpec:

@@ -77,9 +77,7 @@ def banner(recording: Recording) -> str:
     header = recording.header
     target = header.models.get("target") or header.profile.get("target", {})
     name = target.get("source") if isinstance(target, dict) else target
-    legend = " ".join(
-        f"{sgr}{kind}{RESET}" if sgr else kind for kind, sgr in PROVENANCE_SGR.items()
-    )
+    legend = " ".join(f"{sgr}{kind}{RESET}" if sgr else kind for kind, sgr in PROVENANCE_SGR.items())
     about = sanitize.clean_line(header.specchat_version, "· profile", recording.profile_name, "·", name or "?")
     return f"\x1b[1mspecchat\x1b[0m {about}\r\n{DIM_SGR}tokens:{RESET} {legend}\r\n\r\n"
 

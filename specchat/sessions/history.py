@@ -65,16 +65,8 @@ def _summarize(path: Path) -> SessionSummary:
         date = _dt.datetime.fromisoformat(created).strftime("%Y-%m-%d %H:%M")
     except ValueError:
         date = clean_line(created)[:20] or "?"
-    return SessionSummary(
-        path=path,
-        date=date,
-        profile=recording.profile_name,
-        first_prompt=clean_line(first),
-        turns=turns,
-        tokens=tokens,
-        mean_acceptance_length=metrics.mean_acceptance_length,
-        problem=str(recording.damage.reason) if recording.damage else None,
-    )
+    return SessionSummary(path, date, recording.profile_name, clean_line(first), turns, tokens,
+                          metrics.mean_acceptance_length, str(recording.damage.reason) if recording.damage else None)
 
 
 def list_sessions(directory: str | os.PathLike[str] | None = None) -> list[SessionSummary]:

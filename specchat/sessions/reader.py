@@ -83,10 +83,8 @@ def _check_header_line(data: dict[str, Any], number: int, path: Path) -> None:
     have changed every other field, and must be named as the reason), then its type."""
     fmt = data.get("format")
     if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT_VERSION:
-        raise RecordingError(
-            f"written by a newer specchat (recording format {fmt}; this one reads format {FORMAT_VERSION})",
-            file=str(path), hint="upgrade specchat to replay it",
-        )
+        raise RecordingError(f"written by a newer specchat (recording format {fmt}; this one reads format "
+                             f"{FORMAT_VERSION})", file=str(path), hint="upgrade specchat to replay it")
     if fmt is not None and fmt != FORMAT_VERSION:
         raise FieldError(f"field 'format' must be {FORMAT_VERSION}, not {clean(str(fmt))[:40]!r}")
     if data.get("type") != "SessionHeader":
@@ -156,11 +154,8 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
         raise RecordingError("empty recording: no session header", file=str(path))
     open_turn = _open_turn(recording.events)
     if open_turn is not None:
-        recording.damage = Damage(
-            str(path),
-            last_line + 1,
-            f"the recording ends in the middle of turn {open_turn} (the session was interrupted)",
-        )
+        recording.damage = Damage(str(path), last_line + 1,
+                                  f"the recording ends in the middle of turn {open_turn} (the session was interrupted)")
     return recording
 
 

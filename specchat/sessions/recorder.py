@@ -47,13 +47,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def build_header(profile: Any, info: dict[str, Any] | None = None, **environment: Any) -> SessionHeader:
-    """A SessionHeader from the resolved profile and ``LoadedModels.info``.
-
-    ``info`` is split into model facts (ids, revisions, dtype, quantization, device,
-    load time) and environment facts (library versions: :data:`ENVIRONMENT_KEYS` and
-    any ``*_version`` key), to which Python and the platform are added.
-    ``environment`` adds extra facts such as ``resumed_from``.
-    """
+    """A SessionHeader from the resolved profile and ``LoadedModels.info``, split into model facts
+    and environment facts (:data:`ENVIRONMENT_KEYS`, ``*_version``, Python, the platform, and
+    ``environment`` such as ``resumed_from``)."""
     import platform
     import sys
 
@@ -64,14 +60,8 @@ def build_header(profile: Any, info: dict[str, Any] | None = None, **environment
     env.setdefault("python", sys.version.split()[0])
     env.setdefault("platform", platform.platform(terse=True))
     env.update(_jsonable(environment))
-    profile_dict = _jsonable(profile) if profile is not None else {}
-    return SessionHeader(
-        specchat_version=__version__,
-        profile=profile_dict,
-        models=models,
-        environment=env,
-        created=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-    )
+    return SessionHeader(__version__, _jsonable(profile) if profile is not None else {}, models, env,
+                         _dt.datetime.now().astimezone().isoformat(timespec="seconds"))
 
 
 def _candidates(profile_name: str, directory: Path) -> Iterator[Path]:

@@ -11,26 +11,20 @@ import threading
 from typing import Any, Iterator
 
 from specchat.sessions.reader import Recording, read_recording
-from specchat.sessions.replay import IDLE_LIMIT_S, parse_speed, recorded_settings, recording_telemetry, replay_events
+from specchat.sessions.replay import parse_speed, recorded_settings, recording_telemetry, replay_events
 from specchat.telemetry import MetricsSnapshot
 
 
 class ReplayBackend:
-    """Plays a recording with its recorded timing divided by ``speed`` ("max": no waits).
-
-    Reading happens here, in the constructor, so an unreadable file fails while the UI is
-    still "loading" with one clear line (:class:`~specchat.sessions.reader.RecordingError`).
-    A damaged file plays up to the damage and then yields an ErrorEvent naming the line
-    and the reason (``recording.damage``).
-    """
+    """Plays a recording with its recorded timing divided by ``speed`` ("max": no waits). It is
+    read here, so an unreadable file fails while the UI is still "loading", in one line; a
+    damaged one plays up to the damage, then an ErrorEvent names it."""
 
     can_send = False  # plays by itself (specchat.ui.backend.EventSource)
 
-    def __init__(self, source: Recording | str | os.PathLike[str], speed: float | str = 1.0,
-                 idle_limit: float = IDLE_LIMIT_S) -> None:
+    def __init__(self, source: Recording | str | os.PathLike[str], speed: float | str = 1.0) -> None:
         self.recording = source if isinstance(source, Recording) else read_recording(source)
         self.speed = parse_speed(speed)
-        self.idle_limit = idle_limit
         self._cancelled = threading.Event()
         # the recorded steps folded as they play, as the turn loop folded them live
         self.telemetry = recording_telemetry(self.recording)
@@ -54,7 +48,7 @@ class ReplayBackend:
     def events(self) -> Iterator[Any]:
         """The recorded events (header excluded), each after its recorded delay.
         Stops early, between events, once :meth:`cancel` is called."""
-        for delay, event in replay_events(self.recording, self.speed, self.idle_limit):
+        for delay, event in replay_events(self.recording, self.speed):
             if delay > 0 and self._cancelled.wait(delay):
                 return
             if self._cancelled.is_set():

@@ -29,13 +29,9 @@ class Resumed:
 
 
 def resume_from(path: str | os.PathLike[str]) -> Resumed:
-    """The conversation as it stood at the end of the recording (after its last reset).
-
-    Mirrors ``ChatSession.send``: every finished turn — cancelled or failed too — keeps
-    the user's message and whatever was generated. A turn cut off by a crash (no
-    TurnFinished) contributes its prompt as ``pending`` instead, so the history always
-    alternates user/assistant.
-    """
+    """The conversation as it stood at the end of the recording (after its last reset), as the
+    turn loop keeps it: every finished turn, cancelled or failed too; a turn cut off by a crash
+    gives its prompt as ``pending`` instead, so the history alternates user/assistant."""
     recording = read_recording(path)
     history: list[dict[str, str]] = []
     pending: str | None = None

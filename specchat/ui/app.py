@@ -41,11 +41,6 @@ DEFAULT_THEME = "specchat-dark"
 DRAIN_INTERVAL_S = 1 / 6
 
 
-def is_step(event: Any) -> bool:
-    """The events that each cost a model step (the StepGate times these)."""
-    return isinstance(event, StepEvent)
-
-
 # Markers the workers put between the chat events (never shown, never recorded).
 @dataclass(frozen=True)
 class _LoadDone:
@@ -284,7 +279,8 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         feed = FigureFeed(backend)
         try:
             events = backend.events() if text is None else backend.send(text)
-            for event in self.gate.steps(events, is_step) if gated else events:
+            # the gate times the events that each cost a model step
+            for event in self.gate.steps(events, lambda e: isinstance(e, StepEvent)) if gated else events:
                 delivered = delivered or isinstance(event, UserMessage)
                 self.pump.hand_over(event, feed)
         except Exception as exc:

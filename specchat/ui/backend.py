@@ -62,13 +62,9 @@ class EventSource(Protocol):
 
 @dataclass
 class BackendInfo:
-    """What the UI shows and lets the user change about a loaded backend.
-
-    ``thinking`` is None when the model has no thinking switch (only Qwen3-style chat
-    templates that read ``enable_thinking`` have one). ``max_gamma`` bounds γ controls.
-    ``warning`` is shown once when the backend is installed (e.g. the chat will not be
-    recorded: the sessions dir is read-only).
-    """
+    """What the UI shows and lets the user change about a loaded backend. ``thinking``: None
+    without a thinking switch (Qwen3-style templates have one); ``warning``: shown once, when
+    the backend is installed (e.g. the sessions dir is read-only)."""
 
     profile_name: str
     description: str = ""

@@ -61,10 +61,8 @@ def gamma_commands(app: Any) -> list[CommandListItem]:
 
 
 def temperature_commands(app: Any) -> list[CommandListItem]:
-    return [
-        SimpleCommand(f"temperature {t:.1f}", partial(app.set_temperature, t), "greedy" if t == 0 else "sampling")
-        for t in TEMPERATURES
-    ]
+    return [SimpleCommand(f"temperature {t:.1f}", partial(app.set_temperature, t), "greedy" if t == 0 else "sampling")
+            for t in TEMPERATURES]
 
 
 # Textual's own entries that specchat's replace: its "Keys" panel (specchat's lists every
@@ -75,10 +73,8 @@ REPLACED_SYSTEM_COMMANDS = ("Keys", "Screenshot")
 def system_commands(app: Any) -> Iterable[SystemCommand]:
     yield SystemCommand("Switch profile…", "Load another profile in the background", app.pick_profile)
     yield SystemCommand("Set γ…", "Number of speculative tokens per step", partial(app.search_commands, gamma_commands(app), "γ…"))
-    yield SystemCommand(
-        "Set temperature…", "Sampling temperature for the next turn",
-        partial(app.search_commands, temperature_commands(app), "temperature…"),
-    )
+    yield SystemCommand("Set temperature…", "Sampling temperature for the next turn",
+                        partial(app.search_commands, temperature_commands(app), "temperature…"))
     yield SystemCommand("New chat", "Clear the conversation", app.action_new_chat)
     yield SystemCommand("Copy…", "A reply or a code block of the chat to the clipboard", app.action_copy_reply)
     yield SystemCommand("Toggle Markdown view", "Provenance colours ↔ rendered Markdown", app.action_toggle_markdown)

@@ -186,12 +186,9 @@ def gain_text(gain: float) -> str:
 
 def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing: bool = False,
                    gamma: int | str | None = None) -> tuple[str, str]:
-    """Is speculation paying? The cost model's verdict in plain words, with its one
-    prediction, saying what γ = auto is doing about it (``gamma``: the γ the chat runs
-    at, "auto" or a number; None if unknown), and a level ("good" / "bad" / "unknown")
-    for styling. It reads the same recommendation as recommended_gamma_text and the
-    controller, so none of them can disagree with it. The paper's α > c test is in the
-    details (paper_text)."""
+    """(is speculation paying, in words, "good" / "bad" / "unknown"): the cost model's verdict
+    and prediction, the same recommendation recommended_gamma_text reads, and what γ = auto
+    does about it (``gamma``: the γ the chat runs at, None if unknown)."""
     if hide_timing:
         return ("verdict needs timings (hidden in deterministic mode)", "unknown")
     if m.num_drafts == 0 and m.verdict is None:

@@ -38,16 +38,11 @@ def reply_footer(m: MetricsSnapshot, hide_timing: bool = False) -> str:
 
 
 class AcceptanceWatch:
-    """Says, once each time it happens, that drafting changed character: acceptance
-    collapsed far below its usual level (the text left what the draft knows), jumped to
-    nearly every draft kept (a model repeating itself in a loop), or γ = auto set drafting
-    aside (its cost model found no γ that beats plain decoding any more) and took it up
-    again. Each notice is
-    edge-triggered: said when its condition starts to hold, again only after it stopped.
-
-    ``recent`` drafting steps are held against the session's earlier ones (its
-    acceptance history); ``collapse`` is the share of the usual level below which
-    acceptance counts as collapsed, ``loop`` the acceptance a loop shows."""
+    """Says, once each time it starts to hold, that drafting changed character: acceptance
+    collapsed (the text left what the draft knows) or jumped to nearly every draft (a loop),
+    or γ = auto set drafting aside and took it up again. ``recent`` drafting steps are held
+    against the session's earlier ones; ``collapse``: the share of the usual acceptance below
+    which it collapsed; ``loop``: the acceptance a loop shows."""
 
     def __init__(self, recent: int = 12, collapse: float = 0.4, loop: float = 0.98) -> None:
         self.recent = recent

@@ -175,7 +175,7 @@ class ChatScreen(Screen):
         """The reply box of ``turn``: the one up since its message, or a new one. An empty
         box of another turn (one that never began) goes."""
         if self.current is None or self.current.turn != turn:
-            self._close_reply()
+            self.turn_ended()
             self.current = self.transcript.add_reply(turn)
         return self.current
 
@@ -185,9 +185,10 @@ class ChatScreen(Screen):
         reply = self.current
         return reply if reply is not None and not reply.tokens else None
 
-    def _close_reply(self) -> None:
-        """A reply that will get no TurnFinished (a recording cut short, a backend that
-        failed before its turn began) loses its blank room, or goes if nothing was written."""
+    def turn_ended(self) -> None:
+        """The worker's turn is over, or another reply begins: a reply that got no TurnFinished (a
+        recording cut short, a backend that failed before its turn began) loses its blank room, or
+        goes if nothing was written."""
         reply, self.current = self.current, None
         if reply is None or reply.finish_reason is not None:
             return
@@ -195,10 +196,6 @@ class ChatScreen(Screen):
             reply.provenance.finish()
         else:
             reply.remove()
-
-    def turn_ended(self) -> None:
-        """The worker's turn is over, whatever events it sent."""
-        self._close_reply()
 
     def _notice(self, notices: list[str]) -> None:
         """Drafting changed character (reply_notes.AcceptanceWatch): said in the chat, where
@@ -214,7 +211,7 @@ class ChatScreen(Screen):
     def _apply(self, event: Any) -> None:
         transcript = self.transcript
         if isinstance(event, UserMessage):
-            self._close_reply()  # one whose TurnFinished never came
+            self.turn_ended()  # one whose TurnFinished never came
             transcript.add_user(event.text)
             # the reply's box goes up with the message: one layout for both (each is a full
             # one, taken from the model's cores), and the turn is seen to have begun; it
