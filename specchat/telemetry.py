@@ -309,10 +309,8 @@ def masked(snapshot: MetricsSnapshot, underivable: tuple[str, ...]) -> MetricsSn
     """``snapshot`` with the figures a source of steps cannot support (a server's draft
     cost, hence c and v(k)) set to None ({} for verify_cost), rather than to the 0 an
     unknown time would give."""
-    names = [k for k in underivable if k in MetricsSnapshot.__dataclass_fields__]
-    if not names:
-        return snapshot
-    return replace(snapshot, **{k: ({} if k == "verify_cost" else None) for k in names})
+    fields = MetricsSnapshot.__dataclass_fields__
+    return replace(snapshot, **{k: ({} if k == "verify_cost" else None) for k in underivable if k in fields})
 
 
 class ChatTelemetry:

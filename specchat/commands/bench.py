@@ -17,9 +17,10 @@ import sys
 import time
 from pathlib import Path
 
+from specchat.config import load_profile
 from specchat.errors import SpecchatError
 from specchat.methods import METHODS, SPELLINGS
-from specchat.sanitize import clean_line
+from specchat.sanitize import clean, clean_line
 
 GAMMA_DEFAULT = "auto,1,2,3,5,8"  # --grid, one chat at a time; N at once runs auto unless --gamma says
 SHARED = ("profile",)
@@ -77,12 +78,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specchat.bench.concurrency import parse_levels
     from specchat.bench.configs import build_configs, default_configs, parse_gammas, parse_methods
     from specchat.bench.prompt_sets import load_prompt_sets
-    from specchat.config import load_profile
     from specchat.remote import is_remote
-
-    from specchat.bench.concurrency import parse_levels
 
     levels = parse_levels(args.concurrency)
     args.concurrency = levels[0] if len(levels) == 1 else levels
@@ -239,7 +238,6 @@ def _remote(profile, sets, args, out_dir: Path) -> int:
     """A server speculates itself: compare it with a plain server (--plain-url)."""
     from specchat.bench.configs import written
     from specchat.remote.bench import remote_bench, table, write
-    from specchat.sanitize import clean
 
     say = lambda text: print(clean(text), file=sys.stderr, flush=True)  # noqa: E731
     levels = args.concurrency if isinstance(args.concurrency, list) else [args.concurrency]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from specchat.errors import SpecchatError
+from specchat.sanitize import clean_line
 
 SHARED = ("profile", "no_record")
 
@@ -41,7 +43,6 @@ def demo_loader(steps, record: bool):
 def _headless(args: argparse.Namespace, steps) -> int:
     from specchat.sessions.ansi import render, write_stdout
     from specchat.live import load_backend
-    from specchat.sanitize import clean_line
     from specchat.sessions.demo import ScriptedBackend
 
     colour = sys.stdout.isatty()
@@ -66,7 +67,6 @@ def _headless(args: argparse.Namespace, steps) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.errors import SpecchatError
     from specchat.sessions.demo import load_script
 
     try:

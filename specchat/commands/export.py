@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
 
 FORMATS = {"cast": ".cast", "md": ".md", "markdown": ".md"}
@@ -62,8 +63,6 @@ def export(ref: str, fmt: str, output: str | None, force: bool = False) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.errors import SpecchatError
-
     try:
         return export(args.file, args.format, args.output, args.force)
     except (SpecchatError, OSError) as exc:

@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 from specchat import untrusted
+from specchat.config import load_profile
 from specchat.errors import SpecchatError
-from specchat.sanitize import clean_line
+from specchat.events import StepEvent, StepStats, TurnFinished
+from specchat.sanitize import clean, clean_line
 from specchat.synthetic import PAIRS, cached, transformers_model
 
 SHARED = ("profile",)
@@ -49,8 +51,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_profile
-
     if not 1 <= args.repeats <= 100:
         raise SpecchatError(f"--repeats {args.repeats} is out of range", key="--repeats", hint="use 1 to 100")
     contexts = _contexts(args.contexts, (256, 1024) if args.synthetic else None)
@@ -118,8 +118,6 @@ def _print(figures: dict, args: argparse.Namespace, measured: list[dict] | None)
     if args.json:
         print(json.dumps(figures))
     else:  # the profile's name and the model's precision are a file's words: cleaned
-        from specchat.sanitize import clean
-
         print(clean(render(figures)))
     return 0
 
@@ -195,8 +193,6 @@ def _measured(name: str) -> list[dict]:
     """What a recording, or bench's results.json (per configuration and prompt set, and
     "all"), measured: its α and its steps as run, (context, drafts verified, drafts kept),
     each request's prompt step left out (plan knows nothing of prompts)."""
-    from specchat.events import StepEvent, StepStats, TurnFinished
-
     def run_of(stats) -> list[tuple[int, int, int]]:
         return [(s.context_tokens, s.num_draft_tokens, s.num_accepted_tokens) for s in stats if not s.prefill_tokens]
 

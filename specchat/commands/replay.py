@@ -14,6 +14,7 @@ import os
 import sys
 
 from specchat.commands.export import add_output_arguments, export
+from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
 
 SHARED = ("trust_remote_code", "trust_recorded_server")
@@ -91,8 +92,6 @@ def _tui(path, speed: str, trust: dict) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.errors import SpecchatError
-
     try:
         if args.list:
             return _list()

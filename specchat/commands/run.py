@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specchat.config import load_profile
 from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.errors import SpecchatError
+from specchat.events import ErrorEvent, Notice, StepEvent, TurnFinished, TurnStarted, context_full_message
 from specchat.sanitize import clean, clean_line, decode_input, inert_json
 
 SHARED = ("profile", "no_record")
@@ -32,8 +34,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_profile
-
     profile = apply_overrides(load_profile(args.profile), args)
     # Input is decoded once, here: bytes that are not UTF-8 become U+FFFD.
     prompt = sys.stdin.buffer.read().decode("utf-8", "replace") if args.prompt == "-" else decode_input(args.prompt)
@@ -118,7 +118,6 @@ def _gamma(text: str):
 def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
     """Streams one reply to stdout. Model text is untrusted (a model can emit any
     byte): it is sanitised on a terminal or a pipe, and JSON-escaped with ``--json``."""
-    from specchat.events import ErrorEvent, Notice, StepEvent, TurnFinished, TurnStarted, context_full_message
     from specchat.sessions.ansi import PROVENANCE_SGR, RESET  # "target" tokens keep the terminal's colour
 
     colour = not as_json and sys.stdout.isatty()

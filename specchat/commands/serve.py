@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specchat.config import load_profile
 from specchat.errors import SpecchatError
+from specchat.sanitize import clean_line
 
 DEFAULT_KEY_ENV = "SPECCHAT_API_KEY"
 SHARED = ("profile",)
@@ -93,9 +95,6 @@ def known_n_ctx(profile: Any) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_profile
-    from specchat.sanitize import clean_line
-
     key = api_key(args.host, args.api_key_env)  # refused before anything loads
     check_address(args.host, args.port)
     profile = load_profile(args.profile)

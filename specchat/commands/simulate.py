@@ -9,6 +9,9 @@ import sys
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS, SpeculationSpec, parse_gamma
 from specchat.errors import SpecchatError
+from specchat.events import StepEvent
+from specchat.methods import METHODS
+from specchat.sanitize import clean_line
 
 
 def simulate_recording(path, method: str | None, gamma: str | None) -> int:
@@ -18,9 +21,6 @@ def simulate_recording(path, method: str | None, gamma: str | None) -> int:
                             hint=f"give a whole number from 1 to {MAX_SPECULATIVE_TOKENS}, or auto")
     gamma = parsed
     from specchat.bench.simulate import simulate
-    from specchat.events import StepEvent
-    from specchat.methods import METHODS
-    from specchat.sanitize import clean_line
     from specchat.sessions.reader import read_recording
     from specchat.sessions.replay import recorded_settings, rebuild_metrics
 

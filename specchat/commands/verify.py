@@ -9,6 +9,8 @@ import argparse
 import json
 import sys
 import time
+from specchat.config import load_profile
+from specchat.errors import SpecchatError
 
 MAX_CONCURRENCY = 64  # sequences one batched llama.cpp context takes here
 SHARED = ("profile",)
@@ -39,9 +41,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_profile
-    from specchat.errors import SpecchatError
-
     if args.samples < 50:
         raise SpecchatError(f"--samples {args.samples} is too few for a statistical check", key="--samples",
                             hint="use at least 50 (2000 or more for a meaningful verdict)")

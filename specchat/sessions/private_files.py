@@ -74,24 +74,21 @@ def write_export(out: str | os.PathLike[str], text: str, *, source: str | os.Pat
         kind = "a link" if stat.S_ISLNK(info.st_mode) else "a folder" if stat.S_ISDIR(info.st_mode) else "not a file"
         raise SpecchatError(f"is {kind}: --force replaces only a regular file", file=str(out),
                             hint="name the file itself, or another name, with -o")
-    if not force:
-        try:
-            fd = create_private(out, append=False)
-        except FileExistsError:
-            raise SpecchatError("already exists", file=str(out),
-                                hint="pass --force to replace it, or choose another name with -o") from None
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return out
-    # Replace atomically: a failure leaves the old file as it was.
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.unlink(missing_ok=True)  # left by a killed export with this pid
-    fd = create_private(tmp, append=False)
+    # --force replaces atomically, from a file beside it: a failure leaves the old file as it was
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}") if force else out
+    if force:
+        tmp.unlink(missing_ok=True)  # left by a killed export with this pid
+    try:
+        fd = create_private(tmp, append=False)
+    except FileExistsError:
+        raise SpecchatError("already exists", file=str(out),
+                            hint="pass --force to replace it, or choose another name with -o") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, out)
+        if force:
+            os.replace(tmp, out)
     finally:
-        if tmp.exists():
+        if force and tmp.exists():
             tmp.unlink()
     return out

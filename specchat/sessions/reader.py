@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from specchat.events import ChatReset, ErrorEvent, SessionHeader, TurnFinished, TurnStarted, UserMessage, from_json
 from specchat.sessions.fileformat import FORMAT_VERSION, RESERVED_KEYS
@@ -94,23 +94,6 @@ def _check_header_line(data: dict[str, Any], number: int, path: Path) -> None:
                              file=str(path))
 
 
-def _parse_event(data: dict[str, Any], previous_ts: float | None) -> tuple[Any, float | None]:
-    """(event, ts) or raises ValueError with a short reason naming the bad field."""
-    ts = check_timestamp(data.pop("ts", None), previous_ts)
-    for key in RESERVED_KEYS:
-        data.pop(key, None)
-    check_record(data)
-    return from_json(data), ts
-
-
-def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text, ended with a newline). Bad UTF-8 becomes U+FFFD and is
-    caught as a JSON/field problem rather than aborting the whole read."""
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
-        for number, raw in enumerate(f, start=1):
-            yield number, raw.rstrip("\n"), raw.endswith("\n")
-
-
 def read_recording(path: str | os.PathLike[str]) -> Recording:
     """Reads a whole recording. Raises :class:`RecordingError` only when nothing is
     replayable; otherwise returns what was readable and sets ``damage``."""
@@ -122,15 +105,22 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
     recording: Recording | None = None
     last_line = 0
     previous_ts: float | None = None
-    for number, text, complete in _lines(path):
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+        lines = list(f)  # bad UTF-8 becomes U+FFFD: a JSON or field problem on its line, not a failed read
+    for number, raw in enumerate(lines, start=1):
         last_line = number
+        text, complete = raw.rstrip("\n"), raw.endswith("\n")
         if not text.strip():
             continue  # a blank line harms nothing
         try:
             data = _json_object(text)
             if recording is None:
                 _check_header_line(data, number, path)
-            event, ts = _parse_event(data, previous_ts)
+            ts = check_timestamp(data.pop("ts", None), previous_ts)
+            for key in RESERVED_KEYS:
+                data.pop(key, None)
+            check_record(data)  # FieldError (a ValueError) naming the bad field
+            event = from_json(data)
         except ValueError as exc:  # nothing nested too deeply gets this far: the checks cannot recurse out
             reason = str(exc)
             if not complete:

@@ -184,7 +184,6 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
             loaded = (loader or self.loader)(ref, self.pump.put)
         except Exception as exc:  # every failure becomes one line in the app
             self.pump.put_marker(_LoadDone(ref, None, one_line(exc)))
-            return
         else:
             self.pump.put_marker(_LoadDone(ref, loaded, adopt=loader if adopt else None))
         finally:

@@ -11,26 +11,16 @@ from textual.app import SystemCommand
 from textual.command import CommandListItem, SimpleCommand
 from textual.markup import escape
 
+from specchat.config import load_profile, profile_files
+from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
 
 TEMPERATURES = (0.0, 0.3, 0.6, 0.8, 1.0, 1.2)
 
 
-def available_profiles() -> dict[str, str]:
-    """Profile name → file, or {} when profiles cannot be listed."""
-    try:
-        from specchat.config import profile_files
-    except ImportError:
-        return {}
-    return {name: str(path) for name, path in profile_files().items()}
-
-
 def profile_about(name: str) -> tuple[str, bool]:
     """(a profile's description, or why it does not load, in one clean line; whether it
     is made for a CUDA GPU)."""
-    from specchat.config import load_profile
-    from specchat.errors import SpecchatError
-
     try:
         profile = load_profile(name)
     except SpecchatError as error:
@@ -44,7 +34,7 @@ def profile_commands(app: Any, gpu: bool | None = None) -> list[CommandListItem]
     if gpu is None:  # an NVIDIA driver's GPUs, read without torch (the UI never imports it)
         gpu = Path("/proc/driver/nvidia/gpus").is_dir() and any(Path("/proc/driver/nvidia/gpus").iterdir())
     usable, gpu_only = [], []
-    for name in available_profiles():
+    for name in profile_files():
         about, needs_gpu = profile_about(name)
         if needs_gpu and not gpu:
             about = f"needs a CUDA GPU, none here · {about}"

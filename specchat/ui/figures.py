@@ -57,26 +57,17 @@ class LiveFigures:
         self.session = MetricsSnapshot()
         self.turn_number: int | None = None
 
-    def reset(self) -> None:
-        """A new profile: forget everything (its figures describe other models)."""
-        self.__init__()  # type: ignore[misc]
-
-    def apply(self, event: Any) -> bool:
-        """Feed one event; True if the figures changed."""
+    def apply(self, event: Any) -> None:
         if isinstance(event, Figures):
             self.turn, self.session = event.turn, event.session
-            return True
-        if isinstance(event, TurnStarted):
+        elif isinstance(event, TurnStarted):
             self.turn_number = event.turn
-            return True
-        if isinstance(event, TurnFinished):
+        elif isinstance(event, TurnFinished):
             metrics = event.metrics or {}
             if "turn" in metrics:
                 self.turn = MetricsSnapshot.from_dict(metrics["turn"])
             if "session" in metrics:
                 self.session = MetricsSnapshot.from_dict(metrics["session"])
-            return True
-        return False
 
 
 # --- text -------------------------------------------------------------------------

@@ -48,10 +48,6 @@ class AcceptanceWatch:
         self.recent = recent
         self.collapse = collapse
         self.loop = loop
-        self.reset()
-
-    def reset(self) -> None:
-        """Another model, or a new chat: what was usual before says nothing now."""
         self._active: set[str] = set()
         self._verdict: str | None = None
 

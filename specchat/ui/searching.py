@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from specchat.events import TurnFinished, UserMessage
 from specchat.sanitize import clean_line
 
 
@@ -57,7 +58,6 @@ def sessions_texts(directory: Path | None = None) -> list[Searchable]:
     """What the recordings in ``directory`` (the sessions dir by default) said, newest
     first: each message and reply, pointing at its file. One that cannot be read is
     left out (the sessions list, Ctrl+R, says why)."""
-    from specchat.events import TurnFinished, UserMessage
     from specchat.sessions.history import list_sessions
     from specchat.sessions.reader import read_recording
 

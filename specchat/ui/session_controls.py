@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from specchat.errors import one_line
+from specchat.paths import data_dir
 from specchat.sanitize import clean_line
 from specchat.sessions.private_files import FILE_MODE, private_dir
 from specchat.ui.screens.history import HistoryScreen
@@ -83,8 +84,6 @@ class SessionControls:
 
     def action_screenshot(self) -> None:
         """An SVG of the screen (the chat in it), private like the recordings: 0600 in a 0700 dir."""
-        from specchat.paths import data_dir
-
         directory = data_dir() / "screenshots"
         try:
             private_dir(directory)

@@ -15,6 +15,7 @@ from textual.css.constants import VALID_STYLE_FLAGS
 from textual.theme import Theme
 
 from specchat import untrusted
+from specchat.paths import shipped_themes_dir, user_themes_dir
 
 # Provenance colours for themes that do not name their own (Textual's built-in themes).
 SPEC_VARIABLE_DEFAULTS = {"spec-accepted": "#5fb85f", "spec-resampled": "#e0a040", "spec-bonus": "#58a6ff",
@@ -132,6 +133,4 @@ def load_themes(dirs: Path | Iterable[Path]) -> tuple[list[Theme], list[ThemeLoa
 
 def theme_dirs() -> list[Path]:
     """Shipped themes first, then the user's (which win on a name clash)."""
-    from specchat.paths import shipped_themes_dir, user_themes_dir
-
     return [shipped_themes_dir(), user_themes_dir()]

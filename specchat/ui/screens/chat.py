@@ -133,8 +133,8 @@ class ChatScreen(Screen):
     def reset_figures(self, max_gamma: int, method: str, gamma: int | str = "auto") -> None:
         """A profile loaded: its figures start over; the panel makes room for the γ it
         drafts at (``gamma``: a number, or "auto" up to ``max_gamma``)."""
-        self.figures.reset()
-        self.watch.reset()
+        # another model: its figures, and what its usual acceptance is, start over
+        self.figures, self.watch = LiveFigures(), AcceptanceWatch()
         deepest = max_gamma if gamma == "auto" else gamma if isinstance(gamma, int) else 0
         self.panel.size_for(method, deepest, gamma)
         self.flush_panel(force=True, settle=True)
