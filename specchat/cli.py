@@ -1,9 +1,6 @@
-"""The ``specchat`` command line.
-
-Heavy libraries (torch, transformers, textual) are imported inside the subcommand
-that needs them, so ``specchat --help`` and ``specchat profiles`` answer at once.
-Every SpecchatError ends the program with its one-line message and exit code 2, and so
-does every usage error argparse finds (OneLineParser).
+"""The ``specchat`` command line. Heavy libraries are imported by the subcommand that needs them,
+so ``specchat --help`` answers at once; every SpecchatError and usage error ends the program in
+one line, exit code 2.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""The event vocabulary shared by the engine, the UI, the recorder, replay and bench.
-
-Pure Python on purpose (replay, the UI and exports run without torch). Every event is a
-frozen, JSON-able dataclass; :func:`to_json` / :func:`from_json` round-trip them exactly.
-Token provenance (the paper's names, as in vLLM's rejection sampler): ``accepted`` (a
-draft the target kept), ``resampled`` (drawn from norm(max(p − q, 0)) after the first
-rejection), ``bonus`` (drawn from p after every draft was kept), ``target`` (a step with
-no drafts).
+"""The event vocabulary shared by the engine, the UI, the recorder, replay and bench: frozen,
+JSON-able dataclasses that :func:`to_json` / :func:`from_json` round-trip exactly. Token
+provenance (the paper's names, as vLLM's rejection sampler): ``accepted`` (a draft the target
+kept), ``resampled`` (drawn from norm(max(p − q, 0)) after the first rejection), ``bonus``
+(drawn from p after every draft was kept), ``target`` (a step with no drafts).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The composition root for live chats: profile → models → ChatSession → recording.
-
-This is the one place that joins the engine, the model loader and the session
-recorder into the UI's backend protocol (:mod:`specchat.ui.backend`). It sits outside
-``specchat.ui`` and ``specchat.engine`` so neither reaches into the other: the CLI
-builds a loader here and hands it to ``run_app(..., loader=...)``; the UI only ever
-calls it, inside its loading thread. Heavy imports happen inside the functions.
+"""The composition root for live chats: profile → models → ChatSession → recording, joined into
+the UI's backend protocol here so that neither ``specchat.ui`` nor ``specchat.engine`` reaches
+into the other. Heavy imports happen inside the functions.
 """
 
 from __future__ import annotations

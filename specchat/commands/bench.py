@@ -1,11 +1,5 @@
-"""``specchat bench``: does speculation pay on this machine, these models, these prompts?
-
-Runs the same requests with and without speculation (and the engine a user would pick
-instead, as a peer) and writes results.json, report.md and speedup_vs_gamma.png; prints a
-table per prompt set. By default it compares what the profile runs (its method at its γ)
-with plain decoding and one peer row; ``--grid`` (or ``--gamma`` / ``--methods``) runs
-every method × γ, hours on a CPU.
-"""
+"""``specchat bench``: does speculation pay on this machine, these models, these prompts? What each
+mode compares: the parser's description below."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""``specchat demo [--script FILE] [--profile P]``: a scripted chat, hands-free.
-
-For screen recordings: the TUI types each prompt of the script and waits for the reply
-(pauses and γ changes in between), against the chosen profile, recorded like any chat.
-``--headless`` runs the same script without a terminal UI, printing coloured text.
-"""
+"""``specchat demo [--script FILE] [--profile P]``: a scripted chat, hands-free, recorded like
+any chat (for screen recordings); ``--headless`` prints coloured text instead of the TUI."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``specchat export FILE --format cast|md [-o OUT] [--force]``: a recording as a shareable file.
-
-Torch-free: needs only the recording. Exports are created 0600 and never written over
-the recording itself, nor over another file without ``--force``.
-"""
+"""``specchat export FILE --format cast|md [-o OUT] [--force]``: a recording as a shareable file
+(torch-free; sessions/private_files.py says what it never writes over)."""
 
 from __future__ import annotations
 

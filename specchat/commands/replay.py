@@ -1,11 +1,6 @@
-"""``specchat replay FILE [--speed 1|2|max]``: watch a recorded session, no model needed.
-
-Opens the TUI driven by the recording (the UI cannot tell it from a live chat), at the
-recorded pace; or with ``--headless`` prints the same event stream as coloured text, at
-full speed unless ``--speed`` says otherwise (it is for scripts and pipes: a reader that
-goes away, ``| head``, ends it quietly); or with ``--to`` exports it. Never imports torch or transformers: this runs where they are not installed (but
-``--simulate``, which runs the engine's proposers over the recorded text: bench/simulate.py).
-"""
+"""``specchat replay FILE [--speed 1|2|max]``: watch a recorded session, in the TUI, as text
+(``--headless``, for scripts and pipes: ``| head`` ends it quietly) or exported (``--to``). Never
+imports torch, but ``--simulate`` (bench/simulate.py)."""
 
 from __future__ import annotations
 

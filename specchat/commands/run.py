@@ -1,9 +1,5 @@
-"""``specchat run --profile P --prompt TEXT [--json]``: one reply, headless.
-
-Streams the reply to stdout — coloured by provenance on a terminal, plain when piped,
-or as JSON lines (one per token, then a summary) with ``--json`` — and prints a
-summary of the speculation metrics on stderr.
-"""
+"""``specchat run --profile P --prompt TEXT [--json]``: one reply, headless, on stdout (coloured
+by provenance on a terminal, JSON lines with ``--json``), the speculation metrics on stderr."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""``specchat serve``: an OpenAI-compatible HTTP endpoint on loopback over the batched
-engine (engine/batch/batched.py), so other clients get exact speculation and its figures.
-
-Binds 127.0.0.1 by default; any other address needs an API key from the variable
-``--api-key-env`` names (default SPECCHAT_API_KEY), and with a key set every path but
-/health asks for it. Values that reach a socket or llama.cpp (key, host, port,
---parallel) are checked before the model loads where they can be; each refusal is one
-line with the value and the fix, exit 2.
-"""
+"""``specchat serve``: an OpenAI-compatible HTTP endpoint over the batched engine. Loopback by
+default; any other address needs an API key (``--api-key-env``), which every path but /health
+then asks for. Key, host, port and --parallel are checked before the model loads where they can be."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""``specchat train-head``: train an EAGLE-3 head for a profile's target, here, offline.
-
-The target answers a shipped prompt corpus (self-distillation), its own hidden states
-and next-token laws on those replies are the training data, and the head is saved in
-the SpecForge/vLLM EAGLE-3 layout that llama.cpp's ``convert_hf_to_gguf.py``, vLLM and
-SGLang load. ``--kind medusa`` trains Medusa-1 heads on the same replies instead
-(training/medusa.py), written in vLLM's Medusa layout. Each stage shows a bar with its
-ETA; Ctrl+C keeps what is done and ``--resume`` carries on.
-"""
+"""``specchat train-head``: train an EAGLE-3 head (or ``--kind medusa`` heads) for a profile's
+target on its own replies, here, offline; written in the layout vLLM, SGLang and llama.cpp's
+converter load. Stage by stage (training/pipeline.py): Ctrl+C keeps what is done, ``--resume``
+carries on."""
 
 from __future__ import annotations
 

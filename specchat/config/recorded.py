@@ -1,12 +1,8 @@
-"""The profile a recording carries, rebuilt as data to carry the chat on (``--resume``).
-
-A recording is shared like any document, so the profile in its header is untrusted:
-it is validated like a profile file, but no file it names is read (``source_path`` and
-``extends`` are never followed; a ``suffix_store`` path becomes "auto", your own store)
-and its ``trust_remote_code = true`` — which would run the model repository's own
-Python code — is refused unless the user passes ``--trust-remote-code``. A server profile is refused the same way unless the user
-passes ``--trust-recorded-server``: connecting would let whoever shared the file choose
-where specchat connects and which environment variable it sends as a key.
+"""The profile a recording carries, rebuilt as data to carry the chat on (``--resume``). It is
+untrusted: validated like a profile file, no file it names read (``source_path``, ``extends``;
+a ``suffix_store`` path becomes "auto"), and its ``trust_remote_code = true`` or a server it
+names refused without ``--trust-remote-code`` / ``--trust-recorded-server``: whoever shared the
+file would otherwise run code here, or choose where specchat connects and which key it sends.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A recording's events as terminal text with ANSI colours by provenance.
-
-Shared by the .cast export, ``specchat replay --headless`` and the headless demo.
-Raw-terminal output: newlines are CR LF. Every piece of recorded text goes through
-:func:`specchat.sanitize.clean` first, so the only escape sequences in the output are
-the colours added here. Torch-free.
+"""A recording's events as raw-terminal text (CR LF) with ANSI colours by provenance, for the
+.cast export, ``specchat replay --headless`` and the headless demo. Recorded text is cleaned
+first: the only escape sequences out are the colours added here.
 """
 
 from __future__ import annotations

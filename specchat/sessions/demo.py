@@ -1,9 +1,6 @@
-"""Demo scripts: a hands-free sequence of prompts for screen recordings.
-
-Plain text: ``#`` lines are comments, prompts are paragraphs (blank lines separate them),
-and a line starting with ``/`` is a directive: ``/pause SECONDS``, ``/reset`` (new chat),
-``/gamma K|auto``, ``/temperature T``, ``/thinking on|off`` (models whose template has the
-switch). Torch-free: the runner drives any ChatBackend (the UI's protocol).
+"""Demo scripts: a hands-free sequence of prompts for screen recordings. ``#`` lines are comments,
+prompts are paragraphs, and a line starting with ``/`` is a directive: ``/pause SECONDS``,
+``/reset``, ``/gamma K|auto``, ``/temperature T``, ``/thinking on|off``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""A recording as an asciinema v2 ``.cast`` file, tokens coloured by provenance.
-
-Format (https://docs.asciinema.org/manual/asciicast/v2/): line 1 is a JSON header
-``{"version": 2, "width", "height", "timestamp", "title", "env"}``; every further line
-is ``[seconds, "o", text]`` with seconds non-decreasing. The terminal is in raw mode,
-so newlines are written as CR LF. Torch-free.
+"""A recording as an asciinema v2 ``.cast`` file (https://docs.asciinema.org/manual/asciicast/v2/),
+tokens coloured by provenance: a JSON header line, then ``[seconds, "o", text]`` frames.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""A recording as Markdown: the transcript, then the session's speculation metrics.
-
-The metrics are recomputed from the recorded per-step stats (see
-:func:`specchat.sessions.replay.rebuild_metrics`), so they exist for a crashed session
-too. Torch-free.
-
-Everything taken from the recording is untrusted: it is sanitised
-(:mod:`specchat.sanitize`) and then kept from being read as Markdown or HTML —
-short fields escaped or in code spans, the user's messages escaped inside quotes, and
-each reply verbatim in a fenced block longer than any backtick run in it.
+"""A recording as Markdown: the transcript, then the session's speculation metrics recomputed
+from its steps (so a crashed session has them too). Recorded text is sanitised, then kept from
+being read as Markdown or HTML: short fields escaped or in code spans, the user's messages
+escaped inside quotes, each reply verbatim in a fence longer than any backtick run in it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Reading a recording back: header, timed events, and where any damage starts.
-
-Torch-free by design (only json and :mod:`specchat.events`): replay, export and the
-history screen run on machines with no model. A damaged file is not an exception:
-everything up to the first bad line is returned, with :class:`Damage` saying where
-and why it stopped — a recording cut by a crash is still worth replaying.
+"""Reading a recording back: header, timed events, and where any damage starts. A damaged file
+is no exception: everything up to the first bad line comes back, with :class:`Damage` saying
+where and why (a recording cut by a crash is still worth replaying).
 """
 
 from __future__ import annotations

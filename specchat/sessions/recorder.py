@@ -127,7 +127,7 @@ class Recorder:
             where = self.path or self._new_in[0]  # type: ignore[index]
             self.failure = f"not recording: cannot create a recording in {where} ({exc.strerror or exc})"
             return
-        self._write(header, {"format": FORMAT_VERSION})
+        self.record(header, format=FORMAT_VERSION)
 
     def _create(self) -> int:
         if self.path is not None:  # a path of the caller's choosing: its folder is theirs
@@ -149,11 +149,8 @@ class Recorder:
         self._size = os.fstat(fd).st_size
         return _locked(fd, self.path)  # type: ignore[arg-type]
 
-    def record(self, event: Any) -> None:
-        """Appends one event (any :mod:`specchat.events` dataclass) and flushes it."""
-        self._write(event, {})
-
-    def _write(self, event: Any, extra: dict[str, Any]) -> None:
+    def record(self, event: Any, **extra: Any) -> None:
+        """Appends one event (any :mod:`specchat.events` dataclass), ``extra`` keys beside its fields."""
         with self._lock:
             self._write_locked(event, extra)
 
@@ -214,7 +211,7 @@ class Recorder:
         """The chat goes on with another profile: a ProfileSwitched event, then the new
         models' header, in the same file (readers keep later headers aside)."""
         self.record(ProfileSwitched(str(header.profile.get("name", "?"))))
-        self._write(header, {})
+        self.record(header)
 
     def close(self) -> None:
         """Closes a turn left open (as "cancelled"), syncs and closes the file; a new file

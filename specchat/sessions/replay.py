@@ -1,8 +1,5 @@
-"""Replaying a recording: the recorded events again, at their recorded pace or faster.
-
-Torch-free (json, :mod:`specchat.events`, :mod:`specchat.telemetry` only): this is what
-lets someone without a GPU watch a session. The UI adapter lives in
-:mod:`specchat.sessions.replay_backend`; exports use :func:`timed_events` directly.
+"""Replaying a recording: the recorded events again, at their recorded pace or faster, and their
+figures folded again. The UI adapter: :mod:`specchat.sessions.replay_backend`.
 """
 
 from __future__ import annotations

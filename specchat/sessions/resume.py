@@ -1,8 +1,5 @@
-"""Rebuilding a conversation from its recording, to carry on chatting where it stopped.
-
-Torch-free: the result is the plain ``[{"role", "content"}]`` list that
-``ChatSession.history`` accepts. Loading the models to carry on is the composition
-root's job (:func:`specchat.live.resume_loader`), so this package never reaches torch.
+"""Rebuilding a conversation from its recording, as the plain ``[{"role", "content"}]`` history a
+chat takes, to carry on where it stopped (loading the models: :func:`specchat.live.resume_loader`).
 """
 
 from __future__ import annotations

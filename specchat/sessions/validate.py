@@ -1,10 +1,7 @@
-"""Field types of a recorded event, checked before the event is built from it.
-
-A recording is untrusted input: text where a number belongs, a string where the tokens
-belong, or a draft count that would size an array to a billion must stop the reader at
-that line with a reason naming the field — never reach the replay, the exports or the
-panel as a Python exception. The rules are the events' own type hints
-(:mod:`specchat.events`), plus the few bounds the figures rely on. Torch-free.
+"""Field types of a recorded event, checked before the event is built from it: a recording is
+untrusted, and a bad field must stop the reader at its line with a reason naming it, never reach
+the replay, the exports or the panel as an exception. The rules: the events' own type hints, and
+the few bounds the figures rely on.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The specchat Textual app: owns the backend, the settings and the workers.
-
-Widgets live in :mod:`specchat.ui.widgets`, screens in :mod:`specchat.ui.screens`;
-this file wires them. Nothing here imports torch or the engine: models load inside a
-thread worker through the ``loader`` the caller injects (the CLI builds live ones in
-:mod:`specchat.live`; a replay's comes from :func:`specchat.ui.backend.replay_loader`).
+"""The specchat Textual app: owns the backend, the settings and the workers, and wires the
+widgets and screens. Models load in a thread worker through the ``loader`` the caller injects
+(:mod:`specchat.live`'s, or :func:`specchat.ui.backend.replay_loader`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""What the UI talks to: a *backend* that turns user text into :mod:`specchat.events`.
-
-The UI never imports torch; it sees only this protocol. A live chat
-(:class:`ChatBackend`; the engine's ``ChatSession`` is one) is built by a :data:`Loader`
-the CLI passes from :mod:`specchat.live`, called in the app's loading worker; a
-self-playing source (:class:`EventSource`) replays a recorded session with its timing.
-A backend declares which it is (``can_send``). Either folds its own steps into telemetry
-(``turn_metrics``, ``session_metrics``); the UI shows those and folds nothing itself.
+"""What the UI talks to: a *backend* that turns user text into :mod:`specchat.events`, built in
+the app's loading worker by a :data:`Loader` (:mod:`specchat.live`'s). A live chat
+(:class:`ChatBackend`) or a source that plays by itself (:class:`EventSource`, a replay), as it
+declares (``can_send``); either folds its own steps, and the UI shows its snapshots.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The app's user controls (keys and palette commands), kept out of app.py.
-
-A mixin of :class:`specchat.ui.app.SpecchatApp`: it reads ``self.loaded``,
-``self.info``, ``self.chat`` and ``self.generating`` and changes the live backend's
-settings between (or during) turns.
-"""
+"""The app's user controls (keys and palette commands): a mixin of
+:class:`specchat.ui.app.SpecchatApp` that changes the live backend's settings between (or during)
+turns."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Panel figures: live telemetry for the UI and their text. Pure Python, no Textual.
-
-The panel shows snapshots, never folds steps: each source of events folds its own
-(the turn loop for a live chat, the replay for a recording), and the worker thread
-that drives it hands the UI its snapshots (:class:`Figures`) beside the events.
+"""Panel figures and their text, pure Python. The panel shows the snapshots each source takes of
+its own fold (:class:`Figures`, handed over by the worker that drives it) and folds no steps.
 """
 
 from __future__ import annotations

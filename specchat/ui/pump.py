@@ -1,10 +1,6 @@
-"""Hands events from worker threads to the UI without flooding its message queue.
-
-Events are made inert here, in the worker (:func:`specchat.sanitize.clean_data`). Workers
-``put`` events into a buffer; at most one pending :class:`EventsReady` (``can_replace``)
-tells the UI to drain, and it takes the whole buffer at once (at most every
-``app.DRAIN_INTERVAL_S``). No event is dropped — only the wake-ups coalesce — so 1,000
-tokens/s cost a few UI updates per second.
+"""Hands events from worker threads to the UI without flooding its message queue: they are made
+inert here, in the worker, buffered, and at most one pending :class:`EventsReady` wakes the UI,
+which takes the whole buffer. No event is dropped; only the wake-ups coalesce.
 """
 
 from __future__ import annotations

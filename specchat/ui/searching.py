@@ -1,9 +1,5 @@
-"""Ctrl+F: search this chat and the recorded sessions. Pure Python (reading the
-recordings is the caller's, in a worker: sessions_texts).
-
-A hit carries what to go to (a transcript widget, or a recording's path) opaquely, and a
-one-line snippet around the match. Recorded text is untrusted: snippets are cleaned
-(sanitize.clean_line) and shown as text, never as markup.
+"""Ctrl+F: search this chat and the recorded sessions, pure Python. A hit carries what it goes to
+(a transcript widget, or a recording's path) and a one-line snippet, cleaned and shown as text.
 """
 
 from __future__ import annotations

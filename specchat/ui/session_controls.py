@@ -1,8 +1,6 @@
-"""The app's session keys: the history of recordings (replay or reopen) and screenshots.
-
-A mixin of :class:`specchat.ui.app.SpecchatApp`, like :mod:`specchat.ui.controls`.
-Reopening a session loads models, which the UI cannot do itself: the app is given a
-``reopen`` callable (path → loader) by whoever started it; replays need no model.
+"""The app's session keys, a mixin of :class:`specchat.ui.app.SpecchatApp`: the recordings
+(replayed, or reopened through the ``reopen`` callable whoever started the app gave it: the UI
+loads no model itself), search, and screenshots.
 """
 
 from __future__ import annotations

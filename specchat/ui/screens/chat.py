@@ -1,8 +1,5 @@
-"""The chat screen: transcript, legend, status, input and the speculation panel.
-
-It turns batches of engine events into widget updates. Tokens of one batch go to the
-current reply in a single append; the panel is redrawn at most ~10 times a second
-(and once at each turn's end), so rendering never paces the model.
+"""The chat screen: transcript, legend, status, input and the speculation panel, updated a batch
+of events at a time (a batch's tokens in one append, the panel at most every PANEL_INTERVAL_S).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Past sessions: pick one to replay (no model needed) or to reopen and keep chatting.
-
-Dismisses with ``(path, "replay")``, ``(path, "resume")`` or None; the app decides how to
-load it (``specchat.ui.backend.replay_loader`` / ``specchat.sessions.resume.resume_loader``).
-The list is read in a thread worker: recordings are parsed in full for their figures.
+"""Past sessions: pick one to replay or to reopen and keep chatting. Dismisses with
+``(path, "replay" | "resume")`` or None; the list is read in a thread worker.
 """
 
 from __future__ import annotations

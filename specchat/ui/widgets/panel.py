@@ -1,13 +1,11 @@
-"""The speculation side panel: this turn's and the whole session's figures.
-
-On top, one verdict in plain words (is speculation paying here?) and the few figures
-that answer it; the cost model's inputs, the paper's reference figures and the
-histograms sit behind a "details" fold, closed at first. F1 says what each row means.
-It only ever receives snapshots (attributes down); the app decides how often, so a
-fast model does not redraw the panel per token.
+"""The speculation side panel: one verdict in plain words and the figures that answer it, the
+rest behind a "details" fold (F1 says what each row means). It receives snapshots only, as
+often as the app decides.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -110,9 +108,7 @@ class SpecPanel(VerticalScroll):
     def show(self, turn: MetricsSnapshot, session: MetricsSnapshot, turn_number: int | None = None,
              settle: bool = False) -> None:
         """Shows the figures; ``settle`` gives every figure its own height again (see _update)."""
-        def update(selector: str, content: Content) -> Static:
-            return self._update(selector, content, settle)
-
+        update = partial(self._update, settle=settle)
         title = "Speculation" + (f" · turn {turn_number}" if turn_number is not None else "")
         update("#panel-title", Content(title))
         # the verdict, the recommendation and the controller read the same (session-wide) cost model
@@ -124,9 +120,7 @@ class SpecPanel(VerticalScroll):
             self._show_details(turn, session, settle)
 
     def _show_details(self, turn: MetricsSnapshot, session: MetricsSnapshot, settle: bool = False) -> None:
-        def update(selector: str, content: Content) -> Static:
-            return self._update(selector, content, settle)
-
+        update = partial(self._update, settle=settle)
         update("#detail-figures", table_content(detail_rows(turn, session, self.hide_timing)))
         update("#paper", Content(paper_text(session, self.hide_timing)))
         update("#recommend", Content(recommended_gamma_text(session, self.hide_timing)))

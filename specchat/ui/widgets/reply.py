@@ -1,8 +1,5 @@
-"""An assistant reply: tokens styled by provenance (provenance_text.py), or the same
-text as Markdown; user messages and the app's notes in the transcript.
-
-Tokens are appended in batches (one per UI drain, not one per token), so a fast model
-costs a few updates a second however many tokens it produced in between.
+"""An assistant reply: tokens styled by provenance (provenance_text.py) or the same text as
+Markdown, appended a batch per UI drain; user messages and the app's notes in the transcript.
 """
 
 from __future__ import annotations
