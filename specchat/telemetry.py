@@ -38,7 +38,7 @@ def arithmetic_increase(alpha: float, gamma: int, cost_ratio: float) -> float:
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
-    """The figures the panel, the recorder and bench show. See the module docstring."""
+    """The figures the panel, the recorder and bench show, each defined in docs/design/metrics.md."""
 
     num_steps: int = 0
     num_tokens: int = 0
@@ -74,19 +74,12 @@ class MetricsSnapshot:
     predicted_gain: float | None = None
     gamma_history: tuple[int, ...] = ()
     acceptance_history: tuple[float, ...] = ()
-    # per proposer kind that drafted (a hybrid drafts from two): drafted, accepted and
-    # drafting time per drafted token (ms; steps that caught up excluded)
     drafts_by_source: dict[str, dict[str, float | None]] = field(default_factory=dict)
-    # honesty (speedup.py): measured_speedup is None when the figures cannot tell — a busy
-    # machine, too few plain steps, or a ratio above what the step counts allow — and
-    # measured_speedup_note says which; the interval is 95 %, from the step times' spread
     measured_speedup_interval: tuple[float, float] | None = None
     measured_speedup_note: str = ""
-    measured_speedup_busy: float | None = None  # the ratio a busy machine gave (measured_speedup withheld)
+    measured_speedup_busy: float | None = None
     busy_machine: bool | None = None
     cpu_others: float | None = None
-    # several sequences decoded together (engine/batch/batched.py): how many in the latest step,
-    # and what one more row added to such a decode as γ = auto's batch plan measured it
     batch_size: int = 1
     marginal_ms: float | None = None
 

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(out_dir)
 
     if is_remote(profile):
-        return _remote(profile, sets, args, out_dir)
+        return _remote(profile, sets, args, levels, out_dir)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
     kind = peer_kind(loaded)
     if isinstance(args.concurrency, list) or (args.concurrency > 1 and kind == "llama.cpp"):
-        return _concurrency(console, loaded, profile, sets, methods, args, out_dir)
+        return _concurrency(console, loaded, profile, sets, methods, args, levels, out_dir)
     for path in args.peer_model:
         if kind != "llama.cpp":
             raise SpecchatError("--peer-model needs a profile whose target runs on backend 'llama.cpp'",
@@ -177,7 +177,7 @@ def _plan(profile, grid: bool, args) -> str:
     return f"{ours}plain decoding{'' if args.no_peer else ' and one peer row'} (--grid: every method × γ)"
 
 
-def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_dir: Path) -> int:
+def _concurrency(console, loaded, profile, sets, methods: list[str], args, levels: list[int], out_dir: Path) -> int:
     """N chats at once, decoded together (bench/concurrency.py)."""
     from specchat.bench.benchmark import benchmark_concurrency
     from specchat.bench.concurrency import check_context, level_configs
@@ -188,7 +188,6 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     from specchat.bench.table import render_rows
     from specchat.engine.batch.lanes import check_batchable
 
-    levels = args.concurrency if isinstance(args.concurrency, list) else [args.concurrency]
     if loaded.target.name != "llama.cpp":
         raise SpecchatError(f"--concurrency {','.join(map(str, levels))}: batched decoding runs on the llama.cpp "
                             f"backend; this profile's target runs on {loaded.target.name}, one sequence at a time",
@@ -228,13 +227,12 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     return 0
 
 
-def _remote(profile, sets, args, out_dir: Path) -> int:
+def _remote(profile, sets, args, levels: list[int], out_dir: Path) -> int:
     """A server speculates itself: compare it with a plain server (--plain-url)."""
     from specchat.bench.configs import written
     from specchat.remote.bench import remote_bench, table, write
 
     say = lambda text: print(clean(text), file=sys.stderr, flush=True)  # noqa: E731
-    levels = args.concurrency if isinstance(args.concurrency, list) else [args.concurrency]
     if max(levels) > 1:  # refused before any level runs, not after the first ones
         from specchat.remote.slots import check_concurrency
 

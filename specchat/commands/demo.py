@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from specchat.commands.interrupt import signals_cancel
 from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
 
@@ -50,8 +51,6 @@ def _headless(args: argparse.Namespace, steps) -> int:
     loaded = load_backend(args.profile, progress, record=not args.no_record)
     if loaded.info.recording:
         print(f"recording to {loaded.info.recording}", file=sys.stderr)
-    from specchat.commands.interrupt import signals_cancel
-
     demo = ScriptedBackend(loaded.backend, steps)
     try:
         with signals_cancel(demo.cancel) as caught:  # the turn is recorded as cancelled

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specchat.commands.interrupt import signals_cancel
 from specchat.config import load_profile
 from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.errors import SpecchatError
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     prompt = sys.stdin.buffer.read().decode("utf-8", "replace") if args.prompt == "-" else decode_input(args.prompt)
 
     from specchat.remote import is_remote, open_chat
+    from specchat.sessions.recorder import Recorder, build_header
     from specchat.sessions.recording_backend import RecordingBackend
 
     if is_remote(profile):  # the server speculates; nothing loads here
@@ -46,9 +48,12 @@ def run(args: argparse.Namespace) -> int:
 
         loaded = load_models(profile, progress=_progress_to_stderr)
         chat, info = build_chat(profile, loaded, recorded_replies, record=not args.no_record), loaded.info
-    from specchat.commands.interrupt import signals_cancel
-
-    recorder = _recorder(profile, info, enabled=not args.no_record)
+    # recorded as the TUI's chats are; a recorder that cannot create its file says so, and the reply goes on
+    recorder = Recorder.for_profile(profile, enabled=not args.no_record)
+    recorder.start(build_header(profile, info))
+    failure = recorder.take_failure()
+    if failure:
+        _say(f"specchat: warning: {failure}")
     backend = RecordingBackend(chat, recorder)
     try:
         with signals_cancel(backend.cancel) as caught:  # the turn is recorded as cancelled
@@ -58,19 +63,6 @@ def run(args: argparse.Namespace) -> int:
         recorder.close()
         if recorder.path is not None and recorder.failure is None:
             _say(f"recorded to {recorder.path}")
-
-
-def _recorder(profile, info: dict, enabled: bool):
-    """The session recorder, as the TUI's (disabled by --no-record or ``record = false``).
-    One that cannot create its file says so on stderr, and the reply goes on."""
-    from specchat.sessions.recorder import Recorder, build_header
-
-    recorder = Recorder.for_profile(profile, enabled=enabled)
-    recorder.start(build_header(profile, info))
-    failure = recorder.take_failure()
-    if failure:
-        _say(f"specchat: warning: {failure}")
-    return recorder
 
 
 def _say(text: str) -> None:

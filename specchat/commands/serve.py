@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specchat.commands.interrupt import signals_cancel
 from specchat.config import load_profile
 from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
@@ -114,8 +115,6 @@ def run(args: argparse.Namespace) -> int:
         raise SpecchatError(f"cannot listen on {args.host}:{args.port} ({error.strerror or error})",
                             key="--port") from None
     host, port = server.server_address[:2]
-    from specchat.commands.interrupt import signals_cancel
-
     try:  # from here on, Ctrl-C, SIGTERM or SIGHUP stop the server cleanly (a second one at once)
         print(clean_line(f"specchat serve: {profile.name} on http://{host}:{port}/v1 — {args.parallel} chats at once, "
                          f"{service.room} tokens each{'; key required' if key else ''} (Ctrl-C stops)"),

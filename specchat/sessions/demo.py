@@ -154,7 +154,8 @@ class ScriptedBackend:
     def events(self) -> Iterator[Any]:
         for event in run_script(self.inner, self.steps, sleep=self._cancelled.wait, stopped=self._cancelled.is_set):
             yield event
-            if self._cancelled.is_set() and isinstance(event, (TurnFinished, ChatReset)):  # a cancelled turn ends cleanly
+            # cancelled: a turn still under way ends cleanly first
+            if self._cancelled.is_set() and isinstance(event, (TurnFinished, ChatReset)):
                 return
 
     def cancel(self) -> None:

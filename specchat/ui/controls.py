@@ -19,7 +19,6 @@ class Controls:
         """The chat on screen, which the view keys act on: the live one, or a replay beside it."""
         return self.screen if isinstance(self.screen, ChatScreen) else self.chat
 
-
     def _update_status(self) -> None:
         info = self.info
         if info is None:

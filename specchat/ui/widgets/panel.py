@@ -116,7 +116,8 @@ class SpecPanel(VerticalScroll):
         update("#verdict", Content(text)).set_classes(f"-{level}")
         update("#figures", table_content(figure_rows(turn, session, self.hide_timing)))
         self._latest = (turn, session)
-        if not self.query_one("#details", Collapsible).collapsed:  # folded, they are not drawn: each update would cost a layout of the screen
+        # folded, the details are not drawn: each update would cost a layout of the screen
+        if not self.query_one("#details", Collapsible).collapsed:
             self._show_details(turn, session, settle)
 
     def _show_details(self, turn: MetricsSnapshot, session: MetricsSnapshot, settle: bool = False) -> None:
