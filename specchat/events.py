@@ -13,12 +13,8 @@ from typing import Any
 
 
 # How a reply that did not end by itself ended, in words (the transcript, the exports).
-FINISH_NOTES = {
-    "cancelled": "cancelled",
-    "length": "stopped: max_new_tokens reached",
-    "context": "stopped: context window full",
-    "error": "stopped by an error",
-}
+FINISH_NOTES = {"cancelled": "cancelled", "length": "stopped: max_new_tokens reached",
+                "context": "stopped: context window full", "error": "stopped by an error"}
 
 
 # How the rolling window's note on a message too long for the context begins (engine/

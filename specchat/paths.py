@@ -1,11 +1,6 @@
-"""Where specchat keeps its files (platform conventions via platformdirs).
-
-Each directory can be redirected with an environment variable so tests and
-sandboxes never touch a real user's files:
-
-* ``SPECCHAT_CACHE_DIR``  – converted models and other re-creatable data.
-* ``SPECCHAT_CONFIG_DIR`` – user profiles (``profiles/``) and themes (``themes/``).
-* ``SPECCHAT_DATA_DIR``   – recorded sessions and exports.
+"""Where specchat keeps its files (platformdirs), each redirectable so tests never touch a user's:
+``SPECCHAT_CACHE_DIR`` (converted models, re-creatable data), ``SPECCHAT_CONFIG_DIR`` (user
+``profiles/`` and ``themes/``), ``SPECCHAT_DATA_DIR`` (recorded sessions and exports).
 """
 
 from __future__ import annotations

@@ -225,12 +225,10 @@ class Telemetry:
         self.draft_forward.add(stats.draft_ms / stats.draft_forwards if stats.draft_forwards else stats.draft_ms)
 
     def snapshot(self) -> MetricsSnapshot:
-        t_plain = self.plain_verify.value
         alpha = self.alpha.value
         drafts = self.drafts
         judged = drafts.num_accepted_tokens + drafts.num_rejected  # draft positions verified
         c = self.cost_ratio
-        verify_cost = {k: v for k, v in enumerate(self.verify_cost, 1)}
         gamma_mean = self.gamma_used.value or 0.0
         gamma = max(1, round(gamma_mean)) if gamma_mean else 0
         expected = paper = lower = increase = None
@@ -244,58 +242,35 @@ class Telemetry:
             increase = arithmetic_increase(alpha, gamma, c)
         predicted = self.forecast_tokens / self.forecast_cost if self.forecast_cost else None
         best, gain = self.recommended
-        verdict = None if best is None else "does not pay" if best == 0 else "pays"
         tps = self.num_tokens / (self.elapsed_ms / 1000) if self.elapsed_ms > 0 else None
         plain_ms = self.plain_total.mean
-        plain_tps = 1000.0 / plain_ms if plain_ms else None
         others = self._others_ms / self._share_ms if self._share_ms > 0 else None
         honest = measured_speedup(self.decode, list(self.plain_total.values), others)
         histogram = drafts.acceptance_histogram + [0] * (self.max_gamma + 1 - len(drafts.acceptance_histogram))
         return MetricsSnapshot(
-            num_steps=self.num_steps,
-            num_tokens=self.num_tokens,
-            num_drafts=drafts.num_drafts,
-            num_draft_tokens=drafts.num_draft_tokens,
-            num_accepted_tokens=drafts.num_accepted_tokens,
-            acceptance_histogram=tuple(histogram),
-            per_position_acceptance=drafts.per_position_acceptance,
-            mean_acceptance_length=drafts.mean_acceptance_length,
-            draft_acceptance_rate=drafts.draft_acceptance_rate,
-            alpha=alpha,
-            alpha_empirical=drafts.num_accepted_tokens / judged if judged else None,
-            target_token_ms=t_plain,
-            draft_forward_ms=self.draft_forward.value,
-            cost_ratio=c,
-            verify_cost=verify_cost,
-            gamma=gamma_mean,
-            expected_tokens_per_round=expected,
-            predicted_speedup_paper=paper,
-            predicted_speedup=predicted,
-            predicted_speedup_steps=predicted,
-            breakeven=breakeven,
-            speedup_lower_bound=lower,
-            best_gamma=best,
-            recommended_gain=gain,
-            verdict=verdict,
-            arithmetic_increase=increase,
-            tokens_per_s=tps,
-            plain_tokens_per_s=plain_tps,
-            measured_speedup=honest.value,
-            measured_speedup_interval=honest.interval,
-            measured_speedup_note=honest.note,
-            measured_speedup_busy=honest.busy_value,
-            busy_machine=None if others is None else others > BUSY_SHARE,
-            cpu_others=others,
+            num_steps=self.num_steps, num_tokens=self.num_tokens, num_drafts=drafts.num_drafts,
+            num_draft_tokens=drafts.num_draft_tokens, num_accepted_tokens=drafts.num_accepted_tokens,
+            acceptance_histogram=tuple(histogram), per_position_acceptance=drafts.per_position_acceptance,
+            mean_acceptance_length=drafts.mean_acceptance_length, draft_acceptance_rate=drafts.draft_acceptance_rate,
+            alpha=alpha, alpha_empirical=drafts.num_accepted_tokens / judged if judged else None,
+            target_token_ms=self.plain_verify.value, draft_forward_ms=self.draft_forward.value, cost_ratio=c,
+            verify_cost=dict(enumerate(self.verify_cost, 1)), gamma=gamma_mean,
+            # the one cost model's answers, added up
+            predicted_speedup=predicted, predicted_speedup_steps=predicted, best_gamma=best, recommended_gain=gain,
+            verdict=None if best is None else "does not pay" if best == 0 else "pays",
+            # the paper's, which ignore what verifying costs
+            expected_tokens_per_round=expected, predicted_speedup_paper=paper, breakeven=breakeven,
+            speedup_lower_bound=lower, arithmetic_increase=increase,
+            tokens_per_s=tps, plain_tokens_per_s=1000.0 / plain_ms if plain_ms else None, ttft_ms=self.ttft_ms,
+            measured_speedup=honest.value, measured_speedup_interval=honest.interval,
+            measured_speedup_note=honest.note, measured_speedup_busy=honest.busy_value,
+            busy_machine=None if others is None else others > BUSY_SHARE, cpu_others=others,
             batch_size=self.batch_size, marginal_ms=self.marginal_ms,
-            ttft_ms=self.ttft_ms,
-            last_gamma=self.last_gamma,
-            predicted_gain=self.predicted_gain,
-            gamma_history=tuple(self._gamma_history),
-            acceptance_history=tuple(self._acceptance_history),
+            last_gamma=self.last_gamma, predicted_gain=self.predicted_gain,
+            gamma_history=tuple(self._gamma_history), acceptance_history=tuple(self._acceptance_history),
             drafts_by_source={name: {"drafted": s.num_draft_tokens, "accepted": s.num_accepted_tokens,
                                      "draft_ms_per_token": self._source_ms.get(name, _Mean()).value}
-                              for name, s in self._by_source.items()},
-        )
+                              for name, s in self._by_source.items()})
 
 
 def masked(snapshot: MetricsSnapshot, underivable: tuple[str, ...]) -> MetricsSnapshot:

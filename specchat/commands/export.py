@@ -31,13 +31,6 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace the output file if it exists")
 
 
-def default_output(recording: Path, suffix: str) -> Path:
-    """Next to the recording, with the format's suffix — never the recording itself
-    (a recording named ``chat.md`` exports to ``chat.md.md``)."""
-    out = recording.with_suffix(suffix)
-    return out if out != recording else recording.with_name(recording.name + suffix)
-
-
 def export(ref: str, fmt: str, output: str | None, force: bool = False) -> int:
     """Shared by ``specchat export`` and ``specchat replay --to``."""
     from specchat.sessions.export_cast import cast_text
@@ -51,7 +44,11 @@ def export(ref: str, fmt: str, output: str | None, force: bool = False) -> int:
     if output == "-":
         sys.stdout.write(text)
     else:
-        out = Path(output) if output else default_output(recording.path, FORMATS[fmt])
+        # by default next to the recording, never over it (a recording named chat.md exports to chat.md.md)
+        beside = recording.path.with_suffix(FORMATS[fmt])
+        if beside == recording.path:
+            beside = recording.path.with_name(recording.path.name + FORMATS[fmt])
+        out = Path(output) if output else beside
         write_export(out, text, source=recording.path, force=force)
         print(clean_line(f"wrote {out}"))
     if recording.damage is not None:

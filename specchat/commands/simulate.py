@@ -1,7 +1,6 @@
-"""``specchat replay FILE --simulate [--method M[,M]] [--gamma G]``: a recorded chat's
-acceptance under each model-free proposer named, at T = 0, without the model
-(bench/simulate.py), and the speed-up the engine's cost model predicts for it from the
-chat's own measured step times."""
+"""``specchat replay FILE --simulate [--method M[,M]] [--gamma G]``: a recorded chat's acceptance
+under each model-free proposer at T = 0, without the model, and the speed-up the cost model
+predicts for it from the chat's own step times."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""``specchat verify``: check on your own models and settings that speculative sampling
-draws from exactly the distribution plain sampling does. Exit 0 on PASS, 1 on FAIL,
-2 on a usage or profile error. ``--concurrency N`` (N > 1) checks the batched engine's
-samples and greedy replies instead, N sequences at once (verify/batched.py)."""
+"""``specchat verify``: check on your own models and settings that speculative sampling draws from
+exactly plain sampling's distribution (exit 0 PASS, 1 FAIL, 2 usage); ``--concurrency N`` checks
+the batched engine, N sequences at once."""
 
 from __future__ import annotations
 

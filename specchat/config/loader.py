@@ -1,8 +1,5 @@
-"""Finding, reading and merging profile files.
-
-Shipped profiles live in the package (``specchat/profiles``) or, in a source
-checkout, the repository's ``profiles/``; user profiles in ``<config dir>/profiles``
-add to them and override them by name. ``--profile`` takes a name or a path.
+"""Finding, reading and merging profile files: the shipped ones (the package's, or a checkout's
+``profiles/``), and the user's in ``<config dir>/profiles``, which override them by name.
 """
 
 from __future__ import annotations

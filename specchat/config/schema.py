@@ -1,8 +1,6 @@
-"""What keys a profile may contain, their types and allowed values.
-
-``check_keys`` validates one file's raw TOML (so an error names the file that holds
-the mistake); ``build_profile`` turns the merged tables of a profile and its
-``extends`` chain into a :class:`Profile` and checks the rules that span keys.
+"""What keys a profile may contain, their types and allowed values: ``check_keys`` checks one
+file's raw TOML (so an error names the file that holds the mistake), ``build_profile`` the merged
+``extends`` chain and the rules that span keys.
 """
 
 from __future__ import annotations

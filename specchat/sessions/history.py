@@ -1,7 +1,5 @@
-"""The list of past sessions for the history screen and ``specchat replay --list``.
-
-Pure data, torch-free. Each file is read in full (recordings are small: ~1 KB per step)
-but a damaged or foreign file never hides the others: it is listed with its problem.
+"""The list of past sessions for the history screen and ``specchat replay --list``. Each file is
+read in full (~1 KB a step); a damaged or foreign one is listed with its problem, never hides the rest.
 """
 
 from __future__ import annotations

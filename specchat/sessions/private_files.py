@@ -1,11 +1,7 @@
-"""Files that hold chats: created private and never clobbered by accident.
-
-A recording or an export is someone's conversation: the sessions dir is 0700, the files
-in it 0600, whatever the umask. Files are created exclusively (``O_EXCL``), so two
-processes can never share one by picking the same name, and an export replaces an
-existing file only when asked to (``--force``) — never the recording it exports, and
-only a regular file: a character device or a FIFO (``/dev/null``, a pipe) is written
-into, and anything else (a link, a folder) is refused in one line. Torch-free.
+"""Files that hold chats: created private (0700 dir, 0600 files, whatever the umask) and
+exclusively (``O_EXCL``: two processes never share one), and never clobbered by accident: an
+export replaces a file only with ``--force``, never the recording it exports, and only a regular
+file (a device or a FIFO is written into, a link or a folder refused in one line).
 """
 
 from __future__ import annotations

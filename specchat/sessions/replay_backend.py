@@ -1,8 +1,5 @@
-"""A recording as the UI's :class:`~specchat.ui.backend.EventSource`.
-
-The UI consumes these events exactly as it consumes a live ChatSession's, so the panel,
-the token colours and the inspector come out the same. Torch-free.
-"""
+"""A recording as the UI's :class:`~specchat.ui.backend.EventSource`, consumed exactly as a live
+chat's events are (the panel, the colours and the inspector come out the same)."""
 
 from __future__ import annotations
 

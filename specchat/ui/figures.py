@@ -85,7 +85,7 @@ class Row:
     session: str
 
 
-def _rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool, specs) -> list[Row]:
+def rows_of(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool, specs) -> list[Row]:
     """A row per (label, getter, digits, suffix, timing): this turn's and the session's."""
     rows = []
     for label, getter, digits, suffix, timing in specs:
@@ -133,7 +133,7 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
     """The panel's table, always in view: (label, this turn, whole session). The measured
     speed-up carries its 95 % interval; where it is withheld or flagged the reason
     follows the table, each once (a busy machine's caveat covers both columns)."""
-    rows = _rows(turn, session, hide_timing, SUMMARY)
+    rows = rows_of(turn, session, hide_timing, SUMMARY)
     if hide_timing:
         return rows + [Row(SPEEDUP, HIDDEN, HIDDEN)]
     rows.append(Row(SPEEDUP, speedup_cell(turn), speedup_cell(session)))
@@ -150,11 +150,6 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
     caveats = ([f"* busy machine: other processes used {max(busy):.0%} of the CPU, so the speed-up is rough"]
                if busy else []) + [f"* {note}" for note in dict.fromkeys(notes)]
     return rows + spread + [Row(text, "", "") for text in caveats]
-
-
-def detail_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool = False) -> list[Row]:
-    """The rows behind the panel's "details" fold (F1 says what each one means)."""
-    return _rows(turn, session, hide_timing, DETAILS)
 
 
 def _verify_at_gamma(m: MetricsSnapshot) -> float | None:

@@ -1,7 +1,5 @@
-"""What each row of the speculation panel means: the key F1 shows. Pure Python.
-
-Keyed by the rows' own labels (figures.py), and a test checks every row has its entry,
-so the key cannot fall behind the panel. Definitions follow specchat/telemetry.py.
+"""What each row of the speculation panel means: the key F1 shows, keyed by the rows' own labels
+(figures.py); a test checks every row has its entry.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""What the transcript says about a reply beside its text: a footer of its figures, and a
-notice when drafting changes character mid-chat. Pure Python, no Textual: both read the
-source's snapshots (its one telemetry fold), never fold steps themselves.
+"""What the transcript says about a reply beside its text: a footer of its figures, and a notice
+when drafting changes character mid-chat; both read the source's snapshots, pure Python.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from textual.widgets import Collapsible, Sparkline, Static
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.telemetry import MetricsSnapshot
-from specchat.ui.figures import (Row, breakeven_text, controller_text, detail_rows, figure_rows, histogram_lines,
+from specchat.ui.figures import (DETAILS, Row, breakeven_text, controller_text, figure_rows, histogram_lines, rows_of,
                                  paper_text, position_lines, recommended_gamma_text, source_lines)
 
 LABEL_W, COL_W = 18, 9
@@ -122,7 +122,7 @@ class SpecPanel(VerticalScroll):
 
     def _show_details(self, turn: MetricsSnapshot, session: MetricsSnapshot, settle: bool = False) -> None:
         update = partial(self._update, settle=settle)
-        update("#detail-figures", table_content(detail_rows(turn, session, self.hide_timing)))
+        update("#detail-figures", table_content(rows_of(turn, session, self.hide_timing, DETAILS)))
         update("#paper", Content(paper_text(session, self.hide_timing)))
         update("#recommend", Content(recommended_gamma_text(session, self.hide_timing)))
         update("#controller", Content(controller_text(session, self.hide_timing)))

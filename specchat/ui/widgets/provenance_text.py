@@ -19,12 +19,7 @@ from specchat.events import Token
 # underlined and italic runs starting and stopping mid-word made prose flicker as it
 # streamed. Without colour (NO_COLOR) a text attribute carries the kind instead.
 # Accepted drafts are the common case, so they stay plain either way.
-KIND_STYLES: dict[str, str] = {
-    "accepted": "$spec-accepted",
-    "resampled": "$spec-resampled",
-    "bonus": "$spec-bonus",
-    "target": "$spec-target",
-}
+KIND_STYLES = {kind: f"$spec-{kind}" for kind in ("accepted", "resampled", "bonus", "target")}
 KIND_LABELS = {"accepted": "accepted draft", "resampled": "resampled", "bonus": "bonus", "target": "target"}
 KIND_MARKERS: dict[str, str] = {"resampled": "underline", "bonus": "bold", "target": "italic"}
 NO_COLOUR_STYLES: dict[str, str] = {kind: f"{style} {KIND_MARKERS.get(kind, '')}".strip()
