@@ -35,9 +35,7 @@ def decode_input(text: str) -> str:
     """Text as typed or passed on the command line, with surrogates resolved: a valid
     pair becomes its character, a lone one (an undecodable byte) U+FFFD. Done once, at
     the edge where input enters the program, so nothing later meets unencodable text."""
-    if not _SURROGATE.search(text):
-        return text
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if _SURROGATE.search(text) else text
 
 
 def clean(text: str) -> str:

@@ -56,6 +56,4 @@ def profile_from_recording(data: Any, file: str, *, trust_remote_code: bool = Fa
 
 def _without_nulls(value: Any) -> Any:
     """A profile's ``to_dict()`` writes unset keys as null; TOML has no null."""
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    return value
+    return {k: _without_nulls(v) for k, v in value.items() if v is not None} if isinstance(value, dict) else value

@@ -49,27 +49,23 @@ def _between(low, high):
 
 
 def _n_ctx(v: int) -> str | None:
-    if v == 0 or MIN_CTX <= v <= MAX_CTX:
-        return None
-    return f"must be 0 (the model's own) or between {MIN_CTX} and {MAX_CTX:,} tokens"
+    ok = v == 0 or MIN_CTX <= v <= MAX_CTX
+    return None if ok else f"must be 0 (the model's own) or between {MIN_CTX} and {MAX_CTX:,} tokens"
 
 
 def _device(v: str) -> str | None:
-    if v in ("auto", "cpu", "cuda", "mps") or (v.startswith("cuda:") and v[5:].isdigit()):
-        return None
-    return "must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
+    ok = v in ("auto", "cpu", "cuda", "mps") or (v.startswith("cuda:") and v[5:].isdigit())
+    return None if ok else "must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
 
 
 def _url(v: str) -> str | None:
-    if v.startswith(("http://", "https://")) and len(v.split("://", 1)[1].strip("/")) > 0:
-        return None
-    return 'must be an http(s) URL such as "http://127.0.0.1:8080"'
+    ok = v.startswith(("http://", "https://")) and len(v.split("://", 1)[1].strip("/")) > 0
+    return None if ok else 'must be an http(s) URL such as "http://127.0.0.1:8080"'
 
 
 def _env_name(v: str) -> str | None:
-    if v and (v[0].isalpha() or v[0] == "_") and all(c.isalnum() or c == "_" for c in v):
-        return None
-    return "must be the name of an environment variable (letters, digits, _), not the key itself"
+    ok = v and (v[0].isalpha() or v[0] == "_") and all(c.isalnum() or c == "_" for c in v)
+    return None if ok else "must be the name of an environment variable (letters, digits, _), not the key itself"
 
 
 def _store(v: str) -> str | None:

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from specchat import untrusted
 from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.config.schema import value_problem
 from specchat.errors import SpecchatError
-from specchat.events import ChatReset, TurnFinished
+from specchat.events import ChatReset
 from specchat.paths import shipped
 
 DIRECTIVES = ("pause", "reset", "gamma", "temperature", "thinking")
@@ -111,33 +110,6 @@ def load_script(path: str | os.PathLike[str] | None) -> list[DemoStep]:
     return parse_script(text, str(path))
 
 
-def run_script(
-    backend: Any,
-    steps: list[DemoStep],
-    sleep: Callable[[float], Any] = time.sleep,
-    stopped: Callable[[], bool] = lambda: False,
-) -> Iterator[Any]:
-    """Runs the steps against a ChatBackend, yielding every event it produces (the
-    caller renders and records them). ``sleep`` lets the TUI wait without blocking;
-    once ``stopped()`` is true no further step starts."""
-    for step in steps:
-        if stopped():
-            return
-        if step.action == "prompt":
-            yield from backend.send(step.value)
-        elif step.action == "pause":
-            sleep(step.value)
-        elif step.action == "reset":
-            backend.reset()
-            yield ChatReset()  # so a UI fed by this stream clears its transcript too
-        elif step.action == "gamma":
-            backend.set_num_speculative_tokens(step.value)
-        elif step.action == "temperature":
-            backend.set_temperature(step.value)
-        elif step.action == "thinking":
-            backend.set_thinking(step.value)
-
-
 class ScriptedBackend:
     """A live ChatBackend played by a script: to the UI an EventSource (it declares it
     takes no messages, so the app plays it hands-free like a replay), while the wrapped
@@ -152,11 +124,24 @@ class ScriptedBackend:
         self._cancelled = threading.Event()
 
     def events(self) -> Iterator[Any]:
-        for event in run_script(self.inner, self.steps, sleep=self._cancelled.wait, stopped=self._cancelled.is_set):
-            yield event
-            # cancelled: a turn still under way ends cleanly first
-            if self._cancelled.is_set() and isinstance(event, (TurnFinished, ChatReset)):
+        """Every event the steps make the wrapped backend produce (the caller renders and records
+        them). Once cancelled a turn under way ends cleanly, and no further step starts."""
+        for step in self.steps:
+            if self._cancelled.is_set():
                 return
+            if step.action == "prompt":
+                yield from self.inner.send(step.value)
+            elif step.action == "pause":
+                self._cancelled.wait(step.value)
+            elif step.action == "reset":
+                self.inner.reset()
+                yield ChatReset()  # so a UI fed by this stream clears its transcript too
+            elif step.action == "gamma":
+                self.inner.set_num_speculative_tokens(step.value)
+            elif step.action == "temperature":
+                self.inner.set_temperature(step.value)
+            elif step.action == "thinking":
+                self.inner.set_thinking(step.value)
 
     def cancel(self) -> None:
         self._cancelled.set()

@@ -245,8 +245,8 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
     @generating.setter
     def generating(self, on: bool) -> None:
         self._generating = on
-        if self.chat.is_mounted:
-            self.chat.steady_cursor(on)
+        if self.chat.is_mounted:  # no blinking while the model writes: a blink repaints the screen on its CPU
+            self.chat.input.cursor_blink = self.chat.cursor_blink and not on
 
     # --- turns --------------------------------------------------------------------
     @on(ChatInput.Submitted)

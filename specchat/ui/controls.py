@@ -106,7 +106,8 @@ class Controls:
             return
         backend.set_num_speculative_tokens(gamma)
         info.num_speculative_tokens = gamma
-        self.chat.gamma_changed(gamma)
+        self.chat.panel.gamma = gamma  # the verdict speaks of the γ the chat now runs at
+        self.chat.flush_panel(force=True)
         self._update_status()
 
     def action_gamma(self, delta: int) -> None:

@@ -156,9 +156,7 @@ def _verify_at_gamma(m: MetricsSnapshot) -> float | None:
     if not m.verify_cost:
         return None
     gamma = max(1, round(m.gamma)) if m.gamma else None
-    if gamma in m.verify_cost:
-        return m.verify_cost[gamma]
-    return m.verify_cost[max(m.verify_cost)]
+    return m.verify_cost.get(gamma, m.verify_cost[max(m.verify_cost)])  # the largest timed, past it
 
 
 def gain_text(gain: float) -> str:

@@ -83,11 +83,6 @@ class ChatScreen(Screen):
         with self.app.gate.drawing():
             super()._on_timer_update()
 
-    def steady_cursor(self, on: bool) -> None:
-        """While the model writes, the input's cursor does not blink: each blink repaints
-        the screen, on the CPU the model shares. Typing still works."""
-        self.input.cursor_blink = self.cursor_blink and not on
-
     # --- widgets ------------------------------------------------------------------
     @property
     def can_show(self) -> bool:
@@ -135,11 +130,6 @@ class ChatScreen(Screen):
         deepest = max_gamma if gamma == "auto" else gamma if isinstance(gamma, int) else 0
         self.panel.size_for(method, deepest, gamma)
         self.flush_panel(force=True, settle=True)
-
-    def gamma_changed(self, gamma: int | str) -> None:
-        """The user set γ: the verdict speaks of the γ the chat now runs at."""
-        self.panel.gamma = gamma
-        self.flush_panel(force=True)
 
     # --- events -------------------------------------------------------------------
     def apply_events(self, events: list[Any]) -> None:

@@ -40,9 +40,7 @@ class ReplyView(Vertical):
 
     @property
     def text(self) -> str:
-        if self._final_text is not None:
-            return self._final_text
-        return "".join(t.text for t in self.provenance.tokens)
+        return self._final_text if self._final_text is not None else "".join(t.text for t in self.tokens)
 
     def append_tokens(self, tokens: list[Token]) -> None:
         if not tokens:
