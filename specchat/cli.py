@@ -143,13 +143,11 @@ def open_tui(profile: str | None, *, resume: str | None = None, record: bool = T
         raise SpecchatError(f"the TUI needs the '{error.name}' package", hint="pip install textual") from None
     from .live import LiveLoader, resume_loader
 
-    def reopen(path):  # the history screen's "reopen"
-        return resume_loader(path, record=record, quiet=True, **trust)
-
     # --resume without --profile: the profile the recording carries (as data)
     loader = (resume_loader(resume, profile, record=record, quiet=True, **trust)
               if resume else LiveLoader(record=record, quiet=True))
-    return run_app(profile if resume else profile or DEFAULT_PROFILE, loader=loader, reopen=reopen)
+    return run_app(profile if resume else profile or DEFAULT_PROFILE, loader=loader,
+                   reopen=lambda path: resume_loader(path, record=record, quiet=True, **trust))  # the history screen's
 
 
 if __name__ == "__main__":

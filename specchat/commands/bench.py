@@ -261,7 +261,7 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
     if args.concurrency > 1:
         console.print(f"[yellow]--concurrency {args.concurrency}: {concurrency_note(args.concurrency)}[/]")
     # SIGTERM stops it as Ctrl-C does: the requests already run are kept and written
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
     try:
         results = _with_progress(console, lambda progress: benchmark(
             loaded, profile, sets, configs, repeat=args.repeat, max_new_tokens=args.max_new_tokens,
@@ -278,10 +278,6 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
     render_tables(stdout if stdout.is_terminal else Console(file=sys.stdout, width=160), results)
     _say_outputs(console, results, paths)
     return 0
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _with_progress(console, work):

@@ -79,7 +79,12 @@ def apply_overrides(profile, args: argparse.Namespace):
             sampling[key] = checked_override(f"--{key.replace('_', '-')}", f"sampling.{key}", value)
     changes = {"sampling": sampling} if sampling else {}
     if args.num_speculative_tokens is not None:
-        changes["speculation"] = {"num_speculative_tokens": _gamma(args.num_speculative_tokens)}
+        gamma = parse_gamma(args.num_speculative_tokens)
+        if gamma is None:
+            raise SpecchatError(f"--num-speculative-tokens {args.num_speculative_tokens!r} is not valid",
+                                key="--num-speculative-tokens",
+                                hint=f'use an integer from 1 to {MAX_SPECULATIVE_TOKENS} or "auto"')
+        changes["speculation"] = {"num_speculative_tokens": gamma}
     if args.system is not None:
         changes["chat"] = {"system_prompt": decode_input(args.system)}
     return profile.replace(**changes) if changes else profile
@@ -93,14 +98,6 @@ def checked_override(flag: str, key: str, value):
     if problem:
         raise SpecchatError(f"{flag} {value} is not valid", key=flag, hint=f"it {problem}")
     return value
-
-
-def _gamma(text: str):
-    gamma = parse_gamma(text)
-    if gamma is None:
-        raise SpecchatError(f"--num-speculative-tokens {text!r} is not valid", key="--num-speculative-tokens",
-                            hint=f'use an integer from 1 to {MAX_SPECULATIVE_TOKENS} or "auto"')
-    return gamma
 
 
 def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:

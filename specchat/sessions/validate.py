@@ -47,9 +47,7 @@ def check_timestamp(ts: Any, previous: float | None) -> float | None:
     return float(ts)
 
 
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+_hints = cache(typing.get_type_hints)  # a dataclass's field types, resolved once
 
 
 def _check_dataclass(value: Any, cls: type, where: str, *, partial: bool = False) -> None:

@@ -18,16 +18,6 @@ from specchat.sanitize import clean_line
 TEMPERATURES = (0.0, 0.3, 0.6, 0.8, 1.0, 1.2)
 
 
-def profile_about(name: str) -> tuple[str, bool]:
-    """(a profile's description, or why it does not load, in one clean line; whether it
-    is made for a CUDA GPU)."""
-    try:
-        profile = load_profile(name)
-    except SpecchatError as error:
-        return clean_line(f"does not load: {error.message}"), False
-    return clean_line(profile.description or "no description"), profile.needs_gpu
-
-
 def profile_commands(app: Any, gpu: bool | None = None) -> list[CommandListItem]:
     """A command per profile, by name with its description; on a machine without a GPU
     (``gpu``: None reads the driver) a profile made for one says so and comes last."""
@@ -35,7 +25,11 @@ def profile_commands(app: Any, gpu: bool | None = None) -> list[CommandListItem]
         gpu = Path("/proc/driver/nvidia/gpus").is_dir() and any(Path("/proc/driver/nvidia/gpus").iterdir())
     usable, gpu_only = [], []
     for name in profile_files():
-        about, needs_gpu = profile_about(name)
+        try:  # its description, or why it does not load, in one clean line
+            profile = load_profile(name)
+            about, needs_gpu = clean_line(profile.description or "no description"), profile.needs_gpu
+        except SpecchatError as error:
+            about, needs_gpu = clean_line(f"does not load: {error.message}"), False
         if needs_gpu and not gpu:
             about = f"needs a CUDA GPU, none here · {about}"
         command = SimpleCommand(name, partial(app.switch_profile, name), escape(about))  # help is markup

@@ -30,11 +30,6 @@ def row(s: SessionSummary) -> tuple[Text, ...]:
 
 
 class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
-    DEFAULT_CSS = """
-    HistoryScreen { align: center middle; }
-    HistoryScreen > #history-box { width: 90%; height: 80%; border: round $primary; background: $panel; }
-    HistoryScreen DataTable { height: 1fr; }
-    """
     BINDINGS = [
         # Priority: the focused table would take Enter for itself, and hide it from the footer.
         Binding("enter", "choose('replay')", "Replay", priority=True),

@@ -47,11 +47,8 @@ def token_details(token: Token, index: int, total: int) -> str:
     else:
         lines.append("a plain target sample (no draft at this position)")
     if token.alternatives:
-        lines.append("")
-        lines.append("target's top alternatives:")
-        for alt in token.alternatives:
-            label = alt.text if alt.text else f"id {alt.id}"
-            lines.append(f"  {label!r:<18} p {alt.p:.4f}")
+        lines += ["", "target's top alternatives:"]
+        lines += [f"  {alt.text or f'id {alt.id}'!r:<18} p {alt.p:.4f}" for alt in token.alternatives]
     return "\n".join(lines)
 
 
