@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable
 
 from specchat.events import TurnFinished, UserMessage
@@ -50,15 +49,14 @@ def search(query: str, items: Iterable[Searchable], limit: int = 50) -> list[Hit
     return hits
 
 
-def sessions_texts(directory: Path | None = None) -> list[Searchable]:
-    """What the recordings in ``directory`` (the sessions dir by default) said, newest
-    first: each message and reply, pointing at its file. One that cannot be read is
-    left out (the sessions list, Ctrl+R, says why)."""
+def sessions_texts() -> list[Searchable]:
+    """What the recordings in the sessions dir said, newest first: each message and reply,
+    pointing at its file. One that cannot be read is left out (Ctrl+R's list says why)."""
     from specchat.sessions.history import list_sessions
     from specchat.sessions.reader import read_recording
 
     items = []
-    for summary in list_sessions(directory):
+    for summary in list_sessions():
         try:
             recording = read_recording(summary.path)
         except Exception:  # damaged, removed meanwhile: not searched

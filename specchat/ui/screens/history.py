@@ -56,8 +56,7 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
 
     @work(thread=True, exclusive=True)
     def _load(self) -> None:
-        sessions = list_sessions(self.directory)
-        self.app.call_from_thread(self._show, sessions)
+        self.app.call_from_thread(self._show, list_sessions(self.directory))
 
     def _show(self, sessions: list[SessionSummary]) -> None:
         self.sessions = sessions
