@@ -1,9 +1,6 @@
-"""The ``specchat`` command line.
-
-Heavy libraries (torch, transformers, textual) are imported inside the subcommand
-that needs them, so ``specchat --help`` and ``specchat profiles`` answer at once.
-Every SpecchatError ends the program with its one-line message and exit code 2, and so
-does every usage error argparse finds (OneLineParser).
+"""The ``specchat`` command line. Heavy libraries are imported by the subcommand that needs them,
+so ``specchat --help`` answers at once; every SpecchatError and usage error ends the program in
+one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -71,13 +68,9 @@ def _add_shared(parser: argparse.ArgumentParser, *names: str, prefix: str = "") 
 def build_parser() -> argparse.ArgumentParser:
     from .commands import available_commands
 
-    parser = OneLineParser(
-        prog="specchat",
-        description="Terminal chat with a local LLM and exact speculative decoding, "
-        "showing live whether speculation pays.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = OneLineParser(prog="specchat", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+                           description="Terminal chat with a local LLM and exact speculative decoding, "
+                                       "showing live whether speculation pays.")
     parser.add_argument("--version", action="version", version=f"specchat {__version__}")
     # the TUI's, and a subcommand's given before it: dests tui_…, which a subcommand's cannot overwrite
     _add_shared(parser, "profile", prefix="tui_")
@@ -150,13 +143,11 @@ def open_tui(profile: str | None, *, resume: str | None = None, record: bool = T
         raise SpecchatError(f"the TUI needs the '{error.name}' package", hint="pip install textual") from None
     from .live import LiveLoader, resume_loader
 
-    def reopen(path):  # the history screen's "reopen"
-        return resume_loader(path, record=record, quiet=True, **trust)
-
     # --resume without --profile: the profile the recording carries (as data)
     loader = (resume_loader(resume, profile, record=record, quiet=True, **trust)
               if resume else LiveLoader(record=record, quiet=True))
-    return run_app(profile if resume else profile or DEFAULT_PROFILE, loader=loader, reopen=reopen)
+    return run_app(profile if resume else profile or DEFAULT_PROFILE, loader=loader,
+                   reopen=lambda path: resume_loader(path, record=record, quiet=True, **trust))  # the history screen's
 
 
 if __name__ == "__main__":

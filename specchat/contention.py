@@ -1,10 +1,5 @@
-"""How much of the machine other processes took while we decoded.
-
-Each step records the share of the machine's CPU time that went to *other* processes
-during it (:class:`CpuShare`): (all CPUs' busy time − this process's CPU time) / (wall
-time × CPUs), read from psutil. The telemetry fold withholds a turn's measured figures
-where that share was high, since the ratio would measure the neighbours. Pure Python, no
-torch: the recorded shares replay with the steps.
+"""How much of the machine other processes took while we decoded (:class:`CpuShare`).
+Design notes: docs/design/speedup.md
 """
 
 from __future__ import annotations
@@ -30,14 +25,8 @@ def read_machine() -> Reading:
 
 class CpuShare:
     """``take()`` → the share of all cores other processes used since the last reading
-    (None on the first call, or where it cannot be read). ``read`` and ``cpus`` are
-    injectable: tests simulate a competing load with a fake clock.
-
-    Reading the machine costs ~40 µs hot and ~150 µs after a forward has flushed the caches
-    (/proc/stat, parsed by psutil), 0.5 % of a 30 ms step if read every step, so the machine
-    is read at most every ``every`` seconds (real reads only; 0 with an injected one); a call
-    between readings returns the share measured over the last interval, the load around
-    that step."""
+    (None on the first call, or where it cannot be read); read at most every ``every`` seconds
+    (why: docs/design/speedup.md). ``read`` and ``cpus`` are injectable (tests fake a load)."""
 
     def __init__(self, read: Callable[[], Reading] | None = None, cpus: int | None = None,
                  every: float | None = None) -> None:

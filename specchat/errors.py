@@ -16,14 +16,8 @@ class SpecchatError(Exception):
     ``profiles/x.toml: key 'sampling.temprature' is unknown (line 7) — did you mean 'temperature'?``
     """
 
-    def __init__(
-        self,
-        message: str,
-        file: str | None = None,
-        key: str | None = None,
-        hint: str | None = None,
-        line: int | None = None,
-    ) -> None:
+    def __init__(self, message: str, file: str | None = None, key: str | None = None, hint: str | None = None,
+                 line: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.file = None if file is None else str(file)

@@ -1,11 +1,8 @@
-"""The event vocabulary shared by the engine, the UI, the recorder, replay and bench.
-
-Pure Python on purpose (replay, the UI and exports run without torch). Every event is a
-frozen, JSON-able dataclass; :func:`to_json` / :func:`from_json` round-trip them exactly.
-Token provenance (the paper's names, as in vLLM's rejection sampler): ``accepted`` (a
-draft the target kept), ``resampled`` (drawn from norm(max(p − q, 0)) after the first
-rejection), ``bonus`` (drawn from p after every draft was kept), ``target`` (a step with
-no drafts).
+"""The event vocabulary shared by the engine, the UI, the recorder, replay and bench: frozen,
+JSON-able dataclasses that :func:`to_json` / :func:`from_json` round-trip exactly. Token
+provenance (the paper's names, as vLLM's rejection sampler): ``accepted`` (a draft the target
+kept), ``resampled`` (drawn from norm(max(p − q, 0)) after the first rejection), ``bonus``
+(drawn from p after every draft was kept), ``target`` (a step with no drafts).
 """
 
 from __future__ import annotations
@@ -16,12 +13,8 @@ from typing import Any
 
 
 # How a reply that did not end by itself ended, in words (the transcript, the exports).
-FINISH_NOTES = {
-    "cancelled": "cancelled",
-    "length": "stopped: max_new_tokens reached",
-    "context": "stopped: context window full",
-    "error": "stopped by an error",
-}
+FINISH_NOTES = {"cancelled": "cancelled", "length": "stopped: max_new_tokens reached",
+                "context": "stopped: context window full", "error": "stopped by an error"}
 
 
 # How the rolling window's note on a message too long for the context begins (engine/
@@ -46,15 +39,10 @@ class Alternative:
 
 @dataclass(frozen=True)
 class Token:
-    """One emitted token and the evidence behind it.
-
-    ``p`` is the target's (warped) probability of this token at its position,
-    ``q`` the proposer's probability for an accepted draft (1.0 for n-gram drafts).
-    For a ``resampled`` token, ``rejected_id`` / ``rejected_p`` / ``rejected_q`` describe
-    the draft that was rejected there (acceptance probability min(1, p/q)).
-    ``text`` (and a rejected draft's ``rejected_text``) is filled by the chat layer (the
-    engine works in ids).
-    """
+    """One emitted token and the evidence behind it: ``p`` the target's (warped) probability of
+    it, ``q`` the proposer's for an accepted draft (1.0 for n-gram drafts); a ``resampled``
+    token's ``rejected_*`` describe the draft rejected there. The texts are filled by the chat
+    layer (the engine works in ids)."""
 
     id: int
     kind: str
@@ -80,16 +68,8 @@ class Token:
 
 @dataclass(frozen=True)
 class StepStats:
-    """What one engine step cost and achieved. Times are wall-clock ms (device-synchronised on
-    CUDA); counts are tokens. γ asked (``num_speculative_tokens``, 0 = plain), drafts proposed
-    and kept (bonus excluded), α terms (``alpha_sum / alpha_count`` estimates α), draft /
-    verify / total / prefill times, and the cost model's figures as of this step. None means
-    not measured or not applicable (a fixed γ's ``predicted_gain``, the cost model's figures
-    until measurable, ``marginal_ms`` outside a batch plan, ``cpu_others`` where unreadable or
-    for a server, ``verified_positions`` for a chain); ``draft_source`` "" means no drafts,
-    ``context_tokens`` 0 not known, ``batch_size`` 1 alone.
-    Every field defined: docs/design/metrics.md
-    """
+    """What one engine step cost and achieved: times in wall-clock ms, counts in tokens, None
+    where not measured or not applicable. Every field defined: docs/design/metrics.md"""
 
     num_speculative_tokens: int
     num_draft_tokens: int
@@ -132,13 +112,10 @@ class StepStats:
 @dataclass
 class DraftCounts:
     """The draft counters of some steps (vLLM's names), the one fold telemetry, serve, bench
-    and verify share. num_drafts: steps that drafted; num_draft_tokens / num_accepted_tokens:
-    drafts proposed / kept (bonus excluded); num_rejected: drafting steps that ended on a
-    rejected draft (the others drew a bonus token). acceptance_histogram[n]: drafting steps
-    that kept exactly n; drafted_ / accepted_per_position[i]: drafting steps with a draft / a
-    kept draft at position (a tree's depth) i. draft_acceptance_rate = accepted / drafted and
-    mean_acceptance_length = 1 + accepted / num_drafts (tokens a drafting step emitted) are
-    None with nothing drafted: nothing was measured."""
+    and verify share; rates None with nothing drafted. ``num_rejected``: drafting steps that
+    ended on a rejected draft (the others drew a bonus token); ``drafted_`` /
+    ``accepted_per_position[i]``: drafting steps with a draft / a kept draft at position (a
+    tree's depth) i. The others defined: docs/design/metrics.md"""
 
     num_drafts: int = 0
     num_draft_tokens: int = 0
@@ -276,22 +253,9 @@ class Notice:
     message: str
 
 
-EVENT_TYPES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (
-        SessionHeader,
-        LoadProgress,
-        Loaded,
-        UserMessage,
-        TurnStarted,
-        StepEvent,
-        TurnFinished,
-        ProfileSwitched,
-        ChatReset,
-        ErrorEvent,
-        Notice,
-    )
-}
+EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
+    SessionHeader, LoadProgress, Loaded, UserMessage, TurnStarted, StepEvent, TurnFinished, ProfileSwitched, ChatReset,
+    ErrorEvent, Notice)}
 
 
 def to_json(event: Any) -> dict[str, Any]:
@@ -321,17 +285,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _token_from(d: dict[str, Any]) -> Token:
-    alts = tuple(Alternative(**a) for a in d.get("alternatives", ()))
-    return Token(**{**d, "alternatives": alts})
-
-
 def _step_from(d: dict[str, Any]) -> Step:
-    return Step(
-        tokens=tuple(_token_from(t) for t in d["tokens"]),
-        stats=StepStats(**d["stats"]),
-        finish_reason=d.get("finish_reason"),
-    )
+    tokens = tuple(Token(**{**t, "alternatives": tuple(Alternative(**a) for a in t.get("alternatives", ()))})
+                   for t in d["tokens"])
+    return Step(tokens, StepStats(**d["stats"]), d.get("finish_reason"))
 
 
 def from_json(data: dict[str, Any]) -> Any:

@@ -1,10 +1,6 @@
-"""The composition root for live chats: profile → models → ChatSession → recording.
-
-This is the one place that joins the engine, the model loader and the session
-recorder into the UI's backend protocol (:mod:`specchat.ui.backend`). It sits outside
-``specchat.ui`` and ``specchat.engine`` so neither reaches into the other: the CLI
-builds a loader here and hands it to ``run_app(..., loader=...)``; the UI only ever
-calls it, inside its loading thread. Heavy imports happen inside the functions.
+"""The composition root for live chats: profile → models → ChatSession → recording, joined into
+the UI's backend protocol here so that neither ``specchat.ui`` nor ``specchat.engine`` reaches
+into the other. Heavy imports happen inside the functions.
 """
 
 from __future__ import annotations
@@ -16,11 +12,8 @@ from specchat.ui.backend import BackendInfo, LoadedBackend, Loader, ProgressCall
 
 
 def quiet_transformers() -> None:
-    """No progress bars or info lines from transformers / huggingface_hub on stderr.
-
-    They write straight to the terminal, which garbles a Textual screen while a model
-    loads; the loader's own LoadProgress events feed the app's status line instead.
-    """
+    """No progress bars or info lines from transformers / huggingface_hub on stderr: they would
+    garble a Textual screen while a model loads (LoadProgress feeds the status line instead)."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     from huggingface_hub.utils import disable_progress_bars
@@ -29,12 +22,6 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     disable_progress_bars()
-
-
-def template_has_thinking(tokenizer: Any) -> bool:
-    """Qwen3-style chat templates read an ``enable_thinking`` variable; others have no switch."""
-    template = getattr(tokenizer, "chat_template", None) or ""
-    return isinstance(template, str) and "enable_thinking" in template
 
 
 def _build(profile_ref: Any, progress: ProgressCallback, record: bool):
@@ -58,21 +45,15 @@ def _build(profile_ref: Any, progress: ProgressCallback, record: bool):
     calibrate(session.engine, session.sampling, lambda text: progress(LoadProgress("timing", 0, 0, text)))
     spec = profile.speculation
     thinking: bool | None = None
-    if template_has_thinking(models.tokenizer):
+    template = getattr(models.tokenizer, "chat_template", None) or ""
+    if isinstance(template, str) and "enable_thinking" in template:  # Qwen3-style: the others have no switch
         thinking = bool(profile.chat.enable_thinking) if profile.chat.enable_thinking is not None else True
-    info = BackendInfo(
-        profile_name=profile.name,
-        description=profile.description or "",
-        method=spec.method,
-        num_speculative_tokens=spec.num_speculative_tokens if spec.method != "none" else 0,
-        max_gamma=int(spec.max_speculative_tokens or 8),
-        temperature=float(profile.sampling.temperature),
-        thinking=thinking,
-        profile_ref=str(profile.source_path) if profile.source_path else profile.name,
-        details=dict(models.info or {}),
-        # declared by the backends; llama.cpp with some layers offloaded still computes on the CPU
-        computes_on_cpu="cpu" in models.computes_on,
-    )
+    info = BackendInfo(profile_name=profile.name, description=profile.description or "", method=spec.method,
+                       num_speculative_tokens=spec.num_speculative_tokens if spec.method != "none" else 0,
+                       max_gamma=int(spec.max_speculative_tokens or 8), temperature=float(profile.sampling.temperature),
+                       thinking=thinking, details=dict(models.info or {}),
+                       # declared by the backends; llama.cpp with some layers offloaded still computes on the CPU
+                       computes_on_cpu="cpu" in models.computes_on)
     return profile, models, session, info
 
 
@@ -86,16 +67,10 @@ def _build_remote(profile: Any, progress: ProgressCallback):
     session, server = open_chat(profile, progress)
     models = SimpleNamespace(info=server, tokenizer=None)
     fields = server_fields(server)
-    info = BackendInfo(
-        profile_name=profile.name,
-        description=profile.description or "",
-        temperature=float(profile.sampling.temperature),
-        thinking=None,
-        profile_ref=str(profile.source_path) if profile.source_path else profile.name,
-        warning=None if fields["method"] != "none" else f"{server.get('url')}: the server reports no "
-                                                         "speculation — every token is a plain target token",
-        **fields,
-    )
+    warning = f"{server.get('url')}: the server reports no speculation — every token is a plain target token"
+    info = BackendInfo(profile_name=profile.name, description=profile.description or "",
+                       temperature=float(profile.sampling.temperature),
+                       warning=None if fields["method"] != "none" else warning, **fields)
     return profile, models, session, info
 
 
@@ -142,15 +117,10 @@ class LiveLoader:
 def resume_loader(path: str | os.PathLike[str], profile_ref: str | None = None, *, record: bool = True,
                   quiet: bool = False, trust_remote_code: bool = False,
                   trust_recorded_server: bool = False) -> Loader:
-    """A loader that reopens a recorded conversation, history restored and recording on into
-    the same file. The profile is the recording's (as data: no file it names is read,
-    ``trust_remote_code`` only with ``trust_remote_code=True``, a server it names is not
-    contacted before ``trust_recorded_server=True``) or ``profile_ref``. A damaged or busy
-    file is left as is and the continuation goes to a new recording naming it
-    (``resumed_from``). ``LoadedBackend.pending`` carries a prompt that never got its reply.
-    The recording and its profile are checked before any model loads; a bad one raises
-    SpecchatError (one line).
-    """
+    """A loader that reopens a recorded conversation, history restored and recording on into the
+    same file (a damaged or busy one is left as is: a new recording names it, ``resumed_from``).
+    The profile is ``profile_ref``, or the recording's as data (config/recorded.py). The
+    recording and its profile are checked here, before any model loads (SpecchatError)."""
     from specchat.config import load_profile
     from specchat.config.recorded import profile_from_recording
     from specchat.sessions.locate import locate

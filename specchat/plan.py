@@ -1,11 +1,8 @@
-"""``specchat plan``: what speculation can pay on this machine, before any chat.
-
-c and v(k) belong to the hardware and the model pair, α to the task. So this times the
-target's steps verifying k = 0..8 drafts at a few contexts and the proposer's time a draft,
-and prices them with the one cost model (engine/gamma/cost_model.py's MeasuredCosts): the
-speed-up E(γ) / (γ·c + v(γ)) over α × γ, each γ's break-even α, and, for measured acceptance
-(``--alpha-from``), the task's steps as run — the honest reading for a proposer whose
-acceptance is not i.i.d. (prompt lookup keeps its drafts nearly all or none).
+"""``specchat plan``: what speculation can pay on this machine, before any chat. c and v(k) belong
+to the hardware and the model pair, α to the task: this times the target's steps verifying k = 0..8
+drafts and the proposer's drafts, and prices them with the one cost model (MeasuredCosts) over
+α × γ; for measured acceptance (``--alpha-from``) also the task's steps as run, the honest reading
+for a proposer whose acceptance is not i.i.d. (prompt lookup keeps nearly all or none).
 """
 
 from __future__ import annotations

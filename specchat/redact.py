@@ -1,12 +1,7 @@
-"""Secrets out of text: an API key or a URL's credentials never reach a screen, a log,
-a recording or an export.
-
-specchat holds two kinds of secret for a server: the key read from the environment
-variable a profile names (sent as ``Authorization: Bearer …``) and credentials written
-in its URL (``http://user:pass@host``). A server can echo either back in any text it
-sends — an error body is the usual place — so server text passes through
-:func:`redact` with the secrets its endpoint holds, and URLs are shown through
-:func:`redact_url`. Pure Python, like :mod:`specchat.sanitize`.
+"""Secrets out of text: an API key or a URL's credentials never reach a screen, a log, a
+recording or an export. A server can echo either back (an error body is the usual place), so
+its text passes through :func:`redact` with its endpoint's secrets, and URLs through
+:func:`redact_url`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""The one sanitiser for untrusted text on its way to a terminal or an export.
-
-Text from a recording, a model or a profile must never act on the terminal that shows it.
-:func:`clean` drops escape sequences with their payloads (CSI, OSC, DCS, … in 7- and 8-bit
-forms), C0 controls but ``\\n`` and ``\\t`` (CR LF becomes ``\\n``), DEL and C1 controls,
-and invisible format characters that can disguise text (bidi controls, zero-width space,
-tag characters, …; ZWJ and ZWNJ stay). Lone surrogates become U+FFFD. Pure Python.
-
+"""The one sanitiser for untrusted text on its way to a terminal or an export: escape sequences,
+controls and disguising format characters out, newlines and tabs kept. Pure Python.
 The full list and why: docs/design/sanitize.md
 """
 
@@ -41,9 +35,7 @@ def decode_input(text: str) -> str:
     """Text as typed or passed on the command line, with surrogates resolved: a valid
     pair becomes its character, a lone one (an undecodable byte) U+FFFD. Done once, at
     the edge where input enters the program, so nothing later meets unencodable text."""
-    if not _SURROGATE.search(text):
-        return text
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if _SURROGATE.search(text) else text
 
 
 def clean(text: str) -> str:

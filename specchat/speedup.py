@@ -1,12 +1,5 @@
-"""The measured speed-up of decoding, with its uncertainty, or an honest "cannot tell".
-
-measured = (tokens per ms over the timed steps) × (mean time of a plain step). The figure
-is withheld with a note on a busy machine (others took more than contention.BUSY_SHARE),
-above the step bound (tokens per step: timing noise, never speculation), or with under
-MIN_PLAIN plain or MIN_STEPS timed steps. The interval is the delta method's 95 % interval
-on the log scale. Pure Python: it is folded from recorded steps on replay too.
-
-Design notes: docs/design/speedup.md
+"""The measured speed-up of decoding, with its 95 % interval, or an honest "cannot tell" (a
+busy machine, a ratio above the step bound, too few steps). Design notes: docs/design/speedup.md
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Random-weight models in the shapes of real ones, for ``specchat plan --synthetic``.
-
-A step's time depends on shapes and number formats, not weights (acceptance does, so α
-stays a parameter), so a pair one has not downloaded can be timed here: GGUFs with the
-real shapes and quantisation mix and random blocks under a small fixed scale, built once
-and cached by shape and format (a few GB each; nothing downloaded); or transformers
-models (random bf16 weights, on a GPU).
-
-Design notes: docs/design/speedup.md
+"""Random-weight models in the shapes of real ones, for ``specchat plan --synthetic``: a step's
+time depends on shapes and formats, not weights. Design notes: docs/design/speedup.md
 """
 
 from __future__ import annotations
@@ -164,15 +157,13 @@ def build(shape: Shape, path: Path, seed: int = 0) -> Path:
     writer.add_token_types([2, 3, 3] + [1] * (shape.vocab - 3))
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
-    kinds = {"F32": gguf.GGMLQuantizationType.F32, "Q8_0": gguf.GGMLQuantizationType.Q8_0,
-             "Q4_K": gguf.GGMLQuantizationType.Q4_K, "Q6_K": gguf.GGMLQuantizationType.Q6_K}
     for name, dims, kind in shape.tensors():
         if kind == "F32":
             writer.add_tensor_info(name, dims, np.dtype(np.float32), _nbytes(dims, kind))
         else:
             per, size, _ = BLOCKS[kind]
             writer.add_tensor_info(name, (dims[0], dims[1] // per * size), np.dtype(np.uint8), _nbytes(dims, kind),
-                                   raw_dtype=kinds[kind])
+                                   raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()

@@ -1,12 +1,5 @@
-"""Speculation telemetry: one fold of every step's :class:`~specchat.events.StepStats`.
-Pure Python (no torch); replay feeds recorded steps into another and gets the same figures.
-
-Draft counts and rates are :class:`~specchat.events.DraftCounts`' (vLLM's names; rates
-None while nothing was drafted). c, v(k), the predicted speed-up, ``best_gamma`` and
-``verdict`` are the one cost model's per-step answers (engine/gamma/cost_model.py), added
-up, not re-estimated, so the panel, ``run`` and ``bench`` agree with γ = auto. The paper's
-figures (E(γ), ``predicted_speedup_paper``, ``breakeven``) stay beside them, labelled as
-ignoring the cost of verification. Times are ms; speeds tokens/s.
+"""Speculation telemetry: one fold of every step's :class:`~specchat.events.StepStats`, live or
+replayed. The cost model's figures are its per-step answers added up, not re-estimated.
 Every metric defined: docs/design/metrics.md
 """
 
@@ -45,7 +38,7 @@ def arithmetic_increase(alpha: float, gamma: int, cost_ratio: float) -> float:
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
-    """The figures the panel, the recorder and bench show. See the module docstring."""
+    """The figures the panel, the recorder and bench show, each defined in docs/design/metrics.md."""
 
     num_steps: int = 0
     num_tokens: int = 0
@@ -81,19 +74,12 @@ class MetricsSnapshot:
     predicted_gain: float | None = None
     gamma_history: tuple[int, ...] = ()
     acceptance_history: tuple[float, ...] = ()
-    # per proposer kind that drafted (a hybrid drafts from two): drafted, accepted and
-    # drafting time per drafted token (ms; steps that caught up excluded)
     drafts_by_source: dict[str, dict[str, float | None]] = field(default_factory=dict)
-    # honesty (speedup.py): measured_speedup is None when the figures cannot tell — a busy
-    # machine, too few plain steps, or a ratio above what the step counts allow — and
-    # measured_speedup_note says which; the interval is 95 %, from the step times' spread
     measured_speedup_interval: tuple[float, float] | None = None
     measured_speedup_note: str = ""
-    measured_speedup_busy: float | None = None  # the ratio a busy machine gave (measured_speedup withheld)
+    measured_speedup_busy: float | None = None
     busy_machine: bool | None = None
     cpu_others: float | None = None
-    # several sequences decoded together (engine/batch/batched.py): how many in the latest step,
-    # and what one more row added to such a decode as γ = auto's batch plan measured it
     batch_size: int = 1
     marginal_ms: float | None = None
 
@@ -154,11 +140,8 @@ class RecentMedian:
 
 
 class Telemetry:
-    """Accumulates :class:`StepStats` into a :class:`MetricsSnapshot`.
-
-    ``max_gamma`` sizes the histogram and bounds the ``best_gamma`` search.
-    ``history`` bounds the per-step sparkline series kept for the panel.
-    """
+    """Folds :class:`StepStats` into a :class:`MetricsSnapshot`. ``max_gamma`` sizes the histogram;
+    ``history`` bounds the per-step series the panel's sparklines show."""
 
     def __init__(self, max_gamma: int = 8, history: int = 200) -> None:
         self.max_gamma = max_gamma
@@ -242,12 +225,10 @@ class Telemetry:
         self.draft_forward.add(stats.draft_ms / stats.draft_forwards if stats.draft_forwards else stats.draft_ms)
 
     def snapshot(self) -> MetricsSnapshot:
-        t_plain = self.plain_verify.value
         alpha = self.alpha.value
         drafts = self.drafts
         judged = drafts.num_accepted_tokens + drafts.num_rejected  # draft positions verified
         c = self.cost_ratio
-        verify_cost = {k: v for k, v in enumerate(self.verify_cost, 1)}
         gamma_mean = self.gamma_used.value or 0.0
         gamma = max(1, round(gamma_mean)) if gamma_mean else 0
         expected = paper = lower = increase = None
@@ -261,76 +242,48 @@ class Telemetry:
             increase = arithmetic_increase(alpha, gamma, c)
         predicted = self.forecast_tokens / self.forecast_cost if self.forecast_cost else None
         best, gain = self.recommended
-        verdict = None if best is None else "does not pay" if best == 0 else "pays"
         tps = self.num_tokens / (self.elapsed_ms / 1000) if self.elapsed_ms > 0 else None
         plain_ms = self.plain_total.mean
-        plain_tps = 1000.0 / plain_ms if plain_ms else None
         others = self._others_ms / self._share_ms if self._share_ms > 0 else None
         honest = measured_speedup(self.decode, list(self.plain_total.values), others)
         histogram = drafts.acceptance_histogram + [0] * (self.max_gamma + 1 - len(drafts.acceptance_histogram))
         return MetricsSnapshot(
-            num_steps=self.num_steps,
-            num_tokens=self.num_tokens,
-            num_drafts=drafts.num_drafts,
-            num_draft_tokens=drafts.num_draft_tokens,
-            num_accepted_tokens=drafts.num_accepted_tokens,
-            acceptance_histogram=tuple(histogram),
-            per_position_acceptance=drafts.per_position_acceptance,
-            mean_acceptance_length=drafts.mean_acceptance_length,
-            draft_acceptance_rate=drafts.draft_acceptance_rate,
-            alpha=alpha,
-            alpha_empirical=drafts.num_accepted_tokens / judged if judged else None,
-            target_token_ms=t_plain,
-            draft_forward_ms=self.draft_forward.value,
-            cost_ratio=c,
-            verify_cost=verify_cost,
-            gamma=gamma_mean,
-            expected_tokens_per_round=expected,
-            predicted_speedup_paper=paper,
-            predicted_speedup=predicted,
-            predicted_speedup_steps=predicted,
-            breakeven=breakeven,
-            speedup_lower_bound=lower,
-            best_gamma=best,
-            recommended_gain=gain,
-            verdict=verdict,
-            arithmetic_increase=increase,
-            tokens_per_s=tps,
-            plain_tokens_per_s=plain_tps,
-            measured_speedup=honest.value,
-            measured_speedup_interval=honest.interval,
-            measured_speedup_note=honest.note,
-            measured_speedup_busy=honest.busy_value,
-            busy_machine=None if others is None else others > BUSY_SHARE,
-            cpu_others=others,
+            num_steps=self.num_steps, num_tokens=self.num_tokens, num_drafts=drafts.num_drafts,
+            num_draft_tokens=drafts.num_draft_tokens, num_accepted_tokens=drafts.num_accepted_tokens,
+            acceptance_histogram=tuple(histogram), per_position_acceptance=drafts.per_position_acceptance,
+            mean_acceptance_length=drafts.mean_acceptance_length, draft_acceptance_rate=drafts.draft_acceptance_rate,
+            alpha=alpha, alpha_empirical=drafts.num_accepted_tokens / judged if judged else None,
+            target_token_ms=self.plain_verify.value, draft_forward_ms=self.draft_forward.value, cost_ratio=c,
+            verify_cost=dict(enumerate(self.verify_cost, 1)), gamma=gamma_mean,
+            # the one cost model's answers, added up
+            predicted_speedup=predicted, predicted_speedup_steps=predicted, best_gamma=best, recommended_gain=gain,
+            verdict=None if best is None else "does not pay" if best == 0 else "pays",
+            # the paper's, which ignore what verifying costs
+            expected_tokens_per_round=expected, predicted_speedup_paper=paper, breakeven=breakeven,
+            speedup_lower_bound=lower, arithmetic_increase=increase,
+            tokens_per_s=tps, plain_tokens_per_s=1000.0 / plain_ms if plain_ms else None, ttft_ms=self.ttft_ms,
+            measured_speedup=honest.value, measured_speedup_interval=honest.interval,
+            measured_speedup_note=honest.note, measured_speedup_busy=honest.busy_value,
+            busy_machine=None if others is None else others > BUSY_SHARE, cpu_others=others,
             batch_size=self.batch_size, marginal_ms=self.marginal_ms,
-            ttft_ms=self.ttft_ms,
-            last_gamma=self.last_gamma,
-            predicted_gain=self.predicted_gain,
-            gamma_history=tuple(self._gamma_history),
-            acceptance_history=tuple(self._acceptance_history),
+            last_gamma=self.last_gamma, predicted_gain=self.predicted_gain,
+            gamma_history=tuple(self._gamma_history), acceptance_history=tuple(self._acceptance_history),
             drafts_by_source={name: {"drafted": s.num_draft_tokens, "accepted": s.num_accepted_tokens,
                                      "draft_ms_per_token": self._source_ms.get(name, _Mean()).value}
-                              for name, s in self._by_source.items()},
-        )
+                              for name, s in self._by_source.items()})
 
 
 def masked(snapshot: MetricsSnapshot, underivable: tuple[str, ...]) -> MetricsSnapshot:
     """``snapshot`` with the figures a source of steps cannot support (a server's draft
     cost, hence c and v(k)) set to None ({} for verify_cost), rather than to the 0 an
     unknown time would give."""
-    names = [k for k in underivable if k in MetricsSnapshot.__dataclass_fields__]
-    if not names:
-        return snapshot
-    return replace(snapshot, **{k: ({} if k == "verify_cost" else None) for k in names})
+    fields = MetricsSnapshot.__dataclass_fields__
+    return replace(snapshot, **{k: ({} if k == "verify_cost" else None) for k in underivable if k in fields})
 
 
 class ChatTelemetry:
-    """The one fold of a conversation's steps: this turn's and the whole session's
-    :class:`Telemetry`. The turn loop (:mod:`specchat.turn`) feeds it every step, from a
-    local engine or a server alike; its snapshots are what ``TurnFinished.metrics``
-    carries. ``underivable`` names the snapshot fields the source cannot support
-    (see :func:`masked`)."""
+    """The one fold of a conversation's steps, this turn's and the whole session's, fed by the turn
+    loop (:mod:`specchat.turn`) whatever the source; ``underivable``: see :func:`masked`."""
 
     def __init__(self, max_gamma: int = 8, underivable: tuple[str, ...] = ()) -> None:
         self.underivable = tuple(underivable)

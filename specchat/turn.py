@@ -1,11 +1,7 @@
-"""The one turn loop: a user message in, chat events out, whatever produces the steps.
-
-A local engine and a server are two *sources of steps*; from the steps on, everything is
-this loop: the history, the events (UserMessage, TurnStarted, StepEvent…, ErrorEvent,
-TurnFinished), the one telemetry fold (:class:`~specchat.telemetry.ChatTelemetry`) and
-the finish reason. Pure Python: no torch, no UI. A source subclasses :class:`Conversation`
-and says how to begin a turn (:meth:`Conversation.begin_turn`) and, where it differs,
-how its failures read and what it adds when the turn ends.
+"""The one turn loop: a user message in, chat events out, whatever produces the steps (a local
+engine or a server): the history, the events, the one telemetry fold and the finish reason. A
+source subclasses :class:`Conversation` and says how to begin a turn and, where it differs, how
+its failures read and what it adds when the turn ends.
 """
 
 from __future__ import annotations

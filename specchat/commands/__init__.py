@@ -1,9 +1,6 @@
-"""Subcommands: one module each, with ``add_parser(subparsers)``, ``run(args) -> int`` and ``SHARED``
-(the options of cli.SHARED_OPTIONS it takes).
-
-Adding a subcommand is adding its module name to COMMANDS. Modules are imported when
-the parser is built, so they must not import torch at module level (``specchat --help``
-stays fast).
+"""Subcommands: a module each, with ``add_parser(subparsers)``, ``run(args) -> int`` and ``SHARED``
+(the cli.SHARED_OPTIONS it takes), named in COMMANDS. They are imported to build the parser, so
+none imports torch at module level (``specchat --help`` stays fast).
 """
 
 from __future__ import annotations

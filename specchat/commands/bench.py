@@ -1,11 +1,5 @@
-"""``specchat bench``: does speculation pay on this machine, these models, these prompts?
-
-Runs the same requests with and without speculation (and the engine a user would pick
-instead, as a peer) and writes results.json, report.md and speedup_vs_gamma.png; prints a
-table per prompt set. By default it compares what the profile runs (its method at its γ)
-with plain decoding and one peer row; ``--grid`` (or ``--gamma`` / ``--methods``) runs
-every method × γ, hours on a CPU.
-"""
+"""``specchat bench``: does speculation pay on this machine, these models, these prompts? What each
+mode compares: the parser's description below."""
 
 from __future__ import annotations
 
@@ -17,9 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+from specchat.config import load_profile
 from specchat.errors import SpecchatError
 from specchat.methods import METHODS, SPELLINGS
-from specchat.sanitize import clean_line
+from specchat.sanitize import clean, clean_line
 
 GAMMA_DEFAULT = "auto,1,2,3,5,8"  # --grid, one chat at a time; N at once runs auto unless --gamma says
 SHARED = ("profile",)
@@ -77,12 +72,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specchat.bench.concurrency import parse_levels
     from specchat.bench.configs import build_configs, default_configs, parse_gammas, parse_methods
     from specchat.bench.prompt_sets import load_prompt_sets
-    from specchat.config import load_profile
     from specchat.remote import is_remote
-
-    from specchat.bench.concurrency import parse_levels
 
     levels = parse_levels(args.concurrency)
     args.concurrency = levels[0] if len(levels) == 1 else levels
@@ -109,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(out_dir)
 
     if is_remote(profile):
-        return _remote(profile, sets, args, out_dir)
+        return _remote(profile, sets, args, levels, out_dir)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -125,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
     kind = peer_kind(loaded)
     if isinstance(args.concurrency, list) or (args.concurrency > 1 and kind == "llama.cpp"):
-        return _concurrency(console, loaded, profile, sets, methods, args, out_dir)
+        return _concurrency(console, loaded, profile, sets, methods, args, levels, out_dir)
     for path in args.peer_model:
         if kind != "llama.cpp":
             raise SpecchatError("--peer-model needs a profile whose target runs on backend 'llama.cpp'",
@@ -184,7 +177,7 @@ def _plan(profile, grid: bool, args) -> str:
     return f"{ours}plain decoding{'' if args.no_peer else ' and one peer row'} (--grid: every method × γ)"
 
 
-def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_dir: Path) -> int:
+def _concurrency(console, loaded, profile, sets, methods: list[str], args, levels: list[int], out_dir: Path) -> int:
     """N chats at once, decoded together (bench/concurrency.py)."""
     from specchat.bench.benchmark import benchmark_concurrency
     from specchat.bench.concurrency import check_context, level_configs
@@ -195,7 +188,6 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     from specchat.bench.report import render_rows
     from specchat.engine.batch.lanes import check_batchable
 
-    levels = args.concurrency if isinstance(args.concurrency, list) else [args.concurrency]
     if loaded.target.name != "llama.cpp":
         raise SpecchatError(f"--concurrency {','.join(map(str, levels))}: batched decoding runs on the llama.cpp "
                             f"backend; this profile's target runs on {loaded.target.name}, one sequence at a time",
@@ -235,14 +227,12 @@ def _concurrency(console, loaded, profile, sets, methods: list[str], args, out_d
     return 0
 
 
-def _remote(profile, sets, args, out_dir: Path) -> int:
+def _remote(profile, sets, args, levels: list[int], out_dir: Path) -> int:
     """A server speculates itself: compare it with a plain server (--plain-url)."""
     from specchat.bench.configs import written
     from specchat.remote.bench import remote_bench, table, write
-    from specchat.sanitize import clean
 
     say = lambda text: print(clean(text), file=sys.stderr, flush=True)  # noqa: E731
-    levels = args.concurrency if isinstance(args.concurrency, list) else [args.concurrency]
     if max(levels) > 1:  # refused before any level runs, not after the first ones
         from specchat.remote.bench import check_concurrency
 
@@ -271,7 +261,7 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
     if args.concurrency > 1:
         console.print(f"[yellow]--concurrency {args.concurrency}: {concurrency_note(args.concurrency)}[/]")
     # SIGTERM stops it as Ctrl-C does: the requests already run are kept and written
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
     try:
         results = _with_progress(console, lambda progress: benchmark(
             loaded, profile, sets, configs, repeat=args.repeat, max_new_tokens=args.max_new_tokens,
@@ -288,10 +278,6 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
     render_tables(stdout if stdout.is_terminal else Console(file=sys.stdout, width=160), results)
     _say_outputs(console, results, paths)
     return 0
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _with_progress(console, work):

@@ -1,14 +1,13 @@
-"""``specchat demo [--script FILE] [--profile P]``: a scripted chat, hands-free.
-
-For screen recordings: the TUI types each prompt of the script and waits for the reply
-(pauses and γ changes in between), against the chosen profile, recorded like any chat.
-``--headless`` runs the same script without a terminal UI, printing coloured text.
-"""
+"""``specchat demo [--script FILE] [--profile P]``: a scripted chat, hands-free, recorded like
+any chat (for screen recordings); ``--headless`` prints coloured text instead of the TUI."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from specchat.commands.interrupt import signals_cancel
+from specchat.errors import SpecchatError
+from specchat.sanitize import clean_line
 
 SHARED = ("profile", "no_record")
 
@@ -41,7 +40,6 @@ def demo_loader(steps, record: bool):
 def _headless(args: argparse.Namespace, steps) -> int:
     from specchat.sessions.ansi import render, write_stdout
     from specchat.live import load_backend
-    from specchat.sanitize import clean_line
     from specchat.sessions.demo import ScriptedBackend
 
     colour = sys.stdout.isatty()
@@ -53,8 +51,6 @@ def _headless(args: argparse.Namespace, steps) -> int:
     loaded = load_backend(args.profile, progress, record=not args.no_record)
     if loaded.info.recording:
         print(f"recording to {loaded.info.recording}", file=sys.stderr)
-    from specchat.commands.interrupt import signals_cancel
-
     demo = ScriptedBackend(loaded.backend, steps)
     try:
         with signals_cancel(demo.cancel) as caught:  # the turn is recorded as cancelled
@@ -66,7 +62,6 @@ def _headless(args: argparse.Namespace, steps) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.errors import SpecchatError
     from specchat.sessions.demo import load_script
 
     try:

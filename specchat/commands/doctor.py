@@ -1,11 +1,5 @@
-"""``specchat doctor [--profile P] [--smoke]``: can this machine run the profile?
-
-One line per check (ok / warning / fail, each failure with its fix): Python, torch and
-the devices, the CPU's features, bitsandbytes, the llama-cpp-python build, the profile's
-models on disk and the memory they need, the data dir; ``--smoke`` also loads the
-profile and compares 16 greedy tokens with and without speculation. Exit 1 on any
-failure, 0 otherwise (warnings do not fail).
-"""
+"""``specchat doctor [--profile P] [--smoke]``: can this machine run the profile? One line per
+check (ok / warning / fail with its fix); exit 1 on any failure, warnings do not fail."""
 
 from __future__ import annotations
 

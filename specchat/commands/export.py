@@ -1,8 +1,5 @@
-"""``specchat export FILE --format cast|md [-o OUT] [--force]``: a recording as a shareable file.
-
-Torch-free: needs only the recording. Exports are created 0600 and never written over
-the recording itself, nor over another file without ``--force``.
-"""
+"""``specchat export FILE --format cast|md [-o OUT] [--force]``: a recording as a shareable file
+(torch-free; sessions/private_files.py says what it never writes over)."""
 
 from __future__ import annotations
 
@@ -10,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
 
 FORMATS = {"cast": ".cast", "md": ".md", "markdown": ".md"}
@@ -33,13 +31,6 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace the output file if it exists")
 
 
-def default_output(recording: Path, suffix: str) -> Path:
-    """Next to the recording, with the format's suffix — never the recording itself
-    (a recording named ``chat.md`` exports to ``chat.md.md``)."""
-    out = recording.with_suffix(suffix)
-    return out if out != recording else recording.with_name(recording.name + suffix)
-
-
 def export(ref: str, fmt: str, output: str | None, force: bool = False) -> int:
     """Shared by ``specchat export`` and ``specchat replay --to``."""
     from specchat.sessions.export_cast import cast_text
@@ -53,7 +44,11 @@ def export(ref: str, fmt: str, output: str | None, force: bool = False) -> int:
     if output == "-":
         sys.stdout.write(text)
     else:
-        out = Path(output) if output else default_output(recording.path, FORMATS[fmt])
+        # by default next to the recording, never over it (a recording named chat.md exports to chat.md.md)
+        beside = recording.path.with_suffix(FORMATS[fmt])
+        if beside == recording.path:
+            beside = recording.path.with_name(recording.path.name + FORMATS[fmt])
+        out = Path(output) if output else beside
         write_export(out, text, source=recording.path, force=force)
         print(clean_line(f"wrote {out}"))
     if recording.damage is not None:
@@ -62,8 +57,6 @@ def export(ref: str, fmt: str, output: str | None, force: bool = False) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.errors import SpecchatError
-
     try:
         return export(args.file, args.format, args.output, args.force)
     except (SpecchatError, OSError) as exc:

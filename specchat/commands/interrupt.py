@@ -1,8 +1,6 @@
-"""Signals end the turn, not the process mid-write: for ``run`` and ``demo --headless``.
-
-Ctrl+C, SIGTERM and SIGHUP cancel the reply being generated, so the turn is closed
-("cancelled") in the recording as Esc closes it in the TUI; the command then exits with
-128 + the signal's number, as a shell reports it. A second signal exits at once.
+"""Signals end the turn, not the process mid-write (``run``, ``demo --headless``): Ctrl+C, SIGTERM
+and SIGHUP cancel the reply, recorded "cancelled" as Esc does in the TUI; the command then exits
+with 128 + the signal's number. A second signal exits at once.
 """
 
 from __future__ import annotations

@@ -28,9 +28,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    if (args.action or "list") == "pull":
-        return _pull(args.name)
-    return _list()
+    return _pull(args.name) if args.action == "pull" else _list()
 
 
 def _pull(name: str) -> int:

@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 from specchat import untrusted
+from specchat.config import load_profile
 from specchat.errors import SpecchatError
-from specchat.sanitize import clean_line
+from specchat.events import StepEvent, StepStats, TurnFinished
+from specchat.sanitize import clean, clean_line
 from specchat.synthetic import PAIRS, cached, transformers_model
 
 SHARED = ("profile",)
@@ -19,13 +21,11 @@ SHARED = ("profile",)
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "plan",
-        help="measure the draft's cost c and the target's verify cost v(k) here; print the expected speed-up",
+        "plan", help="measure the draft's cost c and the target's verify cost v(k) here; print the expected speed-up",
         description="Times the target's steps verifying 0..8 drafts at contexts of 256, 1,024 and 4,096 tokens "
                     "and the proposer's time per draft, then prints the expected speed-up over acceptance rate α "
                     "× draft length γ, each γ's break-even α and the best γ per α (the panel's formula, with these "
-                    "measured costs). No acceptance is measured: α is the task's, the costs are this machine's.",
-    )
+                    "measured costs). No acceptance is measured: α is the task's, the costs are this machine's.")
     parser.add_argument("--alpha-from", metavar="FILE",
                         help="measured acceptance: a recording (path, name or 'last') or a bench results.json; "
                              "prints its α in the geometric formula and its steps as run priced with these costs")
@@ -51,8 +51,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_profile
-
     if not 1 <= args.repeats <= 100:
         raise SpecchatError(f"--repeats {args.repeats} is out of range", key="--repeats", hint="use 1 to 100")
     contexts = _contexts(args.contexts, (256, 1024) if args.synthetic else None)
@@ -120,8 +118,6 @@ def _print(figures: dict, args: argparse.Namespace, measured: list[dict] | None)
     if args.json:
         print(json.dumps(figures))
     else:  # the profile's name and the model's precision are a file's words: cleaned
-        from specchat.sanitize import clean
-
         print(clean(render(figures)))
     return 0
 
@@ -197,8 +193,6 @@ def _measured(name: str) -> list[dict]:
     """What a recording, or bench's results.json (per configuration and prompt set, and
     "all"), measured: its α and its steps as run, (context, drafts verified, drafts kept),
     each request's prompt step left out (plan knows nothing of prompts)."""
-    from specchat.events import StepEvent, StepStats, TurnFinished
-
     def run_of(stats) -> list[tuple[int, int, int]]:
         return [(s.context_tokens, s.num_draft_tokens, s.num_accepted_tokens) for s in stats if not s.prefill_tokens]
 

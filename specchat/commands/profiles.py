@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from specchat.config import load_all_profiles, load_profile
 from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
 
@@ -38,7 +39,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _list() -> int:
     from specchat import paths
-    from specchat.config import load_all_profiles
 
     loaded, failed = load_all_profiles()
     user_dir = paths.user_profiles_dir()
@@ -52,8 +52,6 @@ def _list() -> int:
 
 
 def _show(name: str, as_json: bool) -> int:
-    from specchat.config import load_profile
-
     data = load_profile(name).to_dict()
     if as_json:
         print(json.dumps(data, indent=2))
@@ -74,17 +72,7 @@ def _print_table(data: dict, where: tuple) -> None:
 
 
 def _check(refs: list[str]) -> int:
-    from specchat.config import load_all_profiles, load_profile
-
-    if refs:
-        loaded, failed = [], []
-        for ref in refs:
-            try:
-                loaded.append(load_profile(ref))
-            except SpecchatError as error:
-                failed.append(error)
-    else:
-        loaded, failed = load_all_profiles()
+    loaded, failed = load_all_profiles(refs)
     for profile in loaded:
         print(f"ok     {profile.name} ({profile.source_path})")
     if refs:  # a server profile named here is also asked what it serves

@@ -1,11 +1,6 @@
-"""``specchat replay FILE [--speed 1|2|max]``: watch a recorded session, no model needed.
-
-Opens the TUI driven by the recording (the UI cannot tell it from a live chat), at the
-recorded pace; or with ``--headless`` prints the same event stream as coloured text, at
-full speed unless ``--speed`` says otherwise (it is for scripts and pipes: a reader that
-goes away, ``| head``, ends it quietly); or with ``--to`` exports it. Never imports torch or transformers: this runs where they are not installed (but
-``--simulate``, which runs the engine's proposers over the recorded text: bench/simulate.py).
-"""
+"""``specchat replay FILE [--speed 1|2|max]``: watch a recorded session, in the TUI, as text
+(``--headless``, for scripts and pipes: ``| head`` ends it quietly) or exported (``--to``). Never
+imports torch, but ``--simulate`` (bench/simulate.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +9,7 @@ import os
 import sys
 
 from specchat.commands.export import add_output_arguments, export
+from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
 
 SHARED = ("trust_remote_code", "trust_recorded_server")
@@ -74,8 +70,8 @@ def _headless(path, speed: str) -> int:
         # stdout's buffer would raise again when Python flushes it at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    if backend.damage is not None:
-        print(clean_line(f"specchat replay: replay stopped: {backend.damage}"), file=sys.stderr)
+    if backend.recording.damage is not None:
+        print(clean_line(f"specchat replay: replay stopped: {backend.recording.damage}"), file=sys.stderr)
         return 1
     return 0
 
@@ -91,8 +87,6 @@ def _tui(path, speed: str, trust: dict) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.errors import SpecchatError
-
     try:
         if args.list:
             return _list()

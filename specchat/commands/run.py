@@ -1,17 +1,16 @@
-"""``specchat run --profile P --prompt TEXT [--json]``: one reply, headless.
-
-Streams the reply to stdout — coloured by provenance on a terminal, plain when piped,
-or as JSON lines (one per token, then a summary) with ``--json`` — and prints a
-summary of the speculation metrics on stderr.
-"""
+"""``specchat run --profile P --prompt TEXT [--json]``: one reply, headless, on stdout (coloured
+by provenance on a terminal, JSON lines with ``--json``), the speculation metrics on stderr."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from specchat.commands.interrupt import signals_cancel
+from specchat.config import load_profile
 from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.errors import SpecchatError
+from specchat.events import ErrorEvent, Notice, StepEvent, TurnFinished, TurnStarted, context_full_message
 from specchat.sanitize import clean, clean_line, decode_input, inert_json
 
 SHARED = ("profile", "no_record")
@@ -32,13 +31,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_profile
-
     profile = apply_overrides(load_profile(args.profile), args)
     # Input is decoded once, here: bytes that are not UTF-8 become U+FFFD.
     prompt = sys.stdin.buffer.read().decode("utf-8", "replace") if args.prompt == "-" else decode_input(args.prompt)
 
     from specchat.remote import is_remote, open_chat
+    from specchat.sessions.recorder import Recorder, build_header
     from specchat.sessions.recording_backend import RecordingBackend
 
     if is_remote(profile):  # the server speculates; nothing loads here
@@ -50,9 +48,12 @@ def run(args: argparse.Namespace) -> int:
 
         loaded = load_models(profile, progress=_progress_to_stderr)
         chat, info = build_chat(profile, loaded, recorded_replies, record=not args.no_record), loaded.info
-    from specchat.commands.interrupt import signals_cancel
-
-    recorder = _recorder(profile, info, enabled=not args.no_record)
+    # recorded as the TUI's chats are; a recorder that cannot create its file says so, and the reply goes on
+    recorder = Recorder.for_profile(profile, enabled=not args.no_record)
+    recorder.start(build_header(profile, info))
+    failure = recorder.take_failure()
+    if failure:
+        _say(f"specchat: warning: {failure}")
     backend = RecordingBackend(chat, recorder)
     try:
         with signals_cancel(backend.cancel) as caught:  # the turn is recorded as cancelled
@@ -62,19 +63,6 @@ def run(args: argparse.Namespace) -> int:
         recorder.close()
         if recorder.path is not None and recorder.failure is None:
             _say(f"recorded to {recorder.path}")
-
-
-def _recorder(profile, info: dict, enabled: bool):
-    """The session recorder, as the TUI's (disabled by --no-record or ``record = false``).
-    One that cannot create its file says so on stderr, and the reply goes on."""
-    from specchat.sessions.recorder import Recorder, build_header
-
-    recorder = Recorder.for_profile(profile, enabled=enabled)
-    recorder.start(build_header(profile, info))
-    failure = recorder.take_failure()
-    if failure:
-        _say(f"specchat: warning: {failure}")
-    return recorder
 
 
 def _say(text: str) -> None:
@@ -91,7 +79,12 @@ def apply_overrides(profile, args: argparse.Namespace):
             sampling[key] = checked_override(f"--{key.replace('_', '-')}", f"sampling.{key}", value)
     changes = {"sampling": sampling} if sampling else {}
     if args.num_speculative_tokens is not None:
-        changes["speculation"] = {"num_speculative_tokens": _gamma(args.num_speculative_tokens)}
+        gamma = parse_gamma(args.num_speculative_tokens)
+        if gamma is None:
+            raise SpecchatError(f"--num-speculative-tokens {args.num_speculative_tokens!r} is not valid",
+                                key="--num-speculative-tokens",
+                                hint=f'use an integer from 1 to {MAX_SPECULATIVE_TOKENS} or "auto"')
+        changes["speculation"] = {"num_speculative_tokens": gamma}
     if args.system is not None:
         changes["chat"] = {"system_prompt": decode_input(args.system)}
     return profile.replace(**changes) if changes else profile
@@ -107,18 +100,9 @@ def checked_override(flag: str, key: str, value):
     return value
 
 
-def _gamma(text: str):
-    gamma = parse_gamma(text)
-    if gamma is None:
-        raise SpecchatError(f"--num-speculative-tokens {text!r} is not valid", key="--num-speculative-tokens",
-                            hint=f'use an integer from 1 to {MAX_SPECULATIVE_TOKENS} or "auto"')
-    return gamma
-
-
 def stream_reply(chat, prompt: str, profile, info: dict, as_json: bool) -> int:
     """Streams one reply to stdout. Model text is untrusted (a model can emit any
     byte): it is sanitised on a terminal or a pipe, and JSON-escaped with ``--json``."""
-    from specchat.events import ErrorEvent, Notice, StepEvent, TurnFinished, TurnStarted, context_full_message
     from specchat.sessions.ansi import PROVENANCE_SGR, RESET  # "target" tokens keep the terminal's colour
 
     colour = not as_json and sys.stdout.isatty()

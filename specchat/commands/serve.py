@@ -1,12 +1,6 @@
-"""``specchat serve``: an OpenAI-compatible HTTP endpoint on loopback over the batched
-engine (engine/batch/batched.py), so other clients get exact speculation and its figures.
-
-Binds 127.0.0.1 by default; any other address needs an API key from the variable
-``--api-key-env`` names (default SPECCHAT_API_KEY), and with a key set every path but
-/health asks for it. Values that reach a socket or llama.cpp (key, host, port,
---parallel) are checked before the model loads where they can be; each refusal is one
-line with the value and the fix, exit 2.
-"""
+"""``specchat serve``: an OpenAI-compatible HTTP endpoint over the batched engine. Loopback by
+default; any other address needs an API key (``--api-key-env``), which every path but /health
+then asks for. Key, host, port and --parallel are checked before the model loads where they can be."""
 
 from __future__ import annotations
 
@@ -17,7 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specchat.commands.interrupt import signals_cancel
+from specchat.config import load_profile
 from specchat.errors import SpecchatError
+from specchat.sanitize import clean_line
 
 DEFAULT_KEY_ENV = "SPECCHAT_API_KEY"
 SHARED = ("profile",)
@@ -93,9 +90,6 @@ def known_n_ctx(profile: Any) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_profile
-    from specchat.sanitize import clean_line
-
     key = api_key(args.host, args.api_key_env)  # refused before anything loads
     check_address(args.host, args.port)
     profile = load_profile(args.profile)
@@ -120,8 +114,6 @@ def run(args: argparse.Namespace) -> int:
         raise SpecchatError(f"cannot listen on {args.host}:{args.port} ({error.strerror or error})",
                             key="--port") from None
     host, port = server.server_address[:2]
-    from specchat.commands.interrupt import signals_cancel
-
     try:  # from here on, Ctrl-C, SIGTERM or SIGHUP stop the server cleanly (a second one at once)
         print(clean_line(f"specchat serve: {profile.name} on http://{host}:{port}/v1 — {args.parallel} chats at once, "
                          f"{service.room} tokens each{'; key required' if key else ''} (Ctrl-C stops)"),

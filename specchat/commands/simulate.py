@@ -1,7 +1,6 @@
-"""``specchat replay FILE --simulate [--method M[,M]] [--gamma G]``: a recorded chat's
-acceptance under each model-free proposer named, at T = 0, without the model
-(bench/simulate.py), and the speed-up the engine's cost model predicts for it from the
-chat's own measured step times."""
+"""``specchat replay FILE --simulate [--method M[,M]] [--gamma G]``: a recorded chat's acceptance
+under each model-free proposer at T = 0, without the model, and the speed-up the cost model
+predicts for it from the chat's own step times."""
 
 from __future__ import annotations
 
@@ -9,6 +8,9 @@ import sys
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS, SpeculationSpec, parse_gamma
 from specchat.errors import SpecchatError
+from specchat.events import StepEvent
+from specchat.methods import METHODS
+from specchat.sanitize import clean_line
 
 
 def simulate_recording(path, method: str | None, gamma: str | None) -> int:
@@ -18,9 +20,6 @@ def simulate_recording(path, method: str | None, gamma: str | None) -> int:
                             hint=f"give a whole number from 1 to {MAX_SPECULATIVE_TOKENS}, or auto")
     gamma = parsed
     from specchat.bench.simulate import simulate
-    from specchat.events import StepEvent
-    from specchat.methods import METHODS
-    from specchat.sanitize import clean_line
     from specchat.sessions.reader import read_recording
     from specchat.sessions.replay import recorded_settings, rebuild_metrics
 

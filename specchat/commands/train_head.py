@@ -1,12 +1,7 @@
-"""``specchat train-head``: train an EAGLE-3 head for a profile's target, here, offline.
-
-The target answers a shipped prompt corpus (self-distillation), its own hidden states
-and next-token laws on those replies are the training data, and the head is saved in
-the SpecForge/vLLM EAGLE-3 layout that llama.cpp's ``convert_hf_to_gguf.py``, vLLM and
-SGLang load. ``--kind medusa`` trains Medusa-1 heads on the same replies instead
-(training/medusa.py), written in vLLM's Medusa layout. Each stage shows a bar with its
-ETA; Ctrl+C keeps what is done and ``--resume`` carries on.
-"""
+"""``specchat train-head``: train an EAGLE-3 head (or ``--kind medusa`` heads) for a profile's
+target on its own replies, here, offline; written in the layout vLLM, SGLang and llama.cpp's
+converter load. Stage by stage (training/pipeline.py): Ctrl+C keeps what is done, ``--resume``
+carries on."""
 
 from __future__ import annotations
 
@@ -14,6 +9,10 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from specchat.config import load_profile
+from specchat.errors import SpecchatError
+from specchat.paths import cache_dir
+from specchat.sanitize import clean_line
 
 SHARED = ("profile",)
 
@@ -45,9 +44,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_profile
-    from specchat.errors import SpecchatError
-
     for flag, value, low in (("--prompts", args.prompts, 0), ("--max-new-tokens", args.max_new_tokens, 1),
                              ("--replies", args.replies, 1),
                              ("--epochs", args.epochs, 1), ("--ttt-steps", args.ttt_steps, 1),
@@ -64,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from specchat.loading import load_models
-    from specchat.paths import cache_dir
     from specchat.training.pipeline import Plan, Stages, layer_ids_for
     from specchat.training.train import TrainConfig
     from specchat.training.workdir import prepare_work
@@ -78,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
                     train=TrainConfig(epochs=1, steps=2, batch_tokens=256))
     out = Path(args.out) if args.out else cache_dir() / "heads" / f"{profile.name}-{args.kind}"
     work = prepare_work(out, args.resume)  # before the model loads: what it refuses is said at once
-    from specchat.sanitize import clean_line
-
     # load messages and paths name a profile's sources: untrusted text, cleaned at the edge
     loaded = load_models(profile, progress=lambda e: print(f"[load] {clean_line(e.message)}", file=sys.stderr))
     from specchat.engine.backends import as_backend

@@ -1,7 +1,6 @@
-"""``specchat verify``: check on your own models and settings that speculative sampling
-draws from exactly the distribution plain sampling does. Exit 0 on PASS, 1 on FAIL,
-2 on a usage or profile error. ``--concurrency N`` (N > 1) checks the batched engine's
-samples and greedy replies instead, N sequences at once (verify/batched.py)."""
+"""``specchat verify``: check on your own models and settings that speculative sampling draws from
+exactly plain sampling's distribution (exit 0 PASS, 1 FAIL, 2 usage); ``--concurrency N`` checks
+the batched engine, N sequences at once."""
 
 from __future__ import annotations
 
@@ -9,6 +8,8 @@ import argparse
 import json
 import sys
 import time
+from specchat.config import load_profile
+from specchat.errors import SpecchatError
 
 MAX_CONCURRENCY = 64  # sequences one batched llama.cpp context takes here
 SHARED = ("profile",)
@@ -39,9 +40,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_profile
-    from specchat.errors import SpecchatError
-
     if args.samples < 50:
         raise SpecchatError(f"--samples {args.samples} is too few for a statistical check", key="--samples",
                             hint="use at least 50 (2000 or more for a meaningful verdict)")
@@ -90,7 +88,11 @@ def run(args: argparse.Namespace) -> int:
                         reply_start=args.reply_start or "", gamma=args.gamma, progress=progress)
     print("", file=sys.stderr)
     if args.json:
-        print(json.dumps(_as_dict(report), ensure_ascii=False, default=str))
+        import dataclasses
+
+        print(json.dumps({"passed": report.passed, "settings": report.settings, "speculation": report.speculation,
+                          "speculation_auto": report.speculation_auto, "notes": report.notes,
+                          "checks": [dataclasses.asdict(c) for c in report.checks]}, ensure_ascii=False, default=str))
     else:
         print(render(report))
     return 0 if report.passed else 1
@@ -98,11 +100,11 @@ def run(args: argparse.Namespace) -> int:
 
 def render(report) -> str:
     s = report.settings
-    lines = [
-        f"verify: {s['method']} γ={s['gamma']}, temperature {s['temperature']}, top_p {s['top_p']}, top_k {s['top_k']}, "
-        f"{s['dtype']}{_weights(s)}; {s['samples']} samples × {s['tokens']} tokens of each kind; prompt {s['prompt_tokens']} tokens"
-        + (f" (reply so far: {s['reply_start']!r})" if s.get("reply_start") else ""),
-    ]
+    weights = f" ({s['precision']} weights)" if s.get("precision") in ("4bit", "8bit") else ""
+    reply = f" (reply so far: {s['reply_start']!r})" if s.get("reply_start") else ""
+    lines = [f"verify: {s['method']} γ={s['gamma']}, temperature {s['temperature']}, top_p {s['top_p']}, "
+             f"top_k {s['top_k']}, {s['dtype']}{weights}; {s['samples']} samples × {s['tokens']} tokens of each kind; "
+             f"prompt {s['prompt_tokens']} tokens{reply}"]
     if s.get("concurrency"):
         lines.append(f"batched: {s['concurrency']} sequences in each llama.cpp decode, the requests cycling through "
                      f"{', '.join(s['kinds'])} (drafts of different lengths in one decode)")
@@ -140,25 +142,10 @@ def render(report) -> str:
     return "\n".join(lines)
 
 
-def _weights(settings: dict) -> str:
-    precision = settings.get("precision")
-    return f" ({precision} weights)" if precision in ("4bit", "8bit") else ""
-
-
-def _as_dict(report) -> dict:
-    import dataclasses
-
-    return {"passed": report.passed, "settings": report.settings, "speculation": report.speculation,
-            "speculation_auto": report.speculation_auto,
-            "notes": report.notes, "checks": [dataclasses.asdict(c) for c in report.checks]}
-
-
 class _Progress:
-    """verify's progress on stderr. On a terminal, one updating line. Elsewhere (a log, CI,
-    ``2>file``) a line whenever the stage changes, at each tenth of a stage's work and at
-    least every ``every_s`` while reports come, so a log says which stage is running: a
-    line per tenth of the whole run alone once left "choosing the prompt: 0/1" standing
-    while minutes of sampling ran (its 0 % was the same tenth)."""
+    """verify's progress on stderr: one updating line on a terminal; elsewhere a line whenever
+    the stage changes, at each tenth of a stage and at least every ``every_s`` (tenths of the
+    whole run alone once left "choosing the prompt: 0/1" standing through minutes of sampling)."""
 
     def __init__(self, terminal: bool | None = None, every_s: float = 30.0) -> None:
         self.terminal = sys.stderr.isatty() if terminal is None else terminal

@@ -1,8 +1,5 @@
-"""Finding, reading and merging profile files.
-
-Shipped profiles live in the package (``specchat/profiles``) or, in a source
-checkout, the repository's ``profiles/``; user profiles in ``<config dir>/profiles``
-add to them and override them by name. ``--profile`` takes a name or a path.
+"""Finding, reading and merging profile files: the shipped ones (the package's, or a checkout's
+``profiles/``), and the user's in ``<config dir>/profiles``, which override them by name.
 """
 
 from __future__ import annotations
@@ -26,10 +23,6 @@ def profile_files() -> dict[str, Path]:
             for file in sorted(directory.glob("*.toml")):
                 found[file.stem] = file
     return dict(sorted(found.items()))
-
-
-def profile_names() -> list[str]:
-    return list(profile_files())
 
 
 def looks_like_path(name_or_path: str | Path) -> bool:
@@ -66,12 +59,13 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
     return build_profile(file.stem, merged, file, lambda key_path: find_key_line(_read_text(file), key_path))
 
 
-def load_all_profiles() -> tuple[list[Profile], list[SpecchatError]]:
-    """Every available profile: (loaded, failed) — one bad file never hides the others."""
+def load_all_profiles(refs: list[str] | None = None) -> tuple[list[Profile], list[SpecchatError]]:
+    """``refs`` (names or paths; default: every available profile) as (loaded, failed): one bad
+    file never hides the others."""
     loaded, failed = [], []
-    for file in profile_files().values():
+    for ref in refs or profile_files().values():
         try:
-            loaded.append(load_profile(file))
+            loaded.append(load_profile(ref))
         except SpecchatError as error:
             failed.append(error)
     return loaded, failed
@@ -105,13 +99,11 @@ def _read_chain(file: Path, seen: tuple[Path, ...]) -> dict:
 
 
 def _merge(base: dict, override: dict) -> dict:
-    out = dict(base)
+    merged = {**base, **override}
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged[key] = _merge(base[key], value)
+    return merged
 
 
 def _read_text(file: Path) -> str:

@@ -32,16 +32,8 @@ def parse_gamma(text: str) -> int | str | None:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model to load. Design notes: docs/design/loading.md
-
-    source: a Hub id (``org/name``), a local directory, a ``.gguf`` path, or
-        ``embedded:smollm2-135m-instruct``. num_layers: keep only the first N decoder layers.
-    backend: "transformers" (ignores the llama.cpp keys), "llama.cpp" (n_gpu_layers / n_ctx /
-        n_threads: 0 = all-CPU / the model's context / a thread per core; dtype, device,
-        num_layers ignored; quantization "none"), or "llama-server" / "vllm" (``url`` needed;
-        ``api_key_env`` names the variable holding the key, never stored). gguf_type: convert
-        once to this type (cached); "auto": BF16 if the CPU computes bf16, else F16; None: as is.
-    """
+    """One model to load; each key explained in docs/guide.md's profile reference, the backends'
+    rules in docs/design/loading.md."""
 
     source: str = ""
     revision: str | None = None
@@ -62,7 +54,8 @@ class ModelSpec:
 @dataclass(frozen=True)
 class SpeculationSpec:
     """How tokens are proposed (``method``: a row of specchat.methods). ``num_speculative_tokens``
-    is γ, or ``"auto"`` to let the engine's controller pick γ in 1..max_speculative_tokens."""
+    is γ, or ``"auto"`` to let the engine's controller pick γ in 1..max_speculative_tokens. The
+    keys of all four sections: docs/guide.md's profile reference."""
 
     method: str = "ngram"
     draft: ModelSpec | None = None
@@ -70,18 +63,10 @@ class SpeculationSpec:
     max_speculative_tokens: int = 8
     prompt_lookup_min: int = 1
     prompt_lookup_max: int = 3
-    # eagle3 / medusa / hybrid: the head — a folder (config.json + model.safetensors, relative
-    # to the profile), a Hub id "org/name", or "embedded:<name>" for a head specchat ships
     head: str | None = None
     head_revision: str | None = None
-    # eagle3 / hybrid: > 1 drafts a tree, verified in one pass (transformers and llama.cpp
-    # targets). tree = "first": the head's chain and siblings − 1 rivals of its first draft,
-    # drawn without replacement; "dynamic": EAGLE-2-style, each depth gets ``siblings``
-    # nodes, placed where the head is most confident
     siblings: int = 1
     tree: str = "first"
-    # suffix: earlier replies to draft from too (engine/proposers/suffix_store_open.py): "off",
-    # "auto" (one store per tokenizer in the data dir, built from recordings) or a file's path
     suffix_store: str = "off"
 
 
@@ -99,10 +84,7 @@ class SamplingSpec:
 @dataclass(frozen=True)
 class ChatSpec:
     system_prompt: str | None = None
-    # None leaves the chat template's own default (Qwen3 thinks unless told not to).
-    enable_thinking: bool | None = None
-    # a chat longer than the context: "rolling" leaves its earliest turns out of what the
-    # model sees (never the system prompt), "stop" ends the reply for want of room
+    enable_thinking: bool | None = None  # None: the chat template's own default
     overflow: str = "rolling"
 
 
@@ -117,8 +99,6 @@ class Profile:
     chat: ChatSpec = field(default_factory=ChatSpec)
     record: bool = True
     trust_remote_code: bool = False
-    # made for a CUDA GPU (an 8B model on a CPU is minutes a reply): doctor warns and the
-    # profile palette marks it on a machine without one; it still runs anywhere
     needs_gpu: bool = False
 
     def to_dict(self) -> dict[str, Any]:

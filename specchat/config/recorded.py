@@ -1,12 +1,8 @@
-"""The profile a recording carries, rebuilt as data to carry the chat on (``--resume``).
-
-A recording is shared like any document, so the profile in its header is untrusted:
-it is validated like a profile file, but no file it names is read (``source_path`` and
-``extends`` are never followed; a ``suffix_store`` path becomes "auto", your own store)
-and its ``trust_remote_code = true`` — which would run the model repository's own
-Python code — is refused unless the user passes ``--trust-remote-code``. A server profile is refused the same way unless the user
-passes ``--trust-recorded-server``: connecting would let whoever shared the file choose
-where specchat connects and which environment variable it sends as a key.
+"""The profile a recording carries, rebuilt as data to carry the chat on (``--resume``). It is
+untrusted: validated like a profile file, no file it names read (``source_path``, ``extends``;
+a ``suffix_store`` path becomes "auto"), and its ``trust_remote_code = true`` or a server it
+names refused without ``--trust-remote-code`` / ``--trust-recorded-server``: whoever shared the
+file would otherwise run code here, or choose where specchat connects and which key it sends.
 """
 
 from __future__ import annotations
@@ -25,12 +21,8 @@ _HINT = "or pass --profile NAME to carry the chat on with a profile of yours"
 
 def profile_from_recording(data: Any, file: str, *, trust_remote_code: bool = False,
                            trust_server: bool = False) -> Profile:
-    """The recorded, resolved profile (``SessionHeader.profile``) as a :class:`Profile`.
-
-    Raises ProfileError (one line naming the recording) when it does not validate, when
-    it asks for ``trust_remote_code`` and ``trust_remote_code`` is False, or when it
-    names a server and ``trust_server`` is False — before anything connects.
-    """
+    """The recorded, resolved profile (``SessionHeader.profile``) as a :class:`Profile`; ProfileError (one
+    line naming the recording) when it does not validate, or asks for what its trust flag does not allow."""
     if not isinstance(data, dict) or not data:
         raise ProfileError("the recording carries no profile", file=file, hint=_HINT.removeprefix("or "))
     raw = _without_nulls(data)
@@ -46,13 +38,15 @@ def profile_from_recording(data: Any, file: str, *, trust_remote_code: bool = Fa
         raise ProfileError(f"the recorded profile: {error.message}", file=file, key=error.key,
                            hint=f"{error.hint}, {_HINT}" if error.hint else _HINT) from None
     if profile.trust_remote_code and not trust_remote_code:
-        raise ProfileError(
-            "the recorded profile sets trust_remote_code = true, which would run Python code from the model's "
-            "repository", file=file, key="trust_remote_code",
-            hint=f"pass --trust-remote-code only if you trust '{profile.target.source}', {_HINT}",
-        )
+        raise ProfileError("the recorded profile sets trust_remote_code = true, which would run Python code from "
+                           "the model's repository", file=file, key="trust_remote_code",
+                           hint=f"pass --trust-remote-code only if you trust '{profile.target.source}', {_HINT}")
     if profile.target.backend in REMOTE_BACKENDS and not trust_server:
-        raise _server_refused(profile, file)
+        url, variable = profile.target.url, profile.target.api_key_env
+        sends = f" and send the value of ${variable} as its key" if variable else ""
+        raise ProfileError(f"the recorded profile would connect to the server at {url}{sends}", file=file,
+                           key="target.url", hint=f"pass --trust-recorded-server only if you trust that server"
+                                                  f"{' with that variable' if variable else ''}, {_HINT}")
     if profile.speculation.suffix_store not in ("off", "auto"):  # a path: never read or written for a recording
         profile = dataclasses.replace(profile, speculation=dataclasses.replace(profile.speculation, suffix_store="auto"))
     # The recorded file's folder still anchors relative model paths, as it did live;
@@ -60,18 +54,6 @@ def profile_from_recording(data: Any, file: str, *, trust_remote_code: bool = Fa
     return dataclasses.replace(profile, source_path=Path(source_path) if isinstance(source_path, str) else None)
 
 
-def _server_refused(profile: Profile, file: str) -> ProfileError:
-    url, variable = profile.target.url, profile.target.api_key_env
-    sends = f" and send the value of ${variable} as its key" if variable else ""
-    return ProfileError(
-        f"the recorded profile would connect to the server at {url}{sends}", file=file, key="target.url",
-        hint=f"pass --trust-recorded-server only if you trust that server{' with that variable' if variable else ''}, "
-             f"{_HINT}",
-    )
-
-
 def _without_nulls(value: Any) -> Any:
     """A profile's ``to_dict()`` writes unset keys as null; TOML has no null."""
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    return value
+    return {k: _without_nulls(v) for k, v in value.items() if v is not None} if isinstance(value, dict) else value

@@ -1,8 +1,6 @@
-"""What keys a profile may contain, their types and allowed values.
-
-``check_keys`` validates one file's raw TOML (so an error names the file that holds
-the mistake); ``build_profile`` turns the merged tables of a profile and its
-``extends`` chain into a :class:`Profile` and checks the rules that span keys.
+"""What keys a profile may contain, their types and allowed values: ``check_keys`` checks one
+file's raw TOML (so an error names the file that holds the mistake), ``build_profile`` the merged
+``extends`` chain and the rules that span keys.
 """
 
 from __future__ import annotations
@@ -51,27 +49,23 @@ def _between(low, high):
 
 
 def _n_ctx(v: int) -> str | None:
-    if v == 0 or MIN_CTX <= v <= MAX_CTX:
-        return None
-    return f"must be 0 (the model's own) or between {MIN_CTX} and {MAX_CTX:,} tokens"
+    ok = v == 0 or MIN_CTX <= v <= MAX_CTX
+    return None if ok else f"must be 0 (the model's own) or between {MIN_CTX} and {MAX_CTX:,} tokens"
 
 
 def _device(v: str) -> str | None:
-    if v in ("auto", "cpu", "cuda", "mps") or (v.startswith("cuda:") and v[5:].isdigit()):
-        return None
-    return "must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
+    ok = v in ("auto", "cpu", "cuda", "mps") or (v.startswith("cuda:") and v[5:].isdigit())
+    return None if ok else "must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
 
 
 def _url(v: str) -> str | None:
-    if v.startswith(("http://", "https://")) and len(v.split("://", 1)[1].strip("/")) > 0:
-        return None
-    return 'must be an http(s) URL such as "http://127.0.0.1:8080"'
+    ok = v.startswith(("http://", "https://")) and len(v.split("://", 1)[1].strip("/")) > 0
+    return None if ok else 'must be an http(s) URL such as "http://127.0.0.1:8080"'
 
 
 def _env_name(v: str) -> str | None:
-    if v and (v[0].isalpha() or v[0] == "_") and all(c.isalnum() or c == "_" for c in v):
-        return None
-    return "must be the name of an environment variable (letters, digits, _), not the key itself"
+    ok = v and (v[0].isalpha() or v[0] == "_") and all(c.isalnum() or c == "_" for c in v)
+    return None if ok else "must be the name of an environment variable (letters, digits, _), not the key itself"
 
 
 def _store(v: str) -> str | None:
@@ -172,10 +166,8 @@ def _check_table(table: dict, where: tuple[str, ...], spec: dict, file: Path, li
             raise ProfileError(f"key '{dotted}' is unknown", file=file, key=dotted, hint=hint, line=line_of(path))
         if rule == "table":
             if not isinstance(value, dict):
-                raise ProfileError(
-                    f"'{dotted}' must be a table", file=file, key=dotted,
-                    hint=f"write it as a [{dotted}] section", line=line_of(path),
-                )
+                raise ProfileError(f"'{dotted}' must be a table", file=file, key=dotted,
+                                   hint=f"write it as a [{dotted}] section", line=line_of(path))
             _check_table(value, path, TABLES[path], file, line_of)
             continue
         _check_value(value, rule, dotted, file, line_of(path))
@@ -183,10 +175,8 @@ def _check_table(table: dict, where: tuple[str, ...], spec: dict, file: Path, li
 
 def _check_value(value, rule: Key, dotted: str, file: Path, line: int | None) -> None:
     if isinstance(value, bool) and bool not in rule.types or not isinstance(value, rule.types):
-        raise ProfileError(
-            f"key '{dotted}' must be {rule.type_name}, not {_describe(value)}",
-            file=file, key=dotted, hint=_type_hint(rule), line=line,
-        )
+        raise ProfileError(f"key '{dotted}' must be {rule.type_name}, not {_describe(value)}", file=file,
+                           key=dotted, hint=_type_hint(rule), line=line)
     if rule.choices and value not in rule.choices:
         options = ", ".join(f"'{c}'" for c in rule.choices)
         hint = did_you_mean(value, rule.choices) or f"use one of {options}"
@@ -281,18 +271,11 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         raise err(f"num_speculative_tokens ({gamma}) exceeds max_speculative_tokens "
                   f"({speculation.max_speculative_tokens})", "speculation.num_speculative_tokens",
                   "lower num_speculative_tokens or raise max_speculative_tokens")
-    return Profile(
-        name=name,
-        description=merged.get("description", ""),
-        source_path=file,
-        target=_model(target_raw, "target", err),  # bitsandbytes quantization: checked by the loader (the device)
-        speculation=speculation,
-        sampling=SamplingSpec(**merged.get("sampling", {})),
-        chat=ChatSpec(**merged.get("chat", {})),
-        record=merged.get("record", True),
-        trust_remote_code=merged.get("trust_remote_code", False),
-        needs_gpu=merged.get("needs_gpu", False),
-    )
+    # bitsandbytes quantization is checked by the loader (it depends on the device)
+    return Profile(name, merged.get("description", ""), file, _model(target_raw, "target", err), speculation,
+                   SamplingSpec(**merged.get("sampling", {})), ChatSpec(**merged.get("chat", {})),
+                   record=merged.get("record", True), trust_remote_code=merged.get("trust_remote_code", False),
+                   needs_gpu=merged.get("needs_gpu", False))
 
 
 def _model(raw: dict, where: str, err) -> ModelSpec:
@@ -314,14 +297,11 @@ def _model(raw: dict, where: str, err) -> ModelSpec:
             if getattr(spec, key) != default:
                 raise err(f"key '{where}.{key}' does not apply to backend '{spec.backend}'", f"{where}.{key}",
                           "the server's command line sets it: remove the key")
-        return spec
     # Keys of the other backend are ignored rather than refused: a profile that extends
     # one of another backend could not unset them (TOML has no null). Quantisation is the
     # exception — a GGUF carries its own, and asking for another is a real mistake.
-    if spec.backend == "llama.cpp":
-        if spec.quantization != "none":
-            raise err(f"key '{where}.quantization' does not apply to backend 'llama.cpp'", f"{where}.quantization",
-                      'a GGUF file carries its own quantisation (see gguf_type): set quantization = "none", '
-                      'or use backend = "transformers"')
-        return spec
+    if spec.backend == "llama.cpp" and spec.quantization != "none":
+        raise err(f"key '{where}.quantization' does not apply to backend 'llama.cpp'", f"{where}.quantization",
+                  'a GGUF file carries its own quantisation (see gguf_type): set quantization = "none", '
+                  'or use backend = "transformers"')
     return spec

@@ -1,9 +1,6 @@
-"""A recording's events as terminal text with ANSI colours by provenance.
-
-Shared by the .cast export, ``specchat replay --headless`` and the headless demo.
-Raw-terminal output: newlines are CR LF. Every piece of recorded text goes through
-:func:`specchat.sanitize.clean` first, so the only escape sequences in the output are
-the colours added here. Torch-free.
+"""A recording's events as raw-terminal text (CR LF) with ANSI colours by provenance, for the
+.cast export, ``specchat replay --headless`` and the headless demo. Recorded text is cleaned
+first: the only escape sequences out are the colours added here.
 """
 
 from __future__ import annotations
@@ -33,8 +30,11 @@ def clean(text: str) -> str:
     return sanitize.clean(text).replace("\n", "\r\n")
 
 
-def _fmt(value: Any, spec: str, suffix: str = "") -> str:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+def figure(value: Any, spec: str = ".2f", suffix: str = "") -> str:
+    """A recorded figure as text: yes / no for a flag, "–" for what is not a finite number."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    number = isinstance(value, (int, float))
     return f"{value:{spec}}{suffix}" if number and math.isfinite(value) else "–"
 
 
@@ -42,10 +42,10 @@ def _turn_summary(ev: TurnFinished) -> str:
     turn = ev.metrics.get("turn") if isinstance(ev.metrics, dict) else None
     parts = [f"turn {ev.turn}: {sanitize.clean_line(FINISH_NOTES.get(ev.finish_reason, ev.finish_reason))}"]
     if isinstance(turn, dict):
-        parts.append(f"{_fmt(turn.get('num_tokens', 0), 'd')} tokens")
-        parts.append(_fmt(turn.get("tokens_per_s"), ".1f", " tok/s"))
+        parts.append(f"{figure(turn.get('num_tokens', 0), 'd')} tokens")
+        parts.append(figure(turn.get("tokens_per_s"), ".1f", " tok/s"))
         if turn.get("num_drafts"):
-            parts.append("mean acceptance length " + _fmt(turn.get("mean_acceptance_length"), ".2f"))
+            parts.append("mean acceptance length " + figure(turn.get("mean_acceptance_length"), ".2f"))
     return " · ".join(parts)
 
 
@@ -77,9 +77,7 @@ def banner(recording: Recording) -> str:
     header = recording.header
     target = header.models.get("target") or header.profile.get("target", {})
     name = target.get("source") if isinstance(target, dict) else target
-    legend = " ".join(
-        f"{sgr}{kind}{RESET}" if sgr else kind for kind, sgr in PROVENANCE_SGR.items()
-    )
+    legend = " ".join(f"{sgr}{kind}{RESET}" if sgr else kind for kind, sgr in PROVENANCE_SGR.items())
     about = sanitize.clean_line(header.specchat_version, "· profile", recording.profile_name, "·", name or "?")
     return f"\x1b[1mspecchat\x1b[0m {about}\r\n{DIM_SGR}tokens:{RESET} {legend}\r\n\r\n"
 

@@ -1,25 +1,22 @@
-"""Demo scripts: a hands-free sequence of prompts for screen recordings.
-
-Plain text: ``#`` lines are comments, prompts are paragraphs (blank lines separate them),
-and a line starting with ``/`` is a directive: ``/pause SECONDS``, ``/reset`` (new chat),
-``/gamma K|auto``, ``/temperature T``, ``/thinking on|off`` (models whose template has the
-switch). Torch-free: the runner drives any ChatBackend (the UI's protocol).
+"""Demo scripts: a hands-free sequence of prompts for screen recordings. ``#`` lines are comments,
+prompts are paragraphs, and a line starting with ``/`` is a directive: ``/pause SECONDS``,
+``/reset``, ``/gamma K|auto``, ``/temperature T``, ``/thinking on|off``.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from specchat import untrusted
 from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.config.schema import value_problem
 from specchat.errors import SpecchatError
-from specchat.events import ChatReset, TurnFinished
+from specchat.events import ChatReset
+from specchat.paths import shipped
 
 DIRECTIVES = ("pause", "reset", "gamma", "temperature", "thinking")
 
@@ -103,7 +100,7 @@ def parse_script(text: str, file: str = "<script>") -> list[DemoStep]:
 
 def load_script(path: str | os.PathLike[str] | None) -> list[DemoStep]:
     """A script file, or the shipped ``demos/tour.txt`` when ``path`` is None."""
-    path = Path(path) if path is not None else shipped_demo()
+    path = Path(path) if path is not None else shipped("demos") / "tour.txt"
     try:
         text = untrusted.read_text(path)
     except OSError as exc:
@@ -111,41 +108,6 @@ def load_script(path: str | os.PathLike[str] | None) -> list[DemoStep]:
     except untrusted.Unreadable as exc:
         raise SpecchatError(f"cannot read the demo script: {exc}", file=str(path), hint="save it as UTF-8") from None
     return parse_script(text, str(path))
-
-
-def shipped_demo() -> Path:
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here / "demos" / "tour.txt", here.parent / "demos" / "tour.txt"):
-        if candidate.is_file():
-            return candidate
-    return here.parent / "demos" / "tour.txt"
-
-
-def run_script(
-    backend: Any,
-    steps: list[DemoStep],
-    sleep: Callable[[float], Any] = time.sleep,
-    stopped: Callable[[], bool] = lambda: False,
-) -> Iterator[Any]:
-    """Runs the steps against a ChatBackend, yielding every event it produces (the
-    caller renders and records them). ``sleep`` lets the TUI wait without blocking;
-    once ``stopped()`` is true no further step starts."""
-    for step in steps:
-        if stopped():
-            return
-        if step.action == "prompt":
-            yield from backend.send(step.value)
-        elif step.action == "pause":
-            sleep(step.value)
-        elif step.action == "reset":
-            backend.reset()
-            yield ChatReset()  # so a UI fed by this stream clears its transcript too
-        elif step.action == "gamma":
-            backend.set_num_speculative_tokens(step.value)
-        elif step.action == "temperature":
-            backend.set_temperature(step.value)
-        elif step.action == "thinking":
-            backend.set_thinking(step.value)
 
 
 class ScriptedBackend:
@@ -162,10 +124,24 @@ class ScriptedBackend:
         self._cancelled = threading.Event()
 
     def events(self) -> Iterator[Any]:
-        for event in run_script(self.inner, self.steps, sleep=self._cancelled.wait, stopped=self._cancelled.is_set):
-            yield event
-            if self._cancelled.is_set() and not _in_turn(event):
+        """Every event the steps make the wrapped backend produce (the caller renders and records
+        them). Once cancelled a turn under way ends cleanly, and no further step starts."""
+        for step in self.steps:
+            if self._cancelled.is_set():
                 return
+            if step.action == "prompt":
+                yield from self.inner.send(step.value)
+            elif step.action == "pause":
+                self._cancelled.wait(step.value)
+            elif step.action == "reset":
+                self.inner.reset()
+                yield ChatReset()  # so a UI fed by this stream clears its transcript too
+            elif step.action == "gamma":
+                self.inner.set_num_speculative_tokens(step.value)
+            elif step.action == "temperature":
+                self.inner.set_temperature(step.value)
+            elif step.action == "thinking":
+                self.inner.set_thinking(step.value)
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -181,8 +157,3 @@ class ScriptedBackend:
     @property
     def session_metrics(self) -> Any:
         return self.inner.session_metrics
-
-
-def _in_turn(event: Any) -> bool:
-    """True while a turn still has events to come (let a cancelled turn finish cleanly)."""
-    return not isinstance(event, (TurnFinished, ChatReset))

@@ -1,13 +1,7 @@
-"""A recording as Markdown: the transcript, then the session's speculation metrics.
-
-The metrics are recomputed from the recorded per-step stats (see
-:func:`specchat.sessions.replay.rebuild_metrics`), so they exist for a crashed session
-too. Torch-free.
-
-Everything taken from the recording is untrusted: it is sanitised
-(:mod:`specchat.sanitize`) and then kept from being read as Markdown or HTML —
-short fields escaped or in code spans, the user's messages escaped inside quotes, and
-each reply verbatim in a fenced block longer than any backtick run in it.
+"""A recording as Markdown: the transcript, then the session's speculation metrics recomputed
+from its steps (so a crashed session has them too). Recorded text is sanitised, then kept from
+being read as Markdown or HTML: short fields escaped or in code spans, the user's messages
+escaped inside quotes, each reply verbatim in a fence longer than any backtick run in it.
 """
 
 from __future__ import annotations
@@ -18,17 +12,10 @@ from typing import Any
 from specchat import sanitize
 from specchat.events import (FINISH_NOTES, ChatReset, ErrorEvent, ProfileSwitched, TurnFinished, TurnStarted,
                              UserMessage)
+from specchat.sessions.ansi import figure
 from specchat.sessions.reader import Recording
 from specchat.sessions.replay import rebuild_metrics
 from specchat.telemetry import MetricsSnapshot
-
-
-def _num(value: Any, spec: str = ".2f", suffix: str = "") -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return f"{value:{spec}}{suffix}"
 
 
 def metrics_rows(m: MetricsSnapshot) -> list[tuple[str, str]]:
@@ -38,22 +25,22 @@ def metrics_rows(m: MetricsSnapshot) -> list[tuple[str, str]]:
         ("tokens", str(m.num_tokens)),
         ("drafting steps", str(m.num_drafts)),
         ("draft tokens proposed / accepted", f"{m.num_draft_tokens} / {m.num_accepted_tokens}"),
-        ("mean acceptance length (tokens per verification)", _num(m.mean_acceptance_length)),
-        ("draft acceptance rate", _num(m.draft_acceptance_rate and m.draft_acceptance_rate * 100, ".1f", " %")),
-        ("α (alpha, measured)", _num(m.alpha, ".3f")),
-        ("c (cost ratio, draft forward / target forward)", _num(m.cost_ratio, ".3f")),
-        ("mean γ (num_speculative_tokens)", _num(m.gamma, ".2f")),
+        ("mean acceptance length (tokens per verification)", figure(m.mean_acceptance_length)),
+        ("draft acceptance rate", figure(m.draft_acceptance_rate and m.draft_acceptance_rate * 100, ".1f", " %")),
+        ("α (alpha, measured)", figure(m.alpha, ".3f")),
+        ("c (cost ratio, draft forward / target forward)", figure(m.cost_ratio, ".3f")),
+        ("mean γ (num_speculative_tokens)", figure(m.gamma, ".2f")),
         ("verdict (cost model)", m.verdict or "too early to say"),
-        ("predicted speedup, as run (cost model)", _num(m.predicted_speedup, ".2f", "×")),
-        ("measured speedup", _num(m.measured_speedup, ".2f", "×")),
+        ("predicted speedup, as run (cost model)", figure(m.predicted_speedup, ".2f", "×")),
+        ("measured speedup", figure(m.measured_speedup, ".2f", "×")),
         ("recommended γ (cost model)", "–" if m.best_gamma is None else str(m.best_gamma)),
-        ("recommended γ's predicted speedup", _num(m.recommended_gain, ".2f", "×")),
-        ("paper's break-even α > c (ignores verification cost)", _num(m.breakeven)),
+        ("recommended γ's predicted speedup", figure(m.recommended_gain, ".2f", "×")),
+        ("paper's break-even α > c (ignores verification cost)", figure(m.breakeven)),
         ("paper's predicted speedup, E / (γc + 1) (ignores verification cost)",
-         _num(m.predicted_speedup_paper, ".2f", "×")),
-        ("tokens/s", _num(m.tokens_per_s, ".1f")),
-        ("plain target tokens/s", _num(m.plain_tokens_per_s, ".1f")),
-        ("time to first token (last turn)", _num(m.ttft_ms, ".0f", " ms")),
+         figure(m.predicted_speedup_paper, ".2f", "×")),
+        ("tokens/s", figure(m.tokens_per_s, ".1f")),
+        ("plain target tokens/s", figure(m.plain_tokens_per_s, ".1f")),
+        ("time to first token (last turn)", figure(m.ttft_ms, ".0f", " ms")),
     ]
 
 

@@ -19,8 +19,5 @@ RESERVED_KEYS = ("ts", "format")
 
 
 def sessions_dir() -> Path:
-    """Where recordings live: ``<user data dir>/sessions``.
-
-    ``SPECCHAT_DATA_DIR`` overrides the platform's data dir (tests use it)."""
-    base = data_dir()
-    return base / "sessions"
+    """``<user data dir>/sessions`` (``SPECCHAT_DATA_DIR`` overrides the data dir)."""
+    return data_dir() / "sessions"

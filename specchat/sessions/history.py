@@ -1,7 +1,5 @@
-"""The list of past sessions for the history screen and ``specchat replay --list``.
-
-Pure data, torch-free. Each file is read in full (recordings are small: ~1 KB per step)
-but a damaged or foreign file never hides the others: it is listed with its problem.
+"""The list of past sessions for the history screen and ``specchat replay --list``. Each file is
+read in full (~1 KB a step); a damaged or foreign one is listed with its problem, never hides the rest.
 """
 
 from __future__ import annotations
@@ -65,16 +63,8 @@ def _summarize(path: Path) -> SessionSummary:
         date = _dt.datetime.fromisoformat(created).strftime("%Y-%m-%d %H:%M")
     except ValueError:
         date = clean_line(created)[:20] or "?"
-    return SessionSummary(
-        path=path,
-        date=date,
-        profile=recording.profile_name,
-        first_prompt=clean_line(first),
-        turns=turns,
-        tokens=tokens,
-        mean_acceptance_length=metrics.mean_acceptance_length,
-        problem=str(recording.damage.reason) if recording.damage else None,
-    )
+    return SessionSummary(path, date, recording.profile_name, clean_line(first), turns, tokens,
+                          metrics.mean_acceptance_length, str(recording.damage.reason) if recording.damage else None)
 
 
 def list_sessions(directory: str | os.PathLike[str] | None = None) -> list[SessionSummary]:

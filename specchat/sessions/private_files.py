@@ -1,11 +1,7 @@
-"""Files that hold chats: created private and never clobbered by accident.
-
-A recording or an export is someone's conversation: the sessions dir is 0700, the files
-in it 0600, whatever the umask. Files are created exclusively (``O_EXCL``), so two
-processes can never share one by picking the same name, and an export replaces an
-existing file only when asked to (``--force``) — never the recording it exports, and
-only a regular file: a character device or a FIFO (``/dev/null``, a pipe) is written
-into, and anything else (a link, a folder) is refused in one line. Torch-free.
+"""Files that hold chats: created private (0700 dir, 0600 files, whatever the umask) and
+exclusively (``O_EXCL``: two processes never share one), and never clobbered by accident: an
+export replaces a file only with ``--force``, never the recording it exports, and only a regular
+file (a device or a FIFO is written into, a link or a folder refused in one line).
 """
 
 from __future__ import annotations
@@ -74,24 +70,21 @@ def write_export(out: str | os.PathLike[str], text: str, *, source: str | os.Pat
         kind = "a link" if stat.S_ISLNK(info.st_mode) else "a folder" if stat.S_ISDIR(info.st_mode) else "not a file"
         raise SpecchatError(f"is {kind}: --force replaces only a regular file", file=str(out),
                             hint="name the file itself, or another name, with -o")
-    if not force:
-        try:
-            fd = create_private(out, append=False)
-        except FileExistsError:
-            raise SpecchatError("already exists", file=str(out),
-                                hint="pass --force to replace it, or choose another name with -o") from None
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return out
-    # Replace atomically: a failure leaves the old file as it was.
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.unlink(missing_ok=True)  # left by a killed export with this pid
-    fd = create_private(tmp, append=False)
+    # --force replaces atomically, from a file beside it: a failure leaves the old file as it was
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}") if force else out
+    if force:
+        tmp.unlink(missing_ok=True)  # left by a killed export with this pid
+    try:
+        fd = create_private(tmp, append=False)
+    except FileExistsError:
+        raise SpecchatError("already exists", file=str(out),
+                            hint="pass --force to replace it, or choose another name with -o") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, out)
+        if force:
+            os.replace(tmp, out)
     finally:
-        if tmp.exists():
+        if force and tmp.exists():
             tmp.unlink()
     return out

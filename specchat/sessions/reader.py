@@ -1,9 +1,6 @@
-"""Reading a recording back: header, timed events, and where any damage starts.
-
-Torch-free by design (only json and :mod:`specchat.events`): replay, export and the
-history screen run on machines with no model. A damaged file is not an exception:
-everything up to the first bad line is returned, with :class:`Damage` saying where
-and why it stopped — a recording cut by a crash is still worth replaying.
+"""Reading a recording back: header, timed events, and where any damage starts. A damaged file
+is no exception: everything up to the first bad line comes back, with :class:`Damage` saying
+where and why (a recording cut by a crash is still worth replaying).
 """
 
 from __future__ import annotations
@@ -11,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from specchat.events import ChatReset, ErrorEvent, SessionHeader, TurnFinished, TurnStarted, UserMessage, from_json
 from specchat.sessions.fileformat import FORMAT_VERSION, RESERVED_KEYS
@@ -83,10 +80,8 @@ def _check_header_line(data: dict[str, Any], number: int, path: Path) -> None:
     have changed every other field, and must be named as the reason), then its type."""
     fmt = data.get("format")
     if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT_VERSION:
-        raise RecordingError(
-            f"written by a newer specchat (recording format {fmt}; this one reads format {FORMAT_VERSION})",
-            file=str(path), hint="upgrade specchat to replay it",
-        )
+        raise RecordingError(f"written by a newer specchat (recording format {fmt}; this one reads format "
+                             f"{FORMAT_VERSION})", file=str(path), hint="upgrade specchat to replay it")
     if fmt is not None and fmt != FORMAT_VERSION:
         raise FieldError(f"field 'format' must be {FORMAT_VERSION}, not {clean(str(fmt))[:40]!r}")
     if data.get("type") != "SessionHeader":
@@ -94,23 +89,6 @@ def _check_header_line(data: dict[str, Any], number: int, path: Path) -> None:
         kind = f"a {kind}" if isinstance(kind, str) and kind.isidentifier() else repr(clean(str(kind))[:40])
         raise RecordingError(f"not a specchat recording: line {number} is {kind}, expected a SessionHeader",
                              file=str(path))
-
-
-def _parse_event(data: dict[str, Any], previous_ts: float | None) -> tuple[Any, float | None]:
-    """(event, ts) or raises ValueError with a short reason naming the bad field."""
-    ts = check_timestamp(data.pop("ts", None), previous_ts)
-    for key in RESERVED_KEYS:
-        data.pop(key, None)
-    check_record(data)
-    return from_json(data), ts
-
-
-def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text, ended with a newline). Bad UTF-8 becomes U+FFFD and is
-    caught as a JSON/field problem rather than aborting the whole read."""
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
-        for number, raw in enumerate(f, start=1):
-            yield number, raw.rstrip("\n"), raw.endswith("\n")
 
 
 def read_recording(path: str | os.PathLike[str]) -> Recording:
@@ -124,15 +102,22 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
     recording: Recording | None = None
     last_line = 0
     previous_ts: float | None = None
-    for number, text, complete in _lines(path):
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+        lines = list(f)  # bad UTF-8 becomes U+FFFD: a JSON or field problem on its line, not a failed read
+    for number, raw in enumerate(lines, start=1):
         last_line = number
+        text, complete = raw.rstrip("\n"), raw.endswith("\n")
         if not text.strip():
             continue  # a blank line harms nothing
         try:
             data = _json_object(text)
             if recording is None:
                 _check_header_line(data, number, path)
-            event, ts = _parse_event(data, previous_ts)
+            ts = check_timestamp(data.pop("ts", None), previous_ts)
+            for key in RESERVED_KEYS:
+                data.pop(key, None)
+            check_record(data)  # FieldError (a ValueError) naming the bad field
+            event = from_json(data)
         except ValueError as exc:  # nothing nested too deeply gets this far: the checks cannot recurse out
             reason = str(exc)
             if not complete:
@@ -156,11 +141,8 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
         raise RecordingError("empty recording: no session header", file=str(path))
     open_turn = _open_turn(recording.events)
     if open_turn is not None:
-        recording.damage = Damage(
-            str(path),
-            last_line + 1,
-            f"the recording ends in the middle of turn {open_turn} (the session was interrupted)",
-        )
+        recording.damage = Damage(str(path), last_line + 1,
+                                  f"the recording ends in the middle of turn {open_turn} (the session was interrupted)")
     return recording
 
 

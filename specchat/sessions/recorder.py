@@ -1,14 +1,5 @@
-"""Crash-safe session recording: every event appended to a JSON Lines file as it happens.
-
-Durability: an fsync per event could cost half the decode time on a laptop SSD, where a
-write is microseconds (docs/benchmarks/why-the-numbers.md). So:
-
-* every event is written as one line by one ``write`` call (no user-space buffer) —
-  the bytes are then in the kernel's page cache, which survives the process being SIGKILLed or crashing; at most
-  the event being written is lost;
-* **fsync** happens only at turn ends, resets, profile switches and close — what an OS
-  crash or power cut can lose is bounded by the turn in flight, at no cost per token.
-"""
+"""Crash-safe session recording: every event appended to a JSON Lines file as it happens, one
+``write`` per line, fsynced only where a turn ends (why: docs/design/sessions.md)."""
 
 from __future__ import annotations
 
@@ -56,13 +47,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def build_header(profile: Any, info: dict[str, Any] | None = None, **environment: Any) -> SessionHeader:
-    """A SessionHeader from the resolved profile and ``LoadedModels.info``.
-
-    ``info`` is split into model facts (ids, revisions, dtype, quantization, device,
-    load time) and environment facts (library versions: :data:`ENVIRONMENT_KEYS` and
-    any ``*_version`` key), to which Python and the platform are added.
-    ``environment`` adds extra facts such as ``resumed_from``.
-    """
+    """A SessionHeader from the resolved profile and ``LoadedModels.info``, split into model facts
+    and environment facts (:data:`ENVIRONMENT_KEYS`, ``*_version``, Python, the platform, and
+    ``environment`` such as ``resumed_from``)."""
     import platform
     import sys
 
@@ -73,23 +60,14 @@ def build_header(profile: Any, info: dict[str, Any] | None = None, **environment
     env.setdefault("python", sys.version.split()[0])
     env.setdefault("platform", platform.platform(terse=True))
     env.update(_jsonable(environment))
-    profile_dict = _jsonable(profile) if profile is not None else {}
-    return SessionHeader(
-        specchat_version=__version__,
-        profile=profile_dict,
-        models=models,
-        environment=env,
-        created=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-    )
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:40] or "session"
+    return SessionHeader(__version__, _jsonable(profile) if profile is not None else {}, models, env,
+                         _dt.datetime.now().astimezone().isoformat(timespec="seconds"))
 
 
 def _candidates(profile_name: str, directory: Path) -> Iterator[Path]:
     """``<dir>/YYYY-MM-DDTHH-MM-SS_<profile>.jsonl``, then ``…-2.jsonl``, ``…-3.jsonl``…"""
-    base = f"{_dt.datetime.now().strftime('%Y-%m-%dT%H-%M-%S')}_{_slug(profile_name)}"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", profile_name).strip("-")[:40] or "session"
+    base = f"{_dt.datetime.now().strftime('%Y-%m-%dT%H-%M-%S')}_{slug}"
     yield directory / f"{base}{SUFFIX}"
     for n in itertools.count(2):
         yield directory / f"{base}-{n}{SUFFIX}"
@@ -100,15 +78,8 @@ class RecordingBusy(SpecchatError):
 
 
 class Recorder:
-    """Appends events to one recording, one flushed line each; thread-safe.
-
-    ``Recorder(path)`` creates ``path``; ``for_profile(profile)`` a new file in the sessions
-    dir; ``append_to(path)`` resumes one; ``Recorder(None)`` does nothing (no ``if`` needed).
-    :meth:`start` creates the file exclusively (0600, 0700 dir) and locks it, header first;
-    :meth:`close` removes a file with nothing but the header. A failed write never reaches
-    the chat: the partial line is dropped, recording stops, and ``failure`` keeps the reason
-    (:meth:`take_failure` hands it out once).
-    """
+    """Appends events to one recording, one flushed line each; thread-safe. ``Recorder(None)``
+    does nothing (no ``if`` needed); the others, and what a failed write does: docs/design/sessions.md."""
 
     def __init__(self, path: str | os.PathLike[str] | None, *, _new_in: tuple[Path, str] | None = None,
                  _append_after: float | None = None) -> None:
@@ -156,7 +127,7 @@ class Recorder:
             where = self.path or self._new_in[0]  # type: ignore[index]
             self.failure = f"not recording: cannot create a recording in {where} ({exc.strerror or exc})"
             return
-        self._write(header, {"format": FORMAT_VERSION})
+        self.record(header, format=FORMAT_VERSION)
 
     def _create(self) -> int:
         if self.path is not None:  # a path of the caller's choosing: its folder is theirs
@@ -178,11 +149,8 @@ class Recorder:
         self._size = os.fstat(fd).st_size
         return _locked(fd, self.path)  # type: ignore[arg-type]
 
-    def record(self, event: Any) -> None:
-        """Appends one event (any :mod:`specchat.events` dataclass) and flushes it."""
-        self._write(event, {})
-
-    def _write(self, event: Any, extra: dict[str, Any]) -> None:
+    def record(self, event: Any, **extra: Any) -> None:
+        """Appends one event (any :mod:`specchat.events` dataclass), ``extra`` keys beside its fields."""
         with self._lock:
             self._write_locked(event, extra)
 
@@ -243,7 +211,7 @@ class Recorder:
         """The chat goes on with another profile: a ProfileSwitched event, then the new
         models' header, in the same file (readers keep later headers aside)."""
         self.record(ProfileSwitched(str(header.profile.get("name", "?"))))
-        self._write(header, {})
+        self.record(header)
 
     def close(self) -> None:
         """Closes a turn left open (as "cancelled"), syncs and closes the file; a new file

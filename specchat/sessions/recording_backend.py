@@ -1,13 +1,7 @@
 """A live chat that records itself: every event it yields is appended to a recording.
 
-Torch-free: it wraps any ChatBackend and a :class:`~specchat.sessions.recorder.Recorder`.
-A reopened chat that cannot go on in its own file goes on in a new one that ``carries``
-its conversation, written with the first message or reset. On a profile switch the new
-backend is built with ``takes_over=(previous, header)`` and writes nothing until first
-used. When recording fails the chat goes on and ``send`` yields one
-:class:`~specchat.events.Notice` saying so.
-
-Design notes: docs/design/sessions.md
+Design notes (a conversation carried to a new file, profile switches, a recorder that
+fails): docs/design/sessions.md
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Replaying a recording: the recorded events again, at their recorded pace or faster.
-
-Torch-free (json, :mod:`specchat.events`, :mod:`specchat.telemetry` only): this is what
-lets someone without a GPU watch a session. The UI adapter lives in
-:mod:`specchat.sessions.replay_backend`; exports use :func:`timed_events` directly.
+"""Replaying a recording: the recorded events again, at their recorded pace or faster, and their
+figures folded again. The UI adapter: :mod:`specchat.sessions.replay_backend`.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from typing import Any, Iterator
 from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.events import ChatReset, ErrorEvent, ProfileSwitched, UserMessage
 from specchat.methods import METHODS
-from specchat.sessions.reader import Damage, Recording, read_recording
+from specchat.sessions.reader import Recording, read_recording
 from specchat.telemetry import ChatTelemetry, MetricsSnapshot
 
 # Gaps before a user's action (reading, thinking, typing) are clamped to this many
@@ -43,49 +40,40 @@ def parse_speed(text: str | float) -> float:
     return value
 
 
-def damage_event(damage: Damage) -> ErrorEvent:
-    """The ErrorEvent a replay ends with when the file was damaged or cut short."""
-    return ErrorEvent(message=f"replay stopped: {damage}")
-
-
-def timed_events(recording: Recording, idle_limit: float = IDLE_LIMIT_S) -> Iterator[tuple[float, Any]]:
-    """(seconds since the replay started, event) at recorded pace, user idle clamped.
-
-    A damaged recording ends with :func:`damage_event`, right after the last good event.
-    """
+def timed_events(recording: Recording) -> Iterator[tuple[float, Any]]:
+    """(seconds since the replay started, event) at recorded pace, user idle clamped to IDLE_LIMIT_S;
+    a damaged recording ends with an ErrorEvent naming the damage, right after the last good event."""
     clock = 0.0
     previous = recording.header_ts
     for timed in recording.events:
         if timed.ts is not None and previous is not None:
             gap = min(max(0.0, timed.ts - previous), MAX_GAP_S)
             if isinstance(timed.event, _USER_ACTIONS):
-                gap = min(gap, idle_limit)
+                gap = min(gap, IDLE_LIMIT_S)
             clock += gap
         if timed.ts is not None:
             previous = timed.ts
         yield clock, timed.event
     if recording.damage is not None:
-        yield clock, damage_event(recording.damage)
+        yield clock, ErrorEvent(f"replay stopped: {recording.damage}")
 
 
-def replay_events(
-    source: Recording | str | os.PathLike[str], speed: float | str = 1.0, idle_limit: float = IDLE_LIMIT_S
-) -> Iterator[tuple[float, Any]]:
+def replay_events(source: Recording | str | os.PathLike[str], speed: float | str = 1.0) -> Iterator[tuple[float, Any]]:
     """(delay in seconds before this event, event) scaled by ``speed`` (inf: no delays)."""
     recording = source if isinstance(source, Recording) else read_recording(source)
     factor = parse_speed(speed)
     last = 0.0
-    for at, event in timed_events(recording, idle_limit):
+    for at, event in timed_events(recording):
         delay = 0.0 if math.isinf(factor) else (at - last) / factor
         last = at
         yield delay, event
 
 
 def recorded_settings(profile: dict[str, Any]) -> dict[str, Any]:
-    """The recorded profile's speculation settings, each checked (a header is untrusted
-    like every line): ``method``, ``num_speculative_tokens`` (int or "auto"; 0 when the
-    method is none), ``max_gamma`` (1..16, default 8) and ``temperature`` (None if
-    absent or not a finite number ≥ 0) and ``prompt_lookup`` (min, max n-gram; 1, 3 if absent) and ``max_new_tokens`` (None if absent)."""
+    """The recorded profile's speculation settings, each checked (a header is untrusted like every
+    line): ``method``, ``num_speculative_tokens`` (int or "auto"; 0 when the method is none),
+    ``max_gamma`` (1..16, default 8), ``temperature`` (None if absent or not a finite number ≥ 0),
+    ``prompt_lookup`` (min, max n-gram; 1, 3 if absent) and ``max_new_tokens`` (None if absent)."""
     spec = profile.get("speculation") if isinstance(profile.get("speculation"), dict) else {}
     sampling = profile.get("sampling") if isinstance(profile.get("sampling"), dict) else {}
     method = spec.get("method") if isinstance(spec.get("method"), str) and spec["method"] in METHODS else "none"

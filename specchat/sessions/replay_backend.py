@@ -1,8 +1,5 @@
-"""A recording as the UI's :class:`~specchat.ui.backend.EventSource`.
-
-The UI consumes these events exactly as it consumes a live ChatSession's, so the panel,
-the token colours and the inspector come out the same. Torch-free.
-"""
+"""A recording as the UI's :class:`~specchat.ui.backend.EventSource`, consumed exactly as a live
+chat's events are (the panel, the colours and the inspector come out the same)."""
 
 from __future__ import annotations
 
@@ -10,42 +7,24 @@ import os
 import threading
 from typing import Any, Iterator
 
-from specchat.sessions.reader import Damage, Recording, read_recording
-from specchat.sessions.replay import IDLE_LIMIT_S, parse_speed, recorded_settings, recording_telemetry, replay_events
+from specchat.sessions.reader import Recording, read_recording
+from specchat.sessions.replay import parse_speed, recorded_settings, recording_telemetry, replay_events
 from specchat.telemetry import MetricsSnapshot
 
 
 class ReplayBackend:
-    """Plays a recording with its recorded timing divided by ``speed`` ("max": no waits).
-
-    Reading happens here, in the constructor, so an unreadable file fails while the UI is
-    still "loading" with one clear line (:class:`~specchat.sessions.reader.RecordingError`).
-    A damaged file plays up to the damage and then yields an ErrorEvent naming the line
-    and the reason; ``damage`` holds the same.
-    """
+    """Plays a recording with its recorded timing divided by ``speed`` ("max": no waits). It is
+    read here, so an unreadable file fails while the UI is still "loading", in one line; a
+    damaged one plays up to the damage, then an ErrorEvent names it."""
 
     can_send = False  # plays by itself (specchat.ui.backend.EventSource)
 
-    def __init__(self, source: Recording | str | os.PathLike[str], speed: float | str = 1.0,
-                 idle_limit: float = IDLE_LIMIT_S) -> None:
+    def __init__(self, source: Recording | str | os.PathLike[str], speed: float | str = 1.0) -> None:
         self.recording = source if isinstance(source, Recording) else read_recording(source)
         self.speed = parse_speed(speed)
-        self.idle_limit = idle_limit
         self._cancelled = threading.Event()
         # the recorded steps folded as they play, as the turn loop folded them live
         self.telemetry = recording_telemetry(self.recording)
-
-    @property
-    def profile_name(self) -> str:
-        return self.recording.profile_name
-
-    @property
-    def header(self):  # the SessionHeader: what the UI may show about the recorded models
-        return self.recording.header
-
-    @property
-    def damage(self) -> Damage | None:
-        return self.recording.damage
 
     def backend_info(self) -> dict[str, Any]:
         """The recorded profile's speculation settings as ``BackendInfo`` fields, so the
@@ -66,7 +45,7 @@ class ReplayBackend:
     def events(self) -> Iterator[Any]:
         """The recorded events (header excluded), each after its recorded delay.
         Stops early, between events, once :meth:`cancel` is called."""
-        for delay, event in replay_events(self.recording, self.speed, self.idle_limit):
+        for delay, event in replay_events(self.recording, self.speed):
             if delay > 0 and self._cancelled.wait(delay):
                 return
             if self._cancelled.is_set():

@@ -1,8 +1,5 @@
-"""Rebuilding a conversation from its recording, to carry on chatting where it stopped.
-
-Torch-free: the result is the plain ``[{"role", "content"}]`` list that
-``ChatSession.history`` accepts. Loading the models to carry on is the composition
-root's job (:func:`specchat.live.resume_loader`), so this package never reaches torch.
+"""Rebuilding a conversation from its recording, as the plain ``[{"role", "content"}]`` history a
+chat takes, to carry on where it stopped (loading the models: :func:`specchat.live.resume_loader`).
 """
 
 from __future__ import annotations
@@ -24,19 +21,14 @@ class Resumed:
 
     history: list[dict[str, str]] = field(default_factory=list)
     pending: str | None = None
-    events: list[Any] = field(default_factory=list)  # the conversation as recorded, since its last reset
+    events: list[Any] = field(default_factory=list)
     damage: Damage | None = None
-    profile_name: str = ""
 
 
 def resume_from(path: str | os.PathLike[str]) -> Resumed:
-    """The conversation as it stood at the end of the recording (after its last reset).
-
-    Mirrors ``ChatSession.send``: every finished turn — cancelled or failed too — keeps
-    the user's message and whatever was generated. A turn cut off by a crash (no
-    TurnFinished) contributes its prompt as ``pending`` instead, so the history always
-    alternates user/assistant.
-    """
+    """The conversation as it stood at the end of the recording (after its last reset), as the
+    turn loop keeps it: every finished turn, cancelled or failed too; a turn cut off by a crash
+    gives its prompt as ``pending`` instead, so the history alternates user/assistant."""
     recording = read_recording(path)
     history: list[dict[str, str]] = []
     pending: str | None = None
@@ -52,6 +44,5 @@ def resume_from(path: str | os.PathLike[str]) -> Resumed:
             history.append({"role": "user", "content": pending})
             history.append({"role": "assistant", "content": ev.text})
             pending = None
-    return Resumed(history=history, pending=pending, events=events, damage=recording.damage,
-                   profile_name=recording.profile_name)
+    return Resumed(history, pending, events, recording.damage)
 

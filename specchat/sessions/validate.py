@@ -1,10 +1,7 @@
-"""Field types of a recorded event, checked before the event is built from it.
-
-A recording is untrusted input: text where a number belongs, a string where the tokens
-belong, or a draft count that would size an array to a billion must stop the reader at
-that line with a reason naming the field — never reach the replay, the exports or the
-panel as a Python exception. The rules are the events' own type hints
-(:mod:`specchat.events`), plus the few bounds the figures rely on. Torch-free.
+"""Field types of a recorded event, checked before the event is built from it: a recording is
+untrusted, and a bad field must stop the reader at its line with a reason naming it, never reach
+the replay, the exports or the panel as an exception. The rules: the events' own type hints, and
+the few bounds the figures rely on.
 """
 
 from __future__ import annotations
@@ -50,9 +47,7 @@ def check_timestamp(ts: Any, previous: float | None) -> float | None:
     return float(ts)
 
 
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+_hints = cache(typing.get_type_hints)  # a dataclass's field types, resolved once
 
 
 def _check_dataclass(value: Any, cls: type, where: str, *, partial: bool = False) -> None:
@@ -137,8 +132,7 @@ def _metrics(value: dict[str, Any], where: str) -> None:
 def check_step_stats(value: Any, where: str) -> None:
     """A step's figures from any file (a recording's step, bench's results.json): their
     types, then what the figures must say of each other; raises :class:`FieldError`."""
-    _check_dataclass(value, StepStats, where)
-    _step_stats(value, where)
+    _check_dataclass(value, StepStats, where)  # its rule (_RULES) included
 
 
 def _step_stats(value: dict[str, Any], where: str) -> None:

@@ -1,9 +1,6 @@
-"""The specchat Textual app: owns the backend, the settings and the workers.
-
-Widgets live in :mod:`specchat.ui.widgets`, screens in :mod:`specchat.ui.screens`;
-this file wires them. Nothing here imports torch or the engine: models load inside a
-thread worker through the ``loader`` the caller injects (the CLI builds live ones in
-:mod:`specchat.live`; a replay's comes from :func:`specchat.ui.backend.replay_loader`).
+"""The specchat Textual app: owns the backend, the settings and the workers, and wires the
+widgets and screens. Models load in a thread worker through the ``loader`` the caller injects
+(:mod:`specchat.live`'s, or :func:`specchat.ui.backend.replay_loader`).
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from textual.screen import Screen
 from specchat.errors import SpecchatError, one_line
 from specchat.events import ErrorEvent, Loaded, LoadProgress, StepEvent, UserMessage
 from specchat.sanitize import clean, clean_data, clean_line, decode_input
-from specchat.ui.backend import BackendInfo, EventSource, LoadedBackend, Loader
+from specchat.ui.backend import BackendInfo, LoadedBackend, Loader
 from specchat.ui.commands import REPLACED_SYSTEM_COMMANDS, profile_commands, system_commands
 from specchat.ui.controls import Controls
 from specchat.ui.figures import FigureFeed
@@ -39,11 +36,6 @@ DEFAULT_THEME = "specchat-dark"
 # small CPU (the UI draws between its steps: step_gate.py); six a second still reads
 # as streaming text
 DRAIN_INTERVAL_S = 1 / 6
-
-
-def is_step(event: Any) -> bool:
-    """The events that each cost a model step (the StepGate times these)."""
-    return isinstance(event, StepEvent)
 
 
 # Markers the workers put between the chat events (never shown, never recorded).
@@ -189,7 +181,6 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
             loaded = (loader or self.loader)(ref, self.pump.put)
         except Exception as exc:  # every failure becomes one line in the app
             self.pump.put_marker(_LoadDone(ref, None, one_line(exc)))
-            return
         else:
             self.pump.put_marker(_LoadDone(ref, loaded, adopt=loader if adopt else None))
         finally:
@@ -243,7 +234,7 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         if not loaded.can_send:  # a replay plays by itself
             self.generating = True
             self._engine_idle.clear()
-            self._play(loaded.backend)
+            self._run_turn(loaded.backend, None)
         self._update_status()  # after the replay started: it said "ready" while one played
 
     @property
@@ -254,8 +245,8 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
     @generating.setter
     def generating(self, on: bool) -> None:
         self._generating = on
-        if self.chat.is_mounted:
-            self.chat.steady_cursor(on)
+        if self.chat.is_mounted:  # no blinking while the model writes: a blink repaints the screen on its CPU
+            self.chat.input.cursor_blink = self.chat.cursor_blink and not on
 
     # --- turns --------------------------------------------------------------------
     @on(ChatInput.Submitted)
@@ -277,32 +268,21 @@ class SpecchatApp(Controls, SessionControls, Quitting, App):
         self._run_turn(self.loaded.backend, text, gated=self.loaded.info.computes_on_cpu)
 
     @work(thread=True, exclusive=True, group="engine")
-    def _run_turn(self, backend: Any, text: str, gated: bool) -> None:
-        """``gated``: the model shares the CPU with the UI, which then draws between its
-        steps (see step_gate.py)."""
-        delivered = False
+    def _run_turn(self, backend: Any, text: str | None, gated: bool = False) -> None:
+        """A turn, ``text`` sent to a live backend, or (``text`` None) a source playing by itself.
+        ``gated``: the model shares the CPU with the UI, which then draws between its steps (step_gate.py)."""
+        delivered = text is None
         feed = FigureFeed(backend)
         try:
-            events = backend.send(text)
-            for event in self.gate.steps(events, is_step) if gated else events:
+            events = backend.events() if text is None else backend.send(text)
+            # the gate times the events that each cost a model step
+            for event in self.gate.steps(events, lambda e: isinstance(e, StepEvent)) if gated else events:
                 delivered = delivered or isinstance(event, UserMessage)
                 self.pump.hand_over(event, feed)
         except Exception as exc:
-            self.pump.put(ErrorEvent(f"generation failed: {one_line(exc)}"))
+            self.pump.put(ErrorEvent(f"{'replay stopped' if text is None else 'generation failed'}: {one_line(exc)}"))
         finally:
-            self.pump.put_marker(_TurnEnded(text, delivered))
-            self._engine_idle.set()
-
-    @work(thread=True, exclusive=True, group="engine")
-    def _play(self, source: EventSource) -> None:
-        feed = FigureFeed(source)
-        try:
-            for event in source.events():
-                self.pump.hand_over(event, feed)
-        except Exception as exc:
-            self.pump.put(ErrorEvent(f"replay stopped: {one_line(exc)}"))
-        finally:
-            self.pump.put_marker(_TurnEnded("", True))
+            self.pump.put_marker(_TurnEnded(text or "", delivered))
             self._engine_idle.set()
 
     def _turn_ended(self, ended: _TurnEnded) -> None:

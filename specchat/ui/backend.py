@@ -1,18 +1,14 @@
-"""What the UI talks to: a *backend* that turns user text into :mod:`specchat.events`.
-
-The UI never imports torch; it sees only this protocol. A live chat
-(:class:`ChatBackend`; the engine's ``ChatSession`` is one) is built by a :data:`Loader`
-the CLI passes from :mod:`specchat.live`, called in the app's loading worker; a
-self-playing source (:class:`EventSource`) replays a recorded session with its timing.
-A backend declares which it is (``can_send``). Either folds its own steps into telemetry
-(``turn_metrics``, ``session_metrics``); the UI shows those and folds nothing itself.
+"""What the UI talks to: a *backend* that turns user text into :mod:`specchat.events`, built in
+the app's loading worker by a :data:`Loader` (:mod:`specchat.live`'s). A live chat
+(:class:`ChatBackend`) or a source that plays by itself (:class:`EventSource`, a replay), as it
+declares (``can_send``); either folds its own steps, and the UI shows its snapshots.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol
 
 from specchat.events import LoadProgress
 from specchat.telemetry import MetricsSnapshot
@@ -20,21 +16,16 @@ from specchat.telemetry import MetricsSnapshot
 ProgressCallback = Callable[[LoadProgress], None]
 
 
-@runtime_checkable
 class ChatBackend(Protocol):
     """A live conversation. ``send`` yields UserMessage, TurnStarted, StepEvent…,
     TurnFinished (or ErrorEvent) and runs in a worker thread; ``cancel`` is called from
     the UI thread while ``send`` is running and must be thread-safe. ``close`` releases
-    what it holds (a recording file) when the app lets it go."""
+    what it holds (a recording file) when the app lets it go. The metrics are this turn's
+    and the session's figures from the source's own fold (read on the worker thread)."""
 
     can_send: bool  # True: it takes the user's messages
-
-    @property
-    def turn_metrics(self) -> MetricsSnapshot:
-        """This turn's figures from the source's own fold (read on the worker thread)."""
-
-    @property
-    def session_metrics(self) -> MetricsSnapshot: ...
+    turn_metrics: MetricsSnapshot
+    session_metrics: MetricsSnapshot
 
     def send(self, text: str) -> Iterator[Any]: ...
 
@@ -51,17 +42,12 @@ class ChatBackend(Protocol):
     def close(self) -> None: ...
 
 
-@runtime_checkable
 class EventSource(Protocol):
     """Plays a whole session by itself (replay): ``events`` sleeps as recorded."""
 
     can_send: bool  # False: it takes no messages
-
-    @property
-    def turn_metrics(self) -> MetricsSnapshot: ...
-
-    @property
-    def session_metrics(self) -> MetricsSnapshot: ...
+    turn_metrics: MetricsSnapshot
+    session_metrics: MetricsSnapshot
 
     def events(self) -> Iterator[Any]: ...
 
@@ -72,13 +58,9 @@ class EventSource(Protocol):
 
 @dataclass
 class BackendInfo:
-    """What the UI shows and lets the user change about a loaded backend.
-
-    ``thinking`` is None when the model has no thinking switch (only Qwen3-style chat
-    templates that read ``enable_thinking`` have one). ``max_gamma`` bounds γ controls.
-    ``warning`` is shown once when the backend is installed (e.g. the chat will not be
-    recorded: the sessions dir is read-only).
-    """
+    """What the UI shows and lets the user change about a loaded backend. ``thinking``: None
+    without a thinking switch (Qwen3-style templates have one); ``warning``: shown once, when
+    the backend is installed (e.g. the sessions dir is read-only)."""
 
     profile_name: str
     description: str = ""
@@ -87,7 +69,6 @@ class BackendInfo:
     max_gamma: int = 8
     temperature: float = 0.0
     thinking: bool | None = None
-    profile_ref: str | None = None
     recording: Path | None = None
     details: dict[str, Any] = field(default_factory=dict)
     warning: str | None = None
@@ -136,7 +117,7 @@ def replay_loader(path: str | Path, speed: float | str = 1.0) -> Loader:
 
         progress(LoadProgress(stage="replay", message=f"reading {path}"))
         source = ReplayBackend(path, speed=speed)
-        name = source.profile_name or Path(path).stem
+        name = source.recording.profile_name or Path(path).stem
         return LoadedBackend(source, BackendInfo(profile_name=str(name), description=f"replay of {Path(path).name}", **source.backend_info()))
 
     return load

@@ -1,79 +1,35 @@
-"""Command palette entries (Ctrl+P): profiles, γ, temperature and the app's actions."""
+"""Command palette entries (Ctrl+P): profiles, γ, temperature and the app's actions. ``app`` is the
+SpecchatApp, untyped here: app.py imports this module."""
 
 from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Iterable
 
 from textual.app import SystemCommand
 from textual.command import CommandListItem, SimpleCommand
 from textual.markup import escape
 
+from specchat.config import load_profile, profile_files
+from specchat.errors import SpecchatError
 from specchat.sanitize import clean_line
-from specchat.ui.backend import BackendInfo
-
-
-class PaletteHost(Protocol):
-    """The app as the palette sees it (declared here, so this module need not import
-    ``app.py``, which imports it: no circle)."""
-
-    @property
-    def info(self) -> BackendInfo | None: ...
-
-    switch_profile: Callable[..., None]
-    set_gamma: Callable[[int | str], Any]
-    set_temperature: Callable[[float], Any]
-    search_commands: Callable[..., Any]
-    pick_profile: Callable[[], Any]
-    action_new_chat: Callable[[], Any]
-    action_copy_reply: Callable[[], Any]
-    action_toggle_markdown: Callable[[], Any]
-    action_toggle_panel: Callable[[], Any]
-    action_toggle_thinking: Callable[[], Any]
-    action_inspect: Callable[[], Any]
-    action_history: Callable[[], Any]
-    action_search: Callable[[], Any]
-    action_screenshot: Callable[[], Any]
-    action_help: Callable[[], Any]
 
 TEMPERATURES = (0.0, 0.3, 0.6, 0.8, 1.0, 1.2)
 
 
-def available_profiles() -> dict[str, str]:
-    """Profile name → file, or {} when profiles cannot be listed."""
-    try:
-        from specchat.config import profile_files
-    except ImportError:
-        return {}
-    return {name: str(path) for name, path in profile_files().items()}
-
-
-def nvidia_gpu_visible() -> bool:
-    """Whether an NVIDIA driver shows a GPU here, read without torch (the UI never imports it)."""
-    return Path("/proc/driver/nvidia/gpus").is_dir() and any(Path("/proc/driver/nvidia/gpus").iterdir())
-
-
-def profile_about(name: str) -> tuple[str, bool]:
-    """(a profile's description, or why it does not load, in one clean line; whether it
-    is made for a CUDA GPU)."""
-    from specchat.config import load_profile
-    from specchat.errors import SpecchatError
-
-    try:
-        profile = load_profile(name)
-    except SpecchatError as error:
-        return clean_line(f"does not load: {error.message}"), False
-    return clean_line(profile.description or "no description"), profile.needs_gpu
-
-
-def profile_commands(app: PaletteHost, gpu: bool | None = None) -> list[CommandListItem]:
+def profile_commands(app: Any, gpu: bool | None = None) -> list[CommandListItem]:
     """A command per profile, by name with its description; on a machine without a GPU
     (``gpu``: None reads the driver) a profile made for one says so and comes last."""
-    gpu = nvidia_gpu_visible() if gpu is None else gpu
+    if gpu is None:  # an NVIDIA driver's GPUs, read without torch (the UI never imports it)
+        gpu = Path("/proc/driver/nvidia/gpus").is_dir() and any(Path("/proc/driver/nvidia/gpus").iterdir())
     usable, gpu_only = [], []
-    for name in available_profiles():
-        about, needs_gpu = profile_about(name)
+    for name in profile_files():
+        try:  # its description, or why it does not load, in one clean line
+            profile = load_profile(name)
+            about, needs_gpu = clean_line(profile.description or "no description"), profile.needs_gpu
+        except SpecchatError as error:
+            about, needs_gpu = clean_line(f"does not load: {error.message}"), False
         if needs_gpu and not gpu:
             about = f"needs a CUDA GPU, none here · {about}"
         command = SimpleCommand(name, partial(app.switch_profile, name), escape(about))  # help is markup
@@ -81,20 +37,16 @@ def profile_commands(app: PaletteHost, gpu: bool | None = None) -> list[CommandL
     return usable + gpu_only
 
 
-def gamma_commands(app: PaletteHost) -> list[CommandListItem]:
+def gamma_commands(app: Any) -> list[CommandListItem]:
     top = app.info.max_gamma if app.info else 8
-    items: list[CommandListItem] = [
-        SimpleCommand("γ auto", partial(app.set_gamma, "auto"), "let the controller choose γ each step")
-    ]
-    items += [SimpleCommand(f"γ {k}", partial(app.set_gamma, k), f"propose {k} draft tokens per step") for k in range(1, top + 1)]
-    return items
+    return [SimpleCommand("γ auto", partial(app.set_gamma, "auto"), "let the controller choose γ each step"),
+            *(SimpleCommand(f"γ {k}", partial(app.set_gamma, k), f"propose {k} draft tokens per step")
+              for k in range(1, top + 1))]
 
 
-def temperature_commands(app: PaletteHost) -> list[CommandListItem]:
-    return [
-        SimpleCommand(f"temperature {t:.1f}", partial(app.set_temperature, t), "greedy" if t == 0 else "sampling")
-        for t in TEMPERATURES
-    ]
+def temperature_commands(app: Any) -> list[CommandListItem]:
+    return [SimpleCommand(f"temperature {t:.1f}", partial(app.set_temperature, t), "greedy" if t == 0 else "sampling")
+            for t in TEMPERATURES]
 
 
 # Textual's own entries that specchat's replace: its "Keys" panel (specchat's lists every
@@ -102,13 +54,11 @@ def temperature_commands(app: PaletteHost) -> list[CommandListItem]:
 REPLACED_SYSTEM_COMMANDS = ("Keys", "Screenshot")
 
 
-def system_commands(app: PaletteHost) -> Iterable[SystemCommand]:
+def system_commands(app: Any) -> Iterable[SystemCommand]:
     yield SystemCommand("Switch profile…", "Load another profile in the background", app.pick_profile)
     yield SystemCommand("Set γ…", "Number of speculative tokens per step", partial(app.search_commands, gamma_commands(app), "γ…"))
-    yield SystemCommand(
-        "Set temperature…", "Sampling temperature for the next turn",
-        partial(app.search_commands, temperature_commands(app), "temperature…"),
-    )
+    yield SystemCommand("Set temperature…", "Sampling temperature for the next turn",
+                        partial(app.search_commands, temperature_commands(app), "temperature…"))
     yield SystemCommand("New chat", "Clear the conversation", app.action_new_chat)
     yield SystemCommand("Copy…", "A reply or a code block of the chat to the clipboard", app.action_copy_reply)
     yield SystemCommand("Toggle Markdown view", "Provenance colours ↔ rendered Markdown", app.action_toggle_markdown)

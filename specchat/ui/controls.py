@@ -1,9 +1,6 @@
-"""The app's user controls (keys and palette commands), kept out of app.py.
-
-A mixin of :class:`specchat.ui.app.SpecchatApp`: it reads ``self.loaded``,
-``self.info``, ``self.chat`` and ``self.generating`` and changes the live backend's
-settings between (or during) turns.
-"""
+"""The app's user controls (keys and palette commands): a mixin of
+:class:`specchat.ui.app.SpecchatApp` that changes the live backend's settings between (or during)
+turns."""
 
 from __future__ import annotations
 
@@ -21,7 +18,6 @@ class Controls:
     def view(self) -> ChatScreen:
         """The chat on screen, which the view keys act on: the live one, or a replay beside it."""
         return self.screen if isinstance(self.screen, ChatScreen) else self.chat
-
 
     def _update_status(self) -> None:
         info = self.info
@@ -110,7 +106,8 @@ class Controls:
             return
         backend.set_num_speculative_tokens(gamma)
         info.num_speculative_tokens = gamma
-        self.chat.gamma_changed(gamma)
+        self.chat.panel.gamma = gamma  # the verdict speaks of the γ the chat now runs at
+        self.chat.flush_panel(force=True)
         self._update_status()
 
     def action_gamma(self, delta: int) -> None:

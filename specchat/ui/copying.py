@@ -1,8 +1,5 @@
-"""What Ctrl+O offers to copy: every reply of the chat and every code block in them,
-newest first, so Ctrl+O then Enter still copies the last reply. Pure Python.
-
-The texts are what the transcript shows, made inert where they entered the UI (pump.py);
-the labels are one line each, cut to a width, for a list that never reads them as markup.
+"""What Ctrl+O offers to copy: every reply and every code block in them, newest first (Ctrl+O,
+Enter copies the last reply); texts as the transcript shows them, labels one line each.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Panel figures: live telemetry for the UI and their text. Pure Python, no Textual.
-
-The panel shows snapshots, never folds steps: each source of events folds its own
-(the turn loop for a live chat, the replay for a recording), and the worker thread
-that drives it hands the UI its snapshots (:class:`Figures`) beside the events.
+"""Panel figures and their text, pure Python. The panel shows the snapshots each source takes of
+its own fold (:class:`Figures`, handed over by the worker that drives it) and folds no steps.
 """
 
 from __future__ import annotations
@@ -57,26 +54,17 @@ class LiveFigures:
         self.session = MetricsSnapshot()
         self.turn_number: int | None = None
 
-    def reset(self) -> None:
-        """A new profile: forget everything (its figures describe other models)."""
-        self.__init__()  # type: ignore[misc]
-
-    def apply(self, event: Any) -> bool:
-        """Feed one event; True if the figures changed."""
+    def apply(self, event: Any) -> None:
         if isinstance(event, Figures):
             self.turn, self.session = event.turn, event.session
-            return True
-        if isinstance(event, TurnStarted):
+        elif isinstance(event, TurnStarted):
             self.turn_number = event.turn
-            return True
-        if isinstance(event, TurnFinished):
+        elif isinstance(event, TurnFinished):
             metrics = event.metrics or {}
             if "turn" in metrics:
                 self.turn = MetricsSnapshot.from_dict(metrics["turn"])
             if "session" in metrics:
                 self.session = MetricsSnapshot.from_dict(metrics["session"])
-            return True
-        return False
 
 
 # --- text -------------------------------------------------------------------------
@@ -97,7 +85,7 @@ class Row:
     session: str
 
 
-def _rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool, specs) -> list[Row]:
+def rows_of(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool, specs) -> list[Row]:
     """A row per (label, getter, digits, suffix, timing): this turn's and the session's."""
     rows = []
     for label, getter, digits, suffix, timing in specs:
@@ -141,20 +129,11 @@ def speedup_cell(m: MetricsSnapshot) -> str:
     return "–*" if m.measured_speedup_note else "–"
 
 
-def busy_caveat(*snapshots: MetricsSnapshot) -> str:
-    """The busy-machine caveat, once for all the figures it concerns (the busiest share
-    of them), "" when none was measured on a busy machine."""
-    shares = [m.cpu_others or 0.0 for m in snapshots if m.measured_speedup_busy is not None]
-    if not shares:
-        return ""
-    return f"busy machine: other processes used {max(shares):.0%} of the CPU, so the speed-up is rough"
-
-
 def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool = False) -> list[Row]:
     """The panel's table, always in view: (label, this turn, whole session). The measured
     speed-up carries its 95 % interval; where it is withheld or flagged the reason
     follows the table, each once (a busy machine's caveat covers both columns)."""
-    rows = _rows(turn, session, hide_timing, SUMMARY)
+    rows = rows_of(turn, session, hide_timing, SUMMARY)
     if hide_timing:
         return rows + [Row(SPEEDUP, HIDDEN, HIDDEN)]
     rows.append(Row(SPEEDUP, speedup_cell(turn), speedup_cell(session)))
@@ -164,25 +143,20 @@ def figure_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bo
     if len(shown) == 2 and shown["turn"] == shown["session"]:  # one turn so far: one line
         shown = {"both": shown["turn"]}
     spread = [Row(f"  {'' if name == 'both' else name + ' '}95 %: {text}", "", "") for name, text in shown.items()]
-    busy = busy_caveat(turn, session)
+    # the busy-machine caveat once for both columns, at the busiest share
+    busy = [m.cpu_others or 0.0 for m in (turn, session) if m.measured_speedup_busy is not None]
     notes = [m.measured_speedup_note for m in (turn, session)
              if m.measured_speedup is None and m.measured_speedup_busy is None and m.measured_speedup_note]
-    caveats = ([f"* {busy}"] if busy else []) + [f"* {note}" for note in dict.fromkeys(notes)]
+    caveats = ([f"* busy machine: other processes used {max(busy):.0%} of the CPU, so the speed-up is rough"]
+               if busy else []) + [f"* {note}" for note in dict.fromkeys(notes)]
     return rows + spread + [Row(text, "", "") for text in caveats]
-
-
-def detail_rows(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool = False) -> list[Row]:
-    """The rows behind the panel's "details" fold (F1 says what each one means)."""
-    return _rows(turn, session, hide_timing, DETAILS)
 
 
 def _verify_at_gamma(m: MetricsSnapshot) -> float | None:
     if not m.verify_cost:
         return None
     gamma = max(1, round(m.gamma)) if m.gamma else None
-    if gamma in m.verify_cost:
-        return m.verify_cost[gamma]
-    return m.verify_cost[max(m.verify_cost)]
+    return m.verify_cost.get(gamma, m.verify_cost[max(m.verify_cost)])  # the largest timed, past it
 
 
 def gain_text(gain: float) -> str:
@@ -191,21 +165,11 @@ def gain_text(gain: float) -> str:
     return f"{gain:.3f}×" if abs(gain - 1.0) < 0.005 else f"{gain:.2f}×"
 
 
-def drafting_lately(m: MetricsSnapshot, steps: int = 8) -> bool | None:
-    """Whether any of the last ``steps`` steps drafted (None before any step): a plain
-    calibration step now and then does not make γ = auto look idle."""
-    recent = m.gamma_history[-steps:]
-    return any(recent) if recent else None
-
-
 def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing: bool = False,
                    gamma: int | str | None = None) -> tuple[str, str]:
-    """Is speculation paying? The cost model's verdict in plain words, with its one
-    prediction, saying what γ = auto is doing about it (``gamma``: the γ the chat runs
-    at, "auto" or a number; None if unknown), and a level ("good" / "bad" / "unknown")
-    for styling. It reads the same recommendation as recommended_gamma_text and the
-    controller, so none of them can disagree with it. The paper's α > c test is in the
-    details (paper_text)."""
+    """(is speculation paying, in words, "good" / "bad" / "unknown"): the cost model's verdict
+    and prediction, the same recommendation recommended_gamma_text reads, and what γ = auto
+    does about it (``gamma``: the γ the chat runs at, None if unknown)."""
     if hide_timing:
         return ("verdict needs timings (hidden in deterministic mode)", "unknown")
     if m.num_drafts == 0 and m.verdict is None:
@@ -215,7 +179,9 @@ def breakeven_text(m: MetricsSnapshot, method: str = "draft_model", hide_timing:
     if m.verdict is None:
         return ("too early to say: no plain step and draft timed yet", "unknown")
     gain = f" {gain_text(m.recommended_gain)}" if m.recommended_gain is not None else ""
-    lately = drafting_lately(m)
+    # whether any of the last 8 steps drafted (None before any): a plain calibration step
+    # now and then does not make γ = auto look idle
+    lately = any(m.gamma_history[-8:]) if m.gamma_history else None
     if m.verdict == "pays":
         text = f"speculation pays: γ {m.best_gamma} predicted{gain} plain speed"
         if gamma == "auto" and lately is False:
@@ -241,7 +207,9 @@ def paper_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
 def controller_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
     """The γ the engine is using now and, for γ = auto, why (its predicted gain); in a
     batch, under it, the chats decoded together and what a draft's row costs there."""
-    batch = "" if m.batch_size <= 1 else f"\n{batch_text(m, hide_timing)}"
+    # in a batch: the marginal cost γ = auto weighs a draft by, "batch: 4 chats, a draft's row +0.91 ms"
+    cost = "" if m.marginal_ms is None or hide_timing else f", a draft's row +{m.marginal_ms:.2f} ms"
+    batch = "" if m.batch_size <= 1 else f"\nbatch: {m.batch_size} chats{cost}"
     if m.last_gamma is None:
         return "γ now: –" + batch
     if m.predicted_gain is None or hide_timing:
@@ -249,12 +217,6 @@ def controller_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
     if m.last_gamma == 0:
         return "γ now: 0 (auto: no draft pays at this point; probing now and then)" + batch
     return f"γ now: {m.last_gamma} (auto: this step predicted {m.predicted_gain:.2f}× plain)" + batch
-
-
-def batch_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:
-    """"batch: 4 chats, a draft's row +0.91 ms": the marginal cost γ = auto weighs a draft by."""
-    cost = "" if m.marginal_ms is None or hide_timing else f", a draft's row +{m.marginal_ms:.2f} ms"
-    return f"batch: {m.batch_size} chats{cost}"
 
 
 def recommended_gamma_text(m: MetricsSnapshot, hide_timing: bool = False) -> str:

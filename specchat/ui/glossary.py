@@ -1,7 +1,5 @@
-"""What each row of the speculation panel means: the key F1 shows. Pure Python.
-
-Keyed by the rows' own labels (figures.py), and a test checks every row has its entry,
-so the key cannot fall behind the panel. Definitions follow specchat/telemetry.py.
+"""What each row of the speculation panel means: the key F1 shows, keyed by the rows' own labels
+(figures.py); a test checks every row has its entry.
 """
 
 from __future__ import annotations
@@ -40,7 +38,5 @@ def panel_key_lines(width: int = 72) -> list[str]:
     """The key as lines of at most ``width`` characters: a label, then its meaning wrapped under it."""
     lines = []
     for label, meaning in PANEL_KEY:
-        wrapped = textwrap.wrap(meaning, width - 4) or [""]
-        lines.append(label)
-        lines.extend("    " + line for line in wrapped)
+        lines += [label, *("    " + line for line in textwrap.wrap(meaning, width - 4) or [""])]
     return lines

@@ -1,10 +1,6 @@
-"""Hands events from worker threads to the UI without flooding its message queue.
-
-Events are made inert here, in the worker (:func:`specchat.sanitize.clean_data`). Workers
-``put`` events into a buffer; at most one pending :class:`EventsReady` (``can_replace``)
-tells the UI to drain, and it takes the whole buffer at once (at most every
-``app.DRAIN_INTERVAL_S``). No event is dropped — only the wake-ups coalesce — so 1,000
-tokens/s cost a few UI updates per second.
+"""Hands events from worker threads to the UI without flooding its message queue: they are made
+inert here, in the worker, buffered, and at most one pending :class:`EventsReady` wakes the UI,
+which takes the whole buffer. No event is dropped; only the wake-ups coalesce.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ class EventPump:
         self._queue: deque[tuple[float, Any]] = deque()
         self._lock = threading.Lock()
         self._signalled = False
-        self._urgent = False
+        self.urgent = False  # whether an urgent marker waits in the buffer
 
     def put(self, event: Any) -> None:
         """A backend's event, cleaned (see the module docstring). Thread-safe."""
@@ -54,15 +50,10 @@ class EventPump:
         if figures is not None:
             self.put_marker(figures, urgent=False)
 
-    @property
-    def urgent(self) -> bool:
-        """Whether a marker waits in the buffer."""
-        return self._urgent
-
     def _put(self, item: Any, urgent: bool) -> None:
         with self._lock:
             self._queue.append((time.perf_counter(), item))
-            self._urgent = self._urgent or urgent
+            self.urgent = self.urgent or urgent
             if self._signalled and not urgent:
                 return
             self._signalled = True
@@ -71,7 +62,7 @@ class EventPump:
     def drain(self) -> list[tuple[float, Any]]:
         """Everything buffered, oldest first, with the time each was put (perf_counter s)."""
         with self._lock:
-            self._signalled = self._urgent = False
+            self._signalled = self.urgent = False
             items = list(self._queue)
             self._queue.clear()
         return items

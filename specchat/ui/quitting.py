@@ -1,11 +1,6 @@
-"""Quitting cleanly: Ctrl+Q, Ctrl+C, SIGINT, SIGTERM and SIGHUP all end the app the same way.
-
-A mixin of :class:`specchat.ui.app.SpecchatApp`. Quitting cancels what is in flight,
-gives its worker a moment to record how the turn ended, and exits (the recording closed on
-unmount, a turn still stepping closed as "cancelled"; Textual restores the terminal). It
-never waits on a model: :func:`run_to_exit` ends the process at once rather than join a
-busy worker thread. A hard death still gets its terminal back:
-:mod:`specchat.ui.terminal_guard`.
+"""Quitting cleanly: Ctrl+Q, Ctrl+C, SIGINT, SIGTERM and SIGHUP all end the app the same way,
+never waiting on a model. A mixin of :class:`specchat.ui.app.SpecchatApp`; design notes:
+docs/design/ui.md. A hard death still gets its terminal back: :mod:`specchat.ui.terminal_guard`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""What the transcript says about a reply beside its text: a footer of its figures, and a
-notice when drafting changes character mid-chat. Pure Python, no Textual: both read the
-source's snapshots (its one telemetry fold), never fold steps themselves.
+"""What the transcript says about a reply beside its text: a footer of its figures, and a notice
+when drafting changes character mid-chat; both read the source's snapshots, pure Python.
 """
 
 from __future__ import annotations
@@ -38,25 +37,16 @@ def reply_footer(m: MetricsSnapshot, hide_timing: bool = False) -> str:
 
 
 class AcceptanceWatch:
-    """Says, once each time it happens, that drafting changed character: acceptance
-    collapsed far below its usual level (the text left what the draft knows), jumped to
-    nearly every draft kept (a model repeating itself in a loop), or γ = auto set drafting
-    aside (its cost model found no γ that beats plain decoding any more) and took it up
-    again. Each notice is
-    edge-triggered: said when its condition starts to hold, again only after it stopped.
-
-    ``recent`` drafting steps are held against the session's earlier ones (its
-    acceptance history); ``collapse`` is the share of the usual level below which
-    acceptance counts as collapsed, ``loop`` the acceptance a loop shows."""
+    """Says, once each time it starts to hold, that drafting changed character: acceptance
+    collapsed (the text left what the draft knows) or jumped to nearly every draft (a loop),
+    or γ = auto set drafting aside and took it up again. ``recent`` drafting steps are held
+    against the session's earlier ones; ``collapse``: the share of the usual acceptance below
+    which it collapsed; ``loop``: the acceptance a loop shows."""
 
     def __init__(self, recent: int = 12, collapse: float = 0.4, loop: float = 0.98) -> None:
         self.recent = recent
         self.collapse = collapse
         self.loop = loop
-        self.reset()
-
-    def reset(self) -> None:
-        """Another model, or a new chat: what was usual before says nothing now."""
         self._active: set[str] = set()
         self._verdict: str | None = None
 

@@ -1,17 +1,13 @@
-"""Ctrl+F: search this chat and the recorded sessions. Pure Python (reading the
-recordings is the caller's, in a worker: sessions_texts).
-
-A hit carries what to go to (a transcript widget, or a recording's path) opaquely, and a
-one-line snippet around the match. Recorded text is untrusted: snippets are cleaned
-(sanitize.clean_line) and shown as text, never as markup.
+"""Ctrl+F: search this chat and the recorded sessions, pure Python. A hit carries what it goes to
+(a transcript widget, or a recording's path) and a one-line snippet, cleaned and shown as text.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable
 
+from specchat.events import TurnFinished, UserMessage
 from specchat.sanitize import clean_line
 
 
@@ -53,16 +49,14 @@ def search(query: str, items: Iterable[Searchable], limit: int = 50) -> list[Hit
     return hits
 
 
-def sessions_texts(directory: Path | None = None) -> list[Searchable]:
-    """What the recordings in ``directory`` (the sessions dir by default) said, newest
-    first: each message and reply, pointing at its file. One that cannot be read is
-    left out (the sessions list, Ctrl+R, says why)."""
-    from specchat.events import TurnFinished, UserMessage
+def sessions_texts() -> list[Searchable]:
+    """What the recordings in the sessions dir said, newest first: each message and reply,
+    pointing at its file. One that cannot be read is left out (Ctrl+R's list says why)."""
     from specchat.sessions.history import list_sessions
     from specchat.sessions.reader import read_recording
 
     items = []
-    for summary in list_sessions(directory):
+    for summary in list_sessions():
         try:
             recording = read_recording(summary.path)
         except Exception:  # damaged, removed meanwhile: not searched

@@ -1,8 +1,6 @@
-"""The app's session keys: the history of recordings (replay or reopen) and screenshots.
-
-A mixin of :class:`specchat.ui.app.SpecchatApp`, like :mod:`specchat.ui.controls`.
-Reopening a session loads models, which the UI cannot do itself: the app is given a
-``reopen`` callable (path → loader) by whoever started it; replays need no model.
+"""The app's session keys, a mixin of :class:`specchat.ui.app.SpecchatApp`: the recordings
+(replayed, or reopened through the ``reopen`` callable whoever started the app gave it: the UI
+loads no model itself), search, and screenshots.
 """
 
 from __future__ import annotations
@@ -11,6 +9,7 @@ import os
 from pathlib import Path
 
 from specchat.errors import one_line
+from specchat.paths import data_dir
 from specchat.sanitize import clean_line
 from specchat.sessions.private_files import FILE_MODE, private_dir
 from specchat.ui.screens.history import HistoryScreen
@@ -83,8 +82,6 @@ class SessionControls:
 
     def action_screenshot(self) -> None:
         """An SVG of the screen (the chat in it), private like the recordings: 0600 in a 0700 dir."""
-        from specchat.paths import data_dir
-
         directory = data_dir() / "screenshots"
         try:
             private_dir(directory)

@@ -1,13 +1,6 @@
-"""Lets the UI draw between the model's steps, not in the middle of one.
-
-On a small CPU a UI thread that wakes mid-step stalls every compute thread at the next
-barrier; between steps drawing costs only itself. The worker runs the event generator
-through :meth:`StepGate.steps`; the UI wraps drains and paints in :meth:`StepGate.drawing`,
-which waits for the step in progress (at most until ``wait_s`` after it began); steps
-longer than ``wait_s`` draw at once. Nothing is dropped or reordered. Only for models that
-compute on this CPU (BackendInfo.computes_on_cpu).
-
-Design notes: docs/design/ui.md
+"""Lets the UI draw between the model's steps, not in the middle of one: the worker runs the
+event generator through :meth:`StepGate.steps`, the UI wraps drains and paints in
+:meth:`StepGate.drawing`. Nothing is dropped or reordered. Design notes: docs/design/ui.md
 """
 
 from __future__ import annotations

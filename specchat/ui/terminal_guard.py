@@ -1,12 +1,5 @@
-"""The terminal is given back even when the process dies hard.
-
-A process that dies without running Python again (``abort()``, a segfault, SIGKILL, the
-OOM killer) leaves the terminal in the alternate screen, mouse tracking on, raw mode. So a
-tiny watcher process, in a session of its own, holds the read end of a pipe while the app
-runs: when the pipe closes without the word "released" it writes Textual's reset
-sequences and restores the terminal modes saved before the app started.
-
-Design notes: docs/design/ui.md
+"""The terminal is given back even when the process dies hard (``abort()``, a segfault,
+SIGKILL): a watcher process restores it unless told "released". Design notes: docs/design/ui.md
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Themes from TOML files: ``loaded, failed = load_themes(dirs)``.
-
-A theme file is a flat table of Textual theme colours (``name``, ``dark``, ``primary``, …)
-plus a ``[variables]`` table holding the provenance colours (``spec-accepted`` …), so the
-stylesheet names only theme variables. One bad file lands in ``failed`` with a one-line
-reason and the app still starts. Everything is checked before Textual sees it (numbers
-finite and in range, every colour and variable parseable), since Textual fails too late.
-
-Design notes: docs/design/ui.md
+"""Themes from TOML files: ``loaded, failed = load_themes(dirs)``; a bad file lands in
+``failed`` with a one-line reason and the app still starts. Design notes: docs/design/ui.md
 """
 
 from __future__ import annotations
@@ -22,14 +15,11 @@ from textual.css.constants import VALID_STYLE_FLAGS
 from textual.theme import Theme
 
 from specchat import untrusted
+from specchat.paths import shipped_themes_dir, user_themes_dir
 
 # Provenance colours for themes that do not name their own (Textual's built-in themes).
-SPEC_VARIABLE_DEFAULTS: dict[str, str] = {
-    "spec-accepted": "#5fb85f",
-    "spec-resampled": "#e0a040",
-    "spec-bonus": "#58a6ff",
-    "spec-target": "#b0b0b0",
-}
+SPEC_VARIABLE_DEFAULTS = {"spec-accepted": "#5fb85f", "spec-resampled": "#e0a040", "spec-bonus": "#58a6ff",
+                          "spec-target": "#b0b0b0"}
 
 _COLOUR_KEYS = ("primary", "secondary", "warning", "error", "success", "accent", "foreground", "background",
                 "surface", "panel", "boost")
@@ -48,7 +38,7 @@ class ThemeLoadFailure:
 _ALPHA = re.compile(r"\s+\d+(\.\d+)?%$")
 
 
-def _check_colour(path: Path, key: str, value: object) -> str:
+def _check_colour(key: str, value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"key '{key}' must be a colour string like \"#3a7bd5\", got {value!r}")
     try:
@@ -72,7 +62,7 @@ def _check_variable(key: str, value: object) -> str:
         return value
     colour = _ALPHA.sub("", value.strip())
     if colour not in ("auto", "initial"):
-        _check_colour(Path(), where, colour)
+        _check_colour(where, colour)
     return value
 
 
@@ -109,7 +99,7 @@ def theme_from_toml(path: Path) -> Theme:
         raise ValueError("key 'name' must be a non-empty string")
     for key in _COLOUR_KEYS:
         if key in data:
-            kwargs[key] = _check_colour(path, key, data[key])
+            kwargs[key] = _check_colour(key, data[key])
     variables = data.get("variables", {})
     if not isinstance(variables, dict):
         raise ValueError("key 'variables' must be a table")
@@ -124,19 +114,14 @@ def theme_from_toml(path: Path) -> Theme:
 
 
 def load_themes(dirs: Path | Iterable[Path]) -> tuple[list[Theme], list[ThemeLoadFailure]]:
-    """Every ``*.toml`` in ``dirs`` (missing dirs are skipped), sorted by file name.
-
-    A later dir's theme replaces an earlier one of the same name, so a user's
-    ``specchat-dark.toml`` overrides the shipped one.
-    """
+    """Every ``*.toml`` in ``dirs`` (missing dirs skipped), by file name; a later dir's theme replaces an
+    earlier one of the same name (a user's ``specchat-dark.toml`` overrides the shipped one)."""
     if isinstance(dirs, Path):
         dirs = [dirs]
     by_name: dict[str, Theme] = {}
     failed: list[ThemeLoadFailure] = []
     for directory in dirs:
-        if not directory.is_dir():
-            continue
-        for path in sorted(directory.glob("*.toml")):
+        for path in sorted(directory.glob("*.toml")) if directory.is_dir() else ():
             try:
                 theme = theme_from_toml(path)
             except ValueError as exc:
@@ -148,6 +133,4 @@ def load_themes(dirs: Path | Iterable[Path]) -> tuple[list[Theme], list[ThemeLoa
 
 def theme_dirs() -> list[Path]:
     """Shipped themes first, then the user's (which win on a name clash)."""
-    from specchat.paths import shipped_themes_dir, user_themes_dir
-
     return [shipped_themes_dir(), user_themes_dir()]

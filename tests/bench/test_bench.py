@@ -317,7 +317,7 @@ def test_a_run_stopped_by_sigterm_keeps_its_finished_requests_whole(tiny_ngram_p
     assert results["stopped_early"] == {"requests_done": 1, "requests": 3}
     assert len(results["rows"]) == 3 and {r["prompt_id"] for r in results["rows"]} == {results["rows"][0]["prompt_id"]}
     assert "Stopped early: 1 of 3 requests" in (tmp_path / "o" / "report.md").read_text()
-    assert signal.getsignal(signal.SIGTERM) is not bench_command._interrupt  # put back after the run
+    assert signal.getsignal(signal.SIGTERM) is not signal.default_int_handler  # put back after the run
 
 
 def test_a_run_stopped_before_any_request_finished_says_interrupted_and_writes_nothing(

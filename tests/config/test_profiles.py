@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from specchat import paths
-from specchat.config import load_all_profiles, load_profile, profile_names
+from specchat.config import load_all_profiles, load_profile, profile_files
 from specchat.errors import ProfileError, SpecchatError
 from tests.support import ROOT
 from tests.support.cli import run_cli
@@ -52,7 +52,7 @@ def test_user_profiles_add_and_override_and_may_extend_the_shipped_one_they_repl
     user.mkdir(parents=True)
     (user / "mine.toml").write_text('extends = "default"\ndescription = "mine"\n[sampling]\nseed = 7\n')
     (user / "default.toml").write_text('extends = "default"\n[sampling]\ntemperature = 0.0\n')
-    assert {"mine", "default", "qwen3-8b"} <= set(profile_names())
+    assert {"mine", "default", "qwen3-8b"} <= set(profile_files())
     assert load_profile("mine").sampling.seed == 7
     overridden = load_profile("default")
     assert overridden.source_path == user / "default.toml"

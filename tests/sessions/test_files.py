@@ -170,7 +170,7 @@ def test_replay_backend_yields_the_recorded_events_and_cancels(tmp_path):
     events = sample_events()
     path = record(tmp_path / "s.jsonl", events)
     backend = ReplayBackend(path, speed="max")
-    assert backend.profile_name == "tiny" and isinstance(backend.header, SessionHeader)
+    assert backend.recording.profile_name == "tiny" and isinstance(backend.recording.header, SessionHeader)
     assert list(backend.events()) == events
     backend = ReplayBackend(path, speed=1)
     it = backend.events()

@@ -12,7 +12,7 @@ import pytest
 
 from specchat.ui.widgets import provenance_text
 from specchat.ui.widgets.legend import Legend
-from specchat.ui.widgets.reply import ProvenanceText
+from specchat.ui.widgets.provenance_text import ProvenanceText
 from tests.support.mutations import patched
 from tests.ui.test_ui_snapshots import SIZE, _finished, recording, replay_app  # noqa: F401 (a fixture)
 

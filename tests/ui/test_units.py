@@ -12,8 +12,7 @@ from specchat.telemetry import MetricsSnapshot
 from specchat.ui.figures import breakeven_text, figure_rows, histogram_lines, recommended_gamma_text
 from specchat.ui.pump import EventPump, EventsReady
 from specchat.ui.themes import load_themes, theme_from_toml
-from specchat.ui.widgets.provenance_text import NO_COLOUR_STYLES
-from specchat.ui.widgets.reply import KIND_STYLES, kind_styles, provenance_content
+from specchat.ui.widgets.provenance_text import KIND_STYLES, NO_COLOUR_STYLES, kind_styles, provenance_content
 from tests.support import ROOT
 
 

@@ -1,8 +1,5 @@
-"""The chat screen: transcript, legend, status, input and the speculation panel.
-
-It turns batches of engine events into widget updates. Tokens of one batch go to the
-current reply in a single append; the panel is redrawn at most ~10 times a second
-(and once at each turn's end), so rendering never paces the model.
+"""The chat screen: transcript, legend, status, input and the speculation panel, updated a batch
+of events at a time (a batch's tokens in one append, the panel at most every PANEL_INTERVAL_S).
 """
 
 from __future__ import annotations
@@ -86,11 +83,6 @@ class ChatScreen(Screen):
         with self.app.gate.drawing():
             super()._on_timer_update()
 
-    def steady_cursor(self, on: bool) -> None:
-        """While the model writes, the input's cursor does not blink: each blink repaints
-        the screen, on the CPU the model shares. Typing still works."""
-        self.input.cursor_blink = self.cursor_blink and not on
-
     # --- widgets ------------------------------------------------------------------
     @property
     def can_show(self) -> bool:
@@ -133,16 +125,11 @@ class ChatScreen(Screen):
     def reset_figures(self, max_gamma: int, method: str, gamma: int | str = "auto") -> None:
         """A profile loaded: its figures start over; the panel makes room for the γ it
         drafts at (``gamma``: a number, or "auto" up to ``max_gamma``)."""
-        self.figures.reset()
-        self.watch.reset()
+        # another model: its figures, and what its usual acceptance is, start over
+        self.figures, self.watch = LiveFigures(), AcceptanceWatch()
         deepest = max_gamma if gamma == "auto" else gamma if isinstance(gamma, int) else 0
         self.panel.size_for(method, deepest, gamma)
         self.flush_panel(force=True, settle=True)
-
-    def gamma_changed(self, gamma: int | str) -> None:
-        """The user set γ: the verdict speaks of the γ the chat now runs at."""
-        self.panel.gamma = gamma
-        self.flush_panel(force=True)
 
     # --- events -------------------------------------------------------------------
     def apply_events(self, events: list[Any]) -> None:
@@ -175,7 +162,7 @@ class ChatScreen(Screen):
         """The reply box of ``turn``: the one up since its message, or a new one. An empty
         box of another turn (one that never began) goes."""
         if self.current is None or self.current.turn != turn:
-            self._close_reply()
+            self.turn_ended()
             self.current = self.transcript.add_reply(turn)
         return self.current
 
@@ -185,9 +172,10 @@ class ChatScreen(Screen):
         reply = self.current
         return reply if reply is not None and not reply.tokens else None
 
-    def _close_reply(self) -> None:
-        """A reply that will get no TurnFinished (a recording cut short, a backend that
-        failed before its turn began) loses its blank room, or goes if nothing was written."""
+    def turn_ended(self) -> None:
+        """The worker's turn is over, or another reply begins: a reply that got no TurnFinished (a
+        recording cut short, a backend that failed before its turn began) loses its blank room, or
+        goes if nothing was written."""
         reply, self.current = self.current, None
         if reply is None or reply.finish_reason is not None:
             return
@@ -195,10 +183,6 @@ class ChatScreen(Screen):
             reply.provenance.finish()
         else:
             reply.remove()
-
-    def turn_ended(self) -> None:
-        """The worker's turn is over, whatever events it sent."""
-        self._close_reply()
 
     def _notice(self, notices: list[str]) -> None:
         """Drafting changed character (reply_notes.AcceptanceWatch): said in the chat, where
@@ -214,7 +198,7 @@ class ChatScreen(Screen):
     def _apply(self, event: Any) -> None:
         transcript = self.transcript
         if isinstance(event, UserMessage):
-            self._close_reply()  # one whose TurnFinished never came
+            self.turn_ended()  # one whose TurnFinished never came
             transcript.add_user(event.text)
             # the reply's box goes up with the message: one layout for both (each is a full
             # one, taken from the model's cores), and the turn is seen to have begun; it

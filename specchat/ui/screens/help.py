@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from specchat.ui.glossary import panel_key_lines
 from specchat.ui.widgets.legend import legend_content
-from specchat.ui.widgets.reply import KIND_STYLES, kind_styles
+from specchat.ui.widgets.provenance_text import KIND_STYLES, kind_styles
 
 INPUT_KEYS = [
     ("enter", "send the message"),
@@ -23,18 +23,12 @@ INPUT_KEYS = [
 
 
 def help_text(bindings: list[Binding], styles: dict[str, str] = KIND_STYLES) -> Content:
-    rows = list(INPUT_KEYS)
-    for binding in bindings:
-        if binding.description:
-            rows.append((binding.key_display or binding.key, binding.description))
+    rows = INPUT_KEYS + [(binding.key_display or binding.key, binding.description) for binding in bindings
+                         if binding.description]
     width = max(len(k) for k, _ in rows) + 2
     keys = ["Keys", ""] + [f"{k:<{width}}{d}" for k, d in rows]
-    colours = [
-        "",
-        "Token colours (the legend under the chat; with NO_COLOR set: resampled",
-        "underlined, bonus bold, target italic). F4 inspects the last reply's tokens.",
-        "",
-    ]
+    colours = ["", "Token colours (the legend under the chat; with NO_COLOR set: resampled",
+               "underlined, bonus bold, target italic). F4 inspects the last reply's tokens.", ""]
     panel = ["", "", "The speculation panel (F2 shows or hides it)", ""] + panel_key_lines() + [
         "", "Press Esc or F1 to close."]
     return (Content("\n".join(keys + colours)) + legend_content(styles=styles) + Content("\n".join(panel)))

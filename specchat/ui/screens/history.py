@@ -1,8 +1,5 @@
-"""Past sessions: pick one to replay (no model needed) or to reopen and keep chatting.
-
-Dismisses with ``(path, "replay")``, ``(path, "resume")`` or None; the app decides how to
-load it (``specchat.ui.backend.replay_loader`` / ``specchat.sessions.resume.resume_loader``).
-The list is read in a thread worker: recordings are parsed in full for their figures.
+"""Past sessions: pick one to replay or to reopen and keep chatting. Dismisses with
+``(path, "replay" | "resume")`` or None; the list is read in a thread worker.
 """
 
 from __future__ import annotations
@@ -33,11 +30,6 @@ def row(s: SessionSummary) -> tuple[Text, ...]:
 
 
 class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
-    DEFAULT_CSS = """
-    HistoryScreen { align: center middle; }
-    HistoryScreen > #history-box { width: 90%; height: 80%; border: round $primary; background: $panel; }
-    HistoryScreen DataTable { height: 1fr; }
-    """
     BINDINGS = [
         # Priority: the focused table would take Enter for itself, and hide it from the footer.
         Binding("enter", "choose('replay')", "Replay", priority=True),
@@ -64,8 +56,7 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
 
     @work(thread=True, exclusive=True)
     def _load(self) -> None:
-        sessions = list_sessions(self.directory)
-        self.app.call_from_thread(self._show, sessions)
+        self.app.call_from_thread(self._show, list_sessions(self.directory))
 
     def _show(self, sessions: list[SessionSummary]) -> None:
         self.sessions = sessions

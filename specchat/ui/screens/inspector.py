@@ -14,7 +14,7 @@ from textual.widgets import Footer, Static
 from specchat.events import Token
 from specchat.methods import METHODS
 from specchat.ui.figures import fmt
-from specchat.ui.widgets.reply import KIND_LABELS, kind_styles, provenance_content
+from specchat.ui.widgets.provenance_text import KIND_LABELS, kind_styles, provenance_content
 
 
 def rejected_label(token: Token) -> str:
@@ -47,11 +47,8 @@ def token_details(token: Token, index: int, total: int) -> str:
     else:
         lines.append("a plain target sample (no draft at this position)")
     if token.alternatives:
-        lines.append("")
-        lines.append("target's top alternatives:")
-        for alt in token.alternatives:
-            label = alt.text if alt.text else f"id {alt.id}"
-            lines.append(f"  {label!r:<18} p {alt.p:.4f}")
+        lines += ["", "target's top alternatives:"]
+        lines += [f"  {alt.text or f'id {alt.id}'!r:<18} p {alt.p:.4f}" for alt in token.alternatives]
     return "\n".join(lines)
 
 

@@ -1,11 +1,5 @@
-"""A recorded session replayed beside the live chat, on a screen of its own.
-
-The live chat, its model and any reply it is writing stay underneath; this screen plays
-the recording in the same chat view (a ChatScreen that takes no messages), says what it is
-doing, and Esc stops the replay and returns to the chat. The recording is read and played
-in a thread worker with a pump of its own, its events cleaned as a live chat's are.
-
-Design notes: docs/design/ui.md
+"""A recorded session replayed beside the live chat, on a screen of its own, played in a
+thread worker with a pump of its own. Design notes: docs/design/ui.md
 """
 
 from __future__ import annotations

@@ -3,8 +3,6 @@ the chat, or the session, replayed beside the chat). Dismisses with a Hit or Non
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -23,10 +21,9 @@ class SearchScreen(ModalScreen[Hit | None]):
         Binding("down", "results", "Results", show=False),
     ]
 
-    def __init__(self, chat: list[Searchable], directory: Path | None = None) -> None:
+    def __init__(self, chat: list[Searchable]) -> None:
         super().__init__()
         self.chat = chat
-        self.directory = directory
         self.sessions: list[Searchable] | None = None  # read in a worker (every recording, parsed)
         self.hits: list[Hit] = []
 
@@ -44,8 +41,7 @@ class SearchScreen(ModalScreen[Hit | None]):
 
     @work(thread=True, exclusive=True)
     def _read_sessions(self) -> None:
-        texts = sessions_texts(self.directory)
-        self.app.call_from_thread(self._sessions_read, texts)
+        self.app.call_from_thread(self._sessions_read, sessions_texts())
 
     def _sessions_read(self, texts: list[Searchable]) -> None:
         self.sessions = texts

@@ -1,8 +1,6 @@
-"""The message box: Enter sends, Shift+Enter (or Ctrl+J / Alt+Enter) starts a new line.
-
-Most terminals send the same byte for Enter and Shift+Enter; Textual tells them apart
-only with the kitty keyboard protocol, so Ctrl+J (a literal line feed) is the
-newline that works everywhere.
+"""The message box: Enter sends, Shift+Enter (or Ctrl+J / Alt+Enter) starts a new line. Most
+terminals send one byte for Enter and Shift+Enter (Textual tells them apart only with the kitty
+keyboard protocol), so Ctrl+J is the newline that works everywhere.
 """
 
 from __future__ import annotations

@@ -5,17 +5,14 @@ from __future__ import annotations
 from textual.content import Content, Span
 from textual.widgets import Static
 
-from specchat.ui.widgets.reply import KIND_LABELS, KIND_STYLES, kind_styles
+from specchat.ui.widgets.provenance_text import KIND_LABELS, KIND_STYLES, kind_styles
 
 
 def legend_content(view: str = "provenance", note: str = "", styles: dict[str, str] = KIND_STYLES) -> Content:
-    parts, spans, offset = [], [], 0
-    for kind in ("accepted", "resampled", "bonus", "target"):
-        label = KIND_LABELS[kind]
-        spans.append(Span(offset, offset + len(label), styles[kind]))
-        parts.append(label + "   ")
-        offset += len(label) + 3
-    text = "".join(parts)
+    text, spans = "", []
+    for kind, label in KIND_LABELS.items():
+        spans.append(Span(len(text), len(text) + len(label), styles[kind]))
+        text += label + "   "
     if view == "markdown":
         text += "(showing Markdown — F3 for provenance)"
     elif note:  # a server's tokens: what their provenance rests on

@@ -1,13 +1,11 @@
-"""The speculation side panel: this turn's and the whole session's figures.
-
-On top, one verdict in plain words (is speculation paying here?) and the few figures
-that answer it; the cost model's inputs, the paper's reference figures and the
-histograms sit behind a "details" fold, closed at first. F1 says what each row means.
-It only ever receives snapshots (attributes down); the app decides how often, so a
-fast model does not redraw the panel per token.
+"""The speculation side panel: one verdict in plain words and the figures that answer it, the
+rest behind a "details" fold (F1 says what each row means). It receives snapshots only, as
+often as the app decides.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -16,7 +14,7 @@ from textual.widgets import Collapsible, Sparkline, Static
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.telemetry import MetricsSnapshot
-from specchat.ui.figures import (Row, breakeven_text, controller_text, detail_rows, figure_rows, histogram_lines,
+from specchat.ui.figures import (DETAILS, Row, breakeven_text, controller_text, figure_rows, histogram_lines, rows_of,
                                  paper_text, position_lines, recommended_gamma_text, source_lines)
 
 LABEL_W, COL_W = 18, 9
@@ -76,10 +74,6 @@ class SpecPanel(VerticalScroll):
         self._latest: tuple[MetricsSnapshot, MetricsSnapshot] = (MetricsSnapshot(), MetricsSnapshot())
         self.show(*self._latest)
 
-    @property
-    def details_open(self) -> bool:
-        return not self.query_one("#details", Collapsible).collapsed
-
     def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
         """The details were left alone while folded (see show): brought up to date now."""
         if event.collapsible.id == "details":
@@ -114,9 +108,7 @@ class SpecPanel(VerticalScroll):
     def show(self, turn: MetricsSnapshot, session: MetricsSnapshot, turn_number: int | None = None,
              settle: bool = False) -> None:
         """Shows the figures; ``settle`` gives every figure its own height again (see _update)."""
-        def update(selector: str, content: Content) -> Static:
-            return self._update(selector, content, settle)
-
+        update = partial(self._update, settle=settle)
         title = "Speculation" + (f" · turn {turn_number}" if turn_number is not None else "")
         update("#panel-title", Content(title))
         # the verdict, the recommendation and the controller read the same (session-wide) cost model
@@ -124,14 +116,13 @@ class SpecPanel(VerticalScroll):
         update("#verdict", Content(text)).set_classes(f"-{level}")
         update("#figures", table_content(figure_rows(turn, session, self.hide_timing)))
         self._latest = (turn, session)
-        if self.details_open:  # folded, they are not drawn: each update would cost a layout of the screen
+        # folded, the details are not drawn: each update would cost a layout of the screen
+        if not self.query_one("#details", Collapsible).collapsed:
             self._show_details(turn, session, settle)
 
     def _show_details(self, turn: MetricsSnapshot, session: MetricsSnapshot, settle: bool = False) -> None:
-        def update(selector: str, content: Content) -> Static:
-            return self._update(selector, content, settle)
-
-        update("#detail-figures", table_content(detail_rows(turn, session, self.hide_timing)))
+        update = partial(self._update, settle=settle)
+        update("#detail-figures", table_content(rows_of(turn, session, self.hide_timing, DETAILS)))
         update("#paper", Content(paper_text(session, self.hide_timing)))
         update("#recommend", Content(recommended_gamma_text(session, self.hide_timing)))
         update("#controller", Content(controller_text(session, self.hide_timing)))

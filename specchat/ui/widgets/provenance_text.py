@@ -1,12 +1,4 @@
-"""A reply's tokens as text styled by provenance, cheap to grow.
-
-Wrapped lines are kept per paragraph, and a batch re-wraps only the growing paragraph from
-its second-last line (the same wrap, line for line); the layout reserves room for about
-RESERVE_S seconds of further text, so the screen is re-laid out every several lines; between
-layouts it repaints from its old last line down.
-
-Design notes: docs/design/ui.md
-"""
+"""A reply's tokens as text styled by provenance, cheap to grow. Design notes: docs/design/ui.md"""
 
 from __future__ import annotations
 
@@ -27,12 +19,8 @@ from specchat.events import Token
 # underlined and italic runs starting and stopping mid-word made prose flicker as it
 # streamed. Without colour (NO_COLOR) a text attribute carries the kind instead.
 # Accepted drafts are the common case, so they stay plain either way.
-KIND_STYLES: dict[str, str] = {
-    "accepted": "$spec-accepted",
-    "resampled": "$spec-resampled",
-    "bonus": "$spec-bonus",
-    "target": "$spec-target",
-}
+KIND_STYLES = {kind: f"$spec-{kind}" for kind in ("accepted", "resampled", "bonus", "target")}
+KIND_LABELS = {"accepted": "accepted draft", "resampled": "resampled", "bonus": "bonus", "target": "target"}
 KIND_MARKERS: dict[str, str] = {"resampled": "underline", "bonus": "bold", "target": "italic"}
 NO_COLOUR_STYLES: dict[str, str] = {kind: f"{style} {KIND_MARKERS.get(kind, '')}".strip()
                                     for kind, style in KIND_STYLES.items()}
@@ -49,33 +37,22 @@ def provenance_content(tokens: list[Token], highlight: int | None = None, clicka
     """The tokens as styled text; runs of one kind share a span. ``highlight`` reverses
     one token (the inspector's cursor); ``clickable`` makes each token select itself;
     ``styles``: each kind's (:func:`kind_styles`)."""
-    parts: list[str] = []
     spans: list[Span] = []
     offset = 0
-    run_kind, run_start = None, 0
     for index, token in enumerate(tokens):
-        text = token.text
-        parts.append(text)
-        end = offset + len(text)
-        if clickable or index == highlight:
-            style = styles.get(token.kind, "")
-            if index == highlight:
-                style += " reverse"
-            if clickable:
-                style += f" @click=screen.select({index})"
-            if run_kind is not None and run_start < offset:
-                spans.append(Span(run_start, offset, styles.get(run_kind, "")))
-            if end > offset:
-                spans.append(Span(offset, end, style.strip()))
-            run_kind, run_start = None, end
-        elif token.kind != run_kind:
-            if run_kind is not None and run_start < offset:
-                spans.append(Span(run_start, offset, styles.get(run_kind, "")))
-            run_kind, run_start = token.kind, offset
+        end = offset + len(token.text)
+        style = styles.get(token.kind, "")
+        if index == highlight:
+            style += " reverse"
+        if clickable:
+            style += f" @click=screen.select({index})"
+        style = style.strip()
+        if spans and spans[-1].end == offset and spans[-1].style == style:  # a run of one kind (never a clickable)
+            spans[-1] = Span(spans[-1].start, end, style)
+        elif end > offset:
+            spans.append(Span(offset, end, style))
         offset = end
-    if run_kind is not None and run_start < offset:
-        spans.append(Span(run_start, offset, styles.get(run_kind, "")))
-    return Content("".join(parts), spans)
+    return Content("".join(token.text for token in tokens), spans)
 
 
 # While a reply streams, its widget is laid out with room for about this many seconds

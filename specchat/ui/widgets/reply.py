@@ -1,8 +1,5 @@
-"""An assistant reply: tokens styled by provenance (provenance_text.py), or the same
-text as Markdown; user messages and the app's notes in the transcript.
-
-Tokens are appended in batches (one per UI drain, not one per token), so a fast model
-costs a few updates a second however many tokens it produced in between.
+"""An assistant reply: tokens styled by provenance (provenance_text.py) or the same text as
+Markdown, appended a batch per UI drain; user messages and the app's notes in the transcript.
 """
 
 from __future__ import annotations
@@ -13,17 +10,7 @@ from textual.content import Content
 from textual.widgets import Markdown, Static
 
 from specchat.events import FINISH_NOTES, Token
-from specchat.ui.widgets.provenance_text import KIND_STYLES, ProvenanceText, kind_styles, provenance_content
-
-__all__ = ["KIND_LABELS", "KIND_STYLES", "NoteView", "ProvenanceText", "ReplyView", "UserView", "kind_styles",
-           "provenance_content"]
-
-KIND_LABELS: dict[str, str] = {
-    "accepted": "accepted draft",
-    "resampled": "resampled",
-    "bonus": "bonus",
-    "target": "target",
-}
+from specchat.ui.widgets.provenance_text import ProvenanceText
 
 
 class ReplyView(Vertical):
@@ -53,9 +40,7 @@ class ReplyView(Vertical):
 
     @property
     def text(self) -> str:
-        if self._final_text is not None:
-            return self._final_text
-        return "".join(t.text for t in self.provenance.tokens)
+        return self._final_text if self._final_text is not None else "".join(t.text for t in self.tokens)
 
     def append_tokens(self, tokens: list[Token]) -> None:
         if not tokens:

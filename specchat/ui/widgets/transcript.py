@@ -15,10 +15,8 @@ class Transcript(VerticalScroll):
     def on_mount(self) -> None:
         self.anchor()
 
-    def add_user(self, text: str) -> UserView:
-        view = UserView(text)
-        self.mount(view)
-        return view
+    def add_user(self, text: str) -> None:
+        self.mount(UserView(text))
 
     def add_reply(self, turn: int, room: int = 0) -> ReplyView:
         """``room``: blank lines the reply opens with until its text needs more."""
@@ -27,10 +25,8 @@ class Transcript(VerticalScroll):
         self.mount(view)
         return view
 
-    def add_note(self, text: str, kind: str = "info", before: ReplyView | None = None) -> NoteView:
-        view = NoteView(text, kind)
-        self.mount(view, before=before)
-        return view
+    def add_note(self, text: str, kind: str = "info", before: ReplyView | None = None) -> None:
+        self.mount(NoteView(text, kind), before=before)
 
     @property
     def replies(self) -> list[ReplyView]:
