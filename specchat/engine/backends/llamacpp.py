@@ -1,11 +1,8 @@
-"""The llama.cpp backend: a GGUF model run in-process through llama-cpp-python's
-low-level API.
+"""The llama.cpp backend: a GGUF model in-process through llama-cpp-python's low-level API.
 
-One ``llama_decode`` runs the tokens the cache lacks (the last host token and the
-drafts) and asks for logits at the last ``num_logits`` positions only; rollback removes
-a position range from the KV cache (``llama_memory_seq_rm``). The cache is keyed by
-the ids it holds, exactly as in the transformers backend (base.py). Logits come back
-as float32 host tensors, so sampling runs in torch on the CPU whatever llama.cpp ran on.
+One ``llama_decode`` runs the tokens the cache lacks with logits at the last ``num_logits``
+positions only; rollback removes a position range (``llama_memory_seq_rm``). Logits come
+back as float32 host tensors, whatever llama.cpp ran on.
 """
 
 from __future__ import annotations
@@ -53,10 +50,8 @@ def weights_into_memory(model_path: str | Path) -> bool:
 
 
 def offload_devices(n_gpu_layers: int, num_layers: int) -> frozenset[str]:
-    """Where llama.cpp computes with ``n_gpu_layers`` offloaded (-1: all). The output
-    layer goes to the GPU only past the last block (n_gpu_layers > num_layers), so
-    offloading exactly num_layers still leaves the vocabulary projection on the CPU.
-    (Loading refuses n_gpu_layers on a build without GPU support.)"""
+    """Where llama.cpp computes with ``n_gpu_layers`` offloaded (-1: all). The output layer
+    goes to the GPU only past the last block: offloading exactly num_layers leaves it on the CPU."""
     if n_gpu_layers == 0:
         return frozenset({"cpu"})
     if n_gpu_layers < 0 or n_gpu_layers > num_layers:
@@ -88,10 +83,8 @@ class LlamaCppBackend(Backend):
             quiet_logs(llama_cpp)
         threads = n_threads or default_threads()  # llama.cpp's own threads, not torch's
         trained = trained_context(llama_cpp, model_path) or max_ctx
-        # llama-cpp-python's Llama opens its context with one sequence; a tree's branches
-        # are sequences of one unified KV cache (llamacpp_tree.py), so the context is
-        # opened again from the parameters Llama chose, with room for them. Llama's own
-        # context is the smallest llama.cpp makes, closed at once.
+        # Llama opens its context with one sequence, and a tree's branches are sequences of one
+        # unified cache: the context is opened again from Llama's parameters with room for them
         self.llm = llama_cpp.Llama(
             model_path=str(model_path), n_ctx=PLACEHOLDER_CTX, n_batch=n_batch, n_ubatch=n_batch,
             n_threads=threads, n_threads_batch=threads, n_gpu_layers=n_gpu_layers, logits_all=False,
@@ -185,13 +178,10 @@ class LlamaCppBackend(Backend):
         return self._run(len(self._ids), tokens.tolist(), num_logits)
 
     def _run(self, keep: int, new: list[int], num_logits: int) -> torch.Tensor:
-        """Rolls the cache back to ``keep`` ids, then decodes ``new`` after them in
-        batches of at most n_batch, with logits for the last ``num_logits`` tokens."""
         self._advance(keep, new, num_logits)
         return self._logits(num_logits)
 
     def _advance(self, keep: int, new: list[int], num_logits: int) -> None:
-        llama_cpp = self._llama_cpp
         try:
             self._roll_back(keep, len(new))
             # the final batch is the last n_batch tokens, so it holds every position that
@@ -234,9 +224,8 @@ class LlamaCppBackend(Backend):
         return torch.from_numpy(rows.copy())  # [n, V]; the buffer is reused by the next decode
 
     def forward_tree(self, ids: list[int], tokens: list[int], parents: list[int] | tuple[int, ...]) -> torch.Tensor:
-        """One decode over ids' new tokens and a tree of drafts, each branch a sequence of
-        the unified cache (llamacpp_tree.py) → logits [N+1, V] (row 0 at ids' last token,
-        row i+1 after node i). The cache holds every node until ``keep_path``."""
+        """One decode over ids' new tokens and a tree of drafts (llamacpp_tree.py) → logits
+        [N+1, V]; the cache holds every node until ``keep_path``."""
         if len(tokens) + 1 > self._n_batch:
             raise ValueError(f"a tree of {len(tokens)} drafts: one llama.cpp decode takes {self._n_batch - 1}")
         keep = min(common_prefix_length(self._ids, ids), len(ids) - 1)
@@ -253,7 +242,8 @@ class LlamaCppBackend(Backend):
         llama_cpp = self._llama_cpp
         try:
             self._roll_back(keep, len(host) + max(tree.positions) - base + 1)
-            tree.branch_out(llama_cpp, self._memory)
+            for b in range(1, tree.leaves):  # sequences 1..L-1 share sequence 0's cells (they hold none)
+                llama_cpp.llama_memory_seq_cp(self._memory, 0, b, -1, -1)
             self._tree = tree
             if not self._final_hidden:
                 self.last_final_hidden = None
@@ -272,26 +262,19 @@ class LlamaCppBackend(Backend):
         return self._logits(len(tokens) + 1)
 
     def keep_path(self, path: list[int]) -> None:
-        """After ``forward_tree``: the nodes on ``path`` (root down) stay in the cache as
-        the context's next tokens, the others go; features likewise."""
+        """After ``forward_tree``: the nodes on ``path`` (root down) stay as the context's next tokens."""
         tree, self._tree = self._tree, None
         try:
             tree.keep(self._llama_cpp, self._memory, path)
         except BaseException:
             self.reset()
             raise
-        if self.last_final_hidden is not None:
-            self.last_final_hidden = self.last_final_hidden[[0] + [i + 1 for i in path]]
-        if self._feature_layers and self.last_features is not None:
-            offset = tree.base - self.features_start
-            rows = torch.cat([torch.arange(offset), torch.tensor(path, dtype=torch.long) + offset])
-            self.last_features = self.last_features.index_select(0, rows)
+        self._keep_hidden_rows(tree.base, path)
         self._ids += [tree.tokens[i] for i in path]
 
     def _pieces(self, new: list[int], bounds: list[int], num_logits: int):
-        """(tokens, num_logits, whether to hand out final hidden states) per decode. With
-        final hidden states on, llama.cpp outputs every token of a decode (logits and
-        all), so the last chunk's tokens before the ``num_logits`` wanted run apart."""
+        """(tokens, num_logits, whether to hand out final hidden states) per decode; with those
+        on llama.cpp outputs every token, so the last chunk's tokens before the wanted run apart."""
         for start, end in zip(bounds, bounds[1:] + [len(new)]):
             chunk = new[start:end]
             if end < len(new) or not self._final_hidden:
@@ -302,9 +285,8 @@ class LlamaCppBackend(Backend):
             yield chunk[-num_logits:], num_logits, True
 
     def _decode_rows(self, rows: list[tuple[int, int, tuple[int, ...], bool]], hidden_at: int | None = None) -> None:
-        """One llama_decode of rows (token, position, sequences, wants logits); with
-        ``hidden_at``, also every row's final hidden state (they are all logit rows then)
-        into ``last_final_hidden``, the first at position ``hidden_at``."""
+        """One llama_decode of rows (token, position, sequences, wants logits); with ``hidden_at``
+        every row's final hidden state too (``last_final_hidden``, from position ``hidden_at``)."""
         llama_cpp = self._llama_cpp
         if hidden_at is not None:
             llama_cpp.llama_set_embeddings(self._ctx, True)
@@ -345,8 +327,8 @@ _log_callback = None
 
 
 def quiet_logs(llama_cpp) -> None:
-    """llama.cpp logs to stderr, where the TUI draws: keep its lines in memory instead
-    (the last few are named in load errors, see :func:`last_log_lines`)."""
+    """llama.cpp logs to stderr, where the TUI draws: its lines are kept in memory instead
+    (load errors name the last few)."""
     global _log_callback
     if _log_callback is not None:
         return

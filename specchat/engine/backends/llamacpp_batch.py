@@ -1,11 +1,9 @@
 """A second llama.cpp context on a loaded model, with room for several sequences.
 
-One ``llama_decode`` then runs tokens of many sequences, each row tagged with its
-``seq_id`` and position; with ``kv_unified`` off each sequence attends over its own cells
-only, and ``drop`` clears a sequence's cells from a position on (a rejected draft, a
-finished reply) without touching the others. Used by the batched engine (engine/batch/
-batched.py), by a draft model per batched request (:class:`SequenceBackend`) and by
-self-distillation (training/distill.py).
+One ``llama_decode`` runs rows of many sequences, each tagged with its ``seq_id``; with
+``kv_unified`` off each attends over its own cells only, and ``drop`` clears one sequence's
+cells from a position on. Used by the batched engine, a batched request's draft model
+(:class:`SequenceBackend`) and self-distillation (training/distill.py).
 """
 
 from __future__ import annotations
@@ -16,13 +14,6 @@ import torch
 from specchat.engine.backends.base import Backend, common_prefix_length
 
 N_BATCH = 512  # rows one decode takes at most (llama.cpp may lower it to n_ctx: read back)
-
-
-def submission_order(rows: list[tuple[int, int, int, bool]]) -> list[int]:
-    """The order :meth:`LlamaCppBatch.decode` hands rows to llama.cpp in: grouped by
-    sequence, ascending seq_id, stable. What llama.cpp returns per batch row (a layer's
-    inputs) comes in this order, not the caller's."""
-    return sorted(range(len(rows)), key=lambda i: rows[i][2])
 
 
 class BatchContextError(RuntimeError):
@@ -80,7 +71,7 @@ class LlamaCppBatch:
         # cache it splits a batch whose sequences come in another order into one micro-
         # batch per sequence (measured: 4 one-token sequences in descending order took 71
         # ms a decode, in ascending order 23); the logits come back in the caller's order
-        order = submission_order(rows)
+        order = sorted(range(len(rows)), key=lambda i: rows[i][2])  # stable
         b = self.batch
         b.n_tokens = len(rows)
         for i, r in enumerate(order):
@@ -125,12 +116,9 @@ class LlamaCppBatch:
 
 
 class SequenceBackend(Backend):
-    """Sequence ``seq`` of a :class:`LlamaCppBatch` as a Backend of its own: ``forward``
-    keeps the cells of the longest common prefix and decodes the rest in this sequence
-    alone. What a batched request's draft model drafts with: each request its own cells
-    in one context of the draft, instead of a context (or a reload) each. On the target's
-    batch it is what a head reads: the batched engine decodes the sequence's rows itself
-    and hands the layers' inputs it ran here (``last_features``, from ``features_start``)."""
+    """Sequence ``seq`` of a :class:`LlamaCppBatch` as a Backend of its own: a batched
+    request's draft model drafts in it (its own cells in one context of the draft); on the
+    target's batch a head reads the layer inputs the batched engine hands it here."""
 
     name = "batched llama.cpp"  # chains only: a tree's branches need a unified cache (llamacpp_tree.py)
     can_rollback = True
