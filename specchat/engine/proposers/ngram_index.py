@@ -1,13 +1,6 @@
-"""Prompt lookup's search: where the context's last tokens occurred before, and how
-much to trust what followed them.
-
-:class:`NgramIndex` keeps the positions of every n-gram of the context and follows it as
-it grows or is rewound. A lookup takes the longest matching n-gram (n ≤ ``max_n``; its
-MAX_OCCURRENCES most recent occurrences), picks the occurrence that agrees longest, then by
-consensus, then the most recent, and reports the agreement length and consensus
-(:class:`NgramMatch`) that acceptance estimates key on. The choice changes only speed.
-
-Design notes: docs/design/proposers.md
+"""Prompt lookup's search: the longest n-gram of the context's end that occurred before
+(its MAX_OCCURRENCES most recent occurrences), the occurrence that agrees longest, then by
+consensus, then the most recent (docs/design/proposers.md).
 """
 
 from __future__ import annotations
