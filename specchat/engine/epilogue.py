@@ -1,8 +1,5 @@
-"""The end of a step for one sequence: where its tokens stop, why it finished, its
-StepStats, and the error when a model returned non-finite logits.
-
-One sequence (engine.py) and a batch of them (batched.py) both end each sequence's step
-here, so a stop or EOS token is cut, and a reply finished, the same way in both."""
+"""The end of a step for one sequence, alone or in a batch: where its tokens stop, why it
+finished, its StepStats, and the error for non-finite logits."""
 
 from __future__ import annotations
 

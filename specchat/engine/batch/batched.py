@@ -1,12 +1,6 @@
-"""Several replies decoded together, exactly: one llama.cpp decode a step for all of them.
-
-Each step is the engine's one ``step`` over every active sequence, run as one
-``llama_decode`` of every sequence's pending tokens and drafts; a rejected draft's cells
-are dropped from its sequence alone. A finished sequence frees its slot at once
-(continuous batching); ``cancel(i)`` ends request i before the next step. Requests come
-from a list or a RequestQueue. Chains only: trees need one sequence (engine.py).
-Each sequence's StepStats carry the whole step's decode and total times, ``batch_size``
-and, as ``prefill_tokens``, the prompt tokens any sequence ran in it.
+"""Several replies decoded together, exactly: the engine's one ``step`` over every active
+sequence, as one ``llama_decode``; a rejected draft's cells are dropped from its sequence
+alone, and a finished sequence frees its slot at once (continuous batching). Chains only.
 Design notes: docs/design/batching.md
 """
 
@@ -69,10 +63,9 @@ class _Together:
 
 
 class BatchedEngine:
-    """``generate(requests)`` yields (request index, Step) as the batch advances; a
-    request's last Step has its finish reason. ``proposer_factory(lane)`` gives each
-    request its own proposer (None: plain decoding) over ``lane``, the sequence it decodes
-    in as a Backend; a factory with a ``close()`` is closed with the engine."""
+    """``generate(requests)`` yields (request index, Step) as the batch advances.
+    ``proposer_factory(lane)`` gives each request its own proposer (None: plain decoding)
+    over ``lane``, its sequence as a Backend (a factory's ``close()`` runs with the engine's)."""
 
     def __init__(self, target, n_seq: int = 4, proposer_factory: Callable[[Backend], Proposer | None] | None = None,
                  eos_token_ids: Iterable[int] | None = None, n_ctx_per_seq: int | None = None) -> None:
@@ -119,13 +112,10 @@ class BatchedEngine:
 
     def generate(self, requests: list[Request] | RequestQueue, admitted: Callable[[int], None] | None = None,
                  failed: Callable[[int, Exception], None] | None = None) -> Iterator[tuple[int, Step]]:
-        """``requests``: a list (request i is its i-th) or a RequestQueue still being
-        filled (request i is its i-th put); with nothing to decode, the loop waits for the
-        queue's next request until the queue is closed. ``admitted(i)`` is called as request
-        i takes a slot (a closed-loop client's send time: its time to first token counts
-        from there). ``failed(i, error)``: request i's verification failed (a server: one
-        client's request must not end the others'); its last Step says "error" and the rest
-        go on. Without it, such an error ends the call."""
+        """``requests``: a list or a RequestQueue still being filled (request i is its i-th).
+        ``admitted(i)``: request i takes a slot (its time to first token counts from there).
+        ``failed(i, error)``: request i's verification failed, its last Step says "error"
+        and the rest go on; without it, such an error ends the call."""
         alone = None if failed is None else (lambda s, exc: failed(s.index, exc))
         source = requests if isinstance(requests, RequestQueue) else RequestQueue(requests, closed=True)
         with self._lock:
