@@ -1,12 +1,7 @@
-"""Teacher-forced features and soft labels for each distilled sample.
-
-One target forward over the whole sample gives, at every position, the inputs of the
-head's three layers (the features it reads when drafting) and the target's next-token
-distribution. The distribution is kept as its ``top`` most likely tokens (float16
-probabilities at temperature 1, int32 ids): the loss is a cross-entropy against the
-target's own law, not against the one token the reply happened to take, which is what
-makes the head's q close to p at any temperature. Features are kept in bfloat16 (a
-tenth of a million positions of three 576-wide layers fit in ~330 MB).
+"""Teacher-forced features and soft labels: one target forward over a sample gives the head's
+three layers' inputs and the target's law after every position, kept as its ``top`` likeliest
+tokens (the loss is against the target's law, not the token the reply took: q close to p at
+any temperature). Features in bfloat16 (1e5 positions of three 576-wide layers: ~330 MB).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The training loop: AdamW over the head, the training-time test's loss, held-out
-acceptance after every epoch, a checkpoint after every epoch and on Ctrl+C.
-
-A reader sees it whole (nanoGPT's train.py is the model): warm-up then cosine decay of
-the learning rate, gradient clipping, batches of similar-length samples.
+"""The training loop, seen whole (nanoGPT's train.py is the model): AdamW with warm-up then
+cosine decay, gradient clipping, batches of similar-length samples, held-out acceptance and
+a checkpoint after every epoch.
 """
 
 from __future__ import annotations
@@ -61,6 +59,13 @@ def batches(samples: list, batch_tokens: int, max_len: int, rng: random.Random |
     return groups
 
 
+def draft_index(draft_ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[vocab] each target id's draft-vocabulary index, −1 outside it."""
+    index = torch.full((vocab,), -1, dtype=torch.long)
+    index[draft_ids] = torch.arange(draft_ids.numel())
+    return index
+
+
 @torch.no_grad()
 def evaluate(head: Eagle3Head, samples: list, draft_index: torch.Tensor, cfg: TrainConfig) -> dict:
     """Held-out acceptance at temperature 0: the mean acceptance length for each γ and
@@ -83,22 +88,6 @@ def evaluate(head: Eagle3Head, samples: list, draft_index: torch.Tensor, cfg: Tr
         rates.append(round(int((chain >= j + 1).sum()) / reached, 4) if reached else None)
     result["acceptance_by_position"] = rates
     return result
-
-
-def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, done: int, total: int) -> None:
-    """Warm-up, then cosine decay over ``total`` batches."""
-    lr = cfg.lr * min(1.0, (done + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * done / max(total, 1)))
-    for g in optimizer.param_groups:
-        g["lr"] = lr
-
-
-def descend(optimizer: torch.optim.Optimizer, params: list, loss: torch.Tensor) -> float:
-    """One clipped gradient step on ``loss``; → its value."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    optimizer.step()
-    return float(loss.detach())
 
 
 def train(head: Eagle3Head, train_set: list, held_out: list, draft_index: torch.Tensor, cfg: TrainConfig,
@@ -131,8 +120,16 @@ def run_epochs(head: torch.nn.Module, cfg: TrainConfig, history: History, bar: C
             head.train()
             losses = []
             for batch in epoch_batches(rng):
-                set_lr(optimizer, cfg, done, total)
-                losses.append(descend(optimizer, params, loss_of(batch)))
+                # warm-up, then cosine decay over ``total`` batches
+                lr = cfg.lr * min(1.0, (done + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * done / max(total, 1)))
+                for g in optimizer.param_groups:
+                    g["lr"] = lr
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_of(batch)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.step()
+                losses.append(float(loss.detach()))
                 done += 1
                 progress.update(1)
                 progress.set_postfix_str(f"epoch {epoch + 1}/{cfg.epochs} loss {sum(losses[-20:]) / len(losses[-20:]):.3f}")
