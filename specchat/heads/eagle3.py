@@ -1,13 +1,6 @@
-"""An EAGLE-3 draft head (Li et al. 2025) in torch, in the layout other engines load.
-
-``fc`` fuses the inputs of three target layers (``layer_ids``) into g_P; one Llama decoder
-layer takes (embedding of token P+1, g_P) at RoPE position P and predicts token P+2 over a
-reduced draft vocabulary (draft id d → target id d + d2t[d]). A chain feeds back the
-layer's pre-norm output as the next g, as llama.cpp's eagle3 drafting does. The token
-embedding is the target's (never saved). Saved in SpecForge's ``LlamaForCausalLMEagle3``
-layout.
-
-Design notes (tensor names, sizes): docs/design/heads.md
+"""An EAGLE-3 draft head (Li et al. 2025) in torch, in SpecForge's layout: ``fc`` fuses three
+target layers' inputs into g_P; one decoder layer takes (embedding of token P+1, g_P) at
+position P and predicts token P+2 over a draft vocabulary (docs/design/heads.md).
 """
 
 from __future__ import annotations
