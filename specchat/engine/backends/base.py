@@ -64,10 +64,15 @@ class Backend:
         """Logits [num_logits, V] for the last positions of ``ids`` (host) + ``extra`` ([m]
         drafts on ``device``), reusing the cached common prefix; the last id of ``ids``
         always runs (its logits judge the first of ``extra``)."""
-        raise NotImplementedError
+        keep = min(common_prefix_length(self.ids, ids), len(ids) - 1)
+        return self._run(keep, ids[keep:] + (extra.tolist() if extra is not None else []), num_logits)
 
     def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
         """Runs ``tokens`` [m] after what the cache holds → logits [num_logits, V]."""
+        return self._run(len(self.ids), tokens.tolist(), num_logits)
+
+    def _run(self, keep: int, new: list[int], num_logits: int) -> torch.Tensor:
+        """The cache cut to its first ``keep`` ids, then ``new`` run after them → logits [num_logits, V]."""
         raise NotImplementedError
 
     def reset(self) -> None:

@@ -1,8 +1,6 @@
-"""The llama.cpp backend: a GGUF model in-process through llama-cpp-python's low-level API.
-
-One ``llama_decode`` runs the tokens the cache lacks with logits at the last ``num_logits``
-positions only; rollback removes a position range (``llama_memory_seq_rm``). Logits come
-back as float32 host tensors, whatever llama.cpp ran on.
+"""The llama.cpp backend: a GGUF model in-process through llama-cpp-python's low-level API;
+rollback removes a position range (``llama_memory_seq_rm``), logits come back as float32
+host tensors whatever llama.cpp ran on.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ import torch
 
 from specchat.engine.backends.base import Backend, common_prefix_length
 from specchat.engine.backends.llamacpp_features import FINAL_HIDDEN_ARCHITECTURES, LAYER_INPUT_ARCHITECTURES, bind
-from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
+from specchat.engine.backends.llamacpp_batch import LlamaCppBatch, decode_rows
 from specchat.engine.backends.llamacpp_tree import TREE_LEAVES, TreeLayout
 
 
@@ -167,16 +165,6 @@ class LlamaCppBackend(Backend):
         rows = self._layer_inputs.token_embeddings(self.llm._model.model, self.vocab_size, self.hidden_size)
         return torch.from_numpy(rows)
 
-    def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
-        keep = min(common_prefix_length(self._ids, ids), len(ids) - 1)
-        new = ids[keep:]
-        if extra is not None and extra.numel():
-            new = new + extra.tolist()
-        return self._run(keep, new, num_logits)
-
-    def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
-        return self._run(len(self._ids), tokens.tolist(), num_logits)
-
     def _run(self, keep: int, new: list[int], num_logits: int) -> torch.Tensor:
         self._advance(keep, new, num_logits)
         return self._logits(num_logits)
@@ -291,18 +279,7 @@ class LlamaCppBackend(Backend):
         if hidden_at is not None:
             llama_cpp.llama_set_embeddings(self._ctx, True)
         try:
-            batch = self._batch.batch
-            batch.n_tokens = len(rows)
-            for i, (token, position, seqs, wants) in enumerate(rows):
-                batch.token[i] = token
-                batch.pos[i] = position
-                batch.n_seq_id[i] = len(seqs)
-                for j, seq in enumerate(seqs):
-                    batch.seq_id[i][j] = seq
-                batch.logits[i] = wants
-            code = llama_cpp.llama_decode(self._ctx, batch)
-            if code != 0:
-                raise RuntimeError(f"llama_decode failed (code {code})")
+            decode_rows(llama_cpp, self._ctx, self._batch.batch, rows)
             if hidden_at is not None:
                 pointer = llama_cpp.llama_get_embeddings(self._ctx)
                 if not pointer:

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 from specchat.engine.trees.walk import depths
 
-# leaves a tree may have: the sequences of the backend's context (llama.cpp allows 256)
-TREE_LEAVES = 8
+TREE_LEAVES = 8  # leaves a tree may have: the sequences of the backend's context (llama.cpp allows 256)
 
 
 def branches(parents: list[int] | tuple[int, ...]) -> tuple[list[tuple[int, ...]], int]:

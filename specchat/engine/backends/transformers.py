@@ -32,8 +32,7 @@ def precision_of(model: torch.nn.Module) -> str:
             return f"4bit-{get('bnb_4bit_quant_type', 'nf4')}"
         if get("load_in_8bit"):
             return "8bit"
-    dtype = next(model.parameters()).dtype
-    return str(dtype).replace("torch.", "")
+    return str(next(model.parameters()).dtype).replace("torch.", "")
 
 
 def cache_keyword(model: torch.nn.Module) -> str:
@@ -139,14 +138,14 @@ class TransformersBackend(Backend):
             new = torch.tensor(ids[keep:], dtype=torch.long, device=self.device)
             if extra is not None:
                 new = torch.cat([new, extra.to(self.device)])
-            return self._run(ids[keep:], new, num_logits)
+            return self._feed(ids[keep:], new, num_logits)
         except BaseException:
             self.reset()  # a half-cropped or half-updated cache must never be trusted again
             raise
 
     def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
         try:
-            return self._run(None, tokens.to(self.device), num_logits)
+            return self._feed(None, tokens.to(self.device), num_logits)
         except BaseException:
             self.reset()
             raise
@@ -236,7 +235,7 @@ class TransformersBackend(Backend):
             self.final_hidden_start = start + new.numel() - num_logits
         return out.logits[0, -num_logits:]
 
-    def _run(self, host_ids: list[int] | None, new: torch.Tensor, num_logits: int) -> torch.Tensor:
+    def _feed(self, host_ids: list[int] | None, new: torch.Tensor, num_logits: int) -> torch.Tensor:
         logits = self._call(new, num_logits, len(self._ids) + sum(t.numel() for t in self._pending))
         if host_ids is not None:  # forward() read self.ids first, so nothing is pending
             self._ids += host_ids
