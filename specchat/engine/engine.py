@@ -1,9 +1,6 @@
-"""The speculative step, for a batch of sequences: propose → one target pass → verify
-(accept, resample or bonus) → roll back → emit.
-
-``step`` is the one loop body; a :class:`Runner` runs every sequence's pending tokens and
-drafts in one target pass. One sequence is a batch of one: :class:`SpeculativeEngine` runs
-``step`` over the backend's own cache, batch/batched.py over a llama.cpp context.
+"""The speculative step for a batch of sequences: propose → one target pass (a :class:`Runner`)
+→ verify (accept, resample or bonus) → roll back → emit. One sequence is a batch of one
+(:class:`SpeculativeEngine`); batch/batched.py runs ``step`` over a llama.cpp context.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ finished, its StepStats, and the error for non-finite logits."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from specchat.engine.gamma.controller import Assessment
 from specchat.errors import GenerationError
@@ -43,9 +43,7 @@ def stats(gamma: int, k: int, n: int, alpha_sum: float, assessed: Assessment, *,
     return StepStats(
         num_speculative_tokens=gamma, num_draft_tokens=k, num_accepted_tokens=n,
         alpha_sum=alpha_sum, alpha_count=min(k, n + 1) if alpha_count is None else alpha_count,
-        predicted_tokens=assessed.tokens, predicted_cost=assessed.cost,
-        recommended_gamma=assessed.recommended_gamma, recommended_gain=assessed.recommended_gain,
-        cost_ratio=assessed.cost_ratio, verify_cost=assessed.verify_cost, **measured)
+        **asdict(assessed), **measured)
 
 
 def ended(reason: str) -> Step:

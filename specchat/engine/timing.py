@@ -1,9 +1,6 @@
-"""Wall-clock step timing that is true on asynchronous devices without stalling them.
-
-On CUDA a step queues its work and the host runs ahead, so reading a clock mid-step
-would need a device sync. :class:`StepTimer` records CUDA events instead and reads them
-after the step's own single host sync (the verdict's ``.tolist()``); on the CPU it reads
-``perf_counter``.
+"""Wall-clock step timing, true on asynchronous devices without stalling them: on CUDA,
+events read after the step's own single host sync (a clock read mid-step would need a sync
+of its own); on the CPU, ``perf_counter``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import torch
 
 from specchat.engine.backends.base import Backend, common_prefix_length
 from specchat.engine.batch.requests import Request, RequestQueue
-from specchat.engine.engine import EACH_OWN, NO_DRAFTS, Sequence, _Verified, open_sequence, step
+from specchat.engine.engine import EACH_OWN, Sequence, _Verified, open_sequence, step
 from specchat.engine import epilogue
 from specchat.engine.gamma.batch_plan import BatchGamma
 from specchat.engine.gamma.controller import Controller, make_controller
@@ -21,7 +21,7 @@ from specchat.engine.proposers import Proposal, Proposer
 from specchat.events import Step
 
 IDLE_WAIT_S = 0.1  # with nothing to decode, how long one wait for a request lasts (a closed queue ends it sooner)
-__all__ = ["BatchedEngine", "Request", "RequestQueue", "NO_DRAFTS"]
+__all__ = ["BatchedEngine", "Request", "RequestQueue"]  # Request for the callers that build them
 
 
 class _Together:

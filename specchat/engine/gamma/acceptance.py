@@ -10,8 +10,7 @@ from specchat.engine.proposers import Candidate
 from specchat.engine.proposers.ngram_index import NgramMatch
 
 MATCH_BUCKETS = (1, 2, 3, 4, 5, 8, 16)  # lower ends: 1, 2, 3, 4, 5–7, 8–15, 16+
-# lower ends of the buckets of a suffix draft's share (1.0: every occurrence went on with it)
-SHARE_BUCKETS = (0.25, 0.5, 0.75, 1.0)
+SHARE_BUCKETS = (0.25, 0.5, 0.75, 1.0)  # lower ends of a suffix draft's share's buckets (1.0: all went on)
 # (agreement bucket, consensus), and for suffix decoding the share buckets of drafts 2, 3, …
 # up to the last that was not unanimous; () for a model's drafts
 MatchKey = tuple[int, str] | tuple[int, str, tuple[float, ...]]

@@ -66,8 +66,7 @@ class BatchGamma(Controller):
     def __init__(self, max_gamma: int, probe_every: int = 24, window: int = 9) -> None:
         self.max_gamma = max_gamma
         self.plain_ms: dict[int, RecentMedian] = {}  # pending rows → a plain step's time (decode and reading)
-        # (drafts m, every sequence alike) → what they added to a plain step of the same rows
-        self.extra_ms: dict[tuple[int, bool], RecentMedian] = {}
+        self.extra_ms: dict[tuple[int, bool], RecentMedian] = {}  # (drafts, all alike) → what they added to plain
         self._shape = False  # the plan's drafts came every sequence alike (one pass)
         self.draft_ms = RecentMedian(window)  # per draft
         self.window = window
@@ -75,8 +74,7 @@ class BatchGamma(Controller):
         self.plain_run = 0
         self.expected = Ewma(decay=0.02)  # predicted gain of the steps as chosen (~50 steps)
         self._keys: list[AcceptanceKey | None] = []
-        # (sequences, every sequence alike in one pass?) → what such plans delivered; a
-        # plain step's record is (sequences, None)
+        # (sequences, every sequence alike in one pass?; plain steps: None) → what such plans delivered
         self.records: dict[tuple[int, bool | None], Record] = {}
         self.steps = 0
         self._promised: tuple[int, float, float] | None = None  # the plan's (sequences, tokens, ms)

@@ -16,13 +16,12 @@ from specchat.methods import METHODS
 
 @dataclass(frozen=True)
 class Assessment:
-    """What the cost model says of a step as drafted, before it is verified (StepStats
-    carries it): ``tokens`` E(k) and ``cost`` T(k)/w(0), the step's predicted tokens and
-    time in plain-step units; ``recommended_gamma`` the γ to use (an int, "auto", 0 for
-    none) and ``recommended_gain`` its predicted speed-up. None where not yet measured."""
+    """What the cost model says of a step as drafted, before it is verified, under StepStats'
+    names: E(k) and T(k)/w(0), the γ to use (an int, "auto", 0 for none) and its predicted
+    speed-up, c and v(k). None where not yet measured."""
 
-    tokens: float | None = None
-    cost: float | None = None
+    predicted_tokens: float | None = None
+    predicted_cost: float | None = None
     recommended_gamma: int | str | None = None
     recommended_gain: float | None = None
     cost_ratio: float | None = None  # c and v(k) as the model has them (a drafting step's only)
@@ -124,8 +123,7 @@ class AdaptiveGamma(Controller):
         self.max_gamma = max_gamma
         self.proposer = proposer
         self.probe_every = probe_every
-        # the situations it has been choosing in, recent ones weighing most: each a tuple of
-        # (acceptance key, limit, source) per candidate, () for none (an n-gram miss)
+        # situation (per candidate its (acceptance key, limit, source); () a miss) → weight, recent most
         self.contexts: dict[tuple, float] = {}
         self._scale = 1.0
         self.plain_run = 0

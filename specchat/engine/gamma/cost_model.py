@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import bisect
 import copy
+import operator
 from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from statistics import median
 
 from specchat.events import StepStats
@@ -200,11 +202,8 @@ class CostModel:
         return d
 
     def survival(self, key: Hashable, limit: int, prior: Prior = None) -> list[float]:
-        survival, alive = [], 1.0
-        for estimate in self.acceptance(key, prior)[:limit]:
-            alive *= estimate.value
-            survival.append(alive)
-        return survival
+        """The probability that drafts 1..i are all kept, for i = 1..limit."""
+        return list(accumulate((estimate.value for estimate in self.acceptance(key, prior)[:limit]), operator.mul))
 
     def predicted_rates(self, key: Hashable, limit: int, source: str = "", prior: Prior = None,
                         behind: int = 0) -> list[float | None]:

@@ -1,9 +1,7 @@
 """EAGLE-3 drafting: ``observe`` queues the target's features for the positions it kept;
 ``propose`` runs the queued pairs through the head, then drafts k tokens, feeding each back
 with the head's pre-norm output, each from q = warp(head logits). Missing features cost
-acceptance, never exactness.
-
-Design notes: docs/design/proposers.md
+acceptance, never exactness (docs/design/proposers.md).
 """
 
 from __future__ import annotations
@@ -18,8 +16,7 @@ from specchat.heads.drafter import Drafter
 from specchat.heads.eagle3 import Eagle3Head
 from specchat.heads.int8 import AVAILABLE as INT8_AVAILABLE
 
-# positions whose features wait for the head's next turn: beyond this, the oldest go
-MAX_QUEUED = 128
+MAX_QUEUED = 128  # positions whose features wait for the head's next turn: beyond this, the oldest go
 
 
 class EagleProposer(Proposer):
@@ -47,8 +44,7 @@ class EagleProposer(Proposer):
         # int8 weights (heads/int8.py) read a quarter of the bytes; None: on a CPU, where that is the cost
         if int8 is None:
             int8 = torch.device(self.device).type == "cpu" and INT8_AVAILABLE
-        self.int8 = bool(int8)
-        self.drafter = Drafter(self.head, int8=self.int8)  # the head's arithmetic in fewer operations
+        self.drafter = Drafter(self.head, int8=bool(int8))  # the head's arithmetic in fewer operations
         self.target = target
         self.sampling_device = self.device
         target.request_features(head.config.layer_ids)

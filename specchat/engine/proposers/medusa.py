@@ -1,8 +1,6 @@
 """Medusa-1 drafting: ``observe`` keeps h_P, the final hidden state at the last position
 the target ran and kept; ``propose`` drafts token P + 1 + j from head j − 1, all from h_P in
-one pass, each from q = warp(head logits). A step without h_P drafts nothing.
-
-Design notes: docs/design/proposers.md
+one pass, each from q = warp(head logits). A step without h_P drafts nothing (docs/design/proposers.md).
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ class MedusaProposer(Proposer):
             raise ValueError(f"the {target.name} backend verifies chains only: siblings = {siblings} needs a tree")
         if tree not in ("first", "dynamic"):
             raise ValueError(f"tree = {tree!r}: 'first' or 'dynamic'")
-        # > 1: a candidate tree (trees/grow.py) — "first": siblings nodes at depth 1, one a
-        # depth below; "dynamic": siblings nodes at every depth, where the heads are surest
+        # > 1: a tree (trees/grow.py), "first": siblings nodes at depth 1, "dynamic": at every depth
         self.siblings, self.tree_shape = siblings, tree
         self._tree = False
         # head i drafts position i + 1 of the chain: no head, no draft

@@ -13,6 +13,7 @@ import stat
 import sys
 from array import array
 from collections import deque
+from itertools import islice, takewhile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -89,12 +90,8 @@ class SuffixStore:
             self._index_reply(self.replies[-1])
 
     def _hold(self, reply: list[int]) -> list[int] | None:
-        kept = []
-        for i in reply:
-            if not 0 <= i < self.vocab_size:
-                break
-            kept.append(int(i))
-        kept = kept[:self.max_tokens]
+        # its ids up to the first outside the vocabulary, at most max_tokens
+        kept = [int(i) for i in islice(takewhile(lambda i: 0 <= i < self.vocab_size, reply), self.max_tokens)]
         if not kept:
             return None
         self.replies.append(kept)

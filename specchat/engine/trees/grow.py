@@ -39,7 +39,7 @@ def grow(root_law: torch.Tensor, widths: list[int], params: SamplingParams, gene
     ``laws(level, nodes)``: each new node's law, once per depth but the last. At most
     ``max_leaves`` leaves: once there, a node may only extend a leaf."""
     root = TreeNode(torch.empty(0), -2, torch.empty(0), 1.0, 0)
-    _give_law(root, root_law)
+    root.q, root.drawn = root_law, root_law.clone()  # drawn: q with the children so far removed
     nodes: list[TreeNode] = []
     level, leaves = [root], 0
     for d, width in enumerate(widths, start=1):
@@ -58,13 +58,9 @@ def grow(root_law: torch.Tensor, widths: list[int], params: SamplingParams, gene
         if not new or d == len(widths):
             break
         for v, law in zip(new, laws(new, nodes)):
-            _give_law(v, law)
+            v.q, v.drawn = law, law.clone()
         level = new
     return nodes
-
-
-def _give_law(v: TreeNode, law: torch.Tensor) -> None:
-    v.q, v.drawn = law, law.clone()
 
 
 def _draw(parent: TreeNode, params: SamplingParams, generator: torch.Generator | None) -> TreeNode:
