@@ -43,9 +43,8 @@ class Eagle3Config:
             max_position_embeddings=target.get("max_position_embeddings", 8192))
 
     def to_json(self) -> dict:
-        config = dict(self.extra)
-        config.update({
-            "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_act": "silu",
+        return {  # the extra keys first, ours over them
+            **self.extra, "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_act": "silu",
             "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
             "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
             "head_dim": self.head_dim, "num_hidden_layers": 1, "vocab_size": self.vocab_size,
@@ -57,8 +56,7 @@ class Eagle3Config:
             # vLLM and llama.cpp read the top-level key, SpecForge's loaders the nested one
             "eagle_aux_hidden_state_layer_ids": list(self.layer_ids),
             "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.layer_ids), "use_aux_hidden_state": True},
-        })
-        return config
+        }
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

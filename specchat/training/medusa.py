@@ -15,23 +15,11 @@ import torch
 
 from specchat.heads.medusa import MedusaConfig, MedusaHead
 from specchat.heads.medusa_checkpoint import load_medusa, save_medusa
-from specchat.training.teacher import Taught, top_law
+from specchat.training.teacher import Taught, teach
 from specchat.training.train import History, TrainConfig, draft_index, run_epochs
 from specchat.training.ttt import chain_lengths
 
 DECAY = 0.8  # head i's loss weight is DECAY ** i (Medusa-1)
-
-
-def teach_final(backend, ids: list[int], reply_start: int, top: int = 32) -> Taught:
-    """``features`` = the final hidden states [T, H] (bf16) of a teacher-forced pass."""
-    backend.reset()
-    backend.request_final_hidden()
-    with torch.no_grad():
-        logits = backend.forward(ids, num_logits=len(ids))  # [T, V]
-    hidden = backend.last_final_hidden
-    assert hidden is not None and hidden.shape[0] == len(ids) and backend.final_hidden_start == 0
-    top_ids, top_p = top_law(logits, min(top, logits.shape[-1]))
-    return Taught(torch.tensor(ids, dtype=torch.long), hidden.cpu().to(torch.bfloat16), top_ids, top_p, reply_start)
 
 
 @dataclass
@@ -123,7 +111,7 @@ def train(head: MedusaHead, train_set: Positions, held_out: Positions, cfg: Trai
 def teach_stage(stages, rows: list[dict]) -> list[Taught]:
     """Each row's final hidden states and soft labels, kept in ``taught-medusa/``."""
     return stages.taught(rows, "taught-medusa", "final hidden states and soft labels",
-                         lambda ids, reply_start: teach_final(stages.backend, ids, reply_start))
+                         lambda ids, reply_start: teach(stages.backend, ids, reply_start))
 
 
 def train_and_export(stages, taught: list[Taught], rows: list[dict], draft_ids: torch.Tensor, num_heads: int,

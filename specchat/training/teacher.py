@@ -34,11 +34,20 @@ def top_law(logits: torch.Tensor | np.ndarray, top: int = 32) -> tuple[torch.Ten
     return ids.to(torch.int32), p.to(torch.float16)
 
 
-def teach(backend, ids: list[int], reply_start: int, layer_ids: tuple[int, ...], top: int = 32) -> Taught:
+def teach(backend, ids: list[int], reply_start: int, layer_ids: tuple[int, ...] | None = None, top: int = 32) -> Taught:
+    """One teacher-forced pass; the features are ``layer_ids``' inputs (EAGLE-3), or with
+    None the final hidden states [T, H] (Medusa)."""
     backend.reset()
-    backend.request_features(layer_ids)
-    logits = backend.forward(ids, num_logits=len(ids))  # [T, V]
-    features = backend.last_features.cpu()
-    assert features is not None and features.shape[0] == len(ids) and backend.features_start == 0
-    top_ids, top_p = top_law(logits, top)
-    return Taught(torch.tensor(ids, dtype=torch.long), features.to(torch.bfloat16), top_ids, top_p, reply_start)
+    if layer_ids is None:
+        backend.request_final_hidden()
+    else:
+        backend.request_features(layer_ids)
+    with torch.no_grad():
+        logits = backend.forward(ids, num_logits=len(ids))  # [T, V]
+    if layer_ids is None:
+        rows, start = backend.last_final_hidden, backend.final_hidden_start
+    else:
+        rows, start = backend.last_features, backend.features_start
+    assert rows is not None and rows.shape[0] == len(ids) and start == 0
+    top_ids, top_p = top_law(logits, min(top, logits.shape[-1]))
+    return Taught(torch.tensor(ids, dtype=torch.long), rows.cpu().to(torch.bfloat16), top_ids, top_p, reply_start)

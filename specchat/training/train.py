@@ -43,15 +43,12 @@ class History:
 
 def batches(samples: list, batch_tokens: int, max_len: int, rng: random.Random | None) -> list[list]:
     """Samples grouped by length into batches of about ``batch_tokens`` padded tokens."""
-    order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
-    groups, current, longest = [], [], 0
-    for i in order:
-        n = min(max_len, len(samples[i].ids))
-        if current and max(longest, n) * (len(current) + 1) > batch_tokens:
+    groups, current = [], []
+    for sample in sorted(samples, key=lambda s: len(s.ids)):  # shortest first: each is its group's longest
+        if current and min(max_len, len(sample.ids)) * (len(current) + 1) > batch_tokens:
             groups.append(current)
-            current, longest = [], 0
-        current.append(samples[i])
-        longest = max(longest, n)
+            current = []
+        current.append(sample)
     if current:
         groups.append(current)
     if rng is not None:
