@@ -37,9 +37,8 @@ def settle(ids: list[int], tokens: list[Token], produced: int, *, stops: set[int
 
 def stats(gamma: int, k: int, n: int, alpha_sum: float, assessed: Assessment, *, alpha_count: int | None = None,
           **measured) -> StepStats:
-    """The step's StepStats: γ asked, k drafted, n kept (the verdict, before any stop cut),
-    α's terms (alpha_count None: a chain's min(k, n + 1)), the cost model's assessment, and
-    what the engine measured (times, sources, batch size: StepStats' other fields)."""
+    """The step's StepStats: γ asked, k drafted, n kept (before any stop cut), α's terms
+    (alpha_count None: a chain's min(k, n + 1)), the assessment and what the engine measured."""
     return StepStats(
         num_speculative_tokens=gamma, num_draft_tokens=k, num_accepted_tokens=n,
         alpha_sum=alpha_sum, alpha_count=min(k, n + 1) if alpha_count is None else alpha_count,

@@ -198,9 +198,8 @@ class BatchedEngine:
         return min(common_prefix_length(held, ids), len(ids) - 1)
 
     def _release(self, s: Sequence, free: list[int]) -> None:
-        """A finished sequence's slot goes back, its cells kept for a request that shares
-        their prefix (between steps they hold exactly ids[:cached]: rejected drafts were
-        dropped when verified)."""
+        """A finished sequence's slot goes back, its cells (between steps exactly ids[:cached])
+        kept for a request that shares their prefix."""
         self._held[s.lane] = s.ids[:s.cached]
         free.append(s.lane)
         with self._lock:

@@ -49,9 +49,8 @@ class LaneProposers:
 
 
 def check_batchable(speculation, where: str) -> None:
-    """One line (SpecchatError) where the batched engine cannot run ``speculation``: a method
-    whose row says so (Medusa heads read final hidden states a batch does not hand out), or a
-    tree (a tree's branches need a unified cache: one sequence at a time verifies them)."""
+    """Refuses in one line (SpecchatError) what the batched engine cannot run: a method whose
+    row says so, or a tree (its branches need a unified cache)."""
     method = METHODS[speculation.method]
     if not method.batched:
         raise SpecchatError(f"{where} decodes requests in one batch, which cannot run speculation.method = "

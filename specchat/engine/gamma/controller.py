@@ -29,9 +29,8 @@ class Assessment:
 
 
 class Controller:
-    """Chooses γ before each step. Every controller keeps the one cost model
-    (cost_model.py) up to date and answers from it what a step is predicted to yield and
-    which γ to recommend, so the panel's verdict is the model's, whoever chooses."""
+    """Chooses γ before each step, keeping the one cost model up to date and answering from it
+    what a step should yield and which γ to recommend, whoever chooses."""
 
     max_gamma = 8
     _key: AcceptanceKey = ("", ())  # the acceptance estimates the chosen drafts share
