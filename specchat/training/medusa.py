@@ -48,8 +48,7 @@ def positions(samples: list[Taught], num_heads: int, draft_index: torch.Tensor) 
             ids[i].append(draft_index[s.top_ids[row].long()])
             ps[i].append(s.top_p[row].float())
             valid[i].append(t + 2 + i < s.ids.numel())  # that token exists in the reply
-    cat = torch.cat
-    return Positions(cat(hs) if hs else torch.zeros(0), [cat(x) for x in ids], [cat(x) for x in ps], [cat(x) for x in valid])
+    return Positions(torch.cat(hs), *([torch.cat(x) for x in per_head] for per_head in (ids, ps, valid)))
 
 
 def loss_and_hits(head: MedusaHead, data: Positions, rows: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:

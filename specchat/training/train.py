@@ -76,15 +76,11 @@ def evaluate(head: Eagle3Head, samples: list, draft_index: torch.Tensor, cfg: Tr
         chains.append(chain_lengths(correct)[labelled])
         counts += int(labelled.sum())
     chain = torch.cat(chains) if chains else torch.zeros(0, dtype=torch.long)
-    result = {"positions": counts}
-    for gamma in cfg.gammas:
-        result[f"mean_acceptance_length@{gamma}"] = round(1.0 + float(chain.clamp_max(gamma).float().mean()), 4) if counts else None
-    rates = []
-    for j in range(cfg.steps):
-        reached = int((chain >= j).sum())
-        rates.append(round(int((chain >= j + 1).sum()) / reached, 4) if reached else None)
-    result["acceptance_by_position"] = rates
-    return result
+    lengths = {f"mean_acceptance_length@{g}": round(1.0 + float(chain.clamp_max(g).float().mean()), 4)
+               if counts else None for g in cfg.gammas}
+    reached = [int((chain >= j).sum()) for j in range(cfg.steps + 1)]  # rows whose drafts 1..j were all kept
+    rates = [round(reached[j + 1] / reached[j], 4) if reached[j] else None for j in range(cfg.steps)]
+    return {"positions": counts, **lengths, "acceptance_by_position": rates}
 
 
 def train(head: Eagle3Head, train_set: list, held_out: list, draft_index: torch.Tensor, cfg: TrainConfig,
