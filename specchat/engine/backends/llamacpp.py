@@ -95,10 +95,8 @@ class LlamaCppBackend(Backend):
         placeholder, self.llm._ctx = self.llm._ctx, _internals.LlamaContext(model=self.llm._model, params=params,
                                                                             verbose=verbose)
         placeholder.close()
-        self.model_path = str(model_path)
-        self.n_threads = threads
-        self.n_gpu_layers = n_gpu_layers
-        self.flash_attn = flash_attn
+        self.model_path, self.n_threads = str(model_path), threads
+        self.n_gpu_layers, self.flash_attn = n_gpu_layers, flash_attn
         self._ctx = self.llm._ctx.ctx
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         # llama.cpp clamps its batch to the n_ctx asked for (and pads the context past

@@ -51,8 +51,7 @@ class LlamaCppBatch:
         self.n_batch = min(N_BATCH, llama_cpp.llama_n_batch(self.ctx), llama_cpp.llama_n_ubatch(self.ctx))
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.batch = llama_cpp.llama_batch_init(N_BATCH, 0, 1)
-        self.n_seq, self.n_ctx_per_seq, self.vocab = n_seq, n_ctx_per_seq, backend.vocab_size
-        self.backend = backend
+        self.n_seq, self.n_ctx_per_seq, self.vocab, self.backend = n_seq, n_ctx_per_seq, backend.vocab_size, backend
         self.layers: tuple[int, ...] = ()  # layers whose inputs every decode hands out (an EAGLE-3 head's)
         self.features: np.ndarray | None = None  # the last decode_all's [rows, layers·H], in row order
 

@@ -207,7 +207,6 @@ class BatchedEngine:
 
     def _take_cancel(self, index: int) -> bool:
         with self._lock:
-            if index in self._cancelled:
-                self._cancelled.discard(index)
-                return True
-            return False
+            taken = index in self._cancelled
+            self._cancelled.discard(index)
+            return taken
