@@ -51,8 +51,7 @@ def walk(p: torch.Tensor, tokens: list[int], parents: list[int] | tuple[int, ...
             best = int(law.argmax())
             kept = next((c for c in kids if tokens[c] == best), None)
             if kept is None:
-                last = kids[-1] if kids else None
-                rejected = None if last is None else (tokens[last], float(law[tokens[last]]), 1.0)
+                rejected = (tokens[kids[-1]], float(law[tokens[kids[-1]]]), 1.0) if kids else None
                 return TreeWalk(path, best, not kids, p_kept, q_kept, float(law[best]), rejected)
             path.append(kept)
             p_kept.append(float(law[best]))
