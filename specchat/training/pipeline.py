@@ -65,15 +65,12 @@ class Stages:
         """Each prompt answered ``plan.replies`` times, a row per finished reply in
         ``distilled.jsonl``; where the generator hands out features and laws too (llama.cpp),
         each reply's ``Taught`` goes to ``taught/`` first (the teach stage then skips it)."""
-        prompts = training_prompts()
-        if self.plan.prompts:
-            prompts = prompts[: self.plan.prompts]
+        prompts = training_prompts()[: self.plan.prompts or None]  # 0: all of them
         replies = max(1, self.plan.replies)
         path = self.work / "distilled.jsonl"
-        done = {}
-        for row in read_distilled(path):
-            if row["prompt"] < len(prompts) and row["replies"] == replies:
-                done[row["index"]] = row  # a resumed run may train on fewer prompts
+        # a resumed run may train on fewer prompts
+        done = {row["index"]: row for row in read_distilled(path)
+                if row["prompt"] < len(prompts) and row["replies"] == replies}
         todo = [k for k in range(len(prompts) * replies) if k not in done]
         if todo:
             from specchat.engine.template import ChatTemplate
