@@ -389,9 +389,7 @@ def emitted(read: _Read, k: int, source: str) -> _Verified:
     """The tokens a verified chain of ``k`` drafts emits: the accepted drafts, then the
     target's token there (plain, bonus after all k, or resampled at the first rejection)."""
     dl, alts = read.drafts, read.alternatives
-    n = 0
-    while n < k and read.accepted[n]:
-        n += 1
+    n = next((i for i in range(k) if not read.accepted[i]), k)  # drafts kept: the leading run
     tokens = [Token(id=dl[i], kind="accepted", p=read.p_draft[i], q=read.q_draft[i], alternatives=alts[i],
                     source=source) for i in range(n)]
     nxt, p_nxt = read.next_tokens, read.p_next

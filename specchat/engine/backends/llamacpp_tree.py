@@ -13,12 +13,9 @@ TREE_LEAVES = 8  # leaves a tree may have: the sequences of the backend's contex
 
 def branches(parents: list[int] | tuple[int, ...]) -> tuple[list[tuple[int, ...]], int]:
     """(per node, the branches through it, ascending; the number of leaves)."""
-    has_child = [False] * len(parents)
-    for parent in parents:
-        if parent >= 0:
-            has_child[parent] = True
+    with_children = {parent for parent in parents if parent >= 0}
     through: list[list[int]] = [[] for _ in parents]
-    leaves = [i for i, child in enumerate(has_child) if not child]
+    leaves = [i for i in range(len(parents)) if i not in with_children]
     for b, leaf in enumerate(leaves):
         node = leaf
         while node >= 0:

@@ -72,9 +72,8 @@ class NgramIndex:
             positions = self._where[n - 1][tuple(ids[end - n + 1:])]
             if len(positions) < 2:  # only the context's own end
                 continue
-            found: list[tuple[int, int]] = []  # (agreement, position), most recent first
-            for i in range(len(positions) - 2, max(len(positions) - 2 - MAX_OCCURRENCES, -1), -1):
-                found.append((agreement(ids, positions[i], ids, n), positions[i]))
+            # (agreement, position), most recent first, the context's own end left out
+            found = [(agreement(ids, j, ids, n), j) for j in reversed(positions[-1 - MAX_OCCURRENCES:-1])]
             longest = max(agree for agree, _ in found)
             ties = [j for agree, j in found if agree == longest]
             votes = Counter(ids[j + 1] for j in ties)
