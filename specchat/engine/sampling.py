@@ -133,8 +133,7 @@ def topk(x: torch.Tensor, k: int, block: int = 256) -> torch.return_types.topk:
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One draw per row of probs [n, V] → ids [n] (inverse CDF: several times faster than
     torch.multinomial over a 50k vocabulary on CPU, and the same law)."""
-    uniforms = torch.rand(probs.shape[0], generator=generator, device=probs.device, dtype=torch.float64)
-    return sample_at(probs, uniforms)
+    return sample_at(probs, torch.rand(probs.shape[0], generator=generator, device=probs.device, dtype=torch.float64))
 
 
 _MASK = (1 << 64) - 1
@@ -175,9 +174,7 @@ def on_vocab(probs: torch.Tensor, vocab: int) -> torch.Tensor:
     draft's rows get probability 0; rows past the target's never carry mass because the
     draft only samples ids the target has (its logits are cut to ``vocab`` first)."""
     width = probs.shape[-1]
-    if width == vocab:
-        return probs
-    if width > vocab:
+    if width >= vocab:
         return probs[..., :vocab]
     return torch.nn.functional.pad(probs, (0, vocab - width))
 
