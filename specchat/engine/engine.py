@@ -1,13 +1,6 @@
-"""The speculative step, for a batch of sequences: propose → one target pass → verify
-(accept, resample or bonus) → roll back → emit.
-
-``step`` is the one loop body: each sequence asks its controller for γ (or a batch plan
-chooses, gamma/batch_plan.py) and its proposer for drafts; a :class:`Runner` runs every
-sequence's pending tokens and drafts in one target pass; each sequence is verified on its
-own rows (``verify_chain``; a tree by ``walk``), its rejected drafts are rolled back, and
-its tokens, finish and StepStats settled (epilogue.py). One sequence is a batch of one:
-:class:`SpeculativeEngine` below runs ``step`` over the backend's own cache, the batched
-engine (batch/batched.py) over a llama.cpp context with a sequence per request.
+"""The speculative step for a batch of sequences: propose → one target pass (a :class:`Runner`)
+→ verify (accept, resample or bonus) → roll back → emit. One sequence is a batch of one
+(:class:`SpeculativeEngine`); batch/batched.py runs ``step`` over a llama.cpp context.
 """
 
 from __future__ import annotations
@@ -15,6 +8,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -27,7 +21,7 @@ from specchat.engine.gamma.controller import Controller, make_controller
 from specchat.engine.host_sampling import verify_point_mass
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams, nonfinite_rows, position_uniforms, rejection_sample, topk, warp
-from specchat.engine.timing import Stopwatch, StepTimer
+from specchat.engine.timing import StepTimer
 from specchat.engine.trees.walk import walk
 from specchat.contention import CpuShare
 from specchat.errors import GenerationError
@@ -110,12 +104,10 @@ EACH_OWN = BatchGamma(0)  # plans nothing (each sequence's own controller choose
 
 def step(seqs: list[Sequence], runner: Runner, gamma: BatchGamma = EACH_OWN,
          alone: Callable[[Sequence, Exception], None] | None = None) -> list[tuple[Sequence, Step]]:
-    """One speculative step for every sequence in ``seqs`` → each sequence's Step (a
-    finished one's carries its finish reason). ``gamma`` chooses, assesses and observes
-    every sequence's drafts (a batch plan, or each sequence's own controller). Exactness
-    uses each sequence's own past only. ``alone``: where one sequence's verification fails,
-    it is handed the sequence and the error, and that sequence's Step ends it ("error")
-    while the others go on; None: the error ends the step."""
+    """One speculative step for every sequence in ``seqs`` → each sequence's Step.
+    ``gamma`` chooses, assesses and observes every sequence's drafts. ``alone``: where one
+    sequence's verification fails, it gets the sequence and the error, and that sequence's
+    Step ends it ("error") while the others go on; None: the error ends the step."""
     timer = StepTimer(runner.device)  # the step's own time, not the consumer's
     contexts = [len(s.ids) for s in seqs]
     plan = gamma.choose(seqs)
@@ -209,11 +201,9 @@ class _Alone:
 class SpeculativeEngine:
     """Exact speculative decoding of one sequence: ``step`` over a batch of one.
 
-    ``target``: a :class:`~specchat.engine.backends.Backend`, or a transformers causal LM
-    (wrapped in the transformers backend). ``proposer=None`` is plain decoding through the
-    same path (k = 0); so is a proposer whose model cannot roll back, and ``notice`` then says
-    why, once. ``generate`` yields a :class:`~specchat.events.Step` per round and folds none
-    into telemetry: the consumer does (the turn loop, serve, bench).
+    ``target``: a Backend or a transformers causal LM. ``proposer=None`` is plain decoding
+    through the same path; so is a proposer whose model cannot roll back (``notice`` says
+    why). ``generate`` yields a Step per round; the consumer folds them into telemetry.
     """
 
     def __init__(self, target: Backend | torch.nn.Module, proposer: Proposer | None = None, *,
@@ -258,7 +248,7 @@ class SpeculativeEngine:
     def _generate(self, ids: list[int], params: SamplingParams, max_new_tokens: int,
                   stops: Iterable[int]) -> Iterator[Step]:
         self.controller.start_turn()
-        watch = Stopwatch(self.device)
+        watch = StepTimer(self.device)  # the prefill's time (read once: a sync costs nothing there)
         self.cpu_share.take(fresh=True)  # the first step's share starts here
         if len(ids) >= self.target.max_length or max_new_tokens <= 0:
             yield epilogue.ended("context" if max_new_tokens > 0 else "length")
@@ -271,7 +261,7 @@ class SpeculativeEngine:
         # as verification timings (see StepStats.prefill_tokens)
         if self.proposer and self.controller.prefills_proposer():
             self.proposer.prefill(ids)
-        seq.first = {"prefill_ms": watch.lap(), "reused_tokens": reused}
+        seq.first = {"prefill_ms": watch.ms(0, watch.mark()), "reused_tokens": reused}
         runner = _Alone(self.target, self.cpu_share)
         while not self._cancel.is_set():
             seq.controller = self.controller  # γ set mid-reply (ChatSession) takes effect at the next step
@@ -288,10 +278,8 @@ class SpeculativeEngine:
 
 def draft_generator(proposer: Proposer | None, generator: torch.Generator, seed: int,
                     device: torch.device) -> torch.Generator:
-    """The generator the proposer draws with. A torch generator draws only on its own
-    device, so a draft model on another device than the target gets one of its own,
-    seeded from the turn's seed (a seed still fixes the reply); on the same device
-    both share one stream."""
+    """The generator the proposer draws with: the target's, or, for a draft model on another
+    device (a torch generator draws only on its own), one seeded from the turn's seed."""
     where = proposer.sampling_device if proposer is not None else None
     if where is None or same_device(torch.device(where), device):
         return generator
@@ -386,7 +374,8 @@ def read_device(logits: torch.Tensor, q: torch.Tensor | None, drafts: torch.Tens
     parts = (verdict.accepted, verdict.next_tokens, verdict.alpha_terms, verdict.p_draft, verdict.q_draft,
              p_next, top_p.flatten(), top_ids.flatten(), drafts, bad)
     flat = torch.cat((torch.empty(0, dtype=torch.float64, device=logits.device), *parts)).tolist()
-    accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl, bad = _split(flat, [t.numel() for t in parts])
+    it = iter(flat)
+    accepted, nxt, alpha, p_draft, q_draft, p_nxt, tp, ti, dl, bad = [list(islice(it, t.numel())) for t in parts]
     if bad[0] or bad[1]:
         return _Read.failed("target" if bad[0] else "draft")
     width = top_p.shape[-1]
@@ -400,9 +389,7 @@ def emitted(read: _Read, k: int, source: str) -> _Verified:
     """The tokens a verified chain of ``k`` drafts emits: the accepted drafts, then the
     target's token there (plain, bonus after all k, or resampled at the first rejection)."""
     dl, alts = read.drafts, read.alternatives
-    n = 0
-    while n < k and read.accepted[n]:
-        n += 1
+    n = next((i for i in range(k) if not read.accepted[i]), k)  # drafts kept: the leading run
     tokens = [Token(id=dl[i], kind="accepted", p=read.p_draft[i], q=read.q_draft[i], alternatives=alts[i],
                     source=source) for i in range(n)]
     nxt, p_nxt = read.next_tokens, read.p_next
@@ -428,14 +415,6 @@ def read_host(logits: torch.Tensor, drafts: list[int], params: SamplingParams, u
     alternatives = [tuple(Alternative(id=a, p=b) for a, b in row if b > 0) for row in v.alternatives]
     # q is a point mass: q(x) = 1, and Σ min(p, q) = p(x)
     return _Read(v.accepted, v.next_tokens, v.p_next, v.p_draft, [1.0] * len(drafts), v.p_draft, alternatives, drafts)
-
-
-def _split(flat: list[float], sizes: list[int]) -> list[list[float]]:
-    out, start = [], 0
-    for size in sizes:
-        out.append(flat[start:start + size])
-        start += size
-    return out
 
 
 def generator_on(device: torch.device, seed: int) -> torch.Generator:

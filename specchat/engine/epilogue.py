@@ -1,12 +1,9 @@
-"""The end of a step for one sequence: where its tokens stop, why it finished, its
-StepStats, and the error when a model returned non-finite logits.
-
-One sequence (engine.py) and a batch of them (batched.py) both end each sequence's step
-here, so a stop or EOS token is cut, and a reply finished, the same way in both."""
+"""The end of a step for one sequence, alone or in a batch: where its tokens stop, why it
+finished, its StepStats, and the error for non-finite logits."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from specchat.engine.gamma.controller import Assessment
 from specchat.errors import GenerationError
@@ -40,15 +37,12 @@ def settle(ids: list[int], tokens: list[Token], produced: int, *, stops: set[int
 
 def stats(gamma: int, k: int, n: int, alpha_sum: float, assessed: Assessment, *, alpha_count: int | None = None,
           **measured) -> StepStats:
-    """The step's StepStats: γ asked, k drafted, n kept (the verdict, before any stop cut),
-    α's terms (alpha_count None: a chain's min(k, n + 1)), the cost model's assessment, and
-    what the engine measured (times, sources, batch size: StepStats' other fields)."""
+    """The step's StepStats: γ asked, k drafted, n kept (before any stop cut), α's terms
+    (alpha_count None: a chain's min(k, n + 1)), the assessment and what the engine measured."""
     return StepStats(
         num_speculative_tokens=gamma, num_draft_tokens=k, num_accepted_tokens=n,
         alpha_sum=alpha_sum, alpha_count=min(k, n + 1) if alpha_count is None else alpha_count,
-        predicted_tokens=assessed.tokens, predicted_cost=assessed.cost,
-        recommended_gamma=assessed.recommended_gamma, recommended_gain=assessed.recommended_gain,
-        cost_ratio=assessed.cost_ratio, verify_cost=assessed.verify_cost, **measured)
+        **asdict(assessed), **measured)
 
 
 def ended(reason: str) -> Step:

@@ -41,11 +41,10 @@ def build_proposer(speculation: SpeculationSpec, loaded: Any = None, gamma: int 
         return MedusaProposer(model, loaded.target, gamma, ceiling, **tree)
     if method.name == "eagle3":
         return EagleProposer(model, loaded.target, gamma, ceiling, **tree)
-    if method.name == "hybrid":
+    if method.name in ("hybrid", "ngram_draft"):
         ngram = NgramProposer("auto", speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
-        return HybridProposer(ngram, EagleProposer(model, loaded.target, "auto", HEAD_CEILING, **tree), ceiling)
-    if method.name == "ngram_draft":
-        ngram = NgramProposer("auto", speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
+        if method.name == "hybrid":
+            return HybridProposer(ngram, EagleProposer(model, loaded.target, "auto", HEAD_CEILING, **tree), ceiling)
         return NgramDraftProposer(ngram, DraftModelProposer(model, "auto", ceiling), ceiling)
     return None
 
@@ -56,14 +55,11 @@ def sampling_params(sampling: Any) -> SamplingParams:
 
 
 def build_chat(profile: Any, loaded: Any, recorded: Any = None, record: bool = True) -> ChatSession:
-    """A chat over ``loaded``. Suffix decoding gets the profile's suffix store here, in
-    chats only: bench, verify and plan draft from the request alone, so their figures do
-    not depend on what this user chatted before. ``recorded``: a model's source → its
-    recorded replies (sessions/suffix_replies.py), what a missing "auto" store is built
-    from. ``record``: False for a chat the user asked not to record (``--no-record``); it,
-    like a profile with ``record = false``, drafts from the store but leaves its file as it
-    was. Raises SuffixStoreError (one line) for a named store that is damaged or another
-    tokenizer's."""
+    """A chat over ``loaded``, with the profile's suffix store in chats only (bench, verify
+    and plan figures must not depend on what this user chatted before). ``recorded``: a
+    model's source → its recorded replies, what a missing "auto" store is built from.
+    ``record``: False (``--no-record``) drafts from the store but leaves its file as it was.
+    Raises SuffixStoreError (one line) for a named store that is damaged or another tokenizer's."""
     proposer = build_proposer(profile.speculation, loaded)
     store = None
     if proposer is not None and proposer.kind == "suffix":

@@ -1,11 +1,5 @@
-"""The coupled verification of point-mass drafts on the host, in numpy.
-
-Computes the same law as sampling.py's coupled form (y_i ~ p_i by inverse CDF from the
-uniform fixed by (seed, position); draft x_i kept iff y_i = x_i) from logits in host
-memory. p_i is built only on its support, in ascending id order, so a seed gives the same
-tokens (up to the last bits of p); numpy, not torch, because it is cheaper per step.
-
-Design notes: docs/design/sampling.md
+"""The coupled verification of point-mass drafts on the host, in numpy: sampling.py's law
+from logits in host memory, p_i built only on its support (docs/design/sampling.md).
 """
 
 from __future__ import annotations
@@ -32,14 +26,9 @@ def every_id(vocab: int) -> np.ndarray:
 
 @dataclass
 class HostVerdict:
-    """Everything the engine reads from one verification, as Python values.
-
-    next_tokens: [k+1] y_i, the target's own draw at each position (after a rejection at i
-        it is the resampled token; at k the bonus); p_next: [k+1] p_i(y_i).
-    accepted: [k] x_i == y_i. p_draft: [k] p_i(x_i) (= Σ min(p_i, q_i) for a point mass).
-    alternatives: [k+1] the (id, p) of up to ``width`` most likely ids, most likely first.
-    nonfinite: a row's logits held NaN or +inf, or were all −inf (then nothing else is set).
-    """
+    """One verification as Python values: next_tokens [k+1] y_i, the target's own draw at
+    each position; p_next [k+1] p_i(y_i); accepted [k] x_i == y_i; p_draft [k] p_i(x_i);
+    alternatives [k+1] up to ``width`` most likely (id, p); nonfinite: a row was no law."""
 
     next_tokens: list[int]
     p_next: list[float]
@@ -67,8 +56,8 @@ def verify_point_mass(logits: np.ndarray, drafts: list[int], params: SamplingPar
 
 
 def support(logits: np.ndarray, params: SamplingParams) -> list[tuple[np.ndarray, np.ndarray]] | None:
-    """warp(logits) row by row as (ids ascending, probabilities in the logits' dtype), each row's support
-    only; None when a row is no distribution (see sampling.nonfinite_rows)."""
+    """warp(logits) row by row as (ids ascending, probabilities), each row's support only;
+    None when a row is no distribution (as sampling.nonfinite_rows)."""
     top = logits.max(-1)  # NaN propagates, +inf wins, an all −inf row stays −inf
     if not np.isfinite(top).all():
         return None
@@ -79,9 +68,8 @@ def support(logits: np.ndarray, params: SamplingParams) -> list[tuple[np.ndarray
     # max(l / T) = max(l) / T: rounding is monotone
     peaks = top / params.temperature
     if 0 < params.top_k < vocab:
-        # top-k first: only the ids it keeps are scaled and exponentiated (a few dozen of
-        # 151,936 on Qwen's vocabulary, where the whole row's division, exp and mask were a
-        # third of a plain step's host time); the same values as the path below, on them alone
+        # top-k first: only the ids it keeps are scaled and exponentiated (on Qwen's vocabulary
+        # the whole row's were a third of a plain step's host time); the same values as below
         rows = []
         for row, peak, high in zip(logits, peaks, top):
             ids, s = top_k(row, high, params.top_k, params.temperature)
@@ -111,13 +99,10 @@ def support(logits: np.ndarray, params: SamplingParams) -> list[tuple[np.ndarray
 
 
 def top_k(row: np.ndarray, high: float, k: int, temperature: float) -> tuple[np.ndarray, np.ndarray]:
-    """(ids ascending, their scaled logits l / T) of top-k on the scaled row: the ids whose
-    scaled value is at least the k-th largest (ties with it stay, as warp keeps them).
-    Looked for among the ids within NEAR of the row's largest logit ``high``, the first of
-    those widths that holds k of them: dividing by T is monotone, so every id below the cut
-    scales to at most the cut's own scaled value, and when that is below the k-th largest
-    none of them is kept (else the whole row is scaled, as before). On Qwen's 151,936 ids
-    that took 75 µs a row against 620 µs for the whole row's division and partition."""
+    """(ids ascending, their scaled logits l / T) of top-k on the scaled row (ties with the
+    k-th stay, as in warp), sought among the ids within NEAR of the row's largest logit
+    ``high`` (dividing by T is monotone: ids below the cut scale below it), else the whole
+    row: 75 µs a row against 620 µs on Qwen's 151,936 ids."""
     for width in NEAR:
         cut = row.dtype.type(high - width)
         near = np.flatnonzero(row >= cut)
@@ -136,8 +121,7 @@ def top_k(row: np.ndarray, high: float, k: int, temperature: float) -> tuple[np.
 
 
 def nucleus(weights: np.ndarray, total: float, top_p: float) -> np.ndarray:
-    """The ids (ascending) whose weight is ≥ θ, the smallest weight in the nucleus: a token
-    stays iff the mass strictly above it is < top_p (sampling.nucleus_threshold's rule)."""
+    """The ids (ascending) whose weight is ≥ θ, the smallest in the nucleus (sampling.nucleus_threshold's rule)."""
     share = FIRST_SHARE
     while True:
         candidates = np.flatnonzero(weights >= total * share) if share > 0 else np.flatnonzero(weights > 0)
@@ -154,11 +138,9 @@ def nucleus(weights: np.ndarray, total: float, top_p: float) -> np.ndarray:
 
 
 def draw(probs: np.ndarray, u: float) -> int:
-    """Inverse CDF over the support (ascending ids): the first entry whose cumulative mass
-    exceeds u · total, as sampling.sample_at draws over the whole vocabulary. A wide
-    support is walked in two levels — the block holding the target mass, found from the
-    blocks' sums, then the entry within it — the same search, at a tenth of the passes
-    (the sums differ from one running sum in the last bits only)."""
+    """Inverse CDF over the support (ascending ids), as sampling.sample_at draws; a wide
+    support in two levels (the block holding the target mass, then the entry within it):
+    a tenth of the passes, the sums differing from one running sum in the last bits only."""
     n = len(probs)
     if n <= 4 * BLOCK:
         cdf = np.cumsum(probs, dtype=np.float64)
@@ -179,8 +161,7 @@ def draw(probs: np.ndarray, u: float) -> int:
 
 
 def most_likely(probs: np.ndarray, width: int) -> np.ndarray:
-    """Indices of the ``width`` largest entries, largest first, without sorting a wide
-    support (temperature alone keeps the whole vocabulary)."""
+    """Indices of the ``width`` largest entries, largest first, without sorting a wide support."""
     if len(probs) > width:
         # the few ids within 1/1000 of the most likely hold the top, if there are enough
         near = np.flatnonzero(probs >= probs.max() * 1e-3)

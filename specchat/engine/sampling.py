@@ -1,12 +1,6 @@
-"""Pure tensor helpers: warp logits into the distribution we sample from, sample, and
-the exact rejection sampler of Leviathan et al. (2023) / Chen et al. (2023).
-
-The same :func:`warp` gives p (target) and q (draft); greedy is the one-hot limit.
-Point-mass drafts (n-gram lookup, plain steps) use the coupled form: y_i ~ p_i drawn from
-a uniform fixed by (seed, absolute position), draft x_i kept iff y_i = x_i — the same law
-as the textbook rule, and a seed gives the same reply at every γ.
-
-Design notes: docs/design/sampling.md
+"""Pure tensor helpers: warp logits into the law we sample from (p and q alike; greedy is
+the one-hot limit), sample, and the exact rejection sampler of Leviathan et al. (2023) /
+Chen et al. (2023), with the coupled form for point-mass drafts (docs/design/sampling.md).
 """
 
 from __future__ import annotations
@@ -85,15 +79,11 @@ def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def nucleus_threshold(probs: torch.Tensor, top_p: float, first: int = 16) -> torch.Tensor:
-    """The smallest probability inside each row's nucleus, [n, 1].
-
-    transformers' rule drops a token when the mass of the tokens at most as likely as
-    it is ≤ 1 − top_p, i.e. a token stays iff the mass strictly above it is < top_p
-    (the most likely token always stays). That is a threshold: a token stays iff its
-    probability is ≥ θ, the smallest kept one. θ is found among the ``first`` most likely
-    tokens, widening eightfold while they hold less than top_p of the mass (then a
-    token outside them could still be in the nucleus) — sorting the whole vocabulary
-    each step costs more than the rest of the step."""
+    """θ [n, 1], the smallest probability inside each row's nucleus: transformers keeps a
+    token iff the mass strictly above it is < top_p (the most likely always), i.e. iff its
+    probability is ≥ θ. θ is sought among the ``first`` most likely tokens, widening
+    eightfold while they hold less than top_p (sorting the whole vocabulary costs more
+    than the rest of the step)."""
     vocab = probs.shape[-1]
     width = min(first, vocab)
     while True:
@@ -110,10 +100,8 @@ def nucleus_threshold(probs: torch.Tensor, top_p: float, first: int = 16) -> tor
 
 
 def keep_at_least_(x: torch.Tensor, threshold: torch.Tensor, fill: float) -> torch.Tensor:
-    """In place: the entries of x [n, V] below their row's threshold [n, 1] become ``fill``;
-    entries equal to it stay. On the CPU a per-row ``threshold_`` costs one pass instead
-    of a broadcast compare and ``masked_fill``, cutting just below θ: x > nextafter(θ, −inf)
-    ⟺ x ≥ θ in x's own precision."""
+    """In place: the entries of x [n, V] below their row's threshold [n, 1] become ``fill``. On
+    the CPU one ``threshold_`` pass a row, cutting just below θ (x > nextafter(θ, −inf) ⟺ x ≥ θ)."""
     if x.device.type != "cpu" or x.shape[0] > 16:
         return x.masked_fill_(x < threshold, fill)
     below = torch.nextafter(threshold, torch.full_like(threshold, float("-inf"))).flatten().tolist()
@@ -123,13 +111,11 @@ def keep_at_least_(x: torch.Tensor, threshold: torch.Tensor, fill: float) -> tor
 
 
 def topk(x: torch.Tensor, k: int, block: int = 256) -> torch.return_types.topk:
-    """torch.topk(x, k) over the last dim of x [n, V] for small k: the k largest values
-    lie in the k blocks of ``block`` ids with the largest maxima (any value outside them
-    is ≤ its block's maximum ≤ the k-th largest block maximum, and those k blocks hold
-    k values at least that large), so only those are searched: ~3× faster than a topk
-    over a 50k vocabulary on a CPU. Values are exactly torch.topk's; among equal values
-    the ids may differ, as torch.topk leaves that order open (and a row with fewer than
-    k values above −inf may name padding ids ≥ V for its −inf values)."""
+    """torch.topk(x, k) over the last dim of x [n, V] for small k, searching only the k
+    blocks of ``block`` ids with the largest maxima (they hold the k largest values): ~3×
+    faster over a 50k vocabulary on a CPU. Values are exactly torch.topk's; among equal
+    values the ids may differ (a row with fewer than k values above −inf may name padding
+    ids ≥ V for its −inf values)."""
     n, vocab = x.shape
     blocks = -(-vocab // block)
     if k * 4 > blocks:
@@ -147,8 +133,7 @@ def topk(x: torch.Tensor, k: int, block: int = 256) -> torch.return_types.topk:
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One draw per row of probs [n, V] → ids [n] (inverse CDF: several times faster than
     torch.multinomial over a 50k vocabulary on CPU, and the same law)."""
-    uniforms = torch.rand(probs.shape[0], generator=generator, device=probs.device, dtype=torch.float64)
-    return sample_at(probs, uniforms)
+    return sample_at(probs, torch.rand(probs.shape[0], generator=generator, device=probs.device, dtype=torch.float64))
 
 
 _MASK = (1 << 64) - 1
@@ -171,8 +156,8 @@ def position_uniforms(seed: int, start: int, n: int) -> list[float]:
 
 
 def sample_at(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw per row: probs [n, V], uniforms [n] in [0, 1) → ids [n]; the id is
-    the first whose cumulative mass exceeds u · total, so an id of zero mass is never drawn."""
+    """Inverse-CDF draw per row: probs [n, V], uniforms [n] in [0, 1) → ids [n], the first whose
+    cumulative mass exceeds u · total (an id of zero mass is never drawn)."""
     cdf = probs.cumsum(-1, dtype=torch.float64)  # [n, V]
     total = cdf[:, -1:]  # [n, 1]
     target = uniforms.to(device=probs.device, dtype=torch.float64)[:, None] * total  # [n, 1]
@@ -189,11 +174,16 @@ def on_vocab(probs: torch.Tensor, vocab: int) -> torch.Tensor:
     draft's rows get probability 0; rows past the target's never carry mass because the
     draft only samples ids the target has (its logits are cut to ``vocab`` first)."""
     width = probs.shape[-1]
-    if width == vocab:
-        return probs
-    if width > vocab:
+    if width >= vocab:
         return probs[..., :vocab]
     return torch.nn.functional.pad(probs, (0, vocab - width))
+
+
+def on_target_vocab(q: torch.Tensor, ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """A head's q [n, V_draft] → [n, vocab]: column j's mass on target id ids[j], zero elsewhere."""
+    out = q.new_zeros(q.shape[0], vocab)
+    out[:, ids] = q
+    return out
 
 
 def nonfinite_rows(logits: torch.Tensor) -> torch.Tensor:
@@ -203,10 +193,8 @@ def nonfinite_rows(logits: torch.Tensor) -> torch.Tensor:
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(p − q, 0)) row-wise; p, q: [k, V] → [k, V].
-
-    The mass is 0 only where p == q, where a rejection cannot happen; such rows are
-    filled with p so that sampling them stays valid (their draw is never used)."""
+    """norm(max(p − q, 0)) row-wise, [k, V]; a row of no mass (p == q: no rejection there)
+    is p, so sampling it stays valid (its draw is never used)."""
     residual = (p - q.to(p.dtype)).clamp_min(0.0)
     mass = residual.sum(-1, keepdim=True)  # [k, 1]
     return torch.where(mass > 0, residual / mass.clamp_min(1e-30), p)
@@ -216,13 +204,10 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 class Verdict:
     """Outcome of verifying k drafts, still on the device (one sync reads it all).
 
-    accepted: [k] bool, whether each draft passed its own test (only the leading run counts).
-    next_tokens: [k+1] candidate next token for each stopping point: position i < k holds a
-        draw from norm(max(p_i − q_i, 0)) (used if the first rejection is at i; in the coupled
-        form a draw from p_i, which differs from the draft exactly when it is rejected);
-        position k a bonus draw from p_k.
-    alpha_terms: [k] Σ_x min(p_i(x), q_i(x)) per draft position (p_i(draft) for point masses).
-    p_draft / q_draft: [k] p and q of each drafted token.
+    accepted: [k] whether each draft passed its own test (only the leading run counts).
+    next_tokens: [k+1] the token after a first rejection at i < k (a draw from
+        norm(max(p_i − q_i, 0)); coupled form: from p_i), or at k the bonus from p_k.
+    alpha_terms: [k] Σ_x min(p_i(x), q_i(x)). p_draft / q_draft: [k] of each drafted token.
     """
 
     accepted: torch.Tensor
@@ -243,13 +228,10 @@ def rejection_sample(
 ) -> Verdict:
     """Exact speculative sampling for one sequence (rule: docs/design/sampling.md).
 
-    p: [k+1, V] target distributions (position i conditions on the drafts before it).
-    q: [k, V] the drafts' distributions, or None for point-mass drafts (n-gram lookup).
-    drafts: [k] drafted ids.
-    uniforms: [k+1] per-position uniforms (:func:`position_uniforms`); with point-mass
-       drafts they select the coupled form.
-    draws: ([k] acceptance uniforms, [k+1] next-token uniforms) instead of the generator's,
-       so tests can read the exact law off stratified grids.
+    p: [k+1, V] target laws; q: [k, V] the drafts' laws or None (point masses); drafts: [k].
+    uniforms: [k+1] per-position uniforms (:func:`position_uniforms`): with point masses,
+    the coupled form. draws: ([k] acceptance, [k+1] next-token uniforms) instead of the
+    generator's, so tests can read the exact law off stratified grids.
     """
     k = drafts.shape[0]
     pos = torch.arange(k, device=p.device)

@@ -1,8 +1,5 @@
-"""A multi-turn chat over the engine: chat templates, detokenisation, chat-level events.
-
-This is the live backend the UI, the recorder, ``specchat run`` and bench consume;
-replay yields the same events from a file.
-"""
+"""A multi-turn chat over the engine (templates, detokenisation): what the UI, the recorder,
+``specchat run`` and bench consume live; replay yields the same events from a file."""
 
 from __future__ import annotations
 
@@ -49,8 +46,7 @@ class ChatSession(Conversation):
     engine is its source of steps; :class:`~specchat.turn.Conversation` runs the turn."""
 
     def __init__(self, engine: SpeculativeEngine, tokenizer: Any, *, sampling: SamplingParams = SamplingParams(),
-                 max_new_tokens: int = 512, system_prompt: str | None = None,
-                 enable_thinking: bool | None = None, stop_token_ids: tuple[int, ...] = (),
+                 max_new_tokens: int = 512, system_prompt: str | None = None, enable_thinking: bool | None = None,
                  overflow: str = "rolling", suffix_store: Any = None) -> None:
         proposer = engine.proposer
         super().__init__(ChatTelemetry(max_gamma=proposer.max_speculative_tokens if proposer else 1),
@@ -58,13 +54,11 @@ class ChatSession(Conversation):
         self.engine = engine
         self.tokenizer = tokenizer
         self.sampling = sampling
-        self.template = ChatTemplate(tokenizer, system_prompt=system_prompt, enable_thinking=enable_thinking,
-                                     stop_token_ids=stop_token_ids)
+        self.template = ChatTemplate(tokenizer, system_prompt=system_prompt, enable_thinking=enable_thinking)
         self.stop_token_ids = self.template.stop_token_ids
         self._alt_text: dict[int, str] = {}
         self._notice = engine.notice  # said once, with the next turn
-        # an OpenedStore (engine/proposers/suffix_store_open.py): each finished reply goes into it
-        self.suffix_store = suffix_store
+        self.suffix_store = suffix_store  # an OpenedStore: each finished reply goes into it
         if suffix_store is not None and suffix_store.notice:
             self._notice = " ".join(filter(None, (self._notice, suffix_store.notice)))
         # a chat that outgrows the context: "rolling" drops its earliest turns from what the
@@ -97,10 +91,6 @@ class ChatSession(Conversation):
 
     def set_thinking(self, enabled: bool) -> None:
         self.template.enable_thinking = enabled
-
-    @property
-    def enable_thinking(self) -> bool | None:
-        return self.template.enable_thinking
 
     @property
     def num_speculative_tokens(self) -> int | str:
@@ -136,7 +126,7 @@ class ChatSession(Conversation):
         return notice
 
     def _window_note(self, prompt_tokens: int, dropped: int) -> str:
-        """What the rolling window did to this turn's prompt, for the user ("" if nothing)."""
+        """What the rolling window did to this turn's prompt ("" if nothing)."""
         context = self.engine.target.max_length
         reply = min(self.max_new_tokens, context // 2)
         if prompt_tokens + reply > context:  # all history gone, and the message alone is still too long

@@ -1,6 +1,5 @@
-"""A chat template: how messages become prompt ids for a tokenizer, and which ids end a
-turn. A chat (session.py) holds one and runs the engine; serve, bench and train-head's
-distillation need only this."""
+"""A chat template: how messages become prompt ids, and which ids end a turn (a chat holds
+one; serve, bench and distillation need only this)."""
 
 from __future__ import annotations
 
@@ -13,18 +12,16 @@ END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "</s>", "
 
 
 class ChatTemplate:
-    """``system_prompt``: the profile's, put first in every prompt (turn.with_system);
-    ``enable_thinking``: passed to templates that take it (Qwen3), None for their default;
-    ``stop_token_ids``: ids that end a reply, besides the vocabulary's end-of-turn markers
-    and EOS."""
+    """``system_prompt``: put first in every prompt; ``enable_thinking``: for templates that
+    take it (None: their default). ``stop_token_ids``: the end-of-turn markers and EOS."""
 
-    def __init__(self, tokenizer: Any, *, system_prompt: str | None = None, enable_thinking: bool | None = None,
-                 stop_token_ids: tuple[int, ...] = ()) -> None:
+    def __init__(self, tokenizer: Any, *, system_prompt: str | None = None,
+                 enable_thinking: bool | None = None) -> None:
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         self.enable_thinking = enable_thinking
         vocab = tokenizer.get_vocab()
-        self.stop_token_ids = set(stop_token_ids) | {vocab[t] for t in END_OF_TURN if t in vocab}
+        self.stop_token_ids = {vocab[t] for t in END_OF_TURN if t in vocab}
         if tokenizer.eos_token_id is not None:
             self.stop_token_ids.add(tokenizer.eos_token_id)
 

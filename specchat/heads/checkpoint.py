@@ -1,12 +1,6 @@
-"""Reading and writing EAGLE-3 heads: ``config.json`` + ``model.safetensors``, never pickle.
-
-A head is untrusted input: everything is checked against the target before a tensor is
-used, and every problem is one :class:`HeadError` line naming the file, what is wrong and
-the fix. Accepted layouts: SpecForge's ``LlamaForCausalLMEagle3`` (``midlayer.*``) and
-vLLM's ``Eagle3LlamaForCausalLM`` / speculators (``layers.0.*``, ``model.layers.0.*``). A
-head that carries its own ``embed_tokens.weight`` uses it instead of the target's.
-
-Design notes: docs/design/heads.md
+"""Reading and writing EAGLE-3 heads: ``config.json`` + ``model.safetensors``, never pickle,
+checked against the target (a :class:`HeadError` line per problem). Read: SpecForge's
+``midlayer.*`` and vLLM's / speculators' ``layers.0.*`` layouts (docs/design/heads.md).
 """
 
 from __future__ import annotations
@@ -31,16 +25,9 @@ class HeadError(ModelLoadError):
 # our attribute → the checkpoint's name (SpecForge layout)
 NAMES = {
     "fc.weight": "fc.weight",
-    "input_layernorm": "midlayer.input_layernorm.weight",
-    "hidden_norm": "midlayer.hidden_norm.weight",
-    "post_attention_layernorm": "midlayer.post_attention_layernorm.weight",
-    "q_proj.weight": "midlayer.self_attn.q_proj.weight",
-    "k_proj.weight": "midlayer.self_attn.k_proj.weight",
-    "v_proj.weight": "midlayer.self_attn.v_proj.weight",
-    "o_proj.weight": "midlayer.self_attn.o_proj.weight",
-    "gate_proj.weight": "midlayer.mlp.gate_proj.weight",
-    "up_proj.weight": "midlayer.mlp.up_proj.weight",
-    "down_proj.weight": "midlayer.mlp.down_proj.weight",
+    **{norm: f"midlayer.{norm}.weight" for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm")},
+    **{f"{p}.weight": f"midlayer.self_attn.{p}.weight" for p in ("q_proj", "k_proj", "v_proj", "o_proj")},
+    **{f"{p}.weight": f"midlayer.mlp.{p}.weight" for p in ("gate_proj", "up_proj", "down_proj")},
     "norm": "norm.weight",
     "lm_head.weight": "lm_head.weight",
 }
@@ -58,9 +45,8 @@ def save_eagle3(head: Eagle3Head, directory: str | Path, dtype: torch.dtype = to
 
 
 def write_checkpoint(directory: str | Path, tensors: dict[str, torch.Tensor], config: dict) -> Path:
-    """Writes ``tensors`` and config.json into ``directory`` → the weights' path. Each is
-    written to a temporary name and renamed, so an interrupted save never leaves a
-    half-written checkpoint under the real name."""
+    """Writes ``tensors`` and config.json into ``directory``, each under a temporary name then
+    renamed (never half-written under the real name) → the weights' path."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -198,9 +184,7 @@ def load_eagle3(directory: str | Path, *, target_hidden: int, target_vocab: int,
                         hint="use a head trained for this model (specchat train-head makes one)")
     weights = weights_file(directory)
     tensors = _normalise_names(_read_tensors(weights))
-    head_embed = tensors.pop("embed_tokens.weight", None)
-    if head_embed is not None:
-        embed = head_embed
+    embed = tensors.pop("embed_tokens.weight", embed)  # a head that carries its own uses it
     if embed is None or tuple(embed.shape) != (config.vocab_size, config.hidden_size):
         raise HeadError("the head needs the target's token embeddings [vocab, hidden]", file=str(directory),
                         hint="this target's backend cannot provide them; use another backend")
@@ -217,10 +201,7 @@ def load_eagle3(directory: str | Path, *, target_hidden: int, target_vocab: int,
                             f"{list(expected[ours].shape)}", file=str(weights),
                             hint="config.json and the weights do not belong together")
         state[ours] = t.to(dtype)
-    d2t = tensors.get("d2t")
-    if d2t is None:
-        d2t = torch.zeros(config.draft_vocab_size, dtype=torch.long)  # a full-vocabulary head
-    d2t = d2t.to(torch.long)
+    d2t = tensors.get("d2t", torch.zeros(config.draft_vocab_size)).to(torch.long)  # none: a full-vocabulary head
     ids = torch.arange(config.draft_vocab_size) + d2t if d2t.numel() == config.draft_vocab_size else None
     if ids is None or int(ids.min()) < 0 or int(ids.max()) >= config.vocab_size or ids.unique().numel() != ids.numel():
         raise HeadError("d2t does not map the draft vocabulary one-to-one into the target's",

@@ -1,12 +1,6 @@
-"""An EAGLE-3 head made ready for drafting: its plain step (qkv, attention, finish) in fewer,
-larger operations, because a draft on a CPU costs memory traffic and Python dispatch.
-
-Fused q/k/v and gate/up products (optionally int8 rows, heads/int8.py), a RoPE table, a
-preallocated KV cache grown by doubling, one grouped-query attention call. Exactness never
-rests on it: every draft carries the law this drafter computed, and the rejection sampler
-verifies against that law.
-
-Design notes: docs/design/heads.md
+"""An EAGLE-3 head made ready for drafting: its plain step in fewer, larger operations (a
+draft on a CPU costs memory traffic and Python dispatch). Exactness never rests on it:
+every draft carries the law this drafter computed (docs/design/heads.md).
 """
 
 from __future__ import annotations
@@ -51,14 +45,11 @@ class DrafterCache:
         if need <= self.k.shape[1]:
             return
         size = max(need, 2 * self.k.shape[1])
-        for name in ("k", "v"):
+        for name in ("k", "v", "out"):  # the rows are the second-last dimension of each
             old = getattr(self, name)
-            new = old.new_empty(old.shape[0], size, old.shape[2])
-            new[:, : self.n] = old[:, : self.n]
+            new = old.new_empty(*old.shape[:-2], size, old.shape[-1])
+            new[..., : self.n, :] = old[..., : self.n, :]
             setattr(self, name, new)
-        out = self.out.new_empty(size, self.out.shape[1])
-        out[: self.n] = self.out[: self.n]
-        self.out = out
 
     def truncate(self, position: int) -> None:
         """Drops positions ≥ ``position``."""
@@ -78,8 +69,7 @@ class DrafterCache:
 
 
 class Drafter:
-    """``head`` (an Eagle3Head, left untouched) as a drafting machine: ``fuse``,
-    ``step`` and ``logits`` as in eagle3.py, plus ``new_cache``."""
+    """``head`` (left untouched) as a drafting machine: ``fuse``, ``step`` and ``logits`` as in eagle3.py."""
 
     def __init__(self, head: Eagle3Head, int8: bool = False) -> None:
         c = self.config = head.config

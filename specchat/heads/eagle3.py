@@ -1,13 +1,6 @@
-"""An EAGLE-3 draft head (Li et al. 2025) in torch, in the layout other engines load.
-
-``fc`` fuses the inputs of three target layers (``layer_ids``) into g_P; one Llama decoder
-layer takes (embedding of token P+1, g_P) at RoPE position P and predicts token P+2 over a
-reduced draft vocabulary (draft id d → target id d + d2t[d]). A chain feeds back the
-layer's pre-norm output as the next g, as llama.cpp's eagle3 drafting does. The token
-embedding is the target's (never saved). Saved in SpecForge's ``LlamaForCausalLMEagle3``
-layout.
-
-Design notes (tensor names, sizes): docs/design/heads.md
+"""An EAGLE-3 draft head (Li et al. 2025) in torch, in SpecForge's layout: ``fc`` fuses three
+target layers' inputs into g_P; one decoder layer takes (embedding of token P+1, g_P) at
+position P and predicts token P+2 over a draft vocabulary (docs/design/heads.md).
 """
 
 from __future__ import annotations
@@ -50,9 +43,8 @@ class Eagle3Config:
             max_position_embeddings=target.get("max_position_embeddings", 8192))
 
     def to_json(self) -> dict:
-        config = dict(self.extra)
-        config.update({
-            "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_act": "silu",
+        return {  # the extra keys first, ours over them
+            **self.extra, "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_act": "silu",
             "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
             "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
             "head_dim": self.head_dim, "num_hidden_layers": 1, "vocab_size": self.vocab_size,
@@ -64,8 +56,7 @@ class Eagle3Config:
             # vLLM and llama.cpp read the top-level key, SpecForge's loaders the nested one
             "eagle_aux_hidden_state_layer_ids": list(self.layer_ids),
             "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.layer_ids), "use_aux_hidden_state": True},
-        })
-        return config
+        }
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

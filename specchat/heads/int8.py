@@ -1,13 +1,7 @@
-"""A head's linear layers as int8 weights with one bfloat16 scale per output row, for
-drafting on a CPU.
-
-Drafting one token reads every weight of the head once (~26 MB in float32 for the
-embedded SmolLM2's head), so on a CPU a draft costs memory traffic, not arithmetic.
-torch's ``_weight_int8pack_mm`` reads a quarter of the bytes, and is that much faster
-(docs/benchmarks/why-the-numbers.md).
-
-Exactness does not depend on it: each draft carries the law it was drawn from, computed
-by this same quantised head, and the rejection sampler verifies against that law.
+"""A head's linear layers as int8 weights with one bfloat16 scale per output row: on a CPU a
+draft costs reading every weight (~26 MB in float32 for the embedded SmolLM2's head), and
+``_weight_int8pack_mm`` reads a quarter of the bytes. Each draft carries the law this
+quantised head computed, so exactness does not depend on it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Medusa-1 heads (Cai et al. 2024) in torch, in the layout other engines load.
-
-Head i (0-based) reads the target's final hidden state h_P (after the final norm) and
-predicts the token at P + 2 + i: ``num_layers`` residual blocks x ← x + SiLU(W x + b),
-then a linear map to the vocabulary without bias. All drafts of a step come from one h_P.
-``token_map`` names the target id of each output row (default: identity).
-Checkpoint layouts are in ``medusa_checkpoint.py``.
-
-Design notes: docs/design/heads.md
+"""Medusa-1 heads (Cai et al. 2024) in torch: head i reads the target's final hidden state
+h_P and predicts the token at P + 2 + i through residual blocks x ← x + SiLU(W x + b) and a
+linear map; ``token_map`` names each output row's target id (docs/design/heads.md).
 """
 
 from __future__ import annotations

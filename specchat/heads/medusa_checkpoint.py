@@ -1,13 +1,7 @@
 """Reading and writing Medusa-1 heads: ``config.json`` + one safetensors file, never pickle.
-
-Read: vLLM's ``Medusa`` layout (``blocks.{i}.layers.{j}``, ``lm_heads.{i}``, ``token_map``;
-no bias tensors means zero biases) and FasterDecoding/Medusa's ``medusa_head`` layout (as
-TGI reads it); FasterDecoding's ``.pt`` pickle is refused. Written: vLLM's layout in
-``model.safetensors``, with FasterDecoding's config keys. A config without
-``hidden_size`` / ``vocab_size`` has them read off the output maps. Everything is checked
-against the target; each problem is one HeadError line naming the file and the fix.
-
-Design notes: docs/design/heads.md
+Read: vLLM's ``Medusa`` layout (no bias tensors: zero biases) and FasterDecoding's
+``medusa_head`` one; written: vLLM's, with FasterDecoding's config keys. Checked against the
+target, a HeadError line per problem (docs/design/heads.md).
 """
 
 from __future__ import annotations

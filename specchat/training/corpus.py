@@ -1,12 +1,6 @@
-"""The prompts a head is self-distilled on: varied chat requests, shipped, no download.
-
-Nothing can be downloaded on the machines this is built for, so the training data comes
-from the target itself answering these prompts (distill.py). They are made by crossing
-request shapes (explain, story, advice, list, compare, code, letter, poem, how-to, …)
-with subjects, so the replies span prose, lists, dialogue and code the way chat does;
-corpus_open.py adds open requests of other shapes (stories, trade-offs, why-questions,
-how things work, …) filled from their own slot lists. None of them is a prompt of ``specchat bench``'s sets: those stay held out, and the
-acceptance reported on them is acceptance on text the head never saw.
+"""The prompts a head is self-distilled on (the target answers them, distill.py): request
+shapes crossed with subjects, so replies span prose, lists, dialogue and code, plus
+corpus_open.py's open requests. None is a prompt of ``specchat bench``'s sets.
 """
 
 from __future__ import annotations

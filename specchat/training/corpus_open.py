@@ -1,11 +1,6 @@
-"""The corpus's second half: open chat requests in the shapes people type, filled from
-slot lists — stories about a character and an event, what an idea is for, where to start
-on a goal, trade-offs, why-questions, how things work, differences, scenes, arguments.
-
-The first half (corpus.py) crosses 12 request shapes with 50 subjects; a head trained on
-it alone learned that style and drafted open chat worse than its own held-out prompts
-(docs/benchmarks/why-the-numbers.md). These families widen what the target is seen
-answering. None is a prompt of ``specchat bench``'s sets (tests/training/test_corpus.py).
+"""The corpus's second half: open chat requests filled from slot lists. A head trained on
+corpus.py's crossed shapes alone drafted open chat worse than its own held-out prompts
+(docs/benchmarks/why-the-numbers.md); these widen what the target is seen answering.
 """
 
 from __future__ import annotations

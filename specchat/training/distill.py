@@ -1,11 +1,5 @@
-"""Self-distillation: the target answers the training prompts, many at once.
-
-A second llama.cpp context on the loaded model decodes ``n_seq`` sequences per
-``llama_decode``; a finished slot takes the next prompt at once (continuous batching).
-Each prompt is answered greedily and sampled at temperature 0.8. Given ``layer_ids``, the
-same decodes hand out what the head trains on (teacher.py's ``Taught``: those layers'
-inputs and the target's law after every token), so no teacher-forced pass is needed.
-
+"""Self-distillation: the target answers the training prompts ``n_seq`` at a time in a second
+llama.cpp context; given ``layer_ids`` the same decodes hand out what the head trains on.
 Design notes: docs/design/training.md
 """
 
@@ -22,33 +16,18 @@ from specchat.training.teacher import Taught, top_law
 
 @dataclass
 class Sample:
-    """One distilled conversation: ``ids`` = the chat-formatted prompt and the reply;
-    the reply starts at ``reply_start``. ``taught``: its features and soft labels over
-    every token fed (all but the last), when the generator was given layers."""
+    """One distilled conversation: ``ids`` the prompt and the reply, which starts at
+    ``reply_start``; ``taught``: its features and soft labels, given layers."""
 
     ids: list[int]
     reply_start: int
     taught: Taught | None = None
 
 
-class _Record:
-    """What one slot has gathered for its ``Taught``: rows of features and laws."""
-
-    def __init__(self) -> None:
-        self.features: list[torch.Tensor] = []
-        self.top_ids: list[torch.Tensor] = []
-        self.top_p: list[torch.Tensor] = []
-
-    def add(self, features: torch.Tensor, top_ids: torch.Tensor, top_p: torch.Tensor) -> None:
-        self.features.append(features)
-        self.top_ids.append(top_ids)
-        self.top_p.append(top_p)
-
-    def taught(self, ids: list[int], reply_start: int) -> Taught:
-        features = torch.cat(self.features)
-        fed = features.shape[0]
-        return Taught(torch.tensor(ids[:fed], dtype=torch.long), features, torch.cat(self.top_ids),
-                      torch.cat(self.top_p), reply_start)
+def _taught(rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], ids: list[int], reply_start: int) -> Taught:
+    """A slot's gathered rows of (features, top ids, top p) → its ``Taught``."""
+    features, top_ids, top_p = (torch.cat(parts) for parts in zip(*rows))
+    return Taught(torch.tensor(ids[:features.shape[0]], dtype=torch.long), features, top_ids, top_p, reply_start)
 
 
 class BatchedGenerator:
@@ -79,18 +58,18 @@ class BatchedGenerator:
         queue = list(range(len(prompts)))[::-1]
         slots: dict[int, tuple[int, list[int], int]] = {}  # seq → (prompt index, ids, reply start)
         pending: dict[int, np.ndarray] = {}  # seq → logits of its last token
-        records: dict[int, _Record] = {}
+        records: dict[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}  # seq → its rows
 
         def start(seq: int) -> None:
             index = queue.pop()
             ids = list(prompts[index][: self.n_ctx_per_seq - max_new_tokens - 1])
-            records[seq] = _Record()
+            records[seq] = []
             for first in range(0, len(ids), self.context.n_batch):
                 chunk = ids[first:first + self.context.n_batch]
                 rows = [(t, first + i, seq, bool(self.layers) or first + i == len(ids) - 1) for i, t in enumerate(chunk)]
                 logits, features = self._decode(rows)
                 if features is not None:
-                    records[seq].add(torch.from_numpy(features).to(torch.bfloat16), *top_law(logits, self.top))
+                    records[seq].append((torch.from_numpy(features).to(torch.bfloat16), *top_law(logits, self.top)))
             slots[seq] = (index, ids, len(ids))
             pending[seq] = logits[-1]
 
@@ -107,8 +86,8 @@ class BatchedGenerator:
                 if token in self.eos or len(ids) - reply_start >= max_new_tokens:
                     del slots[seq]
                     self.context.drop(seq)
-                    record = records.pop(seq)
-                    yield index, Sample(ids, reply_start, record.taught(ids, reply_start) if self.layers else None)
+                    rows_kept = records.pop(seq)
+                    yield index, Sample(ids, reply_start, _taught(rows_kept, ids, reply_start) if self.layers else None)
                     if queue:
                         start(seq)
                     continue
@@ -121,7 +100,7 @@ class BatchedGenerator:
                 for k, (_, _, seq, _) in enumerate(rows):
                     pending[seq] = logits[k]
                     if features is not None:
-                        records[seq].add(features[k:k + 1], top_ids[k:k + 1], top_p[k:k + 1])
+                        records[seq].append((features[k:k + 1], top_ids[k:k + 1], top_p[k:k + 1]))
 
     @staticmethod
     def _pick(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:

@@ -1,44 +1,25 @@
-"""``train-head --kind medusa``: Medusa-1 heads trained on the target's own replies.
-
-The corpus, distillation and draft vocabulary are the EAGLE-3 pipeline's stages
-(pipeline.py); two more resumable stages follow: teach (one teacher-forced pass per reply:
-final hidden states and next-token laws, ``taught-medusa/``), then train + export (head i
-at position t learns the target's law of token t + 2 + i, weighted 0.8^i; written in
-vLLM's layout).
-
-Design notes: docs/design/training.md
+"""``train-head --kind medusa``: after the EAGLE-3 pipeline's corpus, distillation and draft
+vocabulary, teach (final hidden states and next-token laws) and train + export (head i at
+position t learns token t + 2 + i, weighted 0.8^i). Design notes: docs/design/training.md
 """
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from specchat.heads.medusa import MedusaConfig, MedusaHead
 from specchat.heads.medusa_checkpoint import load_medusa, save_medusa
-from specchat.training.teacher import Taught, top_law
-from specchat.training.train import History, TrainConfig, run_epochs
+from specchat.training.teacher import Taught, teach
+from specchat.training.train import History, TrainConfig, draft_index, run_epochs
+from specchat.training.ttt import chain_lengths
 
 DECAY = 0.8  # head i's loss weight is DECAY ** i (Medusa-1)
-
-
-def teach_final(backend, ids: list[int], reply_start: int, top: int = 32) -> Taught:
-    """``features`` = the final hidden states [T, H] (bf16) of a teacher-forced pass."""
-    backend.reset()
-    backend.request_final_hidden()
-    with torch.no_grad():
-        logits = backend.forward(ids, num_logits=len(ids))  # [T, V]
-    hidden = backend.last_final_hidden
-    assert hidden is not None and hidden.shape[0] == len(ids) and backend.final_hidden_start == 0
-    top_ids, top_p = top_law(logits, min(top, logits.shape[-1]))
-    return Taught(torch.tensor(ids, dtype=torch.long), hidden.cpu().to(torch.bfloat16), top_ids, top_p, reply_start)
 
 
 @dataclass
@@ -67,8 +48,7 @@ def positions(samples: list[Taught], num_heads: int, draft_index: torch.Tensor) 
             ids[i].append(draft_index[s.top_ids[row].long()])
             ps[i].append(s.top_p[row].float())
             valid[i].append(t + 2 + i < s.ids.numel())  # that token exists in the reply
-    cat = torch.cat
-    return Positions(cat(hs) if hs else torch.zeros(0), [cat(x) for x in ids], [cat(x) for x in ps], [cat(x) for x in valid])
+    return Positions(torch.cat(hs), *([torch.cat(x) for x in per_head] for per_head in (ids, ps, valid)))
 
 
 def loss_and_hits(head: MedusaHead, data: Positions, rows: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -95,15 +75,9 @@ def evaluate(head: MedusaHead, data: Positions, gammas=(1, 2, 3, 4)) -> dict:
         _, hits = loss_and_hits(head, data, rows) if len(rows) else (None, [])
     if not hits:
         return {"positions": 0}
-    kept = torch.ones(len(rows), dtype=torch.long)
-    chain = torch.zeros(len(rows), dtype=torch.long)
-    for hit in hits:
-        kept = kept * hit.long()
-        chain += kept
-    result = {"positions": len(rows)}
-    for g in gammas:
-        result[f"mean_acceptance_length@{g}"] = round(1.0 + float(chain.clamp_max(g).float().mean()), 4)
-    return result
+    chain = chain_lengths(torch.stack(hits)).float()  # [N] heads in a row whose draft is the target's
+    lengths = {f"mean_acceptance_length@{g}": round(1.0 + float(chain.clamp_max(g).mean()), 4) for g in gammas}
+    return {"positions": len(rows), **lengths}
 
 
 def new_head(num_heads: int, hidden: int, vocab: int, draft_ids: torch.Tensor, embed: torch.Tensor | None) -> MedusaHead:
@@ -136,45 +110,27 @@ def train(head: MedusaHead, train_set: Positions, held_out: Positions, cfg: Trai
 def teach_stage(stages, rows: list[dict]) -> list[Taught]:
     """Each row's final hidden states and soft labels, kept in ``taught-medusa/``."""
     return stages.taught(rows, "taught-medusa", "final hidden states and soft labels",
-                         lambda ids, reply_start: teach_final(stages.backend, ids, reply_start))
+                         lambda ids, reply_start: teach(stages.backend, ids, reply_start))
 
 
 def train_and_export(stages, taught: list[Taught], rows: list[dict], draft_ids: torch.Tensor, num_heads: int,
                      out: Path, resume: bool) -> History:
     b = stages.backend
-    index = torch.full((b.vocab_size,), -1, dtype=torch.long)
-    index[draft_ids] = torch.arange(draft_ids.numel())
+    index = draft_index(draft_ids, b.vocab_size)
     train_set = positions([t for t, r in zip(taught, rows) if not r["held_out"]], num_heads, index)
     held_out = positions([t for t, r in zip(taught, rows) if r["held_out"] and r["greedy"]], num_heads, index)
-    checkpoint = stages.work / "checkpoint-medusa"
-    history = History()
-    if resume and (checkpoint / "history.json").exists():
-        head = load_medusa(checkpoint, target_hidden=b.hidden_size, target_vocab=b.vocab_size)
-        history = History(**json.loads((checkpoint / "history.json").read_text()))
-        stages.say(f"resuming after epoch {history.epochs_done}")
-    else:
+
+    def new() -> MedusaHead:
         try:
             embed = b.token_embeddings()
         except NotImplementedError:
             embed = None  # a random start: slower to train, as good in the end
-        head = new_head(num_heads, b.hidden_size, b.vocab_size, draft_ids, embed)
+        return new_head(num_heads, b.hidden_size, b.vocab_size, draft_ids, embed)
 
-    def keep(h: History) -> None:
-        save_medusa(head, checkpoint, dtype=torch.float32)
-        (checkpoint / "history.json").write_text(json.dumps(asdict(h)))
-        last = h.held_out[-1]
-        stages.say(f"epoch {h.epochs_done}: loss {h.loss[-1]:.3f}, held-out acceptance length "
-                   + ", ".join(f"{k.split('@')[1]}: {v}" for k, v in last.items() if k.startswith("mean_")))
-
-    started = time.perf_counter()
-    try:
-        history = train(head, train_set, held_out, stages.plan.train, stages.bar, history, keep)
-    finally:
-        if history.epochs_done:
-            save_medusa(load_medusa(checkpoint, target_hidden=b.hidden_size, target_vocab=b.vocab_size), out)
-            (out / "training.json").write_text(json.dumps({
-                "history": asdict(history), "plan": asdict(stages.plan), "kind": "medusa", "heads": num_heads,
-                "train_positions": int(train_set.h.shape[0]), "held_out_positions": int(held_out.h.shape[0]),
-                "train_seconds": round(time.perf_counter() - started, 1), "stage_seconds": stages.seconds},
-                indent=2) + "\n")
-    return history
+    return stages.checkpointed(
+        "checkpoint-medusa", out, resume, save_medusa, new,
+        lambda path: load_medusa(path, target_hidden=b.hidden_size, target_vocab=b.vocab_size),
+        lambda head, history, keep: train(head, train_set, held_out, stages.plan.train, stages.bar, history, keep),
+        lambda last: ", ".join(f"{k.split('@')[1]}: {v}" for k, v in last.items() if k.startswith("mean_")),
+        {"kind": "medusa", "heads": num_heads, "train_positions": int(train_set.h.shape[0]),
+         "held_out_positions": int(held_out.h.shape[0])})

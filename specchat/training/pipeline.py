@@ -1,12 +1,6 @@
-"""``train-head`` as named stages, each resumable from what it left in the work folder:
-
-corpus → distill (the target answers, ``distilled.jsonl``, one line per finished reply)
-→ vocabulary (the draft vocabulary from the replies' token counts) → teach (features and
-soft labels, ``taught.safetensors``) → train (``checkpoint/`` after every epoch) →
-export (the head in SpecForge's EAGLE-3 layout, plus ``training.json``: the command's
-settings, times and the held-out acceptance curve).
-
-Ctrl+C in any stage keeps what that stage finished; ``--resume`` carries on from there.
+"""``train-head`` as named stages, each resumable (``--resume``) from what it left in the work
+folder: corpus → distill (``distilled.jsonl``) → vocabulary → teach (``taught/``) → train
+(``checkpoint/`` every epoch) → export (SpecForge's EAGLE-3 layout, plus ``training.json``).
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ from specchat.heads.checkpoint import load_eagle3, save_eagle3
 from specchat.heads.eagle3 import Eagle3Config, Eagle3Head
 from specchat.training.corpus import split, training_prompts
 from specchat.training.teacher import Taught, teach
-from specchat.training.train import History, TrainConfig, train
+from specchat.training.train import History, TrainConfig, draft_index, train
 from specchat.training.workdir import read_distilled
 
 
@@ -68,19 +62,15 @@ class Stages:
 
     # --- distill ----------------------------------------------------------------------
     def distill(self) -> list[dict]:
-        """Each prompt answered ``plan.replies`` times (the first greedy, the rest sampled
-        at 0.8; with one reply a prompt, every other prompt greedy); a row per finished reply in ``distilled.jsonl``. Where the generator hands
-        out features and laws too (llama.cpp), each reply's ``Taught`` is kept in
-        ``taught/`` first, so the teach stage has nothing left to do for it."""
-        prompts = training_prompts()
-        if self.plan.prompts:
-            prompts = prompts[: self.plan.prompts]
+        """Each prompt answered ``plan.replies`` times, a row per finished reply in
+        ``distilled.jsonl``; where the generator hands out features and laws too (llama.cpp),
+        each reply's ``Taught`` goes to ``taught/`` first (the teach stage then skips it)."""
+        prompts = training_prompts()[: self.plan.prompts or None]  # 0: all of them
         replies = max(1, self.plan.replies)
         path = self.work / "distilled.jsonl"
-        done = {}
-        for row in read_distilled(path):
-            if row["prompt"] < len(prompts) and row["replies"] == replies:
-                done[row["index"]] = row  # a resumed run may train on fewer prompts
+        # a resumed run may train on fewer prompts
+        done = {row["index"]: row for row in read_distilled(path)
+                if row["prompt"] < len(prompts) and row["replies"] == replies}
         todo = [k for k in range(len(prompts) * replies) if k not in done]
         if todo:
             from specchat.engine.template import ChatTemplate
@@ -223,41 +213,55 @@ class Stages:
                 "num_key_value_heads": int(getattr(config, "num_key_value_heads", config.num_attention_heads))}
 
     def train_and_export(self, taught, rows, layer_ids, draft_ids, out: Path, resume: bool) -> History:
-        embed = self.backend.token_embeddings()
-        index = torch.full((self.backend.vocab_size,), -1, dtype=torch.long)
-        index[draft_ids] = torch.arange(draft_ids.numel())
+        b, embed = self.backend, self.backend.token_embeddings()
         train_set = [t for t, r in zip(taught, rows) if not r["held_out"]]
         held_out = [t for t, r in zip(taught, rows) if r["held_out"] and r["greedy"]]
-        checkpoint = self.work / "checkpoint"
+
+        def said(last: dict) -> str:
+            return (", ".join(f"γ={g}: {last[f'mean_acceptance_length@{g}']}" for g in self.plan.train.gammas)
+                    + f"; per position {last['acceptance_by_position']}")
+
+        def run(head: Eagle3Head, history: History, keep: Callable[[History], None]) -> History:
+            head.embed.requires_grad_(False)
+            return train(head, train_set, held_out, draft_index(draft_ids, b.vocab_size), self.plan.train, self.bar,
+                         history, keep)
+
+        return self.checkpointed(
+            "checkpoint", out, resume, save_eagle3, lambda: self.new_head(layer_ids, draft_ids, embed),
+            lambda path: load_eagle3(path, target_hidden=b.hidden_size, target_vocab=b.vocab_size,
+                                     target_layers=b.num_layers, embed=embed),
+            run, said, {"layer_ids": list(layer_ids), "train_samples": len(train_set),
+                        "held_out_samples": len(held_out)})
+
+    def checkpointed(self, folder: str, out: Path, resume: bool, save: Callable, new: Callable[[], torch.nn.Module],
+                     load: Callable[[Path], torch.nn.Module], run: Callable, said: Callable[[dict], str],
+                     report: dict) -> History:
+        """``run(head, history, keep)`` over the head kept in ``work/folder`` (resumed from there,
+        else ``new()``), ``keep`` saving it after each epoch; then the head and ``training.json``
+        (``report`` after the history and plan) go to ``out``."""
+        checkpoint = self.work / folder
         history = History()
         if resume and (checkpoint / "history.json").exists():
-            head = load_eagle3(checkpoint, target_hidden=self.backend.hidden_size, target_vocab=self.backend.vocab_size,
-                               target_layers=self.backend.num_layers, embed=embed)
+            head = load(checkpoint)
             history = History(**json.loads((checkpoint / "history.json").read_text()))
             self.say(f"resuming after epoch {history.epochs_done}")
         else:
-            head = self.new_head(layer_ids, draft_ids, embed)
-        head.embed.requires_grad_(False)
+            head = new()
 
         def keep(h: History) -> None:
-            save_eagle3(head, checkpoint, dtype=torch.float32)
+            save(head, checkpoint, dtype=torch.float32)
             (checkpoint / "history.json").write_text(json.dumps(asdict(h)))
-            last = h.held_out[-1]
-            self.say(f"epoch {h.epochs_done}: loss {h.loss[-1]:.3f}, held-out acceptance length "
-                     + ", ".join(f"γ={g}: {last[f'mean_acceptance_length@{g}']}" for g in self.plan.train.gammas)
-                     + f"; per position {last['acceptance_by_position']}")
+            self.say(f"epoch {h.epochs_done}: loss {h.loss[-1]:.3f}, held-out acceptance length {said(h.held_out[-1])}")
 
         started = time.perf_counter()
         try:
-            history = train(head, train_set, held_out, index, self.plan.train, self.bar, history, keep)
+            history = run(head, history, keep)
         finally:
             if history.epochs_done:
-                save_eagle3(load_eagle3(checkpoint, target_hidden=self.backend.hidden_size,
-                                        target_vocab=self.backend.vocab_size, target_layers=self.backend.num_layers,
-                                        embed=embed), out)
+                save(load(checkpoint), out)
                 (out / "training.json").write_text(json.dumps({
-                    "history": asdict(history), "plan": asdict(self.plan), "layer_ids": list(layer_ids),
-                    "train_samples": len(train_set), "held_out_samples": len(held_out),
-                    "train_seconds": round(time.perf_counter() - started, 1),
-                    "stage_seconds": self.seconds}, indent=2) + "\n")
+                    "history": asdict(history), "plan": asdict(self.plan), **report,
+                    "train_seconds": round(time.perf_counter() - started, 1), "stage_seconds": self.seconds},
+                    indent=2) + "\n")
         return history
+

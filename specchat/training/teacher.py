@@ -1,12 +1,7 @@
-"""Teacher-forced features and soft labels for each distilled sample.
-
-One target forward over the whole sample gives, at every position, the inputs of the
-head's three layers (the features it reads when drafting) and the target's next-token
-distribution. The distribution is kept as its ``top`` most likely tokens (float16
-probabilities at temperature 1, int32 ids): the loss is a cross-entropy against the
-target's own law, not against the one token the reply happened to take, which is what
-makes the head's q close to p at any temperature. Features are kept in bfloat16 (a
-tenth of a million positions of three 576-wide layers fit in ~330 MB).
+"""Teacher-forced features and soft labels: one target forward over a sample gives the head's
+three layers' inputs and the target's law after every position, kept as its ``top`` likeliest
+tokens (the loss is against the target's law, not the token the reply took: q close to p at
+any temperature). Features in bfloat16 (1e5 positions of three 576-wide layers: ~330 MB).
 """
 
 from __future__ import annotations
@@ -39,11 +34,20 @@ def top_law(logits: torch.Tensor | np.ndarray, top: int = 32) -> tuple[torch.Ten
     return ids.to(torch.int32), p.to(torch.float16)
 
 
-def teach(backend, ids: list[int], reply_start: int, layer_ids: tuple[int, ...], top: int = 32) -> Taught:
+def teach(backend, ids: list[int], reply_start: int, layer_ids: tuple[int, ...] | None = None, top: int = 32) -> Taught:
+    """One teacher-forced pass; the features are ``layer_ids``' inputs (EAGLE-3), or with
+    None the final hidden states [T, H] (Medusa)."""
     backend.reset()
-    backend.request_features(layer_ids)
-    logits = backend.forward(ids, num_logits=len(ids))  # [T, V]
-    features = backend.last_features.cpu()
-    assert features is not None and features.shape[0] == len(ids) and backend.features_start == 0
-    top_ids, top_p = top_law(logits, top)
-    return Taught(torch.tensor(ids, dtype=torch.long), features.to(torch.bfloat16), top_ids, top_p, reply_start)
+    if layer_ids is None:
+        backend.request_final_hidden()
+    else:
+        backend.request_features(layer_ids)
+    with torch.no_grad():
+        logits = backend.forward(ids, num_logits=len(ids))  # [T, V]
+    if layer_ids is None:
+        rows, start = backend.last_final_hidden, backend.final_hidden_start
+    else:
+        rows, start = backend.last_features, backend.features_start
+    assert rows is not None and rows.shape[0] == len(ids) and start == 0
+    top_ids, top_p = top_law(logits, min(top, logits.shape[-1]))
+    return Taught(torch.tensor(ids, dtype=torch.long), rows.cpu().to(torch.bfloat16), top_ids, top_p, reply_start)

@@ -1,8 +1,6 @@
-"""The training loop: AdamW over the head, the training-time test's loss, held-out
-acceptance after every epoch, a checkpoint after every epoch and on Ctrl+C.
-
-A reader sees it whole (nanoGPT's train.py is the model): warm-up then cosine decay of
-the learning rate, gradient clipping, batches of similar-length samples.
+"""The training loop, seen whole (nanoGPT's train.py is the model): AdamW with warm-up then
+cosine decay, gradient clipping, batches of similar-length samples, held-out acceptance and
+a checkpoint after every epoch.
 """
 
 from __future__ import annotations
@@ -45,20 +43,24 @@ class History:
 
 def batches(samples: list, batch_tokens: int, max_len: int, rng: random.Random | None) -> list[list]:
     """Samples grouped by length into batches of about ``batch_tokens`` padded tokens."""
-    order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
-    groups, current, longest = [], [], 0
-    for i in order:
-        n = min(max_len, len(samples[i].ids))
-        if current and max(longest, n) * (len(current) + 1) > batch_tokens:
+    groups, current = [], []
+    for sample in sorted(samples, key=lambda s: len(s.ids)):  # shortest first: each is its group's longest
+        if current and min(max_len, len(sample.ids)) * (len(current) + 1) > batch_tokens:
             groups.append(current)
-            current, longest = [], 0
-        current.append(samples[i])
-        longest = max(longest, n)
+            current = []
+        current.append(sample)
     if current:
         groups.append(current)
     if rng is not None:
         rng.shuffle(groups)
     return groups
+
+
+def draft_index(draft_ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[vocab] each target id's draft-vocabulary index, −1 outside it."""
+    index = torch.full((vocab,), -1, dtype=torch.long)
+    index[draft_ids] = torch.arange(draft_ids.numel())
+    return index
 
 
 @torch.no_grad()
@@ -74,31 +76,11 @@ def evaluate(head: Eagle3Head, samples: list, draft_index: torch.Tensor, cfg: Tr
         chains.append(chain_lengths(correct)[labelled])
         counts += int(labelled.sum())
     chain = torch.cat(chains) if chains else torch.zeros(0, dtype=torch.long)
-    result = {"positions": counts}
-    for gamma in cfg.gammas:
-        result[f"mean_acceptance_length@{gamma}"] = round(1.0 + float(chain.clamp_max(gamma).float().mean()), 4) if counts else None
-    rates = []
-    for j in range(cfg.steps):
-        reached = int((chain >= j).sum())
-        rates.append(round(int((chain >= j + 1).sum()) / reached, 4) if reached else None)
-    result["acceptance_by_position"] = rates
-    return result
-
-
-def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, done: int, total: int) -> None:
-    """Warm-up, then cosine decay over ``total`` batches."""
-    lr = cfg.lr * min(1.0, (done + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * done / max(total, 1)))
-    for g in optimizer.param_groups:
-        g["lr"] = lr
-
-
-def descend(optimizer: torch.optim.Optimizer, params: list, loss: torch.Tensor) -> float:
-    """One clipped gradient step on ``loss``; → its value."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    optimizer.step()
-    return float(loss.detach())
+    lengths = {f"mean_acceptance_length@{g}": round(1.0 + float(chain.clamp_max(g).float().mean()), 4)
+               if counts else None for g in cfg.gammas}
+    reached = [int((chain >= j).sum()) for j in range(cfg.steps + 1)]  # rows whose drafts 1..j were all kept
+    rates = [round(reached[j + 1] / reached[j], 4) if reached[j] else None for j in range(cfg.steps)]
+    return {"positions": counts, **lengths, "acceptance_by_position": rates}
 
 
 def train(head: Eagle3Head, train_set: list, held_out: list, draft_index: torch.Tensor, cfg: TrainConfig,
@@ -131,8 +113,16 @@ def run_epochs(head: torch.nn.Module, cfg: TrainConfig, history: History, bar: C
             head.train()
             losses = []
             for batch in epoch_batches(rng):
-                set_lr(optimizer, cfg, done, total)
-                losses.append(descend(optimizer, params, loss_of(batch)))
+                # warm-up, then cosine decay over ``total`` batches
+                lr = cfg.lr * min(1.0, (done + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * done / max(total, 1)))
+                for g in optimizer.param_groups:
+                    g["lr"] = lr
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_of(batch)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.step()
+                losses.append(float(loss.detach()))
                 done += 1
                 progress.update(1)
                 progress.set_postfix_str(f"epoch {epoch + 1}/{cfg.epochs} loss {sum(losses[-20:]) / len(losses[-20:]):.3f}")

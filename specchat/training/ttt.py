@@ -1,12 +1,5 @@
-"""EAGLE-3's training-time test: the head is trained on its own drafting, S steps deep.
-
-Step 0 is teacher-forced; step j ≥ 1 at row i feeds the head its own step-(j−1) output at
-RoPE position i+j, attending to teacher-forced rows ≤ i and its own steps 1..j, and
-predicts token i+2+j against the target's top-K law, weighted 0.8^j. ``chain_lengths``
-gives, per row, how many consecutive steps the head's argmax equals the target's: its
-mean is the greedy acceptance length the head will show.
-
-Design notes: docs/design/training.md
+"""EAGLE-3's training-time test: the head trained on its own drafting, S steps deep, step j
+weighted 0.8^j (docs/design/training.md).
 """
 
 from __future__ import annotations

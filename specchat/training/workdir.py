@@ -1,11 +1,7 @@
-"""``train-head``'s work folder, ``<out>/work``: made, cleared and read back safely.
-
-``--out`` is a folder the user names, maybe one of theirs (their home, a project): a
-fresh run clears only a ``work`` folder that specchat made (it holds MARKER), and
-refuses any other non-empty one in one line, before the model loads. So are an
-``--out`` that is a file (or lies under one), a ``work`` that is a link, and (with
-``--resume``) a ``distilled.jsonl`` that is no regular file (a folder; a FIFO, which
-would block the read forever) or whose lines are not the rows the distill stage writes.
+"""``train-head``'s work folder, ``<out>/work``: made, cleared and read back safely. A fresh
+run clears only a ``work`` folder specchat made (it holds MARKER); anything else it will not
+touch (a file, a link, a foreign folder, a damaged ``distilled.jsonl``) is one line, before
+the model loads.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from specchat.engine.proposers.medusa import MedusaProposer
 from specchat.engine.session import ChatSession
 from specchat.heads.medusa_checkpoint import load_medusa
 from specchat.loading import load_models
-from specchat.training.medusa import loss_and_hits, new_head, positions, teach_final
+from specchat.training.medusa import loss_and_hits, new_head, positions
+from specchat.training.teacher import teach
 from tests.support.folded import FoldedEngine
 from tests.support.tiny_models import write_tiny_profile
 from tests.training.test_train_head import train_head
@@ -55,7 +56,7 @@ def test_training_lowers_the_loss(target):
 
     backend = TransformersBackend(copy.deepcopy(target).float())
     ids = [1, 2, 3, 1, 2, 3, 1, 2] + torch.randint(0, 16, (24,), generator=torch.Generator().manual_seed(0)).tolist()
-    taught = teach_final(backend, ids, reply_start=8)
+    taught = teach(backend, ids, reply_start=8)  # no layers: the final hidden states
     head = new_head(3, 16, 16, torch.arange(16), backend.token_embeddings())
     data = positions([taught], 3, torch.arange(16))
     rows = torch.arange(data.h.shape[0])

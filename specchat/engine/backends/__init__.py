@@ -10,12 +10,8 @@ __all__ = ["Backend", "as_backend", "common_prefix_length"]
 
 
 def as_backend(model: Backend | torch.nn.Module) -> Backend:
-    """A backend as it is; a transformers model (a ``torch.nn.Module``) wrapped in
-    :class:`~specchat.engine.backends.transformers.TransformersBackend` (the engine's
-    public API takes either). Anything else is a TypeError, not a guess.
-
-    Here rather than in base.py: the wrapper imports base.py, so base.py importing the
-    wrapper made a circle (lint-imports' acyclic contract forbids it)."""
+    """A backend as it is; a transformers model wrapped in TransformersBackend; anything
+    else a TypeError. Not in base.py: the wrapper imports base.py (an import cycle)."""
     if isinstance(model, Backend):
         return model
     if isinstance(model, torch.nn.Module):

@@ -1,12 +1,7 @@
-"""The one seam between the engine and a model.
-
-The engine asks a backend for "the logits of the last k+1 positions of these ids,
-reusing what you cached" and nothing else. Each backend keeps a KV cache keyed by the
-ids it holds and rolls it back to the longest common prefix of a new call's ids.
-A backend is a file of its own; what differs between them is declared as data here,
-never probed.
-
-Design notes: docs/design/backends.md
+"""The one seam between the engine and a model: "the logits of the last k+1 positions of
+these ids, reusing what you cached". Each backend keys its KV cache by the ids it holds and
+rolls it back to the longest common prefix of a new call's ids; what differs between
+backends is declared as data here, never probed (docs/design/backends.md).
 """
 
 from __future__ import annotations
@@ -29,16 +24,8 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
 
 
 class Backend:
-    """A causal LM behind the engine's seam; each backend sets these in ``__init__``.
-
-    name, device (where logits live), max_length (tokens), vocab_size (V), eos_token_ids,
-    precision ("float32", "gguf:Q4_1", …: near-tie rules depend on it), computes_on
-    ({"cpu"}, {"cuda"}, {"cpu", "gpu"}), uses_torch_threads, can_rollback (False: the engine
-    decodes without speculation), supports_trees / max_tree_leaves (None: no limit),
-    provides_final_hidden (``last_final_hidden`` [num_logits, H] float32 from
-    ``final_hidden_start``; ``final_hidden_note`` says why not), batches (``open_batch``;
-    ``batch_note`` says why not). What each one means: docs/design/backends.md
-    """
+    """A causal LM behind the engine's seam; each backend sets these in ``__init__``
+    (what each means: docs/design/backends.md)."""
 
     name = "backend"
     device: torch.device = torch.device("cpu")
@@ -70,30 +57,30 @@ class Backend:
         raise NotImplementedError
 
     def open_batch(self, n_seq: int, n_ctx_per_seq: int):
-        """A context decoding ``n_seq`` sequences of up to ``n_ctx_per_seq`` tokens together
-        (only where ``batches``)."""
+        """A context decoding ``n_seq`` sequences of up to ``n_ctx_per_seq`` tokens each."""
         raise NotImplementedError(self.batch_note)
 
     def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
-        """Logits [num_logits, V] for the last positions of ``ids + extra``, reusing the
-        cache of the longest common prefix of ``ids`` and what it holds (the last id of
-        ``ids`` always runs: its logits judge the first of ``extra``).
-
-        ids: the sequence on the host; extra: [m] more ids (drafts) on ``device``."""
-        raise NotImplementedError
+        """Logits [num_logits, V] for the last positions of ``ids`` (host) + ``extra`` ([m]
+        drafts on ``device``), reusing the cached common prefix; the last id of ``ids``
+        always runs (its logits judge the first of ``extra``)."""
+        keep = min(common_prefix_length(self.ids, ids), len(ids) - 1)
+        return self._run(keep, ids[keep:] + (extra.tolist() if extra is not None else []), num_logits)
 
     def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
         """Runs ``tokens`` [m] after what the cache holds → logits [num_logits, V]."""
+        return self._run(len(self.ids), tokens.tolist(), num_logits)
+
+    def _run(self, keep: int, new: list[int], num_logits: int) -> torch.Tensor:
+        """The cache cut to its first ``keep`` ids, then ``new`` run after them → logits [num_logits, V]."""
         raise NotImplementedError
 
     def reset(self) -> None:
-        """Drops all cached state (a new chat)."""
         raise NotImplementedError
 
     def forward_tree(self, ids: list[int], tokens: list[int], parents: list[int] | tuple[int, ...]) -> torch.Tensor:
         """Logits [N+1, V]: at ids' last token, then after each node of a draft tree
-        (``parents[i]``: node i's parent, -1 the last token), each node seeing only the
-        context and its ancestors. Only where ``supports_trees``."""
+        (``parents[i]``: node i's parent, -1 the last token), each seeing its ancestors only."""
         raise NotImplementedError(f"the {self.name} backend verifies chains of drafts only")
 
     def keep_path(self, path: list[int]) -> None:
@@ -101,22 +88,30 @@ class Backend:
         raise NotImplementedError(f"the {self.name} backend verifies chains of drafts only")
 
     def request_features(self, layer_ids: tuple[int, ...]) -> None:
-        """From the next call on, keep the inputs of these layers (see the class docstring)."""
+        """From the next call on, keep the inputs of these layers (``last_features``)."""
         raise NotImplementedError(self.features_note)
 
     def request_final_hidden(self) -> None:
-        """From the next call on, hand out the final hidden states (see the class docstring)."""
+        """From the next call on, hand out the final hidden states (``last_final_hidden``)."""
         raise NotImplementedError(self.final_hidden_note)
 
     def token_embeddings(self) -> torch.Tensor:
-        """The input embedding matrix [V, H] (float32, on ``device``), for heads that share it."""
+        """The input embedding matrix [V, H] (float32, on ``device``)."""
         raise NotImplementedError(self.features_note)
 
-    def cache_bytes(self) -> int:
-        """Bytes the KV cache holds now (0 when unknown)."""
+    def _keep_hidden_rows(self, base: int, path: list[int]) -> None:
+        """After ``keep_path``: the handed-out features and final hidden states keep the
+        context's rows and the kept path's nodes (node i's row is base + i)."""
+        if self.last_features is not None:
+            offset = base - self.features_start
+            rows = torch.cat([torch.arange(offset), torch.tensor(path, dtype=torch.long) + offset])
+            self.last_features = self.last_features.index_select(0, rows.to(self.last_features.device))
+        if self.last_final_hidden is not None:
+            self.last_final_hidden = self.last_final_hidden[[0] + [i + 1 for i in path]]
+
+    def cache_bytes(self) -> int:  # 0: unknown
         return 0
 
-    def parameter_bytes(self) -> int:
-        """Bytes of the model's weights (0 when unknown)."""
+    def parameter_bytes(self) -> int:  # 0: unknown
         return 0
 

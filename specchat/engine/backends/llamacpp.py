@@ -1,11 +1,6 @@
-"""The llama.cpp backend: a GGUF model run in-process through llama-cpp-python's
-low-level API.
-
-One ``llama_decode`` runs the tokens the cache lacks (the last host token and the
-drafts) and asks for logits at the last ``num_logits`` positions only; rollback removes
-a position range from the KV cache (``llama_memory_seq_rm``). The cache is keyed by
-the ids it holds, exactly as in the transformers backend (base.py). Logits come back
-as float32 host tensors, so sampling runs in torch on the CPU whatever llama.cpp ran on.
+"""The llama.cpp backend: a GGUF model in-process through llama-cpp-python's low-level API;
+rollback removes a position range (``llama_memory_seq_rm``), logits come back as float32
+host tensors whatever llama.cpp ran on.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ import torch
 
 from specchat.engine.backends.base import Backend, common_prefix_length
 from specchat.engine.backends.llamacpp_features import FINAL_HIDDEN_ARCHITECTURES, LAYER_INPUT_ARCHITECTURES, bind
-from specchat.engine.backends.llamacpp_batch import LlamaCppBatch
+from specchat.engine.backends.llamacpp_batch import LlamaCppBatch, decode_rows
 from specchat.engine.backends.llamacpp_tree import TREE_LEAVES, TreeLayout
 
 
@@ -36,9 +31,7 @@ def read_into_memory(file_bytes: int, thp_mode: str | None, available_bytes: int
     not "[never]") buffers are advised onto them (patch 0004) and a file mapping is not,
     and a step streams every weight (SmolLM2 Q4_1 6.4 against 6.9 ms a step). Only where
     the file fits twice in the memory available, so a big model still maps and pages."""
-    if not thp_mode or "[never]" in thp_mode or not available_bytes:
-        return False
-    return 2 * file_bytes <= available_bytes
+    return bool(thp_mode and "[never]" not in thp_mode and available_bytes) and 2 * file_bytes <= available_bytes
 
 
 def weights_into_memory(model_path: str | Path) -> bool:
@@ -53,10 +46,8 @@ def weights_into_memory(model_path: str | Path) -> bool:
 
 
 def offload_devices(n_gpu_layers: int, num_layers: int) -> frozenset[str]:
-    """Where llama.cpp computes with ``n_gpu_layers`` offloaded (-1: all). The output
-    layer goes to the GPU only past the last block (n_gpu_layers > num_layers), so
-    offloading exactly num_layers still leaves the vocabulary projection on the CPU.
-    (Loading refuses n_gpu_layers on a build without GPU support.)"""
+    """Where llama.cpp computes with ``n_gpu_layers`` offloaded (-1: all). The output layer
+    goes to the GPU only past the last block: offloading exactly num_layers leaves it on the CPU."""
     if n_gpu_layers == 0:
         return frozenset({"cpu"})
     if n_gpu_layers < 0 or n_gpu_layers > num_layers:
@@ -88,10 +79,8 @@ class LlamaCppBackend(Backend):
             quiet_logs(llama_cpp)
         threads = n_threads or default_threads()  # llama.cpp's own threads, not torch's
         trained = trained_context(llama_cpp, model_path) or max_ctx
-        # llama-cpp-python's Llama opens its context with one sequence; a tree's branches
-        # are sequences of one unified KV cache (llamacpp_tree.py), so the context is
-        # opened again from the parameters Llama chose, with room for them. Llama's own
-        # context is the smallest llama.cpp makes, closed at once.
+        # Llama opens its context with one sequence, and a tree's branches are sequences of one
+        # unified cache: the context is opened again from Llama's parameters with room for them
         self.llm = llama_cpp.Llama(
             model_path=str(model_path), n_ctx=PLACEHOLDER_CTX, n_batch=n_batch, n_ubatch=n_batch,
             n_threads=threads, n_threads_batch=threads, n_gpu_layers=n_gpu_layers, logits_all=False,
@@ -104,10 +93,8 @@ class LlamaCppBackend(Backend):
         placeholder, self.llm._ctx = self.llm._ctx, _internals.LlamaContext(model=self.llm._model, params=params,
                                                                             verbose=verbose)
         placeholder.close()
-        self.model_path = str(model_path)
-        self.n_threads = threads
-        self.n_gpu_layers = n_gpu_layers
-        self.flash_attn = flash_attn
+        self.model_path, self.n_threads = str(model_path), threads
+        self.n_gpu_layers, self.flash_attn = n_gpu_layers, flash_attn
         self._ctx = self.llm._ctx.ctx
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         # llama.cpp clamps its batch to the n_ctx asked for (and pads the context past
@@ -174,24 +161,11 @@ class LlamaCppBackend(Backend):
         rows = self._layer_inputs.token_embeddings(self.llm._model.model, self.vocab_size, self.hidden_size)
         return torch.from_numpy(rows)
 
-    def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
-        keep = min(common_prefix_length(self._ids, ids), len(ids) - 1)
-        new = ids[keep:]
-        if extra is not None and extra.numel():
-            new = new + extra.tolist()
-        return self._run(keep, new, num_logits)
-
-    def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
-        return self._run(len(self._ids), tokens.tolist(), num_logits)
-
     def _run(self, keep: int, new: list[int], num_logits: int) -> torch.Tensor:
-        """Rolls the cache back to ``keep`` ids, then decodes ``new`` after them in
-        batches of at most n_batch, with logits for the last ``num_logits`` tokens."""
         self._advance(keep, new, num_logits)
         return self._logits(num_logits)
 
     def _advance(self, keep: int, new: list[int], num_logits: int) -> None:
-        llama_cpp = self._llama_cpp
         try:
             self._roll_back(keep, len(new))
             # the final batch is the last n_batch tokens, so it holds every position that
@@ -234,9 +208,8 @@ class LlamaCppBackend(Backend):
         return torch.from_numpy(rows.copy())  # [n, V]; the buffer is reused by the next decode
 
     def forward_tree(self, ids: list[int], tokens: list[int], parents: list[int] | tuple[int, ...]) -> torch.Tensor:
-        """One decode over ids' new tokens and a tree of drafts, each branch a sequence of
-        the unified cache (llamacpp_tree.py) → logits [N+1, V] (row 0 at ids' last token,
-        row i+1 after node i). The cache holds every node until ``keep_path``."""
+        """One decode over ids' new tokens and a tree of drafts (llamacpp_tree.py) → logits
+        [N+1, V]; the cache holds every node until ``keep_path``."""
         if len(tokens) + 1 > self._n_batch:
             raise ValueError(f"a tree of {len(tokens)} drafts: one llama.cpp decode takes {self._n_batch - 1}")
         keep = min(common_prefix_length(self._ids, ids), len(ids) - 1)
@@ -253,7 +226,8 @@ class LlamaCppBackend(Backend):
         llama_cpp = self._llama_cpp
         try:
             self._roll_back(keep, len(host) + max(tree.positions) - base + 1)
-            tree.branch_out(llama_cpp, self._memory)
+            for b in range(1, tree.leaves):  # sequences 1..L-1 share sequence 0's cells (they hold none)
+                llama_cpp.llama_memory_seq_cp(self._memory, 0, b, -1, -1)
             self._tree = tree
             if not self._final_hidden:
                 self.last_final_hidden = None
@@ -272,26 +246,19 @@ class LlamaCppBackend(Backend):
         return self._logits(len(tokens) + 1)
 
     def keep_path(self, path: list[int]) -> None:
-        """After ``forward_tree``: the nodes on ``path`` (root down) stay in the cache as
-        the context's next tokens, the others go; features likewise."""
+        """After ``forward_tree``: the nodes on ``path`` (root down) stay as the context's next tokens."""
         tree, self._tree = self._tree, None
         try:
             tree.keep(self._llama_cpp, self._memory, path)
         except BaseException:
             self.reset()
             raise
-        if self.last_final_hidden is not None:
-            self.last_final_hidden = self.last_final_hidden[[0] + [i + 1 for i in path]]
-        if self._feature_layers and self.last_features is not None:
-            offset = tree.base - self.features_start
-            rows = torch.cat([torch.arange(offset), torch.tensor(path, dtype=torch.long) + offset])
-            self.last_features = self.last_features.index_select(0, rows)
+        self._keep_hidden_rows(tree.base, path)
         self._ids += [tree.tokens[i] for i in path]
 
     def _pieces(self, new: list[int], bounds: list[int], num_logits: int):
-        """(tokens, num_logits, whether to hand out final hidden states) per decode. With
-        final hidden states on, llama.cpp outputs every token of a decode (logits and
-        all), so the last chunk's tokens before the ``num_logits`` wanted run apart."""
+        """(tokens, num_logits, whether to hand out final hidden states) per decode; with those
+        on llama.cpp outputs every token, so the last chunk's tokens before the wanted run apart."""
         for start, end in zip(bounds, bounds[1:] + [len(new)]):
             chunk = new[start:end]
             if end < len(new) or not self._final_hidden:
@@ -302,25 +269,13 @@ class LlamaCppBackend(Backend):
             yield chunk[-num_logits:], num_logits, True
 
     def _decode_rows(self, rows: list[tuple[int, int, tuple[int, ...], bool]], hidden_at: int | None = None) -> None:
-        """One llama_decode of rows (token, position, sequences, wants logits); with
-        ``hidden_at``, also every row's final hidden state (they are all logit rows then)
-        into ``last_final_hidden``, the first at position ``hidden_at``."""
+        """One llama_decode of rows (token, position, sequences, wants logits); with ``hidden_at``
+        every row's final hidden state too (``last_final_hidden``, from position ``hidden_at``)."""
         llama_cpp = self._llama_cpp
         if hidden_at is not None:
             llama_cpp.llama_set_embeddings(self._ctx, True)
         try:
-            batch = self._batch.batch
-            batch.n_tokens = len(rows)
-            for i, (token, position, seqs, wants) in enumerate(rows):
-                batch.token[i] = token
-                batch.pos[i] = position
-                batch.n_seq_id[i] = len(seqs)
-                for j, seq in enumerate(seqs):
-                    batch.seq_id[i][j] = seq
-                batch.logits[i] = wants
-            code = llama_cpp.llama_decode(self._ctx, batch)
-            if code != 0:
-                raise RuntimeError(f"llama_decode failed (code {code})")
+            decode_rows(llama_cpp, self._ctx, self._batch.batch, rows)
             if hidden_at is not None:
                 pointer = llama_cpp.llama_get_embeddings(self._ctx)
                 if not pointer:
@@ -345,8 +300,8 @@ _log_callback = None
 
 
 def quiet_logs(llama_cpp) -> None:
-    """llama.cpp logs to stderr, where the TUI draws: keep its lines in memory instead
-    (the last few are named in load errors, see :func:`last_log_lines`)."""
+    """llama.cpp logs to stderr, where the TUI draws: its lines are kept in memory instead
+    (load errors name the last few)."""
     global _log_callback
     if _log_callback is not None:
         return

@@ -1,11 +1,6 @@
-"""A second llama.cpp context on a loaded model, with room for several sequences.
-
-One ``llama_decode`` then runs tokens of many sequences, each row tagged with its
-``seq_id`` and position; with ``kv_unified`` off each sequence attends over its own cells
-only, and ``drop`` clears a sequence's cells from a position on (a rejected draft, a
-finished reply) without touching the others. Used by the batched engine (engine/batch/
-batched.py), by a draft model per batched request (:class:`SequenceBackend`) and by
-self-distillation (training/distill.py).
+"""A second llama.cpp context on a loaded model with room for several sequences, each
+attending over its own cells only (``kv_unified`` off): for the batched engine, a batched
+request's draft model (:class:`SequenceBackend`) and self-distillation.
 """
 
 from __future__ import annotations
@@ -13,16 +8,21 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from specchat.engine.backends.base import Backend, common_prefix_length
+from specchat.engine.backends.base import Backend
 
 N_BATCH = 512  # rows one decode takes at most (llama.cpp may lower it to n_ctx: read back)
 
 
-def submission_order(rows: list[tuple[int, int, int, bool]]) -> list[int]:
-    """The order :meth:`LlamaCppBatch.decode` hands rows to llama.cpp in: grouped by
-    sequence, ascending seq_id, stable. What llama.cpp returns per batch row (a layer's
-    inputs) comes in this order, not the caller's."""
-    return sorted(range(len(rows)), key=lambda i: rows[i][2])
+def decode_rows(llama_cpp, ctx, batch, rows: list[tuple[int, int, tuple[int, ...], bool]]) -> None:
+    """One llama_decode through ``batch`` of rows (token, position, sequences, wants logits)."""
+    batch.n_tokens = len(rows)
+    for i, (token, position, seqs, wants) in enumerate(rows):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, position, len(seqs), wants
+        for j, seq in enumerate(seqs):
+            batch.seq_id[i][j] = seq
+    code = llama_cpp.llama_decode(ctx, batch)
+    if code != 0:
+        raise RuntimeError(f"llama_decode failed (code {code})")
 
 
 class BatchContextError(RuntimeError):
@@ -51,8 +51,7 @@ class LlamaCppBatch:
         self.n_batch = min(N_BATCH, llama_cpp.llama_n_batch(self.ctx), llama_cpp.llama_n_ubatch(self.ctx))
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.batch = llama_cpp.llama_batch_init(N_BATCH, 0, 1)
-        self.n_seq, self.n_ctx_per_seq, self.vocab = n_seq, n_ctx_per_seq, backend.vocab_size
-        self.backend = backend
+        self.n_seq, self.n_ctx_per_seq, self.vocab, self.backend = n_seq, n_ctx_per_seq, backend.vocab_size, backend
         self.layers: tuple[int, ...] = ()  # layers whose inputs every decode hands out (an EAGLE-3 head's)
         self.features: np.ndarray | None = None  # the last decode_all's [rows, layers·H], in row order
 
@@ -76,20 +75,10 @@ class LlamaCppBatch:
         """rows: (token, position, seq_id, wants logits), at most ``n_batch`` → the logits of
         the rows that want them, in row order [n_wanted, V] (a copy: llama.cpp reuses its
         buffer at the next decode)."""
-        # rows go to llama.cpp grouped by sequence in ascending seq_id: without a unified KV
-        # cache it splits a batch whose sequences come in another order into one micro-
-        # batch per sequence (measured: 4 one-token sequences in descending order took 71
-        # ms a decode, in ascending order 23); the logits come back in the caller's order
-        order = submission_order(rows)
-        b = self.batch
-        b.n_tokens = len(rows)
-        for i, r in enumerate(order):
-            token, pos, seq, wants = rows[r]
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, wants
-            b.seq_id[i][0] = seq
-        code = self.llama_cpp.llama_decode(self.ctx, b)
-        if code != 0:
-            raise RuntimeError(f"llama_decode failed (code {code})")
+        # rows go to llama.cpp grouped by ascending seq_id (any other order costs a micro-batch
+        # per sequence: docs/design/batching.md); the logits come back in the caller's order
+        order = sorted(range(len(rows)), key=lambda i: rows[i][2])  # stable
+        decode_rows(self.llama_cpp, self.ctx, self.batch, [(t, p, (s,), w) for t, p, s, w in (rows[r] for r in order)])
         if self.layers:  # llama.cpp hands them out in its batch order: back to the caller's
             inputs = self.backend._layer_inputs
             rows_read = np.concatenate([inputs.read(self.ctx, layer, len(rows), self.backend.hidden_size)
@@ -125,12 +114,9 @@ class LlamaCppBatch:
 
 
 class SequenceBackend(Backend):
-    """Sequence ``seq`` of a :class:`LlamaCppBatch` as a Backend of its own: ``forward``
-    keeps the cells of the longest common prefix and decodes the rest in this sequence
-    alone. What a batched request's draft model drafts with: each request its own cells
-    in one context of the draft, instead of a context (or a reload) each. On the target's
-    batch it is what a head reads: the batched engine decodes the sequence's rows itself
-    and hands the layers' inputs it ran here (``last_features``, from ``features_start``)."""
+    """Sequence ``seq`` of a :class:`LlamaCppBatch` as a Backend of its own: a batched
+    request's draft model drafts in it (its own cells in one context of the draft); on the
+    target's batch a head reads the layer inputs the batched engine hands it here."""
 
     name = "batched llama.cpp"  # chains only: a tree's branches need a unified cache (llamacpp_tree.py)
     can_rollback = True
@@ -157,14 +143,6 @@ class SequenceBackend(Backend):
     @property
     def ids(self) -> list[int]:
         return self._ids
-
-    def forward(self, ids: list[int], extra: torch.Tensor | None = None, num_logits: int = 1) -> torch.Tensor:
-        keep = min(common_prefix_length(self._ids, ids), len(ids) - 1)
-        new = ids[keep:] + (extra.tolist() if extra is not None else [])
-        return self._run(keep, new, num_logits)
-
-    def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
-        return self._run(len(self._ids), tokens.tolist(), num_logits)
 
     def _run(self, keep: int, new: list[int], num_logits: int) -> torch.Tensor:
         if keep + len(new) > self.max_length:

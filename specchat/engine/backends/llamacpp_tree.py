@@ -1,11 +1,5 @@
-"""A tree of drafts in one llama.cpp decode: each branch a sequence of one unified KV cache.
-
-Branch b is the path from the root to leaf b (branch 0 the sequence the context lives
-in); node i's tokens belong to the branches through it, so it sees the context and its
-ancestors only. After the walk the kept path becomes sequence 0's and the other branches
-are removed (:meth:`TreeLayout.keep`), as a chain decode of the path would leave them.
-
-Design notes: docs/design/backends.md
+"""A tree of drafts in one llama.cpp decode: branch b (root to leaf b) is sequence b of one
+unified KV cache, node i belongs to the branches through it (docs/design/backends.md).
 """
 
 from __future__ import annotations
@@ -14,18 +8,14 @@ from dataclasses import dataclass
 
 from specchat.engine.trees.walk import depths
 
-# leaves a tree may have: the sequences of the backend's context (llama.cpp allows 256)
-TREE_LEAVES = 8
+TREE_LEAVES = 8  # leaves a tree may have: the sequences of the backend's context (llama.cpp allows 256)
 
 
 def branches(parents: list[int] | tuple[int, ...]) -> tuple[list[tuple[int, ...]], int]:
     """(per node, the branches through it, ascending; the number of leaves)."""
-    has_child = [False] * len(parents)
-    for parent in parents:
-        if parent >= 0:
-            has_child[parent] = True
+    with_children = {parent for parent in parents if parent >= 0}
     through: list[list[int]] = [[] for _ in parents]
-    leaves = [i for i, child in enumerate(has_child) if not child]
+    leaves = [i for i in range(len(parents)) if i not in with_children]
     for b, leaf in enumerate(leaves):
         node = leaf
         while node >= 0:
@@ -58,11 +48,6 @@ class TreeLayout:
         every = tuple(range(self.leaves))
         out = [(t, start + i, every, i == len(host) - 1) for i, t in enumerate(host)]
         return out + [(t, p, s, True) for t, p, s in zip(self.tokens, self.positions, self.seqs)]
-
-    def branch_out(self, llama_cpp, memory) -> None:
-        """Before the decode: sequences 1..L-1 share sequence 0's cells (they hold none)."""
-        for b in range(1, self.leaves):
-            llama_cpp.llama_memory_seq_cp(memory, 0, b, -1, -1)
 
     def keep(self, llama_cpp, memory, path: list[int]) -> None:
         """After the walk: the cells of ``path`` (root down) stay, as sequence 0's; every

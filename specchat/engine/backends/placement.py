@@ -13,13 +13,9 @@ _torch_default_threads: int | None = None  # torch's own choice, before any prof
 
 
 def share_cores(backends: Iterable[Backend | None]) -> int:
-    """Sets torch's intra-op thread count for the models of this process; returns it.
-
-    When llama.cpp computes on the CPU and no model computes there with torch, torch only
-    samples over a few rows of logits between decodes: one thread does that as fast, and
-    more would leave OpenMP workers spinning into llama.cpp's next decode, stealing its
-    cores. Otherwise torch keeps its own default, restored if an earlier profile took it
-    down (a CPU transformers model, a draft or the target, needs those threads)."""
+    """Sets torch's intra-op thread count for the models of this process; returns it. One
+    where llama.cpp computes on the CPU and torch only samples (more would leave OpenMP
+    workers spinning into llama.cpp's next decode), else torch's own default."""
     global _torch_default_threads
     if _torch_default_threads is None:
         _torch_default_threads = torch.get_num_threads()

@@ -1,13 +1,5 @@
-"""The transformers backend: a causal LM with a DynamicCache keyed by the ids it holds
-(see base.py); rollback crops the cache.
-
-Sliding-window layers keep past recording on and are cropped at the start of every
-``forward``, so rolling back drafts stays exact without recomputation. A rollback past
-what a layer holds, or any rollback of a cache that cannot crop (recurrent layers), drops
-the cache and re-runs the ids; such a model declares ``can_rollback = False``. The crop
-runs inside the forward's guard: a failure leaves a reset cache, never a half-cropped one.
-
-Design notes: docs/design/backends.md
+"""The transformers backend: a causal LM with a DynamicCache keyed by the ids it holds;
+rollback crops the cache (sliding windows and recurrent layers: docs/design/backends.md).
 """
 
 from __future__ import annotations
@@ -40,15 +32,12 @@ def precision_of(model: torch.nn.Module) -> str:
             return f"4bit-{get('bnb_4bit_quant_type', 'nf4')}"
         if get("load_in_8bit"):
             return "8bit"
-    dtype = next(model.parameters()).dtype
-    return str(dtype).replace("torch.", "")
+    return str(next(model.parameters()).dtype).replace("torch.", "")
 
 
 def cache_keyword(model: torch.nn.Module) -> str:
-    """The name the model's forward takes its KV cache by: ``cache`` in transformers ≥ 5.24,
-    ``past_key_values`` in models written for older releases (remote code). Passing the
-    wrong one would vanish into **kwargs and run the model without its cache, silently
-    wrong, so a model that names neither is refused."""
+    """The name the model's forward takes its KV cache by (``cache`` in transformers ≥ 5.24,
+    ``past_key_values`` before); the wrong one would vanish into **kwargs, so neither is refused."""
     parameters = inspect.signature(model.forward).parameters
     for name in ("cache", "past_key_values"):
         if name in parameters:
@@ -149,21 +138,20 @@ class TransformersBackend(Backend):
             new = torch.tensor(ids[keep:], dtype=torch.long, device=self.device)
             if extra is not None:
                 new = torch.cat([new, extra.to(self.device)])
-            return self._run(ids[keep:], new, num_logits)
+            return self._feed(ids[keep:], new, num_logits)
         except BaseException:
             self.reset()  # a half-cropped or half-updated cache must never be trusted again
             raise
 
     def extend(self, tokens: torch.Tensor, num_logits: int = 1) -> torch.Tensor:
         try:
-            return self._run(None, tokens.to(self.device), num_logits)
+            return self._feed(None, tokens.to(self.device), num_logits)
         except BaseException:
             self.reset()
             raise
 
     def _roll_back(self, keep: int) -> int:
-        """Makes the cache hold exactly ``self._ids[:keep]``; returns how many ids it now
-        holds (``keep``, or 0 when it had to be dropped — see the module docstring)."""
+        """Makes the cache hold exactly ``self._ids[:keep]`` → ``keep``, or 0 where it had to be dropped."""
         drop = len(self._ids) - keep
         if self.cache is None:
             return 0
@@ -176,10 +164,9 @@ class TransformersBackend(Backend):
         return keep
 
     def forward_tree(self, ids: list[int], tokens: list[int], parents: list[int] | tuple[int, ...]) -> torch.Tensor:
-        """One pass over ids' last token and a tree of drafts (engine/trees/walk.py): node i at
-        the position of its depth, seeing the context and its own ancestors only (a 4D
-        mask) → logits [N+1, V] (row 0 at the last token, row i+1 after node i). The cache
-        then holds every node until ``keep_path`` keeps the verified ones."""
+        """One pass over ids' last token and a tree of drafts, node i at the position of its depth
+        seeing the context and its ancestors only (a 4D mask) → logits [N+1, V]; the cache
+        holds every node until ``keep_path``."""
         if self._sliding:
             raise ValueError("trees need a cache without sliding-window layers")
         cached = self.ids
@@ -199,42 +186,26 @@ class TransformersBackend(Backend):
                 if parent >= 0:
                     sees[row, base:base + n] = sees[len(host) + parent, base:base + n]
                 sees[row, base + i] = True
-            if self.cache is None:
-                self.cache = self._new_cache()
             new = torch.tensor(host + list(tokens), dtype=torch.long, device=self.device)
-            out = self.model(input_ids=new[None], use_cache=True, logits_to_keep=n + 1,
-                             position_ids=torch.tensor([positions], device=self.device),
-                             attention_mask=sees[None, None].to(self.device),
-                             output_hidden_states=bool(self._feature_layers) or self._final_hidden,
-                             **{self._cache_keyword: self.cache})
-            if self._feature_layers:
-                self.last_features = torch.cat([out.hidden_states[i][0] for i in self._feature_layers], -1).float()
-                self.features_start = keep
-            # the last token's and every node's, until keep_path keeps the walked path's
-            self.last_final_hidden = out.hidden_states[-1][0, -(n + 1):].float() if self._final_hidden else None
-            self.final_hidden_start = base - 1
+            # hidden states: the last token's and every node's, until keep_path keeps the walked path's
+            logits = self._call(new, n + 1, keep, position_ids=torch.tensor([positions], device=self.device),
+                                attention_mask=sees[None, None].to(self.device))
             self._ids += host
             self._tree = (base, list(tokens))
-            return out.logits[0, -(n + 1):]
+            return logits
         except BaseException:
             self.reset()
             raise
 
     def keep_path(self, path: list[int]) -> None:
-        """After ``forward_tree``: keeps the KV of the nodes on ``path`` (root down) right
-        after the context, in order, and drops the other nodes'; features likewise."""
+        """After ``forward_tree``: the KV of the nodes on ``path`` (root down) follows the context."""
         base, tokens = self._tree
         rows = torch.tensor(path, dtype=torch.long, device=self.device) + base
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 t = getattr(layer, name)
                 setattr(layer, name, torch.cat([t[..., :base, :], t.index_select(-2, rows)], -2))
-        if self._feature_layers and self.last_features is not None:
-            offset = base - self.features_start
-            keep_rows = torch.cat([torch.arange(offset), torch.tensor(path, dtype=torch.long) + offset])
-            self.last_features = self.last_features.index_select(0, keep_rows.to(self.last_features.device))
-        if self.last_final_hidden is not None:
-            self.last_final_hidden = self.last_final_hidden[[0] + [i + 1 for i in path]]
+        self._keep_hidden_rows(base, path)
         self._ids += [tokens[i] for i in path]
         self._tree = None
 
@@ -247,13 +218,14 @@ class TransformersBackend(Backend):
     def token_embeddings(self) -> torch.Tensor:
         return self.model.get_input_embeddings().weight.detach().float()
 
-    def _run(self, host_ids: list[int] | None, new: torch.Tensor, num_logits: int) -> torch.Tensor:
+    def _call(self, new: torch.Tensor, num_logits: int, start: int, **mask) -> torch.Tensor:
+        """One forward of ``new`` (its first at position ``start``) → logits [num_logits, V],
+        handing out the requested hidden states."""
         if self.cache is None:
             self.cache = self._new_cache()
-        start = len(self._ids) + sum(t.numel() for t in self._pending)
         out = self.model(input_ids=new[None], use_cache=True, logits_to_keep=num_logits,
                          output_hidden_states=bool(self._feature_layers) or self._final_hidden,
-                         **{self._cache_keyword: self.cache})
+                         **mask, **{self._cache_keyword: self.cache})
         if self._feature_layers:
             # hidden_states[l] is what enters decoder layer l (0: the embeddings)
             self.last_features = torch.cat([out.hidden_states[i][0] for i in self._feature_layers], -1).float()
@@ -261,22 +233,22 @@ class TransformersBackend(Backend):
         if self._final_hidden:
             self.last_final_hidden = out.hidden_states[-1][0, -num_logits:].float()  # [num_logits, H]
             self.final_hidden_start = start + new.numel() - num_logits
+        return out.logits[0, -num_logits:]
+
+    def _feed(self, host_ids: list[int] | None, new: torch.Tensor, num_logits: int) -> torch.Tensor:
+        logits = self._call(new, num_logits, len(self._ids) + sum(t.numel() for t in self._pending))
         if host_ids is not None:  # forward() read self.ids first, so nothing is pending
             self._ids += host_ids
             if new.numel() > len(host_ids):
                 self._pending.append(new[len(host_ids):])
         else:
             self._pending.append(new)
-        return out.logits[0, -num_logits:]
+        return logits
 
     def cache_bytes(self) -> int:
-        total = 0
-        for layer in getattr(self.cache, "layers", ()):
-            for name in ("keys", "values"):
-                tensor = getattr(layer, name, None)
-                if tensor is not None and hasattr(tensor, "nbytes"):
-                    total += int(tensor.nbytes)
-        return total
+        layers = getattr(self.cache, "layers", ())
+        tensors = (getattr(layer, name, None) for layer in layers for name in ("keys", "values"))
+        return sum(int(t.nbytes) for t in tensors if t is not None and hasattr(t, "nbytes"))
 
     def parameter_bytes(self) -> int:
         return int(sum(p.numel() * p.element_size() for p in self.model.parameters()))

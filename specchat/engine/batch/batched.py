@@ -1,12 +1,6 @@
-"""Several replies decoded together, exactly: one llama.cpp decode a step for all of them.
-
-Each step is the engine's one ``step`` over every active sequence, run as one
-``llama_decode`` of every sequence's pending tokens and drafts; a rejected draft's cells
-are dropped from its sequence alone. A finished sequence frees its slot at once
-(continuous batching); ``cancel(i)`` ends request i before the next step. Requests come
-from a list or a RequestQueue. Chains only: trees need one sequence (engine.py).
-Each sequence's StepStats carry the whole step's decode and total times, ``batch_size``
-and, as ``prefill_tokens``, the prompt tokens any sequence ran in it.
+"""Several replies decoded together, exactly: the engine's one ``step`` over every active
+sequence, as one ``llama_decode``; a rejected draft's cells are dropped from its sequence
+alone, and a finished sequence frees its slot at once (continuous batching). Chains only.
 Design notes: docs/design/batching.md
 """
 
@@ -19,7 +13,7 @@ import torch
 
 from specchat.engine.backends.base import Backend, common_prefix_length
 from specchat.engine.batch.requests import Request, RequestQueue
-from specchat.engine.engine import EACH_OWN, NO_DRAFTS, Sequence, _Verified, open_sequence, step
+from specchat.engine.engine import EACH_OWN, Sequence, _Verified, open_sequence, step
 from specchat.engine import epilogue
 from specchat.engine.gamma.batch_plan import BatchGamma
 from specchat.engine.gamma.controller import Controller, make_controller
@@ -27,7 +21,7 @@ from specchat.engine.proposers import Proposal, Proposer
 from specchat.events import Step
 
 IDLE_WAIT_S = 0.1  # with nothing to decode, how long one wait for a request lasts (a closed queue ends it sooner)
-__all__ = ["BatchedEngine", "Request", "RequestQueue", "NO_DRAFTS"]
+__all__ = ["BatchedEngine", "Request", "RequestQueue"]  # Request for the callers that build them
 
 
 class _Together:
@@ -69,10 +63,9 @@ class _Together:
 
 
 class BatchedEngine:
-    """``generate(requests)`` yields (request index, Step) as the batch advances; a
-    request's last Step has its finish reason. ``proposer_factory(lane)`` gives each
-    request its own proposer (None: plain decoding) over ``lane``, the sequence it decodes
-    in as a Backend; a factory with a ``close()`` is closed with the engine."""
+    """``generate(requests)`` yields (request index, Step) as the batch advances.
+    ``proposer_factory(lane)`` gives each request its own proposer (None: plain decoding)
+    over ``lane``, its sequence as a Backend (a factory's ``close()`` runs with the engine's)."""
 
     def __init__(self, target, n_seq: int = 4, proposer_factory: Callable[[Backend], Proposer | None] | None = None,
                  eos_token_ids: Iterable[int] | None = None, n_ctx_per_seq: int | None = None) -> None:
@@ -119,13 +112,10 @@ class BatchedEngine:
 
     def generate(self, requests: list[Request] | RequestQueue, admitted: Callable[[int], None] | None = None,
                  failed: Callable[[int, Exception], None] | None = None) -> Iterator[tuple[int, Step]]:
-        """``requests``: a list (request i is its i-th) or a RequestQueue still being
-        filled (request i is its i-th put); with nothing to decode, the loop waits for the
-        queue's next request until the queue is closed. ``admitted(i)`` is called as request
-        i takes a slot (a closed-loop client's send time: its time to first token counts
-        from there). ``failed(i, error)``: request i's verification failed (a server: one
-        client's request must not end the others'); its last Step says "error" and the rest
-        go on. Without it, such an error ends the call."""
+        """``requests``: a list or a RequestQueue still being filled (request i is its i-th).
+        ``admitted(i)``: request i takes a slot (its time to first token counts from there).
+        ``failed(i, error)``: request i's verification failed, its last Step says "error"
+        and the rest go on; without it, such an error ends the call."""
         alone = None if failed is None else (lambda s, exc: failed(s.index, exc))
         source = requests if isinstance(requests, RequestQueue) else RequestQueue(requests, closed=True)
         with self._lock:
@@ -208,9 +198,8 @@ class BatchedEngine:
         return min(common_prefix_length(held, ids), len(ids) - 1)
 
     def _release(self, s: Sequence, free: list[int]) -> None:
-        """A finished sequence's slot goes back, its cells kept for a request that shares
-        their prefix (between steps they hold exactly ids[:cached]: rejected drafts were
-        dropped when verified)."""
+        """A finished sequence's slot goes back, its cells (between steps exactly ids[:cached])
+        kept for a request that shares their prefix."""
         self._held[s.lane] = s.ids[:s.cached]
         free.append(s.lane)
         with self._lock:
@@ -218,7 +207,6 @@ class BatchedEngine:
 
     def _take_cancel(self, index: int) -> bool:
         with self._lock:
-            if index in self._cancelled:
-                self._cancelled.discard(index)
-                return True
-            return False
+            taken = index in self._cancelled
+            self._cancelled.discard(index)
+            return taken

@@ -1,32 +1,18 @@
-"""Each batched request's proposer, built from a profile's ``[speculation]`` (serve, bench
---concurrency): a ``proposer_factory`` for the BatchedEngine.
-
-A sequence's proposer is built once, over that sequence's lane (the target's sequence as
-a Backend: a head reads its layer inputs there) and, for a draft model that batches, a
-sequence of its own in one batch context of the draft; each request that takes the
-sequence later gets it reset. A draft model that cannot batch is shared by every
-sequence: its cache is keyed by the ids it holds, so it stays exact and re-runs whatever
-context another request left.
+"""Each batched request's proposer (serve, bench --concurrency): a ``proposer_factory`` for
+the BatchedEngine. A sequence's proposer is built once, over its lane and, for a draft model
+that batches, a sequence of one batch context of the draft; a later request resets it. A
+draft model that cannot batch is shared (its cache is keyed by the ids it holds: exact).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from specchat.engine.factory import build_proposer
 from specchat.engine.proposers import Proposer
 from specchat.errors import SpecchatError
 from specchat.methods import METHODS
-
-
-@dataclass(frozen=True)
-class _Models:
-    """What build_proposer reads of a LoadedModels, for one sequence."""
-
-    target: Any
-    draft: Any
-    head: Any
 
 
 class LaneProposers:
@@ -43,7 +29,7 @@ class LaneProposers:
             if proposer is not None:
                 proposer.reset()  # a new request: nothing of the last one's text
             return proposer
-        models = _Models(lane, self._draft(lane), self.loaded.head)
+        models = replace(self.loaded, target=lane, draft=self._draft(lane))  # this sequence's
         proposer = self._made[lane.seq] = build_proposer(self.speculation, models, self.gamma, self.ceiling,
                                                          self.method)
         return proposer
@@ -63,9 +49,8 @@ class LaneProposers:
 
 
 def check_batchable(speculation, where: str) -> None:
-    """One line (SpecchatError) where the batched engine cannot run ``speculation``: a method
-    whose row says so (Medusa heads read final hidden states a batch does not hand out), or a
-    tree (a tree's branches need a unified cache: one sequence at a time verifies them)."""
+    """Refuses in one line (SpecchatError) what the batched engine cannot run: a method whose
+    row says so, or a tree (its branches need a unified cache)."""
     method = METHODS[speculation.method]
     if not method.batched:
         raise SpecchatError(f"{where} decodes requests in one batch, which cannot run speculation.method = "

@@ -1,9 +1,5 @@
-"""Where the batched engine takes its requests from: a queue that may grow while it runs.
-
-``BatchedEngine.generate`` admits requests from a :class:`RequestQueue` as slots free. A
-list of requests is a queue closed at once (every request known up front: bench, tests);
-a server keeps its queue open and ``put``s requests as clients send them, and the engine
-waits for one while nothing is active, until the queue is closed.
+"""Where the batched engine takes its requests from: a queue that may grow while it runs (a
+server's, open until closed), or one closed at once (a list of requests: bench, tests).
 """
 
 from __future__ import annotations

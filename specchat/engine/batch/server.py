@@ -1,12 +1,7 @@
-"""One batched engine serving requests that arrive while it runs (``specchat serve``).
-
-A worker thread owns the BatchedEngine (and so the llama.cpp context: no other thread
-decodes) and runs ``generate`` over a RequestQueue that ``submit`` keeps filling. Each
-request's Steps go to its own :class:`Handle` (a ``queue.Queue``), read by whichever
-thread serves that client; ``handle.cancel()`` ends that request alone before the next
-step. A request whose own verification fails (its sampler, its logits) ends alone with
-its one line; any other engine error ends every request in flight with its line, and the
-worker starts over on the same queue (the requests that come next are served).
+"""One batched engine serving requests that arrive while it runs (``specchat serve``): a
+worker thread owns the BatchedEngine and runs ``generate`` over the RequestQueue ``submit``
+fills; each request's Steps go to its own :class:`Handle`. A request that fails alone ends
+alone; any other engine error ends every request in flight, and the worker starts over.
 """
 
 from __future__ import annotations
@@ -23,8 +18,7 @@ from specchat.events import Step
 
 
 class Handle:
-    """One submitted request: iterate for its Steps (the last one has its finish reason);
-    ``cancel()`` from any thread. Iterating raises GenerationError if the engine failed."""
+    """One submitted request: its Steps come from ``until``; ``cancel()`` from any thread."""
 
     def __init__(self, index: int, cancel: Callable[[int], None]) -> None:
         self.index = index
@@ -34,13 +28,9 @@ class Handle:
         self._cancel = cancel
         self._cancelled = False
 
-    def __iter__(self) -> Iterator[Step]:
-        return self.until(lambda: False)
-
     def until(self, gone: Callable[[], bool], every_s: float = 0.25) -> Iterator[Step]:
-        """The steps, asking ``gone()`` every ``every_s`` while none arrives (a request
-        still waiting for a slot, a long prompt): once it says yes, the request is
-        cancelled and the steps end."""
+        """The steps (the last with its finish reason; GenerationError if the engine failed),
+        asking ``gone()`` every ``every_s`` while none arrives: yes cancels the request."""
         while not self.finished:
             try:
                 item = self.steps.get(timeout=every_s)

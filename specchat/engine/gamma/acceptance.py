@@ -1,10 +1,6 @@
-"""What a draft's acceptance estimates are keyed on, and where they start.
-
-Drafts share estimates when they came alike: a model's drafts by their source; a lookup's
-by its match (the agreement length's bucket and whether the n-gram's other occurrences
-went on alike); suffix decoding's also by where the occurrences behind its drafts split.
-Each key starts from a prior (:func:`key_prior`) that the reply's own verdicts soon
-outweigh (the cost model, cost_model.py, keeps the estimates; the controllers read them).
+"""What a draft's acceptance estimates are keyed on (drafts that came alike share them: a
+model's by source, a lookup's by its match, suffix decoding's also by where its occurrences
+split), and the prior each key starts from, which the reply's own verdicts soon outweigh.
 """
 
 from __future__ import annotations
@@ -14,8 +10,7 @@ from specchat.engine.proposers import Candidate
 from specchat.engine.proposers.ngram_index import NgramMatch
 
 MATCH_BUCKETS = (1, 2, 3, 4, 5, 8, 16)  # lower ends: 1, 2, 3, 4, 5–7, 8–15, 16+
-# lower ends of the buckets of a suffix draft's share (1.0: every occurrence went on with it)
-SHARE_BUCKETS = (0.25, 0.5, 0.75, 1.0)
+SHARE_BUCKETS = (0.25, 0.5, 0.75, 1.0)  # lower ends of a suffix draft's share's buckets (1.0: all went on)
 # (agreement bucket, consensus), and for suffix decoding the share buckets of drafts 2, 3, …
 # up to the last that was not unanimous; () for a model's drafts
 MatchKey = tuple[int, str] | tuple[int, str, tuple[float, ...]]
@@ -82,13 +77,9 @@ def acceptance_key(candidate: Candidate) -> AcceptanceKey:
 
 def key_prior(key: AcceptanceKey) -> Prior:
     """A key's starting acceptance: its match's prior; None (the model's default) for a
-    model's drafts. A suffix key's is per draft position: the match's prior (what the
-    first draft's consensus says), times, from the second draft on, the share of the
-    occurrences still agreeing that went on with it (its bucket's middle; 1 past the last
-    split, then for every later position). The occurrences' agreement is the
-    SuffixDecoding paper's estimate of a draft's chance; the match's prior stands for how
-    far the target follows the earlier text at all (even a unanimous lone occurrence says
-    little)."""
+    model's drafts. A suffix key's is per position: the match's prior times, from the
+    second draft on, its share bucket's middle (the paper's estimate of a draft's chance;
+    the prior says how far the target follows earlier text at all)."""
     if not key[1]:
         return None
     first = match_prior(key[1][:2])

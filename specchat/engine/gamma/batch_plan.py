@@ -1,13 +1,5 @@
-"""γ = auto for a batch: every sequence's drafts chosen at once, by goodput.
-
-Of the m drafts the batch could verify, a step takes the m maximising
-goodput(m) = (N + S_m) / (w(R0) + e(m) + m·d): N sequences, S_m the m largest draft
-survivals, w a plain step of R0 rows, e(m) what m drafts measured added, d drafting time
-per draft (ms). Acceptance is pooled across sequences per acceptance key; probes recover
-it, a plan must clear GAIN_MARGIN, and predictions that fell short are scaled down.
-Exactness does not depend on the choice.
-
-Design notes: docs/design/gamma.md
+"""γ = auto for a batch: of the m drafts the batch could verify, a step takes the m
+maximising goodput(m) = (N + S_m) / (w(R0) + e(m) + m·d) (docs/design/gamma.md).
 """
 
 from __future__ import annotations
@@ -17,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from specchat.engine.gamma.acceptance import AcceptanceKey, acceptance_key, key_prior
 from specchat.engine.gamma.controller import Assessment, Controller
-from specchat.engine.gamma.cost_model import Ewma, line
+from specchat.engine.gamma.cost_model import Ewma, fitted, line
 from specchat.telemetry import RecentMedian
 from specchat.engine.proposers import Candidate
 
@@ -67,17 +59,14 @@ class BatchPlan:
 
 
 class BatchGamma(Controller):
-    """The controller of a step's sequences: a controller's verbs, over the whole step. It
-    plans a batch's point-mass drafts under γ = auto at once, keeping their acceptance in
-    the one cost model (``model``, per acceptance key) and timing steps by their rows, not
-    by k; every other sequence, and a sequence alone, is its own controller's (``plans``).
-    ``BatchGamma(0)`` plans nothing."""
+    """A controller's verbs over a whole step: it plans a batch's point-mass drafts under
+    γ = auto at once (acceptance in the one cost model, steps timed by their rows); every
+    other sequence, and a sequence alone, is its own controller's. ``BatchGamma(0)`` plans nothing."""
 
     def __init__(self, max_gamma: int, probe_every: int = 24, window: int = 9) -> None:
         self.max_gamma = max_gamma
         self.plain_ms: dict[int, RecentMedian] = {}  # pending rows → a plain step's time (decode and reading)
-        # (drafts m, every sequence alike) → what they added to a plain step of the same rows
-        self.extra_ms: dict[tuple[int, bool], RecentMedian] = {}
+        self.extra_ms: dict[tuple[int, bool], RecentMedian] = {}  # (drafts, all alike) → what they added to plain
         self._shape = False  # the plan's drafts came every sequence alike (one pass)
         self.draft_ms = RecentMedian(window)  # per draft
         self.window = window
@@ -85,25 +74,22 @@ class BatchGamma(Controller):
         self.plain_run = 0
         self.expected = Ewma(decay=0.02)  # predicted gain of the steps as chosen (~50 steps)
         self._keys: list[AcceptanceKey | None] = []
-        # (sequences, every sequence alike in one pass?) → what such plans delivered; a
-        # plain step's record is (sequences, None)
+        # (sequences, every sequence alike in one pass?; plain steps: None) → what such plans delivered
         self.records: dict[tuple[int, bool | None], Record] = {}
         self.steps = 0
         self._promised: tuple[int, float, float] | None = None  # the plan's (sequences, tokens, ms)
 
     def plans(self, seq, batch: int) -> bool:
         """Whether this plan chooses the sequence's drafts in a step of ``batch`` sequences:
-        point masses under γ = auto (their cost is the rows they add); a model's drafts cost
-        its forwards: its own controller. So does a sequence alone: there the plan is its
-        controller's E(k)/T(k) (AdaptiveGamma), which has measured its lane's every step."""
+        point masses under γ = auto, in a batch (a model's drafts cost its forwards, and alone
+        the plan is AdaptiveGamma's E(k)/T(k): both their own controller's)."""
         p = seq.proposer
         auto = p is not None and p.point_mass and p.num_speculative_tokens == "auto"
         return auto and batch > 1 and self.max_gamma > 0
 
     def choose(self, seqs: list) -> BatchPlan:
-        """The step's drafts per sequence, within its room: the plan's for those it ``plans``,
-        each other's own controller's (those drafts run anyway: to the plan they are rows
-        like the pending ones)."""
+        """The step's drafts per sequence: the plan's for those it ``plans``, each other's own
+        controller's (rows that run anyway, to the plan)."""
         planned = [self.plans(s, len(seqs)) for s in seqs]
         own = [(0, None) if p or not s.proposer else s.controller.choose(s.ids) for s, p in zip(seqs, planned)]
         drafts = [max(0, min(g, s.cap())) for s, (g, _) in zip(seqs, own)]
@@ -126,8 +112,7 @@ class BatchGamma(Controller):
     def observe(self, plan: BatchPlan, seqs: list, done: list, rows: int, step_ms: float, draft_ms: float,
                 prefill: bool) -> None:
         """The step as it went: ``done`` per sequence its (StepStats, Proposal), None where it
-        failed. The plan measures a step it chose in (:meth:`observe_batch`); every other
-        sequence's own controller observes its own step."""
+        failed; the plan measures its own, each other sequence's controller its own."""
         if any(plan.planned):
             self.observe_batch(rows, step_ms, draft_ms, prefill,
                                [(d[0].num_draft_tokens, d[0].num_accepted_tokens) if p and d else (0, 0)
@@ -138,17 +123,13 @@ class BatchGamma(Controller):
 
     def plain_time(self, rows: int) -> float | None:
         """w(R): measured at R rows, else on the line through the sizes measured."""
-        if rows in self.plain_ms:
-            return self.plain_ms[rows].value
-        fit = line({x: e.value for x, e in self.plain_ms.items()})
-        return None if fit is None else max(1e-3, fit[1] + fit[2] * (rows - fit[0]))
+        return fitted({x: e.value for x, e in self.plain_ms.items()}, rows)
 
     def extra_time(self, m: int, single: bool = False, table: tuple | None = None) -> float | None:
-        """e(m), what m drafts add to a plain step (``single``: when every sequence drafts
-        alike, so the step stays one pass): measured; else on the line through the counts
-        measured of that kind; else, one count m0 measured, e(m0) up to m0 and in proportion
-        beyond (a pass of its own has a fixed cost); else what a plain step of that many rows
-        costs (a pass of its own). ``table``: :meth:`extras`, computed once a plan."""
+        """e(m), what m drafts add to a plain step (``single``: every sequence drafts alike, one
+        pass): measured; else on the line through that kind's counts; else, one count m0
+        measured, e(m0) up to m0 and in proportion beyond (a pass has a fixed cost); else a
+        plain step of that many rows (a pass of its own). ``table``: :meth:`extras`, once a plan."""
         if m == 0:
             return 0.0
         known, fit = table or self.extras(single)
@@ -190,13 +171,10 @@ class BatchGamma(Controller):
                                          if extra else 0))
 
     def plan(self, offers: list[Candidate | None], pending_rows: int) -> BatchPlan:
-        """``offers``: per sequence, what its proposer can draft (limit already capped by
-        the room it has) or None; ``pending_rows``: the rows the step runs anyway.
-
-        The plans weighed give j sequences k drafts each (the j whose first k drafts are
-        likeliest kept) and the others none: a ragged batch runs one extra pass of j·k rows
-        (llama.cpp, no unified KV cache: a pass per distinct tokens-per-sequence), every
-        sequence drafting alike keeps it one pass of N·(1 + k) rows."""
+        """``offers``: per sequence, what its proposer can draft (capped by its room) or None;
+        ``pending_rows``: the rows the step runs anyway. Plans give the j sequences likeliest
+        to keep k drafts k each: a ragged batch runs one extra pass of j·k rows (no unified KV
+        cache: a pass per distinct tokens-per-sequence), all alike one pass of N·(1 + k)."""
         n = len(offers)
         self.steps += 1
         self._keys = [None if c is None or c.limit <= 0 else acceptance_key(c) for c in offers]
@@ -248,10 +226,9 @@ class BatchGamma(Controller):
                          self.extra_time(1, alone and n == 1))  # alone, a draft shares the one pass
 
     def observe_batch(self, rows: int, step_ms: float, draft_ms: float, prefill: bool, verdicts: list[tuple[int, int]]) -> None:
-        """The step just planned: its rows and time (decode and reading, drafting apart),
-        and per sequence (drafts verified, drafts kept). A plain step times w at its size; a
-        drafting one what its drafts added to the plain step of the same rows. A step that
-        also ran a prompt says nothing of either."""
+        """The step just planned: its rows, time (drafting apart) and per sequence (drafts
+        verified, kept); a plain step times w, a drafting one what its drafts added (a step
+        that also ran a prompt, neither)."""
         drafted = sum(k for k, _ in verdicts)
         if not prefill:
             if not drafted:

@@ -1,11 +1,6 @@
-"""Timing a draft model before the first reply, for γ = auto.
-
-When a chat's or a benchmark's engine is made, a few steps on a short random prompt time
-the target's plain and k-draft steps and the draft's time per draft, through ``step()``.
-Only the times are kept (acceptance on random ids says nothing of a chat); a draft model
-that could not pay even if every draft were kept is set aside before the first reply.
-
-Design notes: docs/design/gamma.md
+"""Timing a draft model before the first reply, for γ = auto: a few steps on a short random
+prompt time the target's steps and the draft's, through ``step()``; only the times are kept
+(docs/design/gamma.md).
 """
 
 from __future__ import annotations
@@ -19,15 +14,11 @@ from specchat.engine.gamma.controller import AdaptiveGamma, Controller
 from specchat.engine.sampling import SamplingParams
 from specchat.events import StepStats
 
-# γ per step; the first also runs the prompt (untimed). Plain steps before and after the drafting
-# ones: w(0) is every ratio's denominator, and two plain steps right after the prompt, alone,
-# read slow often enough (a warming cache) to make a draft model that cannot pay look as if it
-# could (the real pair at T = 0: set aside only after a probe's 370 ms catch-up, issue 56)
+# γ per timed step: plain steps before and after the drafting ones (w(0) is every ratio's
+# denominator, and plain steps right after a prompt alone read slow: docs/design/gamma.md)
 SCRIPT = (0, 0, 0, 2, 2, 2, 1, 1, 0, 0)
-# untimed steps first: the first steps after a load read slow (pages and caches still cold), and
-# plain ones come first, so w(0) read 29-40 ms against 27 warm on the pair, its ceiling 1.16-1.52
-# where warm it is under 1.1 (and a probe later ran a 365 ms catch-up to find that out).
-# The warm-up's draft runs over the prompt: that catch-up is timed (the cost model prices it)
+# untimed steps first (right after a load, steps read slow); the first also runs the prompt,
+# and its draft's catch-up over the prompt is timed (the cost model prices it)
 WARMUP = (0, 2, 0, 1, 0)
 PROMPT_TOKENS = 32
 

@@ -1,13 +1,6 @@
-"""Choosing γ, the number of drafts, before each step.
-
-Both controllers use only the past (tokens and timings), so exactness does not depend on
-the choice. :class:`FixedGamma` always asks for γ, with occasional plain calibration
-steps. :class:`AdaptiveGamma` picks the k in 0..max maximising E(k) / T(k), expected
-tokens per ms, from per-key acceptance estimates (priors from acceptance.py) and measured
-step times; it decodes plainly and probes when no k pays, and sets aside a drafting model
-that could not pay until the context has grown RETEST_GROWTH-fold and by RETEST_SPAN.
-
-Design notes: docs/design/gamma.md
+"""Choosing γ, the number of drafts, before each step, from the past only (so exactness
+does not depend on it): :class:`FixedGamma` asks for γ with occasional plain calibration
+steps; :class:`AdaptiveGamma` picks the k maximising E(k) / T(k) (docs/design/gamma.md).
 """
 
 from __future__ import annotations
@@ -23,13 +16,12 @@ from specchat.methods import METHODS
 
 @dataclass(frozen=True)
 class Assessment:
-    """What the cost model says of a step as drafted, before it is verified (StepStats
-    carries it): ``tokens`` E(k) and ``cost`` T(k)/w(0), the step's predicted tokens and
-    time in plain-step units; ``recommended_gamma`` the γ to use (an int, "auto", 0 for
-    none) and ``recommended_gain`` its predicted speed-up. None where not yet measured."""
+    """What the cost model says of a step as drafted, before it is verified, under StepStats'
+    names: E(k) and T(k)/w(0), the γ to use (an int, "auto", 0 for none) and its predicted
+    speed-up, c and v(k). None where not yet measured."""
 
-    tokens: float | None = None
-    cost: float | None = None
+    predicted_tokens: float | None = None
+    predicted_cost: float | None = None
     recommended_gamma: int | str | None = None
     recommended_gain: float | None = None
     cost_ratio: float | None = None  # c and v(k) as the model has them (a drafting step's only)
@@ -37,9 +29,8 @@ class Assessment:
 
 
 class Controller:
-    """Chooses γ before each step. Every controller keeps the one cost model
-    (cost_model.py) up to date and answers from it what a step is predicted to yield and
-    which γ to recommend, so the panel's verdict is the model's, whoever chooses."""
+    """Chooses γ before each step, keeping the one cost model up to date and answering from it
+    what a step should yield and which γ to recommend, whoever chooses."""
 
     max_gamma = 8
     _key: AcceptanceKey = ("", ())  # the acceptance estimates the chosen drafts share
@@ -80,8 +71,7 @@ class Controller:
 
     def recommendation(self) -> tuple[int | str | None, float | None]:
         """(γ, its predicted speed-up): the best fixed γ, 0 if none beats plain decoding."""
-        best = self.model.recommend()
-        return (None, None) if best is None else (best.gamma, best.gain)
+        return self.model.recommend() or (None, None)
 
     def prefills_proposer(self) -> bool:
         """Whether the proposer should run over the prompt before the first step (a draft
@@ -121,23 +111,18 @@ class FixedGamma(Controller):
 
 RETEST_GROWTH, RETEST_SPAN = 4, 2048  # a source that cannot pay at context C: looked at again past both
 # a drafting model is set aside where even every draft kept could not beat plain decoding by
-# this much: the ceiling leaves out its catch-ups (a forward over the tokens it skipped while
-# the lookup drafted or plain steps ran), which no k-step's time holds. The pair on two cores
-# (patch 0005) timed ceilings of 1.04-1.05 at load; kept, ngram_draft drafted from the 0.5B
-# on 77 humaneval steps with 3,328 tokens of catch-up and read 1.08x plain, not 1.34x
+# this much (the ceiling leaves out its catch-ups; measured why: docs/design/gamma.md)
 CEILING_TO_DRAFT = 1.1
 CONTEXT_DECAY = 0.97  # per step: the situations γ = auto has met lately weigh most (~33 steps)
 class AdaptiveGamma(Controller):
-    """Picks k ∈ 0..max_gamma maximising E(k)/T(k), the cost model's rate (cost_model.py
-    defines both; the module docstring says how the choice is made)."""
+    """Picks k ∈ 0..max_gamma maximising E(k)/T(k), the cost model's rate."""
 
     def __init__(self, max_gamma: int, proposer: Proposer | None = None, probe_every: int = 24,
                  calibrate_every: int = 64, turn_weight: float = 4.0) -> None:
         self.max_gamma = max_gamma
         self.proposer = proposer
         self.probe_every = probe_every
-        # the situations it has been choosing in, recent ones weighing most: each a tuple of
-        # (acceptance key, limit, source) per candidate, () for none (an n-gram miss)
+        # situation (per candidate its (acceptance key, limit, source); () a miss) → weight, recent most
         self.contexts: dict[tuple, float] = {}
         self._scale = 1.0
         self.plain_run = 0
@@ -243,15 +228,13 @@ class AdaptiveGamma(Controller):
         k, n = stats.num_draft_tokens, stats.num_accepted_tokens
         super().observe(stats, proposal)
         source = stats.draft_source
-        # a model that drafts (not a point-mass lookup, whose probe costs one verification
-        # and nothing else). A busy machine slows its drafts and the target's steps alike, so
-        # the ratio still judges; one slow draft cannot (the ceiling waits for two timings)
+        # a model that drafts (a lookup's probe costs one verification and nothing else); a busy
+        # machine slows its drafts and the target's steps alike, so the ceiling still judges
         if k and source in METHODS and not METHODS[source].point_mass:
             self.judge(source)
         elif not k and self.proposer is not None and self.proposer.drafting_model:
-            # warm plain steps replace the load-time timing's first, cold ones (w(0) read
-            # 10-45 % slow there on the pair, its ceiling 1.15-1.52 where warm it is ~1.04);
-            # a model already set aside waits for RETEST and a probe's fresh timings instead
+            # warm plain steps re-judge a model the load-time timing (read cold: docs/design/gamma.md)
+            # kept; one set aside waits for RETEST and a probe's fresh timings instead
             if self.proposer.drafting_model not in self.hopeless:
                 self.judge(self.proposer.drafting_model)
         if self._probing:
@@ -327,14 +310,10 @@ class AdaptiveGamma(Controller):
         return tokens / cost
 
     def recommendation(self) -> tuple[int | str | None, float | None]:
-        """"auto" where the model expects it to beat plain decoding, else 0. Choosing the
-        best k in every situation from the very estimates a fixed γ would be judged by,
-        auto is the model's best policy by construction: recommending a fixed γ beside it
-        would only mean two estimates disagreeing."""
+        """"auto" where the model expects it to beat plain decoding, else 0 (auto is the
+        model's best policy by construction: a fixed γ beside it would only disagree)."""
         gain = self.expected_gain()
-        if gain is None:
-            return None, None
-        return ("auto" if gain > 1.0 else 0), gain
+        return (None, None) if gain is None else (("auto" if gain > 1.0 else 0), gain)
 
 
 def make_controller(proposer: Proposer | None) -> Controller:

@@ -1,21 +1,18 @@
-"""The one cost model: expected tokens per millisecond of a step that drafts k tokens.
-
-rate(k) = E(k) / T(k): E(k) = 1 + Σ_j Π_{i<j} a_i the tokens the step emits (a_i measured per
-acceptance key), T(k) = k·d + w(k) its time in ms (d a draft's time, w(k) verifying k drafts
-at the step's context: a line in the context through recent plain steps times v(k)). The
-speed-up over a plain step is E(k) / (k·c + v(k)), c = d / w(0), v(k) = w(k) / w(0). γ = auto
-decides with it; every controller writes its forecast and recommended γ into each StepStats,
-which the panel and bench read; ``specchat plan`` prices what it times with
-:class:`MeasuredCosts`. Pure Python; the reasoning: docs/design/gamma.md.
+"""The one cost model: rate(k) = E(k) / T(k), expected tokens per ms of a step that drafts
+k tokens, E(k) = 1 + Σ_j Π_{i<j} a_i, T(k) = k·d + w(k). γ = auto decides with it, every
+controller writes its forecast into each StepStats, and ``specchat plan`` prices what it
+times with :class:`MeasuredCosts`. Pure Python; definitions and reasoning: docs/design/gamma.md.
 """
 
 from __future__ import annotations
 
 import bisect
 import copy
+import operator
 from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from statistics import median
 
 from specchat.events import StepStats
@@ -46,29 +43,8 @@ class Ewma:
         self.weight = min(self.weight, weight)
 
 
-class Timings:
-    """The last few times of one step size, each with the context it ran after."""
-
-    __slots__ = ("points",)
-
-    def __init__(self, size: int = 9) -> None:
-        self.points: deque[tuple[int, float]] = deque(maxlen=size)
-
-    def add(self, context: int, ms: float) -> None:
-        self.points.append((context, ms))
-
-    @property
-    def value(self) -> float:
-        return median(ms for _, ms in self.points)
-
-
-# a drafting model that is behind (it missed tokens while the target decoded plainly or a lookup
-# drafted) runs them all in its next draft's first forward: that catch-up is spread over the
-# steps it lets the model draft from then on, taken to be as many as the tokens it missed and
-# at least this many (a probe's interval). The pair on two cores: a probe after 13 plain steps
-# ran 90 tokens of catch-up in 365 ms, 13 plain steps' worth, for one kept draft, and drafting
-# there could win at most 10 %. Spread over a fixed horizon instead, a draft 2,000 tokens
-# behind looked dearer the longer it waited and was never probed again, even where it paid
+# a drafting model's catch-up is spread over as many steps as the tokens it missed, at least
+# this many (a probe's interval): why, with the pair's figures, in docs/design/gamma.md
 CATCH_UP_HORIZON = 24
 MIN_SPAN = 64  # tokens: plain steps closer than this in context say nothing of its slope
 STALE_SPAN = 0.25  # a plain step timed this share of the context away (and MIN_SPAN) is due again
@@ -76,21 +52,13 @@ STALE_SPAN = 0.25  # a plain step timed this share of the context away (and MIN_
 
 def plain_line(points: list[tuple[int, float]]) -> tuple[float, float]:
     """(a, b) with w(0) ≈ a + b·context: b the median of the slopes between plain steps at
-    least MIN_SPAN tokens apart (Theil–Sen; 0 until two are), a the median of what the steps
-    leave above b·context. b lies between 0 and the slope of the flattest line through the
-    origin and a step (min ms/context), so a ≥ 0: attention cannot cost more than the whole
-    step, and a slope read off a short span (1385-1502 tokens gave 0.026 ms a token, 5x the
-    true one) cannot carry the line below zero at shorter contexts."""
+    least MIN_SPAN tokens apart (Theil–Sen; 0 until two are), kept within [0, min ms/context]
+    so a ≥ 0 (a short span's slope cannot carry the line below zero), a the median of the rest."""
     slopes = [(m2 - m1) / (c2 - c1) for i, (c1, m1) in enumerate(points) for c2, m2 in points[i + 1:]
               if abs(c2 - c1) >= MIN_SPAN]
     steepest = min((m / c for c, m in points if c > 0), default=0.0)
     b = min(max(0.0, median(slopes)), steepest) if slopes else 0.0
     return median(m - b * c for c, m in points), b
-
-
-def step_time(k: int, draft_ms: float, verify_ms: float) -> float:
-    """T(k) = k·d + w(k) in ms: k drafts at ``draft_ms`` each, then verifying them."""
-    return k * draft_ms + verify_ms
 
 
 def between(table: dict[int, float], context: int) -> float:
@@ -127,20 +95,8 @@ def fitted(values: dict[int, float], x: int) -> float | None:
     return None if fit is None else max(1e-3, fit[1] + fit[2] * (x - fit[0]))
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    """The best fixed γ under the pooled acceptance: ``gamma`` (0 when no γ ≥ 1 beats a
-    plain step), ``gain`` the predicted speed-up of the best γ ≥ 1 (below 1 when it does not
-    pay), ``source`` the proposer it was predicted for."""
-
-    gamma: int
-    gain: float
-    source: str
-
-
 class CostModel:
-    """Measured acceptance per key and per position, step times per k and draft time per
-    source, and the rates they predict (module docstring)."""
+    """Measured acceptance per key and position, step times per k, draft times per source."""
 
     def __init__(self, max_gamma: int, prior: float = 0.6, window: int = 9, decay: float = 0.05,
                  by_context: bool = True) -> None:
@@ -151,7 +107,7 @@ class CostModel:
         self.by_context = by_context  # False: every step as if at one context (a summary over runs)
         self.accept: dict[Hashable, list[Ewma]] = {}  # key → per-position a_i
         self.pooled: dict[str, list[Ewma]] = {}  # source → per-position a_i over every context
-        self.step_ms: dict[int, Timings] = {}  # k → recent (context, w(k)), whoever drafted
+        self.step_ms: dict[int, deque[tuple[int, float]]] = {}  # k → recent (context, w(k)), whoever drafted
         self.context = 0  # tokens before the next step: what the predictions are for
         self._shape: tuple[tuple[float, float], dict[int, float]] | None = None  # (plain line, v by k) at the context
         self.draft_ms: dict[str, RecentMedian] = {}  # source → time per drafted token
@@ -161,9 +117,8 @@ class CostModel:
         self._w: dict[int, float | None] = {}  # w(k) as of the last observation
 
     def acceptance(self, key: Hashable, prior: Prior = None) -> list[Ewma]:
-        """A key's estimates per draft position, made on first use from ``prior``: one value
-        for every position, or one per position (the last repeated beyond them), or None
-        for the model's default."""
+        """A key's estimates per draft position, made on first use from ``prior`` (one value,
+        one per position with the last repeated, or None for the model's default)."""
         if key not in self.accept:
             starts = [self.prior] if prior is None else [prior] if isinstance(prior, (int, float)) else list(prior)
             self.accept[key] = [Ewma(starts[min(i, len(starts) - 1)], self.decay) for i in range(self.max_gamma)]
@@ -187,7 +142,7 @@ class CostModel:
         plain = self.step_ms.get(0)
         if plain is None or not self.by_context:
             return False
-        nearest = min(abs(c - self.context) for c, _ in plain.points)
+        nearest = min(abs(c - self.context) for c, _ in plain)
         return nearest > max(MIN_SPAN, STALE_SPAN * self.context)
 
     def w(self, k: int) -> float | None:
@@ -198,10 +153,10 @@ class CostModel:
 
     def _fit(self, k: int) -> float | None:
         if 0 not in self.step_ms:  # no plain step yet: the line through the sizes measured
-            return fitted({x: t.value for x, t in self.step_ms.items()}, k)
+            return fitted({x: median(ms for _, ms in t) for x, t in self.step_ms.items()}, k)
         if self._shape is None:
-            a, b = plain_line(list(self.step_ms[0].points))
-            self._shape = (a, b), {x: median(ms / max(1e-3, a + b * c) for c, ms in self._near(t.points))
+            a, b = plain_line(list(self.step_ms[0]))
+            self._shape = (a, b), {x: median(ms / max(1e-3, a + b * c) for c, ms in self._near(t))
                                    for x, t in self.step_ms.items()}
         (a, b), v = self._shape
         ratio = fitted(v, k)
@@ -209,8 +164,7 @@ class CostModel:
 
     def _near(self, points: deque[tuple[int, float]]) -> list[tuple[int, float]]:
         """The times taken near this context, by the rule that calls a plain step stale; all
-        of them where none is. A k-step timed in another chat, 1,300 tokens back, read
-        against a line through today's plain steps gave v(8) ≈ 28,000 (RESULTS run 14)."""
+        of them where none is (a k-step 1,300 tokens back once gave v(8) ≈ 28,000)."""
         near = [(c, ms) for c, ms in points if abs(c - self.context) <= max(MIN_SPAN, STALE_SPAN * self.context)]
         return near or list(points)
 
@@ -229,20 +183,17 @@ class CostModel:
         return out
 
     def catch_up_ms(self, source: str, tokens: int) -> float:
-        """The ms ``source`` takes to run ``tokens`` context tokens it missed: per token, the
-        recent steps that caught up's draft time beyond D(k) over their catch-up tokens (a
-        ratio of sums: a 3-token catch-up's fixed part read 12 ms a token on the pair, a
-        31-token one's 4.9); 0 until one such step and its k's D(k) are timed."""
+        """The ms ``source`` takes to run ``tokens`` context tokens it missed: the recent
+        catch-ups' draft time beyond D(k) over their tokens (a ratio of sums: small catch-ups'
+        fixed part reads dear per token); 0 until one such step and its k's D(k) are timed."""
         extra = [(max(0.0, ms - d), n) for k, n, ms in self.catch_ups.get(source, ())
                  if (d := self.drafting_ms(source, k)) is not None] if tokens else []
         return tokens * sum(ms for ms, _ in extra) / sum(n for _, n in extra) if extra else 0.0
 
     def drafting_ms(self, source: str, k: int) -> float | None:
         """D(k), the ms ``source`` takes to draft k: as timed where a k-step was, else on the
-        line through the k timed, else k times its time per draft. A step's drafting has a
-        fixed part (a draft model's first forward runs the last step's kept tokens too, q is
-        warped): priced per draft, k = 1 looked cheap (the pair: 20 ms a draft from k = 2
-        steps, 30 ms for k = 1 alone, and γ = auto drafted k = 1 at 0.86× plain)."""
+        line through the k timed, else k times its time per draft (a step's drafting has a
+        fixed part: priced per draft, k = 1 looked cheap; docs/design/gamma.md)."""
         timed = {j: t.value for j, t in self.draft_step_ms.get(source, {}).items()}
         d = fitted(timed, k)
         if d is None:
@@ -251,11 +202,8 @@ class CostModel:
         return d
 
     def survival(self, key: Hashable, limit: int, prior: Prior = None) -> list[float]:
-        survival, alive = [], 1.0
-        for estimate in self.acceptance(key, prior)[:limit]:
-            alive *= estimate.value
-            survival.append(alive)
-        return survival
+        """The probability that drafts 1..i are all kept, for i = 1..limit."""
+        return list(accumulate((estimate.value for estimate in self.acceptance(key, prior)[:limit]), operator.mul))
 
     def predicted_rates(self, key: Hashable, limit: int, source: str = "", prior: Prior = None,
                         behind: int = 0) -> list[float | None]:
@@ -266,16 +214,13 @@ class CostModel:
 
     def step_prediction(self, key: Hashable, k: int, source: str, prior: Prior = None,
                         behind: int = 0) -> tuple[float, float] | None:
-        """(E(k), T(k)/w(0)) of the k a controller chose: tokens, and time in plain-step
-        units; bench's and the panel's predicted speed-up is Σ E / Σ T/w(0) over the steps
-        as run (None while either is unknown)."""
-        if k == 0 and 0 in self.step_ms:  # w(0) is measured (and positive): a plain step is 1 for 1
-            return 1.0, 1.0
+        """(E(k), T(k)/w(0)) of the k a controller chose, None while unknown (bench's and the
+        panel's predicted speed-up is Σ E / Σ T/w(0) over the steps as run)."""
         w0 = self.w(0)
+        if k == 0 and (0 in self.step_ms or w0):  # a plain step is 1 for 1
+            return 1.0, 1.0
         if not w0:
             return None
-        if k == 0:
-            return 1.0, 1.0
         survival = self.survival(key, k, prior)
         if len(survival) < k:  # more drafts than positions tracked (a wide tree): no forecast
             return None
@@ -283,9 +228,8 @@ class CostModel:
         return None if f is None else (f[0], f[1] / w0)
 
     def ratios(self, source: str) -> tuple[float | None, tuple[float, ...]]:
-        """(c, v(1..K)) at the context: ``source``'s time a draft over w(0), and w(k)/w(0)
-        for k up to the largest timed (a line between), at least 1: verifying k+1 tokens
-        never really costs less than one token, below is timing noise. (None, ()) before w(0)."""
+        """(c, v(1..K)) at the context, (None, ()) before w(0); v at least 1 (verifying k+1
+        tokens never really costs less than one: below is timing noise)."""
         w0 = self.w(0)
         if not w0:
             return None, ()
@@ -312,8 +256,8 @@ class CostModel:
         k = stats.num_draft_tokens
         if stats.prefill_tokens:  # a step that also ran the prompt says nothing of T(k)
             return
-        self.step_ms.setdefault(k, Timings(self.window)).add(stats.context_tokens if self.by_context else 0,
-                                                             stats.total_ms - stats.draft_ms)
+        self.step_ms.setdefault(k, deque(maxlen=self.window)).append(
+            (stats.context_tokens if self.by_context else 0, stats.total_ms - stats.draft_ms))
         self._w.clear()
         self._shape = None
         if k and stats.draft_catch_up_tokens:
@@ -329,10 +273,8 @@ class CostModel:
 
     def adopt(self, other: "CostModel") -> None:
         """Takes ``other``'s step and draft times (the hardware's, whoever chose γ there)."""
-        self.step_ms = {k: copy.deepcopy(t) for k, t in other.step_ms.items()}
-        self.draft_ms = {s: copy.deepcopy(t) for s, t in other.draft_ms.items()}
-        self.draft_step_ms = copy.deepcopy(other.draft_step_ms)
-        self.catch_ups = copy.deepcopy(other.catch_ups)
+        self.step_ms, self.draft_ms, self.draft_step_ms, self.catch_ups = copy.deepcopy(
+            (other.step_ms, other.draft_ms, other.draft_step_ms, other.catch_ups))
         self._w.clear()
         self._shape = None
 
@@ -347,9 +289,8 @@ class CostModel:
             pooled[i].add(kept)
 
     def pooled_survival(self, source: str, limit: int) -> list[float] | None:
-        """Survival by position from the acceptance pooled over contexts; a position never
-        verified takes the one before it (the geometric extrapolation the paper's α makes).
-        None before any draft of ``source`` was verified."""
+        """Survival by position from the pooled acceptance, None before any draft of ``source``
+        was verified; a position never verified takes the one before it (the paper's α)."""
         estimates = self.pooled.get(source)
         if not estimates or not estimates[0].seen:
             return None
@@ -360,34 +301,24 @@ class CostModel:
             survival.append(alive)
         return survival
 
-    def recommend(self) -> Recommendation | None:
-        """The best fixed γ over every source that drafted, γ in 1..max_gamma, from the
-        acceptance pooled over contexts; a step where the source offered no draft (an
-        n-gram miss) stays a plain step whatever γ is. None until a plain step and a draft
-        are timed."""
-        if not self.pooled:  # nothing drafted yet (plain decoding: every step)
+    def recommend(self) -> tuple[int, float] | None:
+        """(γ, gain): the best fixed γ in 1..max_gamma over every source that drafted, from the
+        pooled acceptance (an n-gram miss stays plain whatever γ), its predicted speed-up,
+        and γ 0 where that is not above 1; None until w(0) and a draft are timed."""
+        if not self.pooled or not self.w(0):  # nothing drafted yet (plain decoding: every step)
             return None
-        w0 = self.w(0)
-        if not w0:
+        gains = [(gain, k) for source in sorted(self.pooled)
+                 for k, gain in enumerate(self.gains(source, self.max_gamma) or [], 1) if gain is not None]
+        if not gains:
             return None
-        best: Recommendation | None = None
-        for source in sorted(self.pooled):
-            for k, gain in enumerate(self.gains(source, self.max_gamma) or [], 1):
-                if gain is not None and (best is None or gain > best.gain):
-                    best = Recommendation(k, gain, source)
-        if best is None:
-            return None
-        return best if best.gain > 1.0 else Recommendation(0, best.gain, best.source)
+        gain, k = max(gains, key=lambda g: g[0])  # the first of equals, as a running best keeps
+        return (k if gain > 1.0 else 0), gain
 
     def ceiling(self, source: str, limit: int, behind: int = 0) -> float | None:
         """The best speed-up any k in 1..limit drafted by ``source`` (``behind`` tokens behind)
-        could give if every draft were kept: max (k + 1) / (T(k) / w(0)) over the k whose
-        drafting and verifying were both timed. Below 1, no acceptance can make that source
-        pay at this context, so learning its acceptance is wasted time. None until w(0), a
-        k-step and the source's draft time are measured (two draft timings: one slow step
-        cannot condemn a source). Not read off the lines beyond: through a live k = 1 step
-        (31 ms drafting) and a load-time k = 2 one (32 ms) the pair's drafting looked flat, and
-        k = 8 "could" give 3× where nothing timed gave over 1.1 (γ = auto 0.88× plain)."""
+        could give if every draft were kept, over the k whose drafting and verifying were both
+        timed (not off the lines beyond: docs/design/gamma.md). Below 1 no acceptance makes the
+        source pay here. None until w(0), a k-step and two draft timings are measured."""
         w0, draft = self.w(0), self.draft_ms.get(source)
         if not w0 or draft is None or len(draft.values) < 2:
             return None
@@ -397,10 +328,8 @@ class CostModel:
         return max(tokens / ms * w0 for tokens, ms in known) if known else None
 
     def gains(self, source: str, limit: int) -> list[float | None] | None:
-        """Predicted speed-up of a fixed γ = 1..limit drafted by ``source`` under the pooled
-        acceptance, on the share of steps where it drafted (the rest plain): (m·E + 1 − m) /
-        (m·T/w(0) + 1 − m). Bench's curve and a fixed γ's recommendation; None before a
-        plain step and a draft are measured."""
+        """Predicted speed-up of a fixed γ = 1..limit drafted by ``source`` on the share m of
+        steps it drafted: (m·E + 1 − m) / (m·T/w(0) + 1 − m); None before w(0) and a draft."""
         survival = self.pooled_survival(source, limit)
         w0 = self.w(0)
         if survival is None or not w0:
@@ -464,13 +393,11 @@ class MeasuredCosts:
         w = {j: between({L: steps[j] for L, steps in self.step_ms.items()}, context) for j in range(top)}
         if not k:
             return w[0], w[0] + self.lookup_ms
-        return w[0], step_time(k, between(self.draft_ms, context), fitted(w, k) or 0.0)
+        return w[0], k * between(self.draft_ms, context) + (fitted(w, k) or 0.0)  # T(k) = k·d + w(k)
 
     def as_run(self, steps: list[tuple[int, int, int]]) -> float | None:
-        """The speed-up over plain decoding of ``steps`` (context, drafts verified, drafts
-        kept) as a task ran them: each yields kept + 1 tokens in T(k), where plain decoding
-        takes w(0) a token at the same context; each side also pays its time outside a step.
-        None without a step."""
+        """The speed-up over plain decoding of ``steps`` (context, drafts verified, drafts kept)
+        as a task ran them, each side paying its time outside a step too; None without a step."""
         plain = spec = 0.0
         for context, k, kept in steps:
             w0, t = self.step(context, k)

@@ -1,9 +1,6 @@
-"""Proposers draft up to k tokens ahead of the target.
-
-One small interface (transformers' get_candidates / update_candidate_strategy pair,
-without returning the whole sequence): ``propose(ids, k, params, generator)`` returns
-the drafts and, for a draft model, the distributions q they were sampled from (None
-for point-mass drafts); ``observe(num_accepted)`` reports the verdict.
+"""Proposers draft up to k tokens ahead of the target: ``propose(ids, k, params, generator)``
+returns the drafts and, for a model, the laws q they were drawn from (None for point
+masses); ``observe(num_accepted)`` reports the verdict.
 """
 
 from __future__ import annotations
@@ -14,20 +11,16 @@ import torch
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS
 from specchat.engine.backends import Backend, as_backend, common_prefix_length
-from specchat.engine.proposers.ngram_index import MATCH_CAP, NgramIndex, NgramMatch
+from specchat.engine.proposers.ngram_index import NgramIndex, NgramMatch
 from specchat.engine.sampling import SamplingParams, on_vocab, sample, warp
 
 
 @dataclass
 class Proposal:
-    """tokens: [k'] drafted ids (k' ≤ k, possibly 0), on the proposer's device.
-    q: [k', V] the distributions they were drawn from, on the target's vocabulary V (ids the
-       draft model has no row for have probability 0), or None for point masses.
-    forwards: draft-model forward passes spent.
-    catch_up_tokens: context tokens the draft model ran before drafting beyond the one or
-       two a warm draft runs (the last emitted token; after a bonus also the last draft) —
-       the tokens it missed while the target decoded plainly. Their time is in the step's
-       draft time but is no cost of drafting (controller.py, telemetry.py)."""
+    """tokens: [k'] drafted ids (k' ≤ k), on the proposer's device. q: [k', V] their laws on
+    the target's vocabulary, or None for point masses. forwards: draft-model passes spent.
+    catch_up_tokens: context tokens the draft model ran beyond the one or two a warm draft
+    runs (those it missed while others drafted): in the draft time, but no cost of drafting."""
 
     tokens: torch.Tensor
     q: torch.Tensor | None
@@ -41,13 +34,10 @@ class Proposal:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One way a proposer can draft the next step: ``source`` (a proposer kind) can give
-    up to ``limit`` drafts; ``match`` is the n-gram match behind them (None for a model),
-    which the adaptive controller keys its acceptance estimates on. ``shares``: suffix
-    decoding's word on each draft, the share of the still-agreeing earlier occurrences
-    that went on with it (score_j / score_{j−1}, suffix.py), which the controller's
-    starting acceptance follows; () for the others. ``behind``: the catch-up tokens a draft
-    model would run first (as :class:`Proposal` counts them)."""
+    """One way a proposer can draft the next step: ``source`` can give up to ``limit``
+    drafts; ``match``: the n-gram match behind them (None for a model); ``shares``: suffix
+    decoding's share of occurrences that went on with each draft (suffix.py), () for the
+    others; ``behind``: the catch-up tokens a draft model would run first."""
 
     source: str
     limit: int
@@ -57,22 +47,16 @@ class Candidate:
 
 
 class Proposer:
-    """Base class; ``num_speculative_tokens`` is the default γ (an int, or "auto" for the
-    adaptive controller with ``max_speculative_tokens`` as its ceiling)."""
+    """``num_speculative_tokens``: the default γ (an int, or "auto" with
+    ``max_speculative_tokens`` as its ceiling)."""
 
     kind = "none"
-    # declared, not probed: whether its state survives dropping rejected drafts (a draft
-    # model's cache must roll back), and where its random draws happen (None: it has none)
-    can_rollback = True
-    sampling_device: torch.device | None = None
-    # whether its drafts are point masses with no model state (n-gram lookup): what the
-    # batched engine verifies (engine/batch/batched.py)
-    point_mass = False
-    # the target's vocabulary size; the engine sets it (q is reported on it)
-    vocab_size: int | None = None
-    # the source name of a separate draft model it drafts with, which γ = auto times before
-    # the first reply (engine/gamma/calibrate.py); "" for none
-    drafting_model = ""
+    # declared, not probed:
+    can_rollback = True  # its state survives dropping rejected drafts
+    sampling_device: torch.device | None = None  # where its random draws happen (None: it has none)
+    point_mass = False  # point-mass drafts with no model state (n-gram lookup)
+    vocab_size: int | None = None  # the target's, set by the engine (q is reported on it)
+    drafting_model = ""  # the source name of a separate draft model (γ = auto times it first)
 
     def __init__(self, num_speculative_tokens: int | str = 5, max_speculative_tokens: int | None = None) -> None:
         if num_speculative_tokens == "auto":
@@ -88,34 +72,30 @@ class Proposer:
         """Warms any state on the prompt (timed as prefill, not as drafting)."""
 
     def candidates(self, ids: list[int], limit: int) -> list[Candidate]:
-        """What this proposer can draft after ``ids`` (at most ``limit`` tokens), one
-        entry per source; none when it has nothing to offer (an n-gram miss)."""
+        """What it can draft after ``ids``, one entry per source; [] for nothing (an n-gram miss)."""
         return [Candidate(self.kind, limit)]
 
     def select(self, source: str) -> None:
         """The controller's pick among ``candidates`` for the next ``propose``."""
 
     def drafted_elsewhere(self, k: int) -> None:
-        """Another source of a hybrid drafted this step's k tokens (hybrid.py). A draft
-        model needs nothing: it catches up on the ids at its next proposal."""
+        """Another source of a hybrid drafted this step's k tokens (a draft model catches up itself)."""
 
     def place(self, device: torch.device) -> None:
-        """The target's device, told by the engine: point-mass drafts are made there (a
-        model's drafts stay on its own device)."""
+        """The target's device: point-mass drafts are made there."""
 
     def propose(self, ids: list[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Proposal:
         raise NotImplementedError
 
     def observe(self, num_accepted: int) -> None:
-        """Told how many of the last proposal's drafts the target kept."""
+        """How many of the last proposal's drafts the target kept."""
 
     def reset(self) -> None:
         """Forgets cached state (a new chat)."""
 
 
 class DraftModelProposer(Proposer):
-    """A smaller causal LM of the same tokenizer drafts k tokens autoregressively,
-    sampling each from q = warp(draft logits) with the target's sampling settings."""
+    """A smaller causal LM of the same tokenizer drafts k tokens, each from q = warp(logits)."""
 
     kind = "draft_model"
     drafting_model = "draft_model"
@@ -130,11 +110,8 @@ class DraftModelProposer(Proposer):
         self._view: tuple[list[int], list[int]] = ([], [])  # (ids, what the draft is shown for them)
 
     def _context(self, ids: list[int]) -> list[int]:
-        """The ids as the draft can read them. A target with more rows than the draft may
-        emit an id the draft has no embedding for (a padding row sampled, or a test's
-        smaller draft): the draft is shown id 0 there. Any context is exact — q is
-        whatever the draft then samples from — so this only costs acceptance, and only
-        ids new since the last call are looked at."""
+        """The ids as the draft can read them: an id past its embedding rows (a target with
+        more rows) is shown as 0, which costs acceptance, never exactness."""
         if self.lm.vocab_size >= (self.vocab_size or 0):
             return ids
         seen, shown = self._view
@@ -180,40 +157,27 @@ class DraftModelProposer(Proposer):
 
 
 class NgramProposer(Proposer):
-    """Prompt lookup: find earlier occurrences of the context's last n tokens (n from
-    prompt_lookup_max down to prompt_lookup_min) and propose the tokens that followed the
-    one whose preceding text agrees longest with the context (ngram_index.py). Drafts are point
-    masses (q = 1 on the drafted token).
-
-    The match reported with a lookup (:class:`~specchat.engine.proposers.ngram_index.NgramMatch`) says how
-    far back the context agrees with the text before that occurrence, and whether the
-    n-gram's other occurrences were followed by the same token; acceptance differs widely
-    with both (ngram_index.py), so the adaptive controller keys its estimates on both."""
+    """Prompt lookup (ngram_index.py): the tokens that followed an earlier occurrence of the
+    context's last n tokens, as point masses; the match (agreement, consensus) keys the
+    adaptive controller's acceptance estimates."""
 
     kind = "ngram"
-    MATCH_CAP = MATCH_CAP
-
     point_mass = True
 
     def __init__(self, num_speculative_tokens: int | str = 5, prompt_lookup_min: int = 1,
-                 prompt_lookup_max: int = 3, max_speculative_tokens: int | None = None,
-                 device: torch.device | str = "cpu") -> None:
+                 prompt_lookup_max: int = 3, max_speculative_tokens: int | None = None) -> None:
         super().__init__(num_speculative_tokens, max_speculative_tokens)
         if not 1 <= prompt_lookup_min <= prompt_lookup_max:
             raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
         self.prompt_lookup_min = prompt_lookup_min
         self.prompt_lookup_max = prompt_lookup_max
-        self.device = torch.device(device)
+        self.device = torch.device("cpu")  # until the engine places it
         self._index = NgramIndex()
         self._memo: tuple | None = None  # this step's lookup, shared by the controller and propose
 
     def lookup(self, ids: list[int], k: int) -> tuple[list[int], NgramMatch | None]:
-        """(continuation of at most k ids, its match); ([], None) without a match.
-
-        The adaptive controller looks before it chooses γ and propose looks again: the
-        second look reuses the first (a shorter continuation is a prefix of a longer one).
-        The memo lives for one step (``observe`` clears it); a stale one could only cost
-        speed, never exactness — drafts are verified."""
+        """(continuation of at most k ids, its match); ([], None) without a match. The
+        controller's look and propose's share one lookup, memoised for the step."""
         key = (id(ids), len(ids))
         if self._memo is not None and self._memo[0] == key and self._memo[1] >= k:
             continuation, match = self._memo[2]

@@ -1,12 +1,7 @@
-"""EAGLE-3 drafting: a head on the target's own hidden states proposes a chain of k tokens.
-
-``observe`` queues the target's features for the positions it kept; the next ``propose``
-runs the queued pairs through the head, then drafts k tokens, feeding each back with the
-head's pre-norm output. Drafts are sampled from q = warp(head logits) with the target's
-settings and reported on the target's vocabulary (zero elsewhere), so the exact rejection
-sampler verifies them. Missing features cost acceptance, never exactness.
-
-Design notes: docs/design/proposers.md
+"""EAGLE-3 drafting: ``observe`` queues the target's features for the positions it kept;
+``propose`` runs the queued pairs through the head, then drafts k tokens, feeding each back
+with the head's pre-norm output, each from q = warp(head logits). Missing features cost
+acceptance, never exactness (docs/design/proposers.md).
 """
 
 from __future__ import annotations
@@ -16,18 +11,16 @@ import torch
 from specchat.engine.backends import Backend, common_prefix_length
 from specchat.engine.trees.eagle import dynamic_tree
 from specchat.engine.proposers.base import Proposal, Proposer
-from specchat.engine.sampling import SamplingParams, sample, warp
+from specchat.engine.sampling import SamplingParams, on_target_vocab, sample, warp
 from specchat.heads.drafter import Drafter
 from specchat.heads.eagle3 import Eagle3Head
 from specchat.heads.int8 import AVAILABLE as INT8_AVAILABLE
 
-# positions whose features wait for the head's next turn: beyond this, the oldest go
-MAX_QUEUED = 128
+MAX_QUEUED = 128  # positions whose features wait for the head's next turn: beyond this, the oldest go
 
 
 class EagleProposer(Proposer):
-    """Drafts with an EAGLE-3 head reading ``target``'s features (the target backend
-    must declare ``provides_features``; the loader checks before building this)."""
+    """Drafts with an EAGLE-3 head reading ``target``'s features."""
 
     kind = "eagle3"
 
@@ -39,24 +32,19 @@ class EagleProposer(Proposer):
             raise ValueError(target.features_note)
         if siblings > 1 and not target.supports_trees:
             raise ValueError(f"the {target.name} backend verifies chains only: siblings = {siblings} needs a tree")
-        # > 1: a tree — the first draft's rivals, drawn without replacement from the same law,
-        # hang beside the chain (engine/trees/walk.py verifies them in the same pass)
-        self.siblings = siblings
+        self.siblings = siblings  # > 1: a tree (the first draft's rivals, drawn without replacement)
         if siblings > (target.max_tree_leaves or siblings):
             raise ValueError(f"the {target.name} backend verifies trees of at most {target.max_tree_leaves} leaves")
-        # "first": the chain and rivals of its first draft; "dynamic": every depth gets
-        # ``siblings`` nodes where the head is most confident (trees/eagle.py)
+        # "first": the chain and rivals of its first draft; "dynamic": ``siblings`` nodes every depth
         if tree not in ("first", "dynamic"):
             raise ValueError(f"tree = {tree!r}: 'first' or 'dynamic'")
         self.tree_shape = tree
         self.device = target.device
         self.head = head.to(self.device).eval()  # beside the target's features (a GPU's, or the host)
-        # int8: drafts from int8 weights (heads/int8.py), a quarter of the bytes per draft;
-        # None = on a CPU, where a draft's cost is reading the weights
+        # int8 weights (heads/int8.py) read a quarter of the bytes; None: on a CPU, where that is the cost
         if int8 is None:
             int8 = torch.device(self.device).type == "cpu" and INT8_AVAILABLE
-        self.int8 = bool(int8)
-        self.drafter = Drafter(self.head, int8=self.int8)  # the head's arithmetic in fewer operations
+        self.drafter = Drafter(self.head, int8=bool(int8))  # the head's arithmetic in fewer operations
         self.target = target
         self.sampling_device = self.device
         target.request_features(head.config.layer_ids)
@@ -72,12 +60,10 @@ class EagleProposer(Proposer):
         self._cache, self._seen, self._queued, self._drafted, self._warm = self.drafter.new_cache(), [], {}, 0, False
 
     def drafted_elsewhere(self, k: int) -> None:
-        """Another proposer drafted this step's k tokens (hybrid.py): the target's features
-        for those of them it keeps are queued all the same, and run at the head's next turn."""
+        """The features of those of them the target keeps are queued all the same."""
         self._drafted, self._warm = k, False
 
     def observe(self, num_accepted: int) -> None:
-        """Queues the features of the positions the target ran and kept this step."""
         features = self.target.last_features
         if features is None:
             return
@@ -122,16 +108,12 @@ class EagleProposer(Proposer):
             if i + 1 < k:  # the last draft is verified, never run through the head
                 prenorm = self.drafter.step(self._cache, token, prenorm, [last + 1 + i])
         self._cache.truncate(last + 1)  # drafts are re-made from the target's features once kept
-        self._drafted = k
-        if rivals:  # the chain first, then the first draft's rivals beside it
-            self._tree = True
-            tokens, laws = [t for t, _ in rivals], [q for _, q in rivals]
-            return Proposal(torch.cat(drafts + tokens), torch.cat(qs + laws), forwards=k, source=self.kind,
-                            catch_up_tokens=0 if warm else len(positions),
-                            parents=tuple(range(-1, k - 1)) + (-1,) * len(rivals))
+        self._drafted, self._tree = k, bool(rivals)
+        # a tree: the chain first, then the first draft's rivals beside it
+        parents = tuple(range(-1, k - 1)) + (-1,) * len(rivals) if rivals else None
         # pairs queued while another proposer drafted are catch-up, not the cost of drafting
-        return Proposal(torch.cat(drafts), torch.cat(qs), forwards=k, source=self.kind,
-                        catch_up_tokens=0 if warm else len(positions))
+        return Proposal(torch.cat(drafts + [t for t, _ in rivals]), torch.cat(qs + [q for _, q in rivals]), forwards=k,
+                        source=self.kind, catch_up_tokens=0 if warm else len(positions), parents=parents)
 
     def _dynamic(self, last: int, prenorm: torch.Tensor, k: int, params: SamplingParams,
                  generator: torch.Generator | None, catch_up: int) -> Proposal:
@@ -148,10 +130,7 @@ class EagleProposer(Proposer):
                         parents=tuple(v.parent for v in nodes))
 
     def _on_target_vocab(self, q_draft: torch.Tensor) -> torch.Tensor:
-        """[1, V_draft] → [1, V] on the target's vocabulary (zero where the head has no id)."""
-        q = torch.zeros(1, self.vocab_size or self.head.config.vocab_size, dtype=q_draft.dtype, device=self.device)
-        q[:, self._draft_ids] = q_draft
-        return q
+        return on_target_vocab(q_draft, self._draft_ids, self.vocab_size or self.head.config.vocab_size)
 
     def _rivals(self, q_draft: torch.Tensor, first: torch.Tensor, params: SamplingParams,
                 generator: torch.Generator | None) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -1,12 +1,6 @@
 """Hybrid drafting: n-gram lookup where the context has a match, a model elsewhere (an
-EAGLE-3 head: method "hybrid"; a draft model: "ngram_draft").
-
-Each step the adaptive controller picks the source and γ with the most expected tokens
-per ms, or a plain step, and ``select`` routes the next ``propose`` there. A head follows
-every step whichever source drafted; a draft model catches up at its next proposal.
-Exactness is each source's own (n-gram drafts are point masses, the model's carry q).
-
-Design notes: docs/design/proposers.md
+EAGLE-3 head: "hybrid"; a draft model: "ngram_draft"). The adaptive controller picks the
+source each step and ``select`` routes the next ``propose`` there (docs/design/proposers.md).
 """
 
 from __future__ import annotations
@@ -15,7 +9,6 @@ import torch
 
 from specchat.engine.proposers.base import Candidate, NgramProposer, Proposal, Proposer
 from specchat.engine.sampling import SamplingParams
-
 
 HEAD_CEILING = 4  # the head's chains stop here: each further draft is kept less often
 

@@ -1,12 +1,6 @@
-"""Medusa-1 drafting: heads on the target's final hidden state propose a chain of k tokens.
-
-``observe`` keeps h_P, the final hidden state at the last position the target ran and
-kept; ``propose`` drafts token P + 1 + j from head j − 1, j = 1..k (k ≤ the number of
-heads), all from h_P in one pass. Drafts are sampled from q = warp(head logits) and
-reported on the target's vocabulary. A step without h_P drafts nothing: that costs
-speed, never exactness.
-
-Design notes: docs/design/proposers.md
+"""Medusa-1 drafting: ``observe`` keeps h_P, the final hidden state at the last position
+the target ran and kept; ``propose`` drafts token P + 1 + j from head j − 1, all from h_P in
+one pass, each from q = warp(head logits). A step without h_P drafts nothing (docs/design/proposers.md).
 """
 
 from __future__ import annotations
@@ -16,13 +10,12 @@ import torch
 from specchat.engine.backends import Backend, common_prefix_length
 from specchat.engine.trees.grow import grow
 from specchat.engine.proposers.base import Proposal, Proposer
-from specchat.engine.sampling import SamplingParams, sample, warp
+from specchat.engine.sampling import SamplingParams, on_target_vocab, sample, warp
 from specchat.heads.medusa import MedusaHead
 
 
 class MedusaProposer(Proposer):
-    """Drafts with Medusa-1 heads reading ``target``'s final hidden states (the target
-    backend must declare ``provides_final_hidden``; the loader checks before building this)."""
+    """Drafts with Medusa-1 heads reading ``target``'s final hidden states."""
 
     kind = "medusa"
 
@@ -35,8 +28,7 @@ class MedusaProposer(Proposer):
             raise ValueError(f"the {target.name} backend verifies chains only: siblings = {siblings} needs a tree")
         if tree not in ("first", "dynamic"):
             raise ValueError(f"tree = {tree!r}: 'first' or 'dynamic'")
-        # > 1: a candidate tree (trees/grow.py) — "first": siblings nodes at depth 1, one a
-        # depth below; "dynamic": siblings nodes at every depth, where the heads are surest
+        # > 1: a tree (trees/grow.py), "first": siblings nodes at depth 1, "dynamic": at every depth
         self.siblings, self.tree_shape = siblings, tree
         self._tree = False
         # head i drafts position i + 1 of the chain: no head, no draft
@@ -54,7 +46,6 @@ class MedusaProposer(Proposer):
         self._hidden, self._position, self._drafted = None, -1, 0
 
     def observe(self, num_accepted: int) -> None:
-        """Keeps the final hidden state of the last position the target ran and kept."""
         rows = self.target.last_final_hidden  # [num_logits, H]: the verify call's positions
         if rows is None:
             return
@@ -71,7 +62,9 @@ class MedusaProposer(Proposer):
         self._drafted = 0
         last = len(ids) - 2  # the last position the target ran; ids[-1] is its newest token
         k = min(k, self.head.num_heads)
-        if k <= 0 or self._hidden is None or self._position != last or not self._current(ids):
+        # h_P is stale where the target's cache no longer holds ids[:P + 1] (an edited turn, a reset)
+        if (k <= 0 or self._hidden is None or self._position != last
+                or common_prefix_length(self.target.ids, ids) < len(ids) - 1):
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device), None, source=self.kind)
         logits = self.head(self._hidden[0], k)  # [k, V_draft]: head j − 1 → draft j
         self._tree = self.siblings > 1
@@ -79,8 +72,7 @@ class MedusaProposer(Proposer):
             return self._candidate_tree(logits, k, params, generator)
         q_draft = warp(logits, params)  # [k, V_draft]
         picks = sample(q_draft, generator)  # [k] row indices
-        q = torch.zeros(k, self.vocab_size or self.head.config.vocab_size, dtype=q_draft.dtype, device=self.device)
-        q[:, self.head.token_map] = q_draft  # [k, V] on the target's vocabulary
+        q = on_target_vocab(q_draft, self.head.token_map, self.vocab_size or self.head.config.vocab_size)  # [k, V]
         self._drafted = k
         return Proposal(self.head.token_map[picks], q, forwards=k, source=self.kind)
 
@@ -94,12 +86,6 @@ class MedusaProposer(Proposer):
                      lambda level, _: [laws[v.depth: v.depth + 1] for v in level], self.target.max_tree_leaves)
         self._drafted = len(nodes)
         tokens = self.head.token_map[torch.cat([v.token for v in nodes])]
-        q = torch.zeros(len(nodes), self.vocab_size or self.head.config.vocab_size, dtype=laws.dtype,
-                        device=self.device)
-        q[:, self.head.token_map] = torch.cat([v.law for v in nodes])
+        q = on_target_vocab(torch.cat([v.law for v in nodes]), self.head.token_map,
+                            self.vocab_size or self.head.config.vocab_size)
         return Proposal(tokens, q, forwards=k, source=self.kind, parents=tuple(v.parent for v in nodes))
-
-    def _current(self, ids: list[int]) -> bool:
-        """Whether h_P was computed over this context: the target's cache still holds
-        ids[:P + 1] (a new turn that edits the conversation, or a reset, makes it stale)."""
-        return common_prefix_length(self.target.ids, ids) >= len(ids) - 1

@@ -1,13 +1,6 @@
-"""Prompt lookup's search: where the context's last tokens occurred before, and how
-much to trust what followed them.
-
-:class:`NgramIndex` keeps the positions of every n-gram of the context and follows it as
-it grows or is rewound. A lookup takes the longest matching n-gram (n ≤ ``max_n``; its
-MAX_OCCURRENCES most recent occurrences), picks the occurrence that agrees longest, then by
-consensus, then the most recent, and reports the agreement length and consensus
-(:class:`NgramMatch`) that acceptance estimates key on. The choice changes only speed.
-
-Design notes: docs/design/proposers.md
+"""Prompt lookup's search: the longest n-gram of the context's end that occurred before
+(its MAX_OCCURRENCES most recent occurrences), the occurrence that agrees longest, then by
+consensus, then the most recent (docs/design/proposers.md).
 """
 
 from __future__ import annotations
@@ -79,9 +72,8 @@ class NgramIndex:
             positions = self._where[n - 1][tuple(ids[end - n + 1:])]
             if len(positions) < 2:  # only the context's own end
                 continue
-            found: list[tuple[int, int]] = []  # (agreement, position), most recent first
-            for i in range(len(positions) - 2, max(len(positions) - 2 - MAX_OCCURRENCES, -1), -1):
-                found.append((agreement(ids, positions[i], ids, n), positions[i]))
+            # (agreement, position), most recent first, the context's own end left out
+            found = [(agreement(ids, j, ids, n), j) for j in reversed(positions[-1 - MAX_OCCURRENCES:-1])]
             longest = max(agree for agree, _ in found)
             ties = [j for agree, j in found if agree == longest]
             votes = Counter(ids[j + 1] for j in ties)

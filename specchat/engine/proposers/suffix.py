@@ -1,13 +1,7 @@
-"""Suffix decoding (SuffixDecoding, Oliaro et al. 2024, arXiv 2411.04975; vLLM's ``suffix``
-method) over the request's own context and, given a store, this user's earlier replies.
-
-At each depth it drafts the token most still-agreeing earlier occurrences went on with,
-scoring the draft by the product of those shares (the estimated chance every draft so far
-is kept); it stops below ``min_score``. With a :class:`SuffixStore` its occurrences join
-after the context's own, up to MAX_OCCURRENCES. Drafts are point masses; each draft's
-share (:meth:`candidates`) seeds the controller's acceptance prior (``key_prior``).
-
-Design notes: docs/design/proposers.md
+"""Suffix decoding (Oliaro et al. 2024, arXiv 2411.04975; vLLM's ``suffix``) over the
+request's context and, given a store, this user's earlier replies: each depth drafts the
+token most still-agreeing occurrences went on with, while the product of those shares
+stays above ``min_score`` (docs/design/proposers.md).
 """
 
 from __future__ import annotations
@@ -30,8 +24,7 @@ class SuffixProposer(NgramProposer):
         super().__init__(num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, max_speculative_tokens)
         self.min_score = min_score
         self.store = store  # earlier replies (the global tree); None: the request's context alone
-        self.scores: list[float] = []  # the last lookup's draft scores (Σ: drafts expected kept)
-        self.shares: list[float] = []  # and each draft's share (score_j / score_{j−1}), exactly
+        self.shares: list[float] = []  # the last lookup's share per draft (score_j / score_{j−1})
 
     def candidates(self, ids: list[int], limit: int) -> list[Candidate]:
         continuation, match = self.lookup(ids, limit)
@@ -54,7 +47,7 @@ class SuffixProposer(NgramProposer):
                 continue
             # a cursor: (the text, where in it the occurrence goes on); the context's own
             # cursors stop at its end, the store's at their reply's END
-            cursors, draft, self.scores, self.shares, score = [(text, j + 1) for text, j in found], [], [], [], 1.0
+            cursors, draft, self.shares, score = [(text, j + 1) for text, j in found], [], [], 1.0
             first = Counter(text[c] for text, c in cursors)
             while len(draft) < k and cursors:
                 votes = Counter(text[c] for text, c in cursors)
@@ -66,7 +59,6 @@ class SuffixProposer(NgramProposer):
                 if self.vocab_size is not None and token >= self.vocab_size:
                     break  # a store checked against the tokenizer, whose ids a target lacks a row for
                 draft.append(token)
-                self.scores.append(score)
                 self.shares.append(share)
                 cursors = [(text, c + 1) for text, c in cursors if text[c] == token and c + 1 < len(text)]
             agreeing = first[draft[0]] - 1 if draft else 0

@@ -1,13 +1,6 @@
-"""The global suffix store: token ids of this user's earlier replies, which suffix
-decoding drafts from where the request's own context has nothing to copy.
-
-On disk: one JSON header line, then little-endian uint32 ids, each reply ended by
-0xFFFFFFFF; no pickle, read as untrusted. A store serves only the tokenizer whose
-:func:`tokenizer_fingerprint` it carries; any failed check raises :class:`SuffixStoreError`
-(one line naming the file and the fix). Written atomically (0600 file, 0700 dir); at most
-``max_tokens`` ids, oldest replies dropped first.
-
-Format and design notes: docs/design/proposers.md
+"""The global suffix store: token ids of this user's earlier replies, for suffix decoding.
+On disk one JSON header line, then little-endian uint32 ids, each reply ended by SEPARATOR,
+read as untrusted, for the tokenizer whose fingerprint it carries (docs/design/proposers.md).
 """
 
 from __future__ import annotations
@@ -20,6 +13,7 @@ import stat
 import sys
 from array import array
 from collections import deque
+from itertools import islice, takewhile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -46,9 +40,8 @@ class NewerStoreError(SuffixStoreError):
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> tuple[str, int]:
-    """(sha256 hex over every (id, token string) of ``tokenizer.get_vocab()`` in id order,
-    vocab size = largest id + 1). Two tokenizers share it only if they map every id to
-    the same string (transformers' and a GGUF's spell tokens differently: no match)."""
+    """(sha256 over every (id, token string) of the vocabulary in id order, largest id + 1):
+    shared only by tokenizers that spell every id alike (transformers' and a GGUF's do not)."""
     vocab = tokenizer.get_vocab()
     digest = hashlib.sha256()
     for token, i in sorted(vocab.items(), key=lambda item: item[1]):
@@ -97,12 +90,8 @@ class SuffixStore:
             self._index_reply(self.replies[-1])
 
     def _hold(self, reply: list[int]) -> list[int] | None:
-        kept = []
-        for i in reply:
-            if not 0 <= i < self.vocab_size:
-                break
-            kept.append(int(i))
-        kept = kept[:self.max_tokens]
+        # its ids up to the first outside the vocabulary, at most max_tokens
+        kept = [int(i) for i in islice(takewhile(lambda i: 0 <= i < self.vocab_size, reply), self.max_tokens)]
         if not kept:
             return None
         self.replies.append(kept)
@@ -165,15 +154,14 @@ class SuffixStore:
 
 
 def _private_dir(path: Path) -> None:
-    """``path`` created 0700 where missing. A folder that exists is left as it is: an
-    explicit store may sit in a folder of the user's (their home) that is not ours to tighten."""
+    """``path`` created 0700 where missing; one that exists (the user's home?) is not ours to tighten."""
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
 
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """Holds an exclusive lock beside ``path`` (``.<name>.lock``, 0600): one process at a
-    time reads, merges and rewrites the store. Where the OS has no flock, no lock."""
+    """An exclusive lock beside ``path`` (``.<name>.lock``): one process at a time reads,
+    merges and rewrites the store (no lock where the OS has no flock)."""
     _private_dir(path.parent)
     fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
                  FILE_MODE)
@@ -191,8 +179,8 @@ def locked(path: Path) -> Iterator[None]:
 
 def load_store(path: str | os.PathLike[str], fingerprint: str, vocab_size: int,
                max_tokens: int = MAX_TOKENS) -> SuffixStore:
-    """The store at ``path``, checked whole; raises SuffixStoreError (one line) when it is
-    unreadable, damaged, or was written for another tokenizer than (fingerprint, vocab_size)."""
+    """The store at ``path``, checked whole; SuffixStoreError (one line) when it is
+    unreadable, damaged, or another tokenizer's."""
     path = Path(path)
     data = _read(path)
     newline = data.find(b"\n", 0, MAX_HEADER)

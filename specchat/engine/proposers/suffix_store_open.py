@@ -1,12 +1,6 @@
-"""Which suffix store a chat drafts from and keeps its replies in (``speculation.suffix_store``).
-
-``"off"`` (default): none. ``"auto"``: ``<data dir>/suffix-store/<fingerprint>.bin``, built
-from ``recorded(model_source)`` when missing and rebuilt (saying so) when damaged or
-another tokenizer's. A path (relative to the profile's folder): that file; damaged or
-foreign is a SuffixStoreError (the CLI exits 2). Each finished reply is added under a lock,
-merged with other chats' saves — unless ``keep=False`` (an unrecorded chat): then the file
-is never written, not even to repair it.
-
+"""Which suffix store a chat drafts from and keeps its replies in (``speculation.suffix_store``):
+"off", "auto" (``<data dir>/suffix-store/<fingerprint>.bin``, built from the recorded
+replies when missing, rebuilt when damaged) or a path (damaged: SuffixStoreError).
 Design notes: docs/design/proposers.md
 """
 
@@ -28,10 +22,11 @@ from specchat.engine.proposers.suffix_store import (
 from specchat.paths import data_dir
 from specchat.sanitize import clean_line
 
+
 @dataclass
 class OpenedStore:
-    """A chat's store, where it is kept, and a one-line ``notice`` for the first turn (None:
-    nothing to say). ``keep``: False for a chat that is not recorded, whose replies the file never gets."""
+    """A chat's store, where it is kept, a one-line ``notice`` for the first turn, and
+    ``keep``: False for a chat that is not recorded (the file never gets its replies)."""
 
     store: SuffixStore
     path: Path
@@ -41,9 +36,8 @@ class OpenedStore:
     unsaved: list[list[int]] = field(default_factory=list)  # replies the file does not hold yet
 
     def remember(self, reply: list[int]) -> str | None:
-        """Adds a finished reply's ids and saves, merged with what other chats saved since
-        (under the store's lock); a line saying why when it could not be saved. Not kept:
-        nothing (the reply is in the chat's own context already)."""
+        """Adds a finished reply's ids and saves, merged with other chats' saves (under the
+        store's lock) → a line saying why it could not be saved, or None."""
         if not self.keep:
             return None
         self.store.add(reply)
@@ -61,9 +55,8 @@ class OpenedStore:
         return None
 
     def _merge(self) -> None:
-        """Where another chat rewrote the file since this one last did: its replies, then
-        this chat's unsaved ones. A file that no longer loads is replaced by this chat's
-        (as opening a damaged one does); a newer specchat's raises NewerStoreError."""
+        """Where another chat rewrote the file since: its replies, then this chat's unsaved
+        ones (a file that no longer loads is replaced; a newer specchat's raises)."""
         now = _identity(self.path)
         if now is None or now == self.seen:
             return
@@ -96,9 +89,8 @@ Recorded = Callable[[str], Iterable[list[int]]]  # a model's source → its reco
 
 def open_store(setting: str, tokenizer: Any, model_source: str, base: Path | None = None,
                recorded: Recorded | None = None, keep: bool = True) -> OpenedStore | None:
-    """The store ``setting`` names for a chat on ``tokenizer`` (None for "off"); ``keep``:
-    False for a chat that is not recorded (its file is left as it is). Raises
-    SuffixStoreError (one line) for an explicit path that is damaged or another tokenizer's."""
+    """The store ``setting`` names for a chat on ``tokenizer`` (None for "off"); ``keep``: False
+    leaves its file as it is. SuffixStoreError (one line) for a damaged or foreign explicit path."""
     if setting == "off":
         return None
     fingerprint, vocab_size = tokenizer_fingerprint(tokenizer)

@@ -1,9 +1,6 @@
-"""EAGLE-2-style dynamic trees for an EAGLE-3 head (the placement: grow.py).
-
-Each depth's new nodes run through the head in one forward, with a tree mask over its
-KV cache (the context and each node's own ancestors), which gives their laws for the next
-depth. Positions follow the chain's convention (eagle.py): a node at depth d runs at
-position last + d with its parent's pre-norm output as g.
+"""EAGLE-2-style dynamic trees for an EAGLE-3 head: each depth's new nodes run through the
+head in one forward with a tree mask, a node at depth d at position last + d with its
+parent's pre-norm output as g (the chain's convention, eagle.py).
 """
 
 from __future__ import annotations

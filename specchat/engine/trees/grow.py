@@ -1,12 +1,6 @@
-"""Growing a draft tree where the drafter is confident, kept exact at any temperature.
-
-Each depth gets ``widths`` new nodes, placed one at a time on the node whose next child is
-worth most; a node's i-th child is drawn from its law without the earlier children
-(greedy: the next-best id), and that law is reported with it. Whether a node gets another
-child depends only on what was drawn before, never on the child's own value, so walk.py
-verifies the tree exactly. ``laws(level)`` gives each new node's law, once per depth.
-
-Design notes: docs/design/trees.md
+"""Growing a draft tree where the drafter is confident, kept exact at any temperature: a
+node's i-th child is drawn from its law without the earlier children, and whether a node
+gets another child never depends on the child's own value (docs/design/trees.md).
 """
 
 from __future__ import annotations
@@ -40,13 +34,12 @@ class TreeNode:
 def grow(root_law: torch.Tensor, widths: list[int], params: SamplingParams, generator: torch.Generator | None,
          laws: Callable[[list[TreeNode], list[TreeNode]], list[torch.Tensor]],
          max_leaves: int | None = None) -> list[TreeNode]:
-    """A tree whose depth d (1-based) gets ``widths[d-1]`` nodes, the root's children drawn
-    from ``root_law`` [1, V_draft] (warped: the law drafts are sampled from; greedy: the
-    drafter's softmax). ``laws(level, nodes)`` → each of a level's nodes' law (not called
-    for the last depth). At most ``max_leaves`` leaves (a backend's branches): once there,
-    a node may only extend a leaf. → nodes, parents before children."""
+    """Nodes (parents first) of a tree whose depth d (1-based) gets ``widths[d-1]`` nodes, the
+    root's children drawn from ``root_law`` [1, V_draft] (greedy: the drafter's softmax).
+    ``laws(level, nodes)``: each new node's law, once per depth but the last. At most
+    ``max_leaves`` leaves: once there, a node may only extend a leaf."""
     root = TreeNode(torch.empty(0), -2, torch.empty(0), 1.0, 0)
-    _give_law(root, root_law)
+    root.q, root.drawn = root_law, root_law.clone()  # drawn: q with the children so far removed
     nodes: list[TreeNode] = []
     level, leaves = [root], 0
     for d, width in enumerate(widths, start=1):
@@ -65,13 +58,9 @@ def grow(root_law: torch.Tensor, widths: list[int], params: SamplingParams, gene
         if not new or d == len(widths):
             break
         for v, law in zip(new, laws(new, nodes)):
-            _give_law(v, law)
+            v.q, v.drawn = law, law.clone()
         level = new
     return nodes
-
-
-def _give_law(v: TreeNode, law: torch.Tensor) -> None:
-    v.q, v.drawn = law, law.clone()
 
 
 def _draw(parent: TreeNode, params: SamplingParams, generator: torch.Generator | None) -> TreeNode:

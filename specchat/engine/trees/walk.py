@@ -1,12 +1,6 @@
-"""Exact verification of a tree of drafts: recursive rejection sampling over siblings.
-
-Node i holds a drafted id, its parent (-1: the root, the last context token; parents
-before children) and q_i, its law given its earlier siblings (None: a point mass). At a
-node with target law p each child is kept with probability min(1, p(x_i) / q_i(x_i)),
-else p ← norm(max(p − q_i, 0)); no child kept: the next token is drawn from p. A leaf
-ends the walk with a bonus from its p. Greedy: a child is kept iff it is p's argmax.
-
-Design notes: docs/design/trees.md
+"""Exact verification of a tree of drafts: recursive rejection sampling over siblings (each
+child kept with probability min(1, p(x)/q(x)), else p ← norm(max(p − q, 0)); greedy: a
+child is kept iff it is p's argmax). Design notes: docs/design/trees.md
 """
 
 from __future__ import annotations
@@ -20,10 +14,9 @@ from specchat.engine.sampling import residual_distribution, sample
 
 @dataclass(frozen=True)
 class TreeWalk:
-    """The verdict: ``path`` the kept nodes from the root down; ``next_token`` the token
-    after them, ``bonus`` True when drawn at a leaf (else after the last rejection);
-    per kept node the target's p and the q it was drawn from; for the last rejected
-    sibling its id, p and q (None when the walk ended at a leaf)."""
+    """``path`` the kept nodes from the root down; ``next_token`` the token after them
+    (``bonus``: drawn at a leaf); per kept node its p and q; the last rejected sibling's
+    (id, p, q), None when the walk ended at a leaf."""
 
     path: list[int]
     next_token: int
@@ -58,8 +51,7 @@ def walk(p: torch.Tensor, tokens: list[int], parents: list[int] | tuple[int, ...
             best = int(law.argmax())
             kept = next((c for c in kids if tokens[c] == best), None)
             if kept is None:
-                last = kids[-1] if kids else None
-                rejected = None if last is None else (tokens[last], float(law[tokens[last]]), 1.0)
+                rejected = (tokens[kids[-1]], float(law[tokens[kids[-1]]]), 1.0) if kids else None
                 return TreeWalk(path, best, not kids, p_kept, q_kept, float(law[best]), rejected)
             path.append(kept)
             p_kept.append(float(law[best]))

@@ -65,7 +65,7 @@ def test_calibration_keeps_times_only_and_leaves_both_caches_empty():
     # acceptance on random ids says nothing of a chat: no estimate was made from it
     assert not model.accept and not model.pooled and not engine.controller.contexts
     assert engine.target.ids == [] and proposer.lm.ids == []
-    assert sum(len(t.points) for t in model.step_ms.values()) == len(SCRIPT)  # the warm-up ran the prompt, untimed
+    assert sum(len(t) for t in model.step_ms.values()) == len(SCRIPT)  # the warm-up ran the prompt, untimed
 
 
 def test_nothing_is_run_for_a_fixed_gamma_or_a_proposer_without_a_draft_model():

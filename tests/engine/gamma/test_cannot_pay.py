@@ -224,4 +224,4 @@ def test_a_steps_predicted_cost_holds_the_catch_up_its_choice_priced():
     controller = AdaptiveGamma(8, Behind(90))
     timed(controller, draft=lambda k: 10.0 + 10.0 * k, verify=lambda k: 27.0 + 6.5 * k, catch_up=(2, 31, 30 + 31 * 5.0))
     controller._use(Candidate("draft_model", 8, behind=90))
-    assert abs(controller.assess(2, "draft_model").cost - (30.0 + 40.0 + 5.0) / 27.0) < 1e-9
+    assert abs(controller.assess(2, "draft_model").predicted_cost - (30.0 + 40.0 + 5.0) / 27.0) < 1e-9

@@ -81,9 +81,9 @@ def test_the_controllers_assessment_uses_the_context_of_its_step():
         k = min(gamma, 4)
         assessed = controller.assess(k, "ngram" if k else "")
         truth = step_ms(k, len(ids)) / plain_ms(len(ids))
-        plain = {c for c, _ in controller.model.step_ms[0].points} if 0 in controller.model.step_ms else set()
-        if k and assessed.cost is not None and max(plain, default=0) - min(plain, default=0) >= 64:
-            errors.append(abs(assessed.cost / truth - 1))
+        plain = {c for c, _ in controller.model.step_ms[0]} if 0 in controller.model.step_ms else set()
+        if k and assessed.predicted_cost is not None and max(plain, default=0) - min(plain, default=0) >= 64:
+            errors.append(abs(assessed.predicted_cost / truth - 1))
         stats = StepStats(gamma, k, k, total_ms=step_ms(k, len(ids)), draft_source="ngram" if k else "",
                           context_tokens=len(ids))
         controller.observe(stats, None)

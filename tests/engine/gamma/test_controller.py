@@ -2,7 +2,7 @@
 
 from specchat.engine.gamma.controller import AdaptiveGamma, FixedGamma
 from specchat.engine.proposers import Candidate, Proposer
-from specchat.engine.proposers.ngram_index import NgramMatch
+from specchat.engine.proposers.ngram_index import MATCH_CAP, NgramMatch
 from specchat.events import StepStats
 from specchat.telemetry import Telemetry
 
@@ -226,4 +226,4 @@ def test_ngram_lookup_reports_how_far_the_context_agrees_with_the_earlier_text()
     assert proposer.lookup([5, 6, 1, 5], 2) == ([6, 1], NgramMatch(1))
     proposer.observe(0)
     long = list(range(200, 240))
-    assert proposer.lookup(long + [1] + long[:30], 3)[1].length == NgramProposer.MATCH_CAP
+    assert proposer.lookup(long + [1] + long[:30], 3)[1].length == MATCH_CAP

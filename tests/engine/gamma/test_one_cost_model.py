@@ -73,7 +73,7 @@ def fake_step(controller, candidates_source, accept, rng, prefill=False) -> Step
         alpha_sum=0.5 * min(k, n + 1), alpha_count=min(k, n + 1), draft_forwards=k,
         draft_ms=1.5 * k, verify_ms=10.0 + 2.5 * k, total_ms=10.0 + 4.0 * k + (40.0 if prefill else 0.0),
         prefill_tokens=20 if prefill else 0, predicted_gain=gain, draft_source=source,
-        predicted_tokens=assessed.tokens, predicted_cost=assessed.cost,
+        predicted_tokens=assessed.predicted_tokens, predicted_cost=assessed.predicted_cost,
         recommended_gamma=assessed.recommended_gamma, recommended_gain=assessed.recommended_gain)
     controller.observe(stats, None)
     return stats

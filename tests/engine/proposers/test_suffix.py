@@ -55,8 +55,8 @@ def test_a_unanimous_continuation_drafts_deep_and_a_split_stops_it():
     quote = [10, 11, 12, 13, 14, 15, 16]
     ids = quote + [1] + quote + [2] + [10, 11]
     draft, match = proposer.lookup(ids, 8)
-    assert draft[:5] == [12, 13, 14, 15, 16] and proposer.scores[:5] == [1.0] * 5
-    assert proposer.scores[5] == 0.5  # after the quote the two occurrences went different ways
+    assert draft[:5] == [12, 13, 14, 15, 16] and proposer.shares[:5] == [1.0] * 5
+    assert proposer.shares[5] == 0.5  # after the quote the two occurrences went different ways
     assert match.agreeing == 1 and match.rival == 0
     proposer.observe(0)
     strict = SuffixProposer(8, 1, 3, min_score=0.6)

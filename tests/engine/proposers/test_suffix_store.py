@@ -137,10 +137,10 @@ def test_the_context_outvotes_the_store_and_a_split_stops_the_draft():
     proposer = SuffixProposer(6, 1, 3, store=store)
     draft, match = proposer.lookup([5, 6, 9, 1, 5, 6], 6)
     # one occurrence each, split 1:1: the context's (→ 9, the latest) wins the tie
-    assert draft == [9, 1, 5, 6] and proposer.scores[0] == 0.5 and match.rival == 1
+    assert draft == [9, 1, 5, 6] and proposer.shares[0] == 0.5 and match.rival == 1
     proposer.observe(0)
     draft, _ = proposer.lookup([5, 6, 9, 2, 5, 6, 9, 3, 5, 6], 6)
-    assert draft[0] == 9 and proposer.scores[0] == pytest.approx(2 / 3)
+    assert draft[0] == 9 and proposer.shares[0] == pytest.approx(2 / 3)
 
 
 def test_drafts_are_only_ids_never_the_stores_reply_end():
