@@ -12,8 +12,10 @@
 # cache): one-token steps ~3.7 % faster on the pair's Q4_K_M target, where 4 KiB pages
 # made every step's pass over the weights pay TLB misses, 0005 gives Q4_K and Q6_K weights
 # times a few rows kernels that unpack each weight block once for several rows (a Q4_K_M
-# file's 2- and 3-token steps ~30 % less CPU). SPECCHAT_GGML_UPSTREAM=1 at run time turns
-# 0001, 0002, 0004 and 0005 off, for A/B measurements.
+# file's 2- and 3-token steps ~30 % less CPU), 0006 does the same for Q8_0, Q5_0 and Q4_0
+# (llamafile's small-batch tiles read 4 weight rows at once, at a quarter of one stream's
+# bandwidth here: 2 rows of Q8_0 cost 4x one, now 1.1x). SPECCHAT_GGML_UPSTREAM=1 at run
+# time turns 0001, 0002, 0004, 0005 and 0006 off, for A/B measurements.
 # If a patch does not apply (another LLAMA_VERSION), the build goes on without it and says so.
 #
 #   PYTHON         the venv's python (default .venv/bin/python)
@@ -75,7 +77,7 @@ done
 if [ ${#applied[@]} -gt 0 ]; then
   # a local version label says which build this is (pip show, specchat's bench reports);
   # bump it when patches/llama.cpp changes
-  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.11\"/" "$src/llama_cpp/__init__.py"
+  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.12\"/" "$src/llama_cpp/__init__.py"
 fi
 
 mkdir -p "$wheels"

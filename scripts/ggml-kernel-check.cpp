@@ -1,31 +1,44 @@
-// Checks ggml's CPU matrix product of quantized weights (Q4_K, Q6_K: a Q4_K_M file's) and
-// 1-16 rows of activations, the path a decode step and the drafts it verifies take, against
-// an exact reference (scripts/ggml-kernel-check.sh builds and runs it; issue 57).
+// Checks ggml's CPU matrix product of quantized weights (Q4_K, Q6_K: a Q4_K_M file's; Q8_0,
+// Q4_0, Q5_0) and 1-16 rows of activations, the path a decode step and the drafts it verifies
+// take, against an exact reference (scripts/ggml-kernel-check.sh builds and runs it; issue 57).
 //
 // The weights are random blocks of the format (every bit pattern of quants and scales), in
 // the buffer llama.cpp loads them into (the CPU "repack" buffer where it takes the tensor:
-// Q4_K with 8 | N on x86), times rows of random activations (one outlier in some). Shapes:
-// K of 1, 3 and 11 blocks; N of one 8-column group, 17 and 65 groups (an odd tail for a
-// thread's chunk) and 12 (not repacked); one and two threads. The reference quantizes the
-// activations as ggml does (q8_K: a = d_a*qa), then sums the exact products in double, so
-// what is left is the float rounding of ggml's kernels alone.
+// Q4_K and Q4_0 with 8 | N on x86), times rows of random activations (one outlier in some).
+// Shapes: K of 1, 3 and 11 blocks (and 49 for the 32-element formats: more than one
+// thread's or tile's worth); N of one 8-column group, 17 and 65 groups (an odd tail for a
+// thread's chunk), 12 (not repacked) and, for the 32-element formats, 13 (an odd row left
+// over by the pairs of rows sgemm's small-batch path runs); one and two threads. The
+// reference quantizes the activations as ggml does (q8_K or q8_0: a = d_a*qa), then sums
+// the exact products in double, so what is left is the float rounding of ggml's kernels.
 //
-// Bound. Q4_K: w = d*sc*q - dmin*m (q 4 bits, sc and m 6 bits); Q6_K: w = d*sc*(q-32)
-// (q 6 bits, sc 8 bits). Every kernel sums a block's integer products exactly; the block then
-// adds one or two float terms (d*d_a*I, dmin*d_a*M), each after at most three roundings (the
-// product of the scales, the conversion of I to float where |I| >= 2^24, the accumulation),
-// and the lanes of the accumulator are summed at the end (at most 4 more). With u = 2^-24 and
-// A = the sum over elements of |w*a| split into those terms (it bounds every partial sum),
-// the error is at most gamma_k*A with k = 3*nb + 4 roundings in a row (Higham, 3.1; k*u << 1):
-// the tolerance is (3*nb + 4)*u*A. A dropped block or another row's activations miss by a
-// sizable fraction of A (about A/sqrt(K) for random data): thousands of times the bound.
+// Bound, u = 2^-24 (Higham, 3.1: a sum whose every term passed through at most k roundings
+// in a row is off by at most gamma_k = k*u/(1 - k*u) times the sum of the terms' absolute
+// values; here k*u << 1, so k*u*(1.01) is within it).
+// Q4_K: w = d*sc*q - dmin*m (q 4 bits, sc and m 6 bits); Q6_K: w = d*sc*(q-32) (q 6 bits,
+// sc 8 bits). Every kernel sums a block's integer products exactly; the block then adds one
+// or two float terms (d*d_a*I, dmin*d_a*M), each after at most three roundings (the product
+// of the scales, the conversion of I to float where |I| >= 2^24, the accumulation), and the
+// lanes of the accumulator are summed at the end (at most 4 more). With A = the sum over
+// elements of |w*a| split into those terms (it bounds every partial sum), the error is at
+// most gamma_k*A with k = 3*nb + 4: the tolerance is (3*nb + 4)*u*A.
+// Q8_0, Q4_0, Q5_0 (32 elements a block, one fp16 scale d; w = d*q, q 8 bits signed, or
+// 4 or 5 bits less 8 or 16) times q8_0 rows: each kernel sums a block's (or a lane's part of
+// it) integer products exactly (|I| <= 32*128*127 < 2^24: its conversion to float is exact),
+// then adds d*d_a*I to a float accumulator with one fused madd: a term is rounded once in
+// the product of the scales, once in its own madd and once in each of the (at most nb - 1)
+// madds after it, then in the sum of the 8 lanes (3, a tree; none where the lanes are 8
+// columns, as in the repacked Q4_0): k = nb + 4, and the tolerance is (nb + 5)*u*A (one
+// spare for gamma's denominator), A as above. A dropped block or another row's activations
+// miss by a sizable fraction of A (about A/sqrt(K) for random data): many times the bound.
 //
 // Bit for bit: each row of a product of 2 or more rows must equal that row's product alone
 // (the one-token step), where the kernels promise it (identical_rows below).
 //
 //   usage: ggml-kernel-check [threads]        0 when every case is within its bound
 //          ggml-kernel-check --time ROWS REPS  one product's time, one thread
-//          (CHECK_N: columns, default 512, an L2-resident matrix; CHECK_Q6_K=1: Q6_K)
+//          (CHECK_N: columns, default 512, an L2-resident matrix; CHECK_TYPE: q4_K
+//          (default), q6_K, q8_0, q4_0, q5_0; CHECK_Q6_K=1: q6_K)
 #include "ggml.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
@@ -37,7 +50,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <chrono>
+#include <ctime>
 #include <random>
+#include <string>
 #include <vector>
 
 // block layouts as in ggml-common.h (fixed by the GGUF format)
@@ -47,6 +62,10 @@ struct q8_K_block { float d; int8_t qs[256]; int16_t bsums[16]; };
 static_assert(sizeof(q6_K_block) == 210, "q6_K");
 static_assert(sizeof(q4_K_block) == 144, "q4_K");
 static_assert(sizeof(q8_K_block) == 292, "q8_K");
+struct q8_0_block { uint16_t d; int8_t qs[32]; };
+struct q4_0_block { uint16_t d; uint8_t qs[16]; };
+struct q5_0_block { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; };
+static_assert(sizeof(q8_0_block) == 34 && sizeof(q4_0_block) == 18 && sizeof(q5_0_block) == 22, "q8_0, q4_0, q5_0");
 
 static void q4_K_scale_min(int j, const uint8_t * q, int & sc, int & m) {
     if (j < 4) { sc = q[j] & 63; m = q[j + 4] & 63; }
@@ -93,6 +112,29 @@ static result ref_q6_K(const q6_K_block * w, const q8_K_block * a, int nb) {
     return { v, s };
 }
 
+// the 32-element formats: q of element e (0-31) as a signed integer, w = d*q
+static int q_of(const q8_0_block & b, int e) { return b.qs[e]; }
+static int q_of(const q4_0_block & b, int e) { return ((b.qs[e % 16] >> (4 * (e / 16))) & 0xF) - 8; }
+static int q_of(const q5_0_block & b, int e) {
+    uint32_t qh; memcpy(&qh, b.qh, 4);
+    return (((b.qs[e % 16] >> (4 * (e / 16))) & 0xF) | (((qh >> e) & 1) << 4)) - 16;
+}
+
+// exact product of one row of a 32-element format and one q8_0 row
+template <typename B>
+static result ref_q32(const B * w, const q8_0_block * a, int nb) {
+    double v = 0, s = 0;
+    for (int b = 0; b < nb; b++) {
+        long dot = 0, adot = 0;
+        for (int e = 0; e < 32; e++) {
+            dot += (long) q_of(w[b], e) * a[b].qs[e]; adot += std::labs((long) q_of(w[b], e) * a[b].qs[e]);
+        }
+        const double d = (double) ggml_fp16_to_fp32(w[b].d) * ggml_fp16_to_fp32(a[b].d);
+        v += d * dot; s += std::fabs(d) * adot;
+    }
+    return { v, s };
+}
+
 static ggml_backend_buffer_type_t repack_buft(ggml_backend_t cpu) {
     ggml_backend_dev_t dev = ggml_backend_get_device(cpu);
     auto get = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
@@ -115,9 +157,9 @@ struct product {
         y = ggml_mul_mat(ctx, w, x);
         gf = ggml_new_graph(ctx);
         ggml_build_forward_expand(gf, y);
-        // llama.cpp puts a weight there only where the repack takes it: Q4_K with 8 | N
-        // (on x86; Q6_K is not repacked there)
-        ggml_backend_buffer_type_t rb = type == GGML_TYPE_Q4_K && N % 8 == 0 ? repack_buft(cpu) : nullptr;
+        // llama.cpp puts a weight there only where the repack takes it: Q4_K and Q4_0 with
+        // 8 | N (on x86; Q6_K, Q8_0 and Q5_0 are not repacked there)
+        ggml_backend_buffer_type_t rb = (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q4_0) && N % 8 == 0 ? repack_buft(cpu) : nullptr;
         buf_w = rb ? ggml_backend_alloc_ctx_tensors_from_buft(ctx_w, rb) : nullptr;
         if (!buf_w) buf_w = ggml_backend_alloc_ctx_tensors_from_buft(ctx_w, ggml_backend_cpu_buffer_type());
         buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_cpu_buffer_type());
@@ -152,30 +194,55 @@ static std::vector<q4_K_block> random_q4_K(std::mt19937 & rng, int K, int N) {
     return w;
 }
 
+template <typename B>
+static std::vector<B> random_q32(std::mt19937 & rng, int K, int N) {
+    std::vector<B> w((size_t) N * K / 32);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(1e-4f, 2e-2f);
+    for (auto & b : w) {
+        uint8_t * p = (uint8_t *) &b;
+        for (size_t i = 2; i < sizeof(B); i++) p[i] = (uint8_t) byte(rng);
+        b.d = ggml_fp32_to_fp16(scale(rng));
+    }
+    return w;
+}
+
 // The rows up to which a product is bit-identical to each row's alone: the kernels of
 // patches/llama.cpp/0005 (Q4_K repacked: 15, Q6_K: 12) and, for Q4_K where it is not
 // repacked, ggml_vec_dot_q4_K_q8_K run once per row (up to 7: from 8 the tiled path takes
 // it, as upstream). Past these, upstream's tiled kernels sum in another order.
+// Q8_0, Q5_0 and Q4_0 where it is not repacked take llamafile's sgemm, whose tiles (and
+// patches/llama.cpp/0006's small-batch path) all sum in one order; Q4_0 repacked: 0006's
+// kernel, 2-16 rows.
 static int identical_rows(ggml_type type, bool repacked) {
-    return type == GGML_TYPE_Q6_K ? 12 : repacked ? 15 : 7;
+    switch (type) {
+        case GGML_TYPE_Q6_K: return 12;
+        case GGML_TYPE_Q4_K: return repacked ? 15 : 7;
+        default: return 16;
+    }
 }
 
-template <typename B>
+template <typename B, typename Q>
 static int check_type(ggml_backend_t cpu, ggml_type type, const char * name, int threads,
-                      std::vector<B> (*random)(std::mt19937 &, int, int), result (*ref)(const B *, const q8_K_block *, int)) {
+                      std::vector<B> (*random)(std::mt19937 &, int, int), result (*ref)(const B *, const Q *, int)) {
     std::mt19937 rng(57);
     std::normal_distribution<float> normal(0.f, 1.f);
-    const ggml_from_float_t to_q8_K = ggml_get_type_traits_cpu(GGML_TYPE_Q8_K)->from_float;
+    const int QK = sizeof(Q) == sizeof(q8_K_block) ? 256 : 32;  // elements a block
+    const ggml_from_float_t to_q8 = ggml_get_type_traits_cpu(QK == 256 ? GGML_TYPE_Q8_K : GGML_TYPE_Q8_0)->from_float;
+    // rounding steps a term goes through (the bound in the header)
+    const auto steps = [QK](int nb) { return QK == 256 ? 3.0 * nb + 4 : nb + 5.0; };
     ggml_backend_cpu_set_n_threads(cpu, threads);
-    // K: one block, three, eleven (an odd count); N: one group of 8 columns, an odd number
-    // of groups (17, 65: a tail for a thread's chunk), and 12 (not a multiple of 8: not repacked)
-    const int Ks[] = { 256, 768, 2816 };
-    const int Ns[] = { 8, 136, 520, 12 };
+    // K: one block, three, eleven (an odd count), and for 32-element blocks 49; N: one group
+    // of 8 columns, an odd number of groups (17, 65: a tail for a thread's chunk), 12 (not a
+    // multiple of 8: not repacked) and for 32-element blocks 13 (odd: a row without a pair)
+    std::vector<int> Ks = { QK, 3 * QK, 11 * QK };
+    std::vector<int> Ns = { 8, 136, 520, 12 };
+    if (QK == 32) { Ks.push_back(49 * QK); Ns.push_back(13); }
     int failures = 0, cases = 0, repacked = 0;
     double worst = 0;
     for (int K : Ks) for (int N : Ns) {
         const auto wq = random(rng, K, N);
-        const int nb = K / 256;
+        const int nb = K / QK;
         for (int R = 1; R <= 16; R++) {
             product p(cpu, type, K, N, R, wq.data());
             std::vector<float> x((size_t) K * R);
@@ -185,15 +252,15 @@ static int check_type(ggml_backend_t cpu, ggml_type type, const char * name, int
             if (ggml_backend_graph_compute(cpu, p.gf) != GGML_STATUS_SUCCESS) { printf("compute failed\n"); return 2; }
             std::vector<float> y((size_t) N * R);
             ggml_backend_tensor_get(p.y, y.data(), 0, y.size() * sizeof(float));
-            std::vector<q8_K_block> a((size_t) nb);
+            std::vector<Q> a((size_t) nb);
             cases++; repacked += p.repacked();
             int bad = 0;
             for (int r = 0; r < R; r++) {
-                to_q8_K(x.data() + (size_t) r * K, a.data(), K);
+                to_q8(x.data() + (size_t) r * K, a.data(), K);
                 for (int c = 0; c < N; c++) {
                     const result r_ = ref(wq.data() + (size_t) c * nb, a.data(), nb);
                     const result & ref = r_;
-                    const double tol = (3.0 * nb + 4) * std::ldexp(1.0, -24) * ref.abs;
+                    const double tol = steps(nb) * std::ldexp(1.0, -24) * ref.abs;
                     const double err = std::fabs(y[(size_t) r * N + c] - ref.value);
                     worst = std::max(worst, err / tol);
                     if (!(err <= tol) && bad++ < 3) {
@@ -227,28 +294,43 @@ static int check_type(ggml_backend_t cpu, ggml_type type, const char * name, int
 }
 
 static int check(ggml_backend_t cpu, int threads) {
-    int rc = check_type<q4_K_block>(cpu, GGML_TYPE_Q4_K, "q4_K", threads, random_q4_K, ref_q4_K);
-    return rc | check_type<q6_K_block>(cpu, GGML_TYPE_Q6_K, "q6_K", threads, random_q6_K, ref_q6_K);
+    int rc = check_type<q4_K_block, q8_K_block>(cpu, GGML_TYPE_Q4_K, "q4_K", threads, random_q4_K, ref_q4_K);
+    rc |= check_type<q6_K_block, q8_K_block>(cpu, GGML_TYPE_Q6_K, "q6_K", threads, random_q6_K, ref_q6_K);
+    rc |= check_type<q8_0_block, q8_0_block>(cpu, GGML_TYPE_Q8_0, "q8_0", threads, random_q32<q8_0_block>, ref_q32<q8_0_block>);
+    rc |= check_type<q4_0_block, q8_0_block>(cpu, GGML_TYPE_Q4_0, "q4_0", threads, random_q32<q4_0_block>, ref_q32<q4_0_block>);
+    return rc | check_type<q5_0_block, q8_0_block>(cpu, GGML_TYPE_Q5_0, "q5_0", threads, random_q32<q5_0_block>, ref_q32<q5_0_block>);
 }
 
 static int timing(ggml_backend_t cpu, int R, int reps) {
     std::mt19937 rng(1);
     const int K = 1536, N = getenv("CHECK_N") ? atoi(getenv("CHECK_N")) : 512;  // 512: 432 KiB of Q4_K, stays in L2, so this times compute
-    const bool q6 = getenv("CHECK_Q6_K") != nullptr;
-    const auto w4 = random_q4_K(rng, K, N);
-    const auto w6 = random_q6_K(rng, K, N);
-    product p(cpu, q6 ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K, K, N, R, q6 ? (const void *) w6.data() : (const void *) w4.data());
+    std::string name = getenv("CHECK_TYPE") ? getenv("CHECK_TYPE") : getenv("CHECK_Q6_K") ? "q6_K" : "q4_K";
+    ggml_type type; std::vector<uint8_t> w;
+    const auto bytes = [&w](const auto & v) { w.assign((const uint8_t *) v.data(), (const uint8_t *) (v.data() + v.size())); };
+    if (name == "q6_K") { type = GGML_TYPE_Q6_K; bytes(random_q6_K(rng, K, N)); }
+    else if (name == "q8_0") { type = GGML_TYPE_Q8_0; bytes(random_q32<q8_0_block>(rng, K, N)); }
+    else if (name == "q4_0") { type = GGML_TYPE_Q4_0; bytes(random_q32<q4_0_block>(rng, K, N)); }
+    else if (name == "q5_0") { type = GGML_TYPE_Q5_0; bytes(random_q32<q5_0_block>(rng, K, N)); }
+    else { name = "q4_K"; type = GGML_TYPE_Q4_K; bytes(random_q4_K(rng, K, N)); }
+    product p(cpu, type, K, N, R, w.data());
     std::vector<float> x((size_t) K * R, 0.5f);
     ggml_backend_tensor_set(p.x, x.data(), 0, x.size() * sizeof(float));
     ggml_backend_cpu_set_n_threads(cpu, 1);
-    std::vector<double> t;
+    // wall time, and this thread's CPU time (one thread computes on the caller's): on a
+    // shared machine the CPU time leaves out the time the thread waited for a core
+    const auto cpu_us = [] { timespec ts; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3; };
+    std::vector<double> t, c;
     for (int i = 0; i < reps; i++) {
         auto t0 = std::chrono::steady_clock::now();
+        const double c0 = cpu_us();
         ggml_backend_graph_compute(cpu, p.gf);
+        c.push_back(cpu_us() - c0);
         t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(t.begin(), t.end());
-    printf("%s K=%d N=%d rows=%d: min %.1f us, median %.1f us, %.3f ns per weight and row (min)\n", q6 ? "q6_K" : "q4_K", K, N, R, t[0], t[t.size() / 2], t[0] * 1e3 / ((double) K * N * R));
+    std::sort(c.begin(), c.end());
+    printf("%s K=%d N=%d rows=%d: min %.1f us, median %.1f us, CPU min %.1f us, CPU median %.1f us, %.3f ns per weight and row (min)\n",
+           name.c_str(), K, N, R, t[0], t[t.size() / 2], c[0], c[c.size() / 2], t[0] * 1e3 / ((double) K * N * R));
     return 0;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Check the quantized matmul kernels of the llama.cpp that set-up installed (patches/llama.cpp/0005:
-# Q4_K and Q6_K weights times 2-15 and 2-12 rows) against an exact reference, with the bound derived in
-# scripts/ggml-kernel-check.cpp. Builds that program against the venv's libggml (headers from
+# Q4_K and Q6_K weights times 2-15 and 2-12 rows; 0006: Q8_0, Q5_0 and Q4_0 times 2-16 rows)
+# against an exact reference, with the bound derived in scripts/ggml-kernel-check.cpp. Builds that program against the venv's libggml (headers from
 # the cached llama-cpp-python sdist), runs it, exits as it does (0: every case within bound).
 # On an AVX-512 machine, run it under scripts/as-avx2.sh from a checkout whose venv holds the
 # AVX2 build to check the AVX2 kernels.

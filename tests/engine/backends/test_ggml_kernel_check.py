@@ -1,9 +1,10 @@
 """The quantized matmul kernels of the llama.cpp set-up installed (patches/llama.cpp/0005,
-Q4_K and Q6_K weights times a few rows), against an exact reference within the format's
+Q4_K and Q6_K weights times a few rows; 0006, Q8_0, Q4_0 and Q5_0), against an exact reference within the format's
 rounding bound, and each row bit for bit against the one-token step's product:
 scripts/ggml-kernel-check.sh builds scripts/ggml-kernel-check.cpp against the venv's libggml
 and runs it (the bound is derived there; a planted row shift or skipped block fails it, and
-the first Q4_K kernel, which summed in another order, fails the bit-for-bit check; issue 57). Needs a C++ compiler and the cached llama-cpp-python sdist (its
+the first Q4_K kernel, which summed in another order, fails the bit-for-bit check, as does
+0006's streamed sgemm tile planted to sum its blocks last to first; issue 57). Needs a C++ compiler and the cached llama-cpp-python sdist (its
 headers); run it under scripts/as-avx2.sh as well, for the AVX2 kernels."""
 
 from __future__ import annotations
@@ -42,3 +43,5 @@ def test_quantized_matmul_kernels_within_the_formats_rounding():
     assert done.returncode == 0, done.stdout + done.stderr
     for name in ("q4_K", "q6_K"):
         assert f"{name}: 192 of 192 cases within the bound" in done.stdout, done.stdout
+    for name in ("q8_0", "q4_0", "q5_0"):
+        assert f"{name}: 320 of 320 cases within the bound" in done.stdout, done.stdout
