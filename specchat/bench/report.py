@@ -125,7 +125,7 @@ def markdown(results: dict[str, Any]) -> str:
         METHOD_NOTE.format(sampling=settings["sampling"], seed=settings["base_seed"],
                            concurrency=settings["concurrency"],
                            concurrency_note=concurrency_note(settings["concurrency"]), peak_rss=peak_rss),
-        "", f"![measured speed-up vs γ](speedup_vs_gamma.png)", "",
+        "", "![measured speed-up vs γ](speedup_vs_gamma.png)", "",
     ]
     for set_name, configs in results["aggregates"]["sets"].items():
         title = "all sets (mixed total)" if set_name == ALL_SETS else f"set `{set_name}`"
