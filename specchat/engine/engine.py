@@ -74,14 +74,37 @@ class Sequence:
         return max(0, min(self.max_new_tokens - self.produced - 1, self.max_length - len(self.ids) - 1))
 
 
-def open_sequence(ids: list[int], params: SamplingParams, proposer: Proposer | None, controller: Controller,
-                  device: torch.device, *, max_new_tokens: int, stops: Iterable[int], eos: Iterable[int],
-                  max_length: int, cached: int = 0, index: int = 0, lane: int = 0) -> Sequence:
+def admit(ids: list[int], params: SamplingParams, proposer: Proposer | None, controller: Controller,
+          device: torch.device, *, held: list[int] = (), max_new_tokens: int, stops: Iterable[int],
+          eos: Iterable[int], max_length: int, index: int = 0, lane: int = 0) -> Sequence:
+    """A reply's sequence, set up the one way for a batch of one or of many: its controller's
+    turn begun, the cells it reuses (``reusable`` of what its cache ``held``), its proposer run
+    over the prompt where the controller asks, and that time and reuse carried by its first step.
+    The target's prefill is folded into the first step's pass (one pass over the prompt and the
+    first drafts); that step's times are then not verification timings (StepStats.prefill_tokens)."""
+    watch = StepTimer(device)
+    controller.start_turn()
     seed = params.seed if params.seed is not None else random.SystemRandom().getrandbits(63)
     generator = generator_on(device, seed)
-    return Sequence(list(ids), params, max_new_tokens, set(stops), set(eos), max_length, seed, generator,
-                    draft_generator(proposer, generator, seed, device), proposer, controller, cached=cached,
-                    index=index, lane=lane)
+    reused = reusable(held, ids)
+    s = Sequence(list(ids), params, max_new_tokens, set(stops), set(eos), max_length, seed, generator,
+                 draft_generator(proposer, generator, seed, device), proposer, controller, cached=reused,
+                 index=index, lane=lane)
+    if proposer is not None and controller.prefills_proposer():
+        proposer.prefill(s.ids)
+    s.first = {"prefill_ms": watch.ms(0, watch.mark()), "reused_tokens": reused}
+    return s
+
+
+def reusable(held: list[int], ids: list[int]) -> int:
+    """How many of ``ids`` a cache holding ``held`` keeps: their common prefix, less the last
+    id, which always runs (its logits draw the first token)."""
+    return min(common_prefix_length(held, ids), len(ids) - 1)
+
+
+def refused(ids: list[int], max_new_tokens: int, max_length: int) -> str | None:
+    """Why a reply ends before its first step ("length", "context"), or None."""
+    return "length" if max_new_tokens <= 0 else "context" if len(ids) >= max_length else None
 
 
 class Runner(Protocol):
@@ -247,21 +270,13 @@ class SpeculativeEngine:
 
     def _generate(self, ids: list[int], params: SamplingParams, max_new_tokens: int,
                   stops: Iterable[int]) -> Iterator[Step]:
-        self.controller.start_turn()
-        watch = StepTimer(self.device)  # the prefill's time (read once: a sync costs nothing there)
         self.cpu_share.take(fresh=True)  # the first step's share starts here
-        if len(ids) >= self.target.max_length or max_new_tokens <= 0:
-            yield epilogue.ended("context" if max_new_tokens > 0 else "length")
+        if (reason := refused(ids, max_new_tokens, self.target.max_length)) is not None:
+            yield epilogue.ended(reason)
             return
-        reused = min(common_prefix_length(self.target.ids, ids), len(ids) - 1)
-        seq = open_sequence(ids, params, self.proposer, self.controller, self.device, max_new_tokens=max_new_tokens,
-                            stops=stops, eos=self.eos_token_ids, max_length=self.target.max_length, cached=reused)
-        # the target's prefill is folded into the first step's pass (one pass over the prompt
-        # and the first drafts, as plain generate does); that step's times are then not used
-        # as verification timings (see StepStats.prefill_tokens)
-        if self.proposer and self.controller.prefills_proposer():
-            self.proposer.prefill(ids)
-        seq.first = {"prefill_ms": watch.ms(0, watch.mark()), "reused_tokens": reused}
+        seq = admit(ids, params, self.proposer, self.controller, self.device, held=self.target.ids,
+                    max_new_tokens=max_new_tokens, stops=stops, eos=self.eos_token_ids,
+                    max_length=self.target.max_length)
         runner = _Alone(self.target, self.cpu_share)
         while not self._cancel.is_set():
             seq.controller = self.controller  # γ set mid-reply (ChatSession) takes effect at the next step

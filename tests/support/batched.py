@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from specchat.engine.backends.transformers import TransformersBackend
-from specchat.engine.engine import _Alone, Sequence, _Verified, open_sequence, step
+from specchat.engine.engine import _Alone, Sequence, _Verified, admit, step
 from specchat.engine.gamma.controller import Assessment, Controller, make_controller
 from specchat.engine.proposers import Proposal, Proposer
 from specchat.engine.sampling import SamplingParams
@@ -143,12 +143,8 @@ def _open(case: Case, lane: ContextLM, proposer: Proposer | None, index: int, se
     the cost model for them was 10-18 % of a sample."""
     controller = case.controller(proposer) if case.controller else make_controller(proposer)
     controller.assess = lambda k, source: Assessment()
-    controller.start_turn()
-    s = open_sequence(prompt, dataclasses.replace(params, seed=seed), proposer, controller, CPU,
-                      max_new_tokens=length, stops=(), eos=(), max_length=lane.max_length, index=index, lane=index)
-    if proposer is not None and controller.prefills_proposer():
-        proposer.prefill(prompt)
-    return s
+    return admit(prompt, dataclasses.replace(params, seed=seed), proposer, controller, CPU,
+                 max_new_tokens=length, stops=(), eos=(), max_length=lane.max_length, index=index, lane=index)
 
 
 def _lanes(case: Case, out: Sampled, n: int, prompt: list[int], params: SamplingParams):

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from specchat.engine.backends.base import Backend, common_prefix_length
+from specchat.engine.backends.base import Backend
 from specchat.engine.batch.requests import Request, RequestQueue
-from specchat.engine.engine import EACH_OWN, Sequence, _Verified, open_sequence, step
+from specchat.engine.engine import EACH_OWN, Sequence, _Verified, admit, refused, reusable, step
 from specchat.engine import epilogue
 from specchat.engine.gamma.batch_plan import BatchGamma
 from specchat.engine.gamma.controller import Controller, make_controller
@@ -137,8 +137,8 @@ class BatchedEngine:
                 for index in self._withdrawn(source):  # cancelled while waiting: never admitted
                     yield index, epilogue.ended("cancelled")
                 ended = [(q, "cancelled") for q, s in active.items() if self._take_cancel(s.index)]
-                ended += [(q, "context" if len(s.ids) >= room else "length") for q, s in active.items()
-                          if (len(s.ids) >= room or s.max_new_tokens <= 0) and (q, "cancelled") not in ended]
+                ended += [(q, why) for q, s in active.items() if (q, "cancelled") not in ended
+                          and (why := refused(s.ids, s.max_new_tokens, room))]
                 for seq, reason in ended:
                     s = active.pop(seq)
                     self._release(s, free)
@@ -169,15 +169,14 @@ class BatchedEngine:
         made = self._controllers.get(seq)
         if made is not None and proposer is not None and made[0] is proposer:
             controller = made[1]
-            controller.start_turn()
         else:
             controller = make_controller(proposer)
             self._controllers[seq] = (proposer, controller)
-        cached = self._reusable(seq, request.ids)
-        self.context.drop(seq, cached)
-        s = open_sequence(request.ids, request.params, proposer, controller, self.target.device,
-                          max_new_tokens=request.max_new_tokens, stops=request.stop_token_ids, eos=self.eos,
-                          max_length=room, cached=cached, index=index, lane=seq)
+        held = self._held.get(seq, [])
+        self.context.drop(seq, reusable(held, request.ids))
+        s = admit(request.ids, request.params, proposer, controller, self.target.device, held=held,
+                  max_new_tokens=request.max_new_tokens, stops=request.stop_token_ids, eos=self.eos,
+                  max_length=room, index=index, lane=seq)
         s.name = f"request {index}"
         return s
 
@@ -192,10 +191,7 @@ class BatchedEngine:
         return proposer
 
     def _reusable(self, seq: int, ids: list[int]) -> int:
-        """How many of ``ids`` slot ``seq``'s cells hold already (the last id always runs:
-        its logits draw the first token)."""
-        held = self._held.get(seq, [])
-        return min(common_prefix_length(held, ids), len(ids) - 1)
+        return reusable(self._held.get(seq, []), ids)
 
     def _release(self, s: Sequence, free: list[int]) -> None:
         """A finished sequence's slot goes back, its cells (between steps exactly ids[:cached])

@@ -53,6 +53,22 @@ def test_a_continued_reply_reuses_only_the_cells_that_were_run(backend, chats):
         assert near_tie_or_equal(backend, ids, again[i][0], want) is None, (i, again[i][0], want)
 
 
+def test_a_batched_first_step_says_what_it_reused_as_one_sequence_does(backend, chats):
+    """One set-up for a batch of one or many (engine.admit): a request continuing a finished
+    reply reports the cells it reused, and its prefill's time, on its first step, as
+    SpeculativeEngine's do. (Before: a batch's first steps said 0 reused; planted: admit
+    without ``first``.)"""
+    engine = BatchedEngine(backend, n_seq=2, proposer_factory=lambda lane: NgramProposer(3, 1, 3, 5))
+    try:
+        reply = run(engine, [Request(chats[0], GREEDY, 6)])[0][0]
+        follow = chats[0] + reply + chats[1][-6:]
+        first = next(step.stats for _, step in engine.generate([Request(follow, GREEDY, 2)]))
+    finally:
+        engine.close()
+    assert first.reused_tokens == len(chats[0]) + len(reply) - 1  # all but the last token, never run
+    assert first.prefill_tokens == len(follow) - 1 - first.reused_tokens and first.prefill_ms >= 0
+
+
 @pytest.mark.parametrize("how", ["stop", "eos"])
 def test_a_stop_or_eos_token_ends_the_reply_with_it(backend, chats, how):
     """The reply ends at the first stop (or EOS) token, that token included, finish reason

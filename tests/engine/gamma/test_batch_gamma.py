@@ -216,7 +216,7 @@ def test_a_batch_of_one_chooses_what_adaptive_gamma_chooses_on_replayed_steps():
     sequence alone chooses otherwise.)"""
     import torch
 
-    from specchat.engine.engine import SpeculativeEngine, open_sequence
+    from specchat.engine.engine import SpeculativeEngine, admit
     from specchat.engine.gamma.controller import AdaptiveGamma, Controller
     from specchat.engine.proposers import NgramProposer
     from specchat.engine.sampling import SamplingParams
@@ -245,8 +245,8 @@ def test_a_batch_of_one_chooses_what_adaptive_gamma_chooses_on_replayed_steps():
     def replay(decide):
         proposer = NgramProposer("auto", 1, 3, 8)
         controller = AdaptiveGamma(8, proposer)
-        seq = open_sequence([1, 2, 3], greedy, proposer, controller, torch.device("cpu"), max_new_tokens=10**6,
-                            stops=(), eos=(), max_length=10**6)
+        seq = admit([1, 2, 3], greedy, proposer, controller, torch.device("cpu"), max_new_tokens=10**6,
+                    stops=(), eos=(), max_length=10**6)
         planner = BatchGamma(8)
         assert isinstance(planner, Controller)  # one kind of thing chooses γ, for one sequence or many
         gammas = []
