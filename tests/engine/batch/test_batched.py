@@ -49,14 +49,16 @@ def chats(backend) -> list[list[int]]:
 
 
 def run(engine: BatchedEngine, requests: list[Request], cancel_at: dict[int, int] | None = None,
-        seen: list | None = None):
+        seen: list | None = None, firsts: dict | None = None):
     """{request: (tokens, finish reasons, drafts accepted)} of one batched generate (every
-    step's StepStats appended to ``seen``)."""
+    step's StepStats appended to ``seen``, each request's first step's put in ``firsts``)."""
     out = {i: ([], [], 0) for i in range(len(requests))}
     steps = {i: 0 for i in range(len(requests))}
     for i, step in engine.generate(requests):
         if seen is not None:
             seen.append(step.stats)
+        if firsts is not None:
+            firsts.setdefault(i, step.stats)
         tokens, finishes, accepted = out[i]
         out[i] = (tokens + [t.id for t in step.tokens], finishes + ([step.finish_reason] if step.finish_reason else []),
                   accepted + step.stats.num_accepted_tokens)
