@@ -22,11 +22,11 @@ import json
 import sys
 from pathlib import Path
 
+from specchat.bench.configs import PLAIN_PEERS  # llama-cpp-python's or transformers' plain row, by its kernels
 from specchat.bench.report import attention_width
 
 SHIPPED_SETS = ("repetitive", "open", "unusual", "long")  # specchat/bench/prompt_sets.py
 ALL_SETS = "all"
-PLAIN_PEER = "peer:none"
 BUSY = "busy machine: timings unreliable"
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "RESULTS.md"
 
@@ -158,9 +158,10 @@ def rows(number: int, results: dict) -> list[str]:
     out = []
     for set_name in names:
         for config, f in sets[set_name].items():
-            if config == PLAIN_PEER:
+            if config in PLAIN_PEERS:
                 continue  # the baseline itself
-            peer = vs_peers.get(set_name, {}).get(config, {}).get(PLAIN_PEER)
+            ratios = vs_peers.get(set_name, {}).get(config, {})
+            peer = next((ratios[p] for p in PLAIN_PEERS if p in ratios), None)
             if busy(results, f):
                 vs_peer = vs_ours = BUSY
             else:

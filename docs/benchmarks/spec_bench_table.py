@@ -20,10 +20,10 @@ import argparse
 import gzip
 import json
 
-from specchat.bench.configs import SERVER  # ends the name of every llama-server row
+from specchat.bench.configs import PLAIN_PEERS
 from specchat.bench.report import stopped_early_note
 
-PLAIN_PEER = "peer:none"
+SERVER = " (llama-server"  # in every llama-server row's name: "(llama-server, stock kernels)", earlier "(llama-server)"
 
 
 def ratio_text(ratio: dict | None) -> str:
@@ -58,8 +58,8 @@ def main() -> int:
         if mine is None:
             continue
         peers = aggregates["vs_peers"].get(name, {}).get(ours, {})
-        plain = peers.get(PLAIN_PEER)
-        servers = {c: f for c, f in figures.items() if c.endswith(SERVER) and not c.startswith("peer:none")}
+        plain = next((peers[p] for p in PLAIN_PEERS if p in peers), None)  # llama-cpp-python's, whatever kernels
+        servers = {c: f for c, f in figures.items() if SERVER in c and not c.startswith("peer:none")}
         fastest = max(servers, key=lambda c: servers[c]["tokens_per_s"] or 0.0) if servers else None
         versus = peers.get(fastest) if fastest else None
         measured, predicted = mine.get("speedup"), mine.get("predicted_end_to_end")
@@ -68,7 +68,7 @@ def main() -> int:
         label = "**all**" if name == "all" else name.removeprefix("spec-bench/")
         print(f"| {label} | {ratio_text(plain)} | {ratio_text(ours_plain)} | "
               f"{predicted:.2f}× | {off:+.0%} | {mine.get('mean_acceptance_length') or 0:.2f} | "
-              f"{(fastest or '–').removeprefix('peer:').removesuffix(SERVER)} | {ratio_text(versus)} |"
+              f"{(fastest or '–').removeprefix('peer:').split(SERVER)[0]} | {ratio_text(versus)} |"
               if predicted and off is not None else
               f"| {label} | {ratio_text(plain)} | {ratio_text(ours_plain)} | – | – | – | – | {ratio_text(versus)} |")
         if name == "all":

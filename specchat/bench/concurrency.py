@@ -8,11 +8,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from specchat.bench.configs import WARMUP_TOKENS, BenchConfig
+from specchat.bench.configs import WARMUP_TOKENS, BenchConfig, process_kernels, ran_kernels
 from specchat.bench.prompt_sets import PromptSet
 from specchat.bench.row import BenchRow
-from specchat.bench.runner import (SEED_STRIDE, Progress, Request, chat_requests, make_engine,
-                                   run_specchat)
+from specchat.bench.runner import SEED_STRIDE, Progress, Request, chat_requests, make_engine, run_specchat
 from specchat.contention import BUSY_SHARE, CpuShare
 from specchat.errors import SpecchatError
 from specchat.methods import METHODS
@@ -102,8 +101,6 @@ def level_configs(methods: list[str], gammas: list, server: bool, single: bool) 
 
 
 def config_name(config: BenchConfig) -> str:
-    if config.runner == "peer":
-        return "peer:none (llama-server)" if config.method == "none" else "peer:ngram (llama-server)"
     if config.runner == "single":
         return f"{dataclasses.replace(config, runner='specchat').name} (one sequence)"
     return config.name
@@ -124,6 +121,7 @@ def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: l
     stops = set(chat.stop_token_ids)
     need = check_context(levels, requests, loaded.target.max_length)
     params_for = lambda r: dataclasses.replace(base, seed=r.seed)  # noqa: E731
+    kernels = process_kernels(loaded)  # ours; a llama-server row says its own (ran_kernels)
     peer = None
     if any(c.runner == "peer" for c in configs):
         from specchat.bench.peer_server_concurrent import ConcurrentServerPeer
@@ -178,7 +176,8 @@ def run_concurrency(loaded: Any, profile: Any, sets: list[PromptSet], configs: l
                                          "config": name, "runner": config.runner, "method": config.method,
                                          "gamma": config.gamma, "wall_ms": wall, "cpu_others": share,
                                          "tokens": sum(r.new_tokens for r in got), "requests": len(got)})
-                            rows += [row.of(request, config, name, run=run_id, concurrency=n, index=j)
+                            rows += [row.of(request, config, name, run=run_id, concurrency=n, index=j,
+                                            kernels=ran_kernels(config, kernels))
                                      for j, (request, row) in enumerate(zip(batch, got))]
             finally:
                 for engine in engines.values():

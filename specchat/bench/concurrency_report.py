@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from specchat.bench.configs import SERVER
 from specchat.bench.report import _fmt, ratio_text, write_files
 from specchat.bench.row import BenchRow
 from specchat.bench.stats import per_token_latencies, percentile, pooled_ratio
@@ -16,7 +17,7 @@ ALL = "all"
 
 
 # runner → the plain configuration its speculating rows are compared with
-PLAIN = {"specchat": "none", "single": "none (one sequence)", "peer": "peer:none (llama-server)"}
+PLAIN = {"specchat": "none", "single": "none (one sequence)", "peer": f"peer:none{SERVER}"}
 
 
 def _decode_span(row: BenchRow) -> tuple[float, float]:
@@ -142,7 +143,8 @@ def comparison_lines(levels: dict[str, dict]) -> list[str]:
     for n, configs in levels.items():
         for config, f in configs.items():
             if f.get("vs_server_plain"):
-                out.append(f"N={n}: {config} at {ratio_text(f['vs_server_plain'], 2)} llama-server -np {n}'s plain throughput")
+                out.append(f"N={n}: {config} at {ratio_text(f['vs_server_plain'], 2)} llama-server -np {n}'s plain "
+                           "throughput (stock kernels)")
             if f.get("vs_one_sequence"):
                 out.append(f"N={n}: batched {config} at {ratio_text(f['vs_one_sequence'], 2)} the one-sequence engine's throughput")
     return out

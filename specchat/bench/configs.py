@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from specchat.config.model import MAX_SPECULATIVE_TOKENS, parse_gamma
 from specchat.errors import SpecchatError
@@ -60,25 +60,51 @@ class BenchConfig:
     server: bool = False
     spec_type: str = ""
     store: bool = False
+    kernels: str = ""  # a llama-cpp-python peer row's: this process's llama.cpp kernels (KERNELS); "" unsaid
+
+    @property
+    def on_server(self) -> bool:
+        """llama-server runs this row: its plain, -md and n-gram rows, and peer:eagle3."""
+        return self.server or (self.runner == "peer" and self.method == "eagle3")
 
     @property
     def name(self) -> str:
         if self.server:
             gamma = f" γ={self.gamma}" if self.method == "draft_model" and self.gamma != "auto" else ""
             return f"peer:{self.spec_type or self.method}{gamma}{SERVER}"
+        kernels = ran_kernels(self, self.kernels) if self.runner == "peer" else None
+        said = ([Path(self.model).name] if self.model else []) + ([KERNELS[kernels]] if kernels else [])
+        told = f" ({', '.join(said)})" if said else ""
         if self.method == "none":
-            if self.runner == "specchat":
-                return "none"
-            return "peer:none" if self.model is None else f"peer:none ({Path(self.model).name})"
+            return "none" if self.runner == "specchat" else f"peer:none{told}"
         prefix = "peer:" if self.runner == "peer" else ""
-        return f"{prefix}{self.method} γ={self.gamma}" + (" +store" if self.store else "")
+        return f"{prefix}{self.method} γ={self.gamma}" + (" +store" if self.store else "") + told
 
     def to_dict(self) -> dict:
         return {"name": self.name, "method": self.method, "gamma": self.gamma, "runner": self.runner,
                 "model": self.model, "server": self.server, "spec_type": self.spec_type, "store": self.store}
 
 
-SERVER = " (llama-server)"  # ends the name of every llama-server row
+# whose llama.cpp kernels a row ran: our patched ones (patches/llama.cpp) or llama.cpp's own
+KERNELS = {"specchat": "specchat's kernels", "stock": "stock kernels"}
+SERVER = " (llama-server, stock kernels)"  # ends the name of every llama-server row (ran_kernels)
+# the plain peer row's names: transformers' (no kernels), llama-cpp-python's (this process's kernels)
+PLAIN_PEERS = ("peer:none", *(f"peer:none ({words})" for words in KERNELS.values()))
+
+
+def ran_kernels(config: BenchConfig, here: str | None) -> str | None:
+    """Whose llama.cpp kernels a row of ``config`` runs: llama-server's rows run stock ones,
+    whatever its build (start_server sets SPECCHAT_GGML_UPSTREAM=1); every other row runs
+    in this process, on ``here``'s ("specchat" or "stock"; None off llama.cpp)."""
+    return "stock" if config.on_server else here
+
+
+def process_kernels(loaded: Any) -> str | None:
+    """Whose llama.cpp kernels this process runs (ours, and llama-cpp-python's peer rows in it):
+    "specchat" (patches/llama.cpp), "stock" (an unpatched build, or SPECCHAT_GGML_UPSTREAM set);
+    None for a transformers target. Read from what the loader found (loading/llamacpp.py)."""
+    kernel = ((loaded.info or {}).get("target") or {}).get("llama_cpp_kernel")
+    return None if kernel is None else "specchat" if kernel == "specchat" else "stock"
 
 
 def parse_gammas(text: str) -> list[int | str]:
@@ -113,16 +139,18 @@ def loaded_methods(methods: list[str], has_draft: bool, has_head: bool, medusa_h
 
 
 def default_configs(method: str, gamma: int | str, peer: bool, peer_models: tuple[str, ...] = (),
-                    suffix_store: bool = False) -> list[BenchConfig]:
+                    suffix_store: bool = False, kernels: str = "") -> list[BenchConfig]:
     """``bench`` without ``--grid``, ``--gamma`` or ``--methods``: "does what my profile runs
-    pay here?" in minutes. Plain, the profile's method at its γ, and the plain peer rows."""
+    pay here?" in minutes. Plain, the profile's method at its γ, and the plain peer rows
+    (``kernels``: a llama-cpp-python peer's, this process's; "" for transformers)."""
     configs = [BenchConfig("none")]
     if method != "none":
         gamma = "auto" if METHODS[method].auto_only else gamma
         configs.append(BenchConfig(method, gamma))
         configs += [BenchConfig(method, gamma, store=True)] if suffix_store and method == "suffix" else []
     if peer:
-        configs += [BenchConfig("none", 0, "peer"), *(BenchConfig("none", 0, "peer", m) for m in peer_models)]
+        configs += [BenchConfig("none", 0, "peer", kernels=kernels),
+                    *(BenchConfig("none", 0, "peer", m, kernels=kernels) for m in peer_models)]
     return configs
 
 
@@ -131,10 +159,11 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
                   peer_models: tuple[str, ...] = (), has_head: bool = False,
                   server_peer: bool = False, medusa_heads: int = 0,
                   server_ngram_types: tuple[str, ...] = (), suffix_store: bool = False,
-                  server_draft: int = 0) -> list[BenchConfig]:
+                  server_draft: int = 0, kernels: str = "") -> list[BenchConfig]:
     """The plain baseline first (every speed-up is relative to it), then each method × γ;
-    with ``peer``, the peer engine's rows for the methods it has (``peer_methods``) and the
-    llama-server rows asked for (``server_*``; ``server_draft``: our γ ceiling for ``-md``)."""
+    with ``peer``, the peer engine's rows for the methods it has (``peer_methods``; on
+    ``kernels``, as default_configs) and the llama-server rows asked for (``server_*``;
+    ``server_draft``: our γ ceiling for ``-md``)."""
     if suffix_store and "suffix" not in methods:
         raise SpecchatError("--suffix-store adds rows to suffix decoding's", key="--suffix-store",
                             hint="add suffix to --methods (e.g. --methods suffix,ngram,none)")
@@ -156,8 +185,8 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
         configs += [BenchConfig(method, gamma, store=True) for gamma in gammas if suffix_store and method == "suffix"]
     if peer:
         ours = list(configs)
-        configs += [BenchConfig("none", 0, "peer")] if "none" in peer_methods else []
-        configs += [BenchConfig("none", 0, "peer", model) for model in peer_models]
+        configs += [BenchConfig("none", 0, "peer", kernels=kernels)] if "none" in peer_methods else []
+        configs += [BenchConfig("none", 0, "peer", model, kernels=kernels) for model in peer_models]
         configs += [BenchConfig("none", 0, "peer", server=True)] if server_peer else []
         if server_peer and any(c.method == "ngram" for c in ours):
             configs += [BenchConfig("ngram", "auto", "peer", server=True, spec_type=t) for t in server_ngram_types]
@@ -165,6 +194,6 @@ def build_configs(methods: list[str], gammas: list[int | str], has_draft: bool, 
             configs += [BenchConfig("draft_model", g, "peer", server=True) for g in ("auto", server_draft)]
         for method in sorted({c.method for c in ours if c.method != "none"} - set(peer_methods)):
             note(f"bench: the peer engine has no '{method}' speculation; no peer row for it")
-        configs += [BenchConfig(c.method, c.gamma, "peer") for c in ours
+        configs += [BenchConfig(c.method, c.gamma, "peer", kernels=kernels) for c in ours
                     if c.method != "none" and c.method in peer_methods]
     return configs

@@ -122,16 +122,23 @@ def _first_error(log: Any) -> str:
     return clean((errors or lines or ["(no message)"])[-1])[:200]
 
 
+# llama.cpp's own kernels in every llama-server bench starts, as a user who picks it runs it:
+# `make llama-server` builds the sdist unpatched, and should a build carry patches/llama.cpp,
+# this switches them off (they read it once per process), so its rows say "stock kernels" truly
+STOCK_KERNELS = {"SPECCHAT_GGML_UPSTREAM": "1"}
+
+
 def start_server(args: list[str], what: str) -> ServerProcess:
-    """``llama-server ARGS`` on a free loopback port, once ``/health`` answers; ``what`` names it
-    in the one-line error (quoting its log's line that says why) when it never does."""
+    """``llama-server ARGS`` on stock kernels, on a free loopback port, once ``/health``
+    answers; ``what`` names it in the one-line error (quoting its log's line that says why)
+    when it never does."""
     bin_dir = server_bin_dir()
     if bin_dir is None:
         raise SpecchatError("no llama-server here (run `make llama-server`)", hint=PEER_HINT)
     port = _free_port()
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen([str(bin_dir / "llama-server"), *args, "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **STOCK_KERNELS})
     url = f"http://127.0.0.1:{port}"
     health = Endpoint(url, connect_timeout=2, read_timeout=2)
     deadline = time.monotonic() + HEALTH_TIMEOUT_S
@@ -203,7 +210,7 @@ def plain_unavailable(loaded: Any) -> str | None:
     if loaded.target.name != "llama.cpp":
         return "the llama-server peer needs a GGUF target on llama.cpp"
     if server_bin_dir() is None:
-        return "no llama-server for the peer:none (llama-server) row (run `make llama-server`)"
+        return "no llama-server for the llama-server peer rows (run `make llama-server`)"
     return None
 
 

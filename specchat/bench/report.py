@@ -35,11 +35,14 @@ METHOD_NOTE = """\
   max_new_tokens, stop ids, sampling and seeds. transformers targets: `generate` plain (`peer:none`), with
   `assistant_model` (constant γ assistant tokens, confidence stopping off; γ = auto runs transformers' own
   dynamic defaults) or `prompt_lookup_num_tokens = γ`. llama.cpp targets: llama-cpp-python's `generate`
-  plain (`peer:none`, and `peer:none (FILE)` for other GGUF files) and with `LlamaPromptLookupDecoding`
+  plain (`peer:none (…)`, and `peer:none (FILE, …)` for other GGUF files) and with `LlamaPromptLookupDecoding`
   (`num_pred_tokens = γ`; auto = max_speculative_tokens), same thread count and flash attention (on, as our backend runs it);
-  llama-server on the same GGUF, plain (`peer:none (llama-server)`) and with each n-gram `--spec-type` its `--help`
-  lists (`peer:ngram-… (llama-server)`: lookup n = prompt_lookup_max and drafts up to max_speculative_tokens where
-  the type has those knobs; ngram-mod at llama.cpp's `--spec-default` settings).
+  llama-server on the same GGUF, plain (`peer:none (llama-server, …)`) and with each n-gram `--spec-type` its
+  `--help` lists (`peer:ngram-… (llama-server, …)`: lookup n = prompt_lookup_max and drafts up to
+  max_speculative_tokens where the type has those knobs; ngram-mod at llama.cpp's `--spec-default` settings).
+- Kernels, in a llama.cpp peer row's name and each row's `kernels`: llama-server runs llama.cpp's stock kernels
+  (started with SPECCHAT_GGML_UPSTREAM=1); llama-cpp-python runs in bench's process, on the same kernels as ours
+  (specchat's, patches/llama.cpp, unless SPECCHAT_GGML_UPSTREAM was set: stock).
 - Overhead: median step time outside the proposer and the target's forward (sampling, verification,
   bookkeeping), and its share of a plain step.
 - Concurrency {concurrency}: {concurrency_note}

@@ -46,6 +46,7 @@ class BenchRow:
     server_drafted: int | None = None
     server_accepted: int | None = None
     cpu_others: float | None = None
+    kernels: str | None = None  # whose llama.cpp kernels ran it: "specchat" or "stock" (configs.ran_kernels)
 
     def of(self, request: Any, config: Any, name: str, **more: Any) -> BenchRow:
         """This measurement labelled with its request and configuration (shown as ``name``)."""

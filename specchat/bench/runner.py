@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specchat.bench import memory
-from specchat.bench.configs import WARMUP_TOKENS, BenchConfig
+from specchat.bench.configs import WARMUP_TOKENS, BenchConfig, process_kernels, ran_kernels
 from specchat.bench.prompt_sets import PromptSet
 from specchat.bench.row import BenchRow
 from specchat.contention import BUSY_SHARE, CpuShare
@@ -175,6 +175,7 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
                       server=any(c.server for c in configs))
             if any(c.runner == "peer" for c in configs) else None)
     draft_bytes = loaded.draft.parameter_bytes() if loaded.draft is not None else 0
+    kernels = process_kernels(loaded)  # ours and llama-cpp-python's; a llama-server row says its own
 
     def run_one(config: BenchConfig, request: Request, limit: int) -> BenchRow:
         params = dataclasses.replace(base, seed=request.seed)
@@ -200,14 +201,14 @@ def run_benchmark(loaded: Any, profile: Any, sets: list[PromptSet], configs: lis
                     row = run_one(config, turn, turn.max_new_tokens)
                     share = cpu.take(fresh=True)
                     # a server peer's own process is not a neighbour: its rows are not judged
-                    if share is not None and not (config.runner == "peer" and (config.method == "eagle3" or config.server)):
+                    if share is not None and not config.on_server:
                         others_ms += share * row.wall_ms
                         timed_ms += row.wall_ms
                     if config.store:  # a later chat may draft from this reply (never the warm-up's)
                         engines[config].proposer.store.add(row.output_ids)
                     rows.append(row.of(turn, config, config.name, max_new_tokens=turn.max_new_tokens, order=len(rows),
                                        draft_param_bytes=draft_bytes if config.method == "draft_model" else 0,
-                                       cpu_others=share))
+                                       cpu_others=share, kernels=ran_kernels(config, kernels)))
                     turn = second_turn(turn, row.output_ids, chat) if turn.follow_up else None
             finished = r + 1
         report(total, total, "done")

@@ -51,7 +51,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "without speculation, beside llama-server -np N) and report where speculation stops "
                              "paying; a transformers target runs one sequence, N requests queued (default 1)")
     parser.add_argument("--no-peer", action="store_true",
-                        help="skip the peer rows (transformers' generate, or llama-cpp-python for a GGUF target)")
+                        help="skip the peer rows (transformers' generate; for a GGUF target llama-cpp-python, in "
+                             "this process so on its llama.cpp kernels, and (--grid, --concurrency) llama-server, on "
+                             "stock kernels; each row's name says whose)")
     parser.add_argument("--peer-model", action="append", default=[], metavar="GGUF",
                         help="also run llama-cpp-python's plain generation on this GGUF file (another format of "
                              "the same weights, say); repeatable; llama.cpp targets only")
@@ -114,9 +116,11 @@ def run(args: argparse.Namespace) -> int:
     # the loader loads a draft only for a draft_model profile; without one, draft_model is skipped
     loaded = load_models(profile, progress=lambda e: e.message and console.print(
         f"[{e.stage}] {clean_line(e.message)}", style="dim", markup=False, highlight=False))
+    from specchat.bench.configs import process_kernels
     from specchat.bench.runner import peer_kind, peer_methods
 
-    kind = peer_kind(loaded)
+    # this process's kernels: llama-cpp-python's peer rows run in it, so on ours
+    kind, kernels = peer_kind(loaded), process_kernels(loaded) or ""
     if isinstance(args.concurrency, list) or (args.concurrency > 1 and kind == "llama.cpp"):
         return _concurrency(console, loaded, profile, sets, methods, args, levels, out_dir)
     for path in args.peer_model:
@@ -129,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if not grid:
         configs = default_configs(profile.speculation.method, profile.speculation.num_speculative_tokens,
                                   not args.no_peer, tuple(str(Path(p).resolve()) for p in args.peer_model),
-                                  args.suffix_store)
+                                  args.suffix_store, kernels)
         return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)
     has_peer_methods, no_head_peer = peer_methods(loaded, profile)
     if no_head_peer and not args.no_peer:
@@ -147,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
                             peer_models=tuple(str(Path(p).resolve()) for p in args.peer_model),
                             server_peer=not no_server, medusa_heads=medusa_heads,
                             server_ngram_types=() if no_server else server_ngram(args.server_ngram, ngram_types()),
-                            suffix_store=args.suffix_store,
+                            suffix_store=args.suffix_store, kernels=kernels,
                             server_draft=(profile.speculation.max_speculative_tokens
                                           if loaded.draft is not None and loaded.draft.name == "llama.cpp" else 0))
     return _run_and_report(console, loaded, profile, sets, configs, args, out_dir)

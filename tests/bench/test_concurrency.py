@@ -43,8 +43,8 @@ def test_results_per_level_and_configuration(results):
     out, doc = results
     agg = doc["aggregates"]
     assert doc["mode"] == "concurrency" and agg["levels"] == [1, 2]
-    configs = ["none", "ngram γ=auto"] + (["peer:none (llama-server)", "peer:ngram (llama-server)"]
-                                           if server_dir() else [])
+    configs = ["none", "ngram γ=auto"] + (["peer:none (llama-server, stock kernels)",
+                                            "peer:ngram (llama-server, stock kernels)"] if server_dir() else [])
     single = ["none (one sequence)", "ngram γ=auto (one sequence)"]  # N = 1's reference, N = 1 only
     assert agg["by_concurrency"]["1"]["none"]["vs_one_sequence"]["ratio"] > 0
     assert agg["by_concurrency"]["1"]["ngram γ=auto (one sequence)"]["throughput_vs_plain"]["ratio"] > 0
@@ -56,6 +56,9 @@ def test_results_per_level_and_configuration(results):
         assert agg["by_concurrency"][n]["ngram γ=auto"]["throughput_vs_plain"]["ratio"] > 0
         if server_dir():
             assert agg["by_concurrency"][n]["none"]["vs_server_plain"]["ratio"] > 0
+    # whose kernels: llama-server's stock, ours this process's (the patched build set-up makes, where it did)
+    assert {r["kernels"] for r in doc["rows"] if r["runner"] == "peer"} <= {"stock"}
+    assert {r["kernels"] for r in doc["rows"] if r["runner"] != "peer"} in ({"specchat"}, {"stock"})
     ours = [s for r in doc["rows"] if r["concurrency"] == 2 and r["runner"] == "specchat" for s in r["steps"]]
     assert max(s["batch_size"] for s in ours) == 2
     assert "ngram γ=auto" in agg["crossover"]["two"]

@@ -17,7 +17,8 @@ from specchat.errors import SpecchatError
 
 def test_a_draft_model_is_held_against_llama_server_md_with_its_own_settings_and_ours():
     names = [c.name for c in build_configs(["draft_model"], ["auto"], True, True, server_peer=True, server_draft=8)]
-    assert "peer:draft_model (llama-server)" in names and "peer:draft_model γ=8 (llama-server)" in names
+    assert "peer:draft_model (llama-server, stock kernels)" in names
+    assert "peer:draft_model γ=8 (llama-server, stock kernels)" in names
     names = [c.name for c in build_configs(["ngram"], ["auto"], False, True, server_peer=True, server_draft=8)]
     assert not any("draft_model" in n for n in names)  # no draft row of ours: no -md rows
 

@@ -16,8 +16,9 @@ from tests.support.needs import LLAMA_SERVER_NOT_BUILT, llama_cpp
 def test_each_ngram_type_is_a_row_where_ngram_is_compared():
     names = [c.name for c in build_configs(["ngram"], ["auto"], False, True, peer_methods=("none", "ngram"),
                                            server_peer=True, server_ngram_types=("ngram-simple", "ngram-mod"))]
-    assert names == ["none", "ngram γ=auto", "peer:none", "peer:none (llama-server)", "peer:ngram-simple (llama-server)",
-                     "peer:ngram-mod (llama-server)", "peer:ngram γ=auto"]
+    assert names == ["none", "ngram γ=auto", "peer:none", "peer:none (llama-server, stock kernels)",
+                     "peer:ngram-simple (llama-server, stock kernels)", "peer:ngram-mod (llama-server, stock kernels)",
+                     "peer:ngram γ=auto"]
     # no n-gram row of ours, no llama-server n-gram rows
     names = [c.name for c in build_configs(["draft_model"], [3], True, True, server_peer=True,
                                            server_ngram_types=("ngram-simple",))]
@@ -29,11 +30,11 @@ def test_ours_is_held_against_each_llama_server_row():
         return BenchRow(set="s", prompt_id="p", config=config, runner="peer" if ":" in config else "specchat",
                         method="none" if "none" in config else "ngram", new_tokens=100, wall_ms=ms)
 
-    rows = [row("ngram γ=auto", 1000.0), row("peer:none (llama-server)", 1300.0),
-            row("peer:ngram-mod (llama-server)", 1200.0), row("peer:ngram γ=auto", 1500.0)]
+    rows = [row("ngram γ=auto", 1000.0), row("peer:none (llama-server, stock kernels)", 1300.0),
+            row("peer:ngram-mod (llama-server, stock kernels)", 1200.0), row("peer:ngram γ=auto", 1500.0)]
     ratios = vs_plain_peers(rows)["ngram γ=auto"]
-    assert set(ratios) == {"peer:none (llama-server)", "peer:ngram-mod (llama-server)"}
-    assert ratios["peer:ngram-mod (llama-server)"]["ratio"] == pytest.approx(1.2)
+    assert set(ratios) == {"peer:none (llama-server, stock kernels)", "peer:ngram-mod (llama-server, stock kernels)"}
+    assert ratios["peer:ngram-mod (llama-server, stock kernels)"]["ratio"] == pytest.approx(1.2)
 
 
 def test_every_listed_ngram_type_runs_and_keeps_greedy_output():

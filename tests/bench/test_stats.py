@@ -48,9 +48,10 @@ LOCAL_KEYS = {"set", "prompt_id", "repeat", "seed", "config", "runner", "method"
 
 def test_a_row_writes_every_key_results_json_had():
     """Rows became one dataclass (issue 58): results.json keeps every key each bench wrote;
-    a local row gains the server counters (null), and neither bench gets the other's own keys."""
+    a local row gains the server counters (null) and whose kernels ran it (issue 57), and
+    neither bench gets the other's own keys."""
     local = BenchRow(max_new_tokens=8, order=0, draft_param_bytes=0).to_dict()
-    assert set(local) == LOCAL_KEYS | {"server_drafted", "server_accepted"}
+    assert set(local) == LOCAL_KEYS | {"server_drafted", "server_accepted", "kernels"}
     concurrent = BenchRow(run=0, concurrency=2, index=1, start_ms=0.0).to_dict()
     assert {"run", "concurrency", "index", "start_ms"} <= set(concurrent)
     assert not {"order", "max_new_tokens", "draft_param_bytes"} & set(concurrent)

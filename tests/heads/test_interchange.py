@@ -112,7 +112,7 @@ def test_a_head_saved_here_drafts_in_llama_server_as_it_does_in_process(setup, t
 def test_bench_has_llama_server_rows_plain_and_with_the_same_head(setup):
     """`bench`'s peer:eagle3 row: llama-server started with the profile's head, converted by
     llama.cpp's own script and cached; it answers the request's ids and its counters move.
-    Its peer:none (llama-server) row: the same server without a head, which at T=0 gives
+    Its peer:none (llama-server, stock kernels) row: the same server without a head, which at T=0 gives
     the same tokens and drafts nothing."""
     from types import SimpleNamespace
 

@@ -252,10 +252,13 @@ def test_a_quantization_for_a_gguf_is_refused_and_other_backend_keys_are_ignored
 def test_bench_on_a_gguf_target_has_llama_cpp_python_peer_rows(tmp_path, gguf):
     """The peer rows of a llama.cpp target are llama-cpp-python's own plain generation
     and its prompt-lookup decoding on the same file (plus --peer-model files), and every
-    configuration is compared with them."""
+    configuration is compared with them. Each row says whose kernels ran it: llama-cpp-python's,
+    in bench's process, ours; llama-server's, stock (issue 57)."""
     import json
 
+    from specchat.bench.configs import KERNELS
     from specchat.cli import main
+    from specchat.loading.llamacpp import batched_kernel
 
     path = write_profile(tmp_path, 'extends = "default"\n[target]\nbackend = "llama.cpp"\nn_threads = 1\n'
                                    'n_ctx = 1024\n[sampling]\ntemperature = 0\n')
@@ -273,14 +276,18 @@ def test_bench_on_a_gguf_target_has_llama_cpp_python_peer_rows(tmp_path, gguf):
     from specchat.bench.peer_llama_server import ngram_types, server_bin_dir
 
     # `make llama-server` built it: its plain row, and one for each n-gram --spec-type it lists
-    server = ["peer:none (llama-server)", *(f"peer:{t} (llama-server)" for t in ngram_types())] \
-        if server_bin_dir() is not None else []
+    server = ["peer:none (llama-server, stock kernels)",
+              *(f"peer:{t} (llama-server, stock kernels)" for t in ngram_types())] if server_bin_dir() is not None else []
+    here = "specchat" if batched_kernel(llama_cpp) == "specchat" else "stock"
+    plain = f"peer:none ({KERNELS[here]})"
     names = [c["name"] for c in results["configs"]]
-    assert names == ["none", "ngram γ=2", "peer:none", f"peer:none ({gguf.name})", *server, "peer:ngram γ=2"]
+    assert names == ["none", "ngram γ=2", plain, f"peer:none ({gguf.name}, {KERNELS[here]})", *server,
+                     f"peer:ngram γ=2 ({KERNELS[here]})"]
+    assert {r["config"]: r["kernels"] for r in results["rows"]} == {n: "stock" if n in server else here for n in names}
     assert results["environment"]["backend"] == "llama.cpp" and results["environment"]["llama_cpp_python"]
     vs = results["aggregates"]["vs_peers"]["all"]["ngram γ=2"]
-    assert set(vs) == {"peer:none", f"peer:none ({gguf.name})", *server}
-    rows = [r for r in results["rows"] if r["config"] == "peer:none"]
+    assert set(vs) == {plain, f"peer:none ({gguf.name}, {KERNELS[here]})", *server}
+    rows = [r for r in results["rows"] if r["config"] == plain]
     assert all(1 <= r["new_tokens"] <= 6 for r in rows)
     # greedy: llama-cpp-python's reply and ours start the same (later tokens may part at near-ties)
     ours = {r["prompt_id"]: r["output_ids"] for r in results["rows"] if r["config"] == "none"}
