@@ -3,7 +3,6 @@ factory, bench, serve and the UI read it rather than lists of their own."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -11,9 +10,10 @@ import sys
 
 import pytest
 
-from specchat.methods import HEAD_KINDS, METHODS, SPELLINGS
+from specchat.methods import METHODS, SPELLINGS, named
 
 TABLE = tuple(METHODS.values())
+HEAD_KINDS = tuple(dict.fromkeys(m.needs for m in TABLE if m.head))
 
 
 def test_each_spelling_means_one_method_and_names_are_canonical():
@@ -45,10 +45,11 @@ def test_each_proposer_declares_what_its_row_says():
     from specchat.engine.proposers.medusa import MedusaProposer
     from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 
-    built = tuple(getattr(importlib.import_module(m.builds.split(":")[0]), m.builds.split(":")[1])
-                  for m in TABLE if m.builds)  # model-free: the row names the class the factory builds
-    proposers = (DraftModelProposer, EagleProposer, MedusaProposer, HybridProposer, NgramDraftProposer, Proposer) + built
-    assert NgramProposer in built and all(m.point_mass and not m.needs for m in TABLE if m.builds)
+    built = tuple(named(m.builds) for m in TABLE if m.builds)  # the row names the class the factory builds
+    proposers = (DraftModelProposer, HybridProposer, NgramDraftProposer, Proposer) + built
+    assert {NgramProposer, EagleProposer, MedusaProposer} <= set(built)
+    assert all(m.point_mass and not m.needs for m in TABLE if m.builds and not m.head)
+    assert all(named(m.head).kind == m.needs for m in TABLE if m.head)  # the head a row names is its kind
     assert {p.kind: p.point_mass for p in proposers} == {m.name: m.point_mass for m in TABLE}
 
 
