@@ -1,6 +1,5 @@
-"""The one table of speculation methods, read by config, the factory, the loader, bench, serve
-and the UI (a new proposer: its module, a row, its tests; a head-based one its head's module
-too); and the server backends' names."""
+"""The one table of speculation methods, read by config, the factory, the loader, bench, serve and
+the UI (a new proposer: its module, a row, its tests; a head's module too); the servers' names."""
 
 from __future__ import annotations
 
@@ -21,18 +20,15 @@ class Method:
     batched: bool = False  # llama.cpp's batched engine (serve, bench --concurrency) runs its chains
     aliases: tuple[str, ...] = ()  # other spellings bench's --methods accepts
     auto_only: bool = False  # its controller picks the source and γ each step: γ = auto only
-    # the proposer's class ("module:Class"), built from γ, the n-gram bounds and the γ = auto
-    # ceiling (model-free) or from the head, the target, γ, the ceiling and the tree (with ``head``):
-    # the factory needs no line of its own for it
+    # "module:Class" of its proposer, built from (γ, the n-gram bounds, the γ = auto ceiling) or, with
+    # ``head``, (the head, the target, γ, the ceiling, the tree); and of its head, a heads.checkpoint.Head
+    # of kind ``needs``: the factory and the loader need no line of their own for either
     builds: str = ""
-    # the head's class ("module:Class", a heads.checkpoint.Head whose kind is ``needs``): the
-    # loader reads it, its checkpoint and its config by what the class declares
     head: str = ""
 
 
 def named(dotted: str):
-    """The class a row names as "module:Class", imported when first asked for (the table
-    itself stays torch-free)."""
+    """The class a row names as "module:Class", imported on first use (the table stays torch-free)."""
     module, name = dotted.split(":")
     return getattr(importlib.import_module(module), name)
 

@@ -24,28 +24,23 @@ class HeadError(ModelLoadError):
 
 
 class Head(nn.Module):
-    """A draft head, declared for the generic loader: a Method row names the class (``head``)
-    and its proposer (``builds``); nothing here is probed."""
+    """A draft head as the generic loader (loading/heads.py) reads it, declared, never probed;
+    each kind adds the classmethod ``load(directory, target)``: its checkpoint, checked against
+    the target (a Backend), or a HeadError line."""
 
     kind = ""  # its rows' ``needs``
     reads = "features"  # of the target: "features" (layer inputs) or "final_hidden" (the last layer's output)
     title = ""  # what a folder of it is called ("an EAGLE-3 head")
-    # its config.json, recognised alone: a lower-case part of an ``architectures`` name (which
-    # wins), else a key only this kind has; and what to say of a config of no kind (message, hint)
+    # its config.json recognised alone: a lower-case part of an ``architectures`` name (which wins),
+    # else a key only its kind has; and the (message, hint) for a config of no known kind
     architecture = config_key = ""
     unrecognised = ("", "")
 
-    @classmethod
-    def load(cls, directory: Path, target: Any) -> Head:
-        """The head in ``directory``, checked against ``target`` (a Backend: hidden_size,
-        vocab_size, num_layers, token_embeddings()); HeadError lines otherwise."""
-        raise NotImplementedError
-
     def check(self, speculation: Any) -> None:
-        """Refuses a [speculation] table this head's shape cannot serve (ModelLoadError)."""
+        """Refuses (ModelLoadError) a [speculation] table its shape cannot serve."""
 
     def describe(self) -> dict:
-        """What the loader records of it (beside its source and parameter count)."""
+        """What the loader records of it beside its source and size."""
         return {"kind": self.kind}
 
 
