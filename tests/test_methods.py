@@ -193,20 +193,18 @@ class ToyHead(Head):
 TOY_PROPOSER = '''
 import torch
 
-from specchat.engine.proposers import Proposal, Proposer
+from specchat.engine.proposers.base import HeadProposer, Proposal
 from specchat.engine.sampling import sample, warp
 
 
-class ToyProposer(Proposer):
+class ToyProposer(HeadProposer):
     """One draft a step from the toy head on the final hidden state of the last position the target kept."""
 
     kind = "toy"
 
-    def __init__(self, head, target, num_speculative_tokens=1, max_speculative_tokens=None, siblings=1, tree="first"):
-        super().__init__(num_speculative_tokens, max_speculative_tokens)
-        self.head, self.target, self.device = head, target, target.device
-        self.sampling_device = self.device
-        target.request_final_hidden()
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)  # the head, beside the target, and the tree it may draft, checked
+        self.target.request_final_hidden()
         self.reset()
 
     def reset(self):
