@@ -83,9 +83,7 @@ class Eagle3Head(Head):
     """The head's weights and its one decoder layer. ``embed`` is the target's token
     embedding matrix [V, H] (a buffer, not saved)."""
 
-    kind = "eagle3"
-    reads = "features"
-    title = "an EAGLE-3 head"
+    kind, reads, title = "eagle3", "features", "an EAGLE-3 head"  # heads/checkpoint.py's Head says what each is
     architecture, config_key = "eagle3", "draft_vocab_size"
     unrecognised = ("not an EAGLE-3 head (config.json has no draft_vocab_size)",
                     "give a LlamaForCausalLMEagle3 / Eagle3LlamaForCausalLM checkpoint")
@@ -156,24 +154,21 @@ class Eagle3Head(Head):
 
     @classmethod
     def load(cls, directory: Path, target) -> Eagle3Head:
-        """The head in ``directory`` (str or Path), checked against ``target``'s hidden size,
-        vocabulary and layer count; the target's token embeddings unless the file has its own."""
-        directory = Path(directory)
-        raw = read_config(directory, cls)
+        """The head in ``directory``, checked against ``target``'s hidden size, vocabulary and
+        layer count; the target's token embeddings unless the file has its own."""
         config_path = directory / "config.json"
-        config = _config_from_json(raw, config_path)
-        if not config.layer_ids:
-            layers = target.num_layers
-            config = replace(config, layer_ids=(2, layers // 2, layers - 3))  # the engines' default
+        config = _config_from_json(read_config(directory, cls), config_path)
+        hidden, vocab, layers = target.hidden_size, target.vocab_size, target.num_layers
+        if not config.layer_ids:  # the engines' default
+            config = replace(config, layer_ids=(2, layers // 2, layers - 3))
         mismatch = []
-        if config.target_hidden_size != target.hidden_size:
-            mismatch.append(f"target hidden size {config.target_hidden_size} ≠ the target's {target.hidden_size}")
-        if config.vocab_size != target.vocab_size:
-            mismatch.append(f"vocabulary {config.vocab_size} ≠ the target's {target.vocab_size}")
-        bad_layers = [i for i in config.layer_ids if not 0 <= i < target.num_layers]
+        if config.target_hidden_size != hidden:
+            mismatch.append(f"target hidden size {config.target_hidden_size} ≠ the target's {hidden}")
+        if config.vocab_size != vocab:
+            mismatch.append(f"vocabulary {config.vocab_size} ≠ the target's {vocab}")
+        bad_layers = [i for i in config.layer_ids if not 0 <= i < layers]
         if len(config.layer_ids) != 3 or bad_layers:
-            mismatch.append(f"layer ids {list(config.layer_ids)} do not name 3 of the target's "
-                            f"{target.num_layers} layers")
+            mismatch.append(f"layer ids {list(config.layer_ids)} do not name 3 of the target's {layers} layers")
         if mismatch:
             raise HeadError("the head was built for another target: " + "; ".join(mismatch), file=str(config_path),
                             hint="use a head trained for this model (specchat train-head makes one)")

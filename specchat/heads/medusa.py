@@ -56,9 +56,7 @@ class MedusaHead(Head):
     """All heads of one checkpoint. ``blocks[i][j]`` is head i's j-th residual linear map
     [H, H] (with bias); ``lm_heads[i]`` its [V_draft, H] output map."""
 
-    kind = "medusa"
-    reads = "final_hidden"
-    title = "a Medusa checkpoint"
+    kind, reads, title = "medusa", "final_hidden", "a Medusa checkpoint"  # heads/checkpoint.py's Head says what each is
     architecture, config_key = "medusa", "medusa_num_heads"
     unrecognised = ("not a Medusa head (config.json has no medusa_num_heads)",
                     "give a Medusa-1 checkpoint (FasterDecoding/Medusa or vLLM's MedusaModel)")
@@ -103,9 +101,7 @@ class MedusaHead(Head):
 
     @classmethod
     def load(cls, directory: Path, target) -> MedusaHead:
-        """The heads in ``directory`` (str or Path), checked against ``target``'s hidden size
-        and vocabulary."""
-        directory = Path(directory)
+        """The heads in ``directory``, checked against ``target``'s hidden size and vocabulary."""
         raw = read_config(directory, cls)
         path = directory / "config.json"
         num_heads = _int(raw, ("medusa_num_heads", "num_heads"), path)

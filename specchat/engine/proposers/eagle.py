@@ -27,10 +27,6 @@ class EagleProposer(HeadProposer):
     def __init__(self, head: Eagle3Head, target: Backend, num_speculative_tokens: int | str = 3,
                  max_speculative_tokens: int | None = None, siblings: int = 1, int8: bool | None = None,
                  tree: str = "first") -> None:
-        if not target.provides_features:
-            raise ValueError(target.features_note)
-        if siblings > (target.max_tree_leaves or siblings):  # rivals are drawn without replacement
-            raise ValueError(f"the {target.name} backend verifies trees of at most {target.max_tree_leaves} leaves")
         super().__init__(head, target, num_speculative_tokens, max_speculative_tokens, siblings, tree)
         # int8 weights (heads/int8.py) read a quarter of the bytes; None: on a CPU, where that is the cost
         if int8 is None:

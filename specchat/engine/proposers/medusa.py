@@ -21,8 +21,6 @@ class MedusaProposer(HeadProposer):
 
     def __init__(self, head: MedusaHead, target: Backend, num_speculative_tokens: int | str = 3,
                  max_speculative_tokens: int | None = None, siblings: int = 1, tree: str = "first") -> None:
-        if not target.provides_final_hidden:
-            raise ValueError(target.final_hidden_note)
         super().__init__(head, target, num_speculative_tokens, max_speculative_tokens, siblings, tree)  # trees/grow.py
         # head i drafts position i + 1 of the chain: no head, no draft
         self.max_speculative_tokens = min(self.max_speculative_tokens, head.num_heads)
