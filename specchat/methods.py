@@ -20,9 +20,8 @@ class Method:
     batched: bool = False  # llama.cpp's batched engine (serve, bench --concurrency) runs its chains
     aliases: tuple[str, ...] = ()  # other spellings bench's --methods accepts
     auto_only: bool = False  # its controller picks the source and γ each step: γ = auto only
-    # "module:Class" of its proposer, built from (γ, the n-gram bounds, the γ = auto ceiling) or, with
-    # ``head``, (the head, the target, γ, the ceiling, the tree); and of its head, a heads.checkpoint.Head
-    # of kind ``needs``: the factory and the loader need no line of their own for either
+    # "module:Class" of its proposer, built from (γ, n-gram bounds, γ = auto ceiling) or with ``head`` from
+    # (head, target, γ, ceiling, tree), and of its head (a heads.checkpoint.Head of kind ``needs``)
     builds: str = ""
     head: str = ""
 
