@@ -61,17 +61,6 @@ class MedusaHead(Head):
     unrecognised = ("not a Medusa head (config.json has no medusa_num_heads)",
                     "give a Medusa-1 checkpoint (FasterDecoding/Medusa or vLLM's MedusaModel)")
 
-    def check(self, speculation) -> None:
-        gamma = speculation.num_speculative_tokens
-        if isinstance(gamma, int) and gamma > self.num_heads:
-            raise ModelLoadError(f"num_speculative_tokens = {gamma}, but the Medusa checkpoint has {self.num_heads} "
-                                 "heads (one per draft)", key="speculation.num_speculative_tokens",
-                                 hint=f'set num_speculative_tokens to at most {self.num_heads}, or "auto"')
-
-    def describe(self) -> dict:
-        return {"draft_vocab": self.config.draft_vocab_size, "kind": self.kind, "heads": self.num_heads,
-                "layers": self.config.num_layers}
-
     def __init__(self, config: MedusaConfig) -> None:
         super().__init__()
         c = self.config = config
@@ -169,6 +158,17 @@ class MedusaHead(Head):
         state["token_map"] = token_map
         head.load_state_dict(state)
         return head.eval()
+
+    def check(self, speculation) -> None:
+        gamma = speculation.num_speculative_tokens
+        if isinstance(gamma, int) and gamma > self.num_heads:
+            raise ModelLoadError(f"num_speculative_tokens = {gamma}, but the Medusa checkpoint has {self.num_heads} "
+                                 "heads (one per draft)", key="speculation.num_speculative_tokens",
+                                 hint=f'set num_speculative_tokens to at most {self.num_heads}, or "auto"')
+
+    def describe(self) -> dict:
+        return {"draft_vocab": self.config.draft_vocab_size, "kind": self.kind, "heads": self.num_heads,
+                "layers": self.config.num_layers}
 
 
 def save_medusa(head: MedusaHead, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
