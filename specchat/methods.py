@@ -32,19 +32,18 @@ def named(dotted: str):
     return getattr(importlib.import_module(module), name)
 
 
-EAGLE3 = "specchat.heads.eagle3:Eagle3Head"
 METHODS = {m.name: m for m in (
     Method("draft_model", "draft", "draft model", needs="draft", batched=True, aliases=("draft",)),
     Method("ngram", "n-gram", "n-gram lookup", point_mass=True, batched=True,
            builds="specchat.engine.proposers.base:NgramProposer"),
     Method("suffix", "suffix", "suffix decoding", point_mass=True, batched=True,
            builds="specchat.engine.proposers.suffix:SuffixProposer"),
-    Method("eagle3", "head", "EAGLE-3 head", needs="eagle3", tree=True, batched=True, head=EAGLE3,
-           builds="specchat.engine.proposers.eagle:EagleProposer"),
+    Method("eagle3", "head", "EAGLE-3 head", needs="eagle3", tree=True, batched=True,
+           head="specchat.heads.eagle3:Eagle3Head", builds="specchat.engine.proposers.eagle:EagleProposer"),
     Method("medusa", "medusa", "Medusa heads", needs="medusa", tree=True, head="specchat.heads.medusa:MedusaHead",
            builds="specchat.engine.proposers.medusa:MedusaProposer"),
     Method("hybrid", "hybrid", "n-gram lookup or EAGLE-3 head", needs="eagle3", tree=True, batched=True,
-           auto_only=True, head=EAGLE3),
+           auto_only=True, head="specchat.heads.eagle3:Eagle3Head"),
     Method("ngram_draft", "n+draft", "n-gram lookup or draft model", needs="draft", batched=True, auto_only=True),
     Method("none", "none", "no proposer", batched=True),
 )}

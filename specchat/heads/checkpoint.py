@@ -1,7 +1,6 @@
 """What every head kind shares: the :class:`Head` protocol the generic loader reads
 (loading/heads.py), config.json and one safetensors file read as untrusted input (never
-pickle), a :class:`HeadError` line per problem, and atomic writing (docs/design/heads.md).
-"""
+pickle), a :class:`HeadError` line per problem, and atomic writing (docs/design/heads.md)."""
 
 from __future__ import annotations
 

@@ -41,9 +41,8 @@ def resolve_head(head: str, revision: str | None, base: Path | None, offline: bo
 
 
 def load_head(spec, target, base: Path | None):
-    """The profile's head for ``target`` (a Backend): the class its method's row names, read
-    from its folder; one-line errors for a target that cannot hand out the hidden states the
-    head reads and for a head that does not fit it."""
+    """The profile's head for ``target`` (a Backend), of the class its method's row names; one-line
+    errors for a target that cannot hand out what the head reads and for a head that does not fit it."""
     head_class = named(METHODS[spec.method].head)
     if head_class.reads == "final_hidden" and not target.provides_final_hidden:
         raise ModelLoadError(f"method '{spec.method}' needs the target's final hidden states, and "

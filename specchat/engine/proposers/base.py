@@ -95,9 +95,8 @@ class Proposer:
 
 
 class HeadProposer(Proposer):
-    """Drafts with a head (specchat/heads) reading what of ``target`` it declares (``reads``), beside
-    it on its device: what a Method row with ``head`` builds. ``siblings`` > 1 drafts a tree,
-    "first" (the first draft's rivals, drawn without replacement) or "dynamic" (that many a depth)."""
+    """Drafts with a head (a Method row's ``head``) on what of ``target`` it ``reads``, beside it on its
+    device; ``siblings`` > 1 drafts a tree: "first" (the first draft's rivals) or "dynamic" (every depth)."""
 
     def __init__(self, head, target: Backend, num_speculative_tokens: int | str = 3,
                  max_speculative_tokens: int | None = None, siblings: int = 1, tree: str = "first") -> None:
