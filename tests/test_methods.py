@@ -243,8 +243,8 @@ def test_a_new_head_based_proposer_is_its_head_module_its_proposer_module_and_on
     """Issue 58's promise, shown: a head kind is its head module (the nn.Module, its
     safetensors reading and how its config is recognised, declared on the class), its proposer
     module and one row naming both; then the profile takes it, the loader reads the head from
-    its folder, the factory builds the proposer and the chat verifies its drafts. The row that
-    names a head that is not there fails, which is what the first case's pass stands for."""
+    its folder, the factory builds the proposer and the chat verifies its drafts. The second
+    case names a head class that is not there and fails: the first case's pass rests on the row."""
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
@@ -259,8 +259,7 @@ def test_a_new_head_based_proposer_is_its_head_module_its_proposer_module_and_on
     (folder / "config.json").write_text(json.dumps({"architectures": ["ToyHeadModel"],
                                                     "toy_rows": target.config.vocab_size}))
     profile = write_tiny_profile(tmp_path / "toy.toml", tiny_model_dir, method="toy", head=str(folder))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()]),
-           "SPECCHAT_DATA_DIR": str(tmp_path / "data")}
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "SPECCHAT_DATA_DIR": str(tmp_path / "data")}
     done = subprocess.run([sys.executable, "-c", WITH_A_HEAD_ROW, str(profile), head], capture_output=True,
                           text=True, timeout=300, env=env, cwd=tmp_path)
     if head != "toy_head:ToyHead":
