@@ -3,7 +3,6 @@ factory, bench, serve and the UI read it rather than lists of their own."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -11,9 +10,10 @@ import sys
 
 import pytest
 
-from specchat.methods import HEAD_KINDS, METHODS, SPELLINGS
+from specchat.methods import METHODS, SPELLINGS, named
 
 TABLE = tuple(METHODS.values())
+HEAD_KINDS = tuple(dict.fromkeys(m.needs for m in TABLE if m.head))
 
 
 def test_each_spelling_means_one_method_and_names_are_canonical():
@@ -45,10 +45,11 @@ def test_each_proposer_declares_what_its_row_says():
     from specchat.engine.proposers.medusa import MedusaProposer
     from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 
-    built = tuple(getattr(importlib.import_module(m.builds.split(":")[0]), m.builds.split(":")[1])
-                  for m in TABLE if m.builds)  # model-free: the row names the class the factory builds
-    proposers = (DraftModelProposer, EagleProposer, MedusaProposer, HybridProposer, NgramDraftProposer, Proposer) + built
-    assert NgramProposer in built and all(m.point_mass and not m.needs for m in TABLE if m.builds)
+    built = tuple(named(m.builds) for m in TABLE if m.builds)  # the row names the class the factory builds
+    proposers = (DraftModelProposer, HybridProposer, NgramDraftProposer, Proposer) + built
+    assert {NgramProposer, EagleProposer, MedusaProposer} <= set(built)
+    assert all(m.point_mass and not m.needs for m in TABLE if m.builds and not m.head)
+    assert all(named(m.head).kind == m.needs for m in TABLE if m.head)  # the head a row names is its kind
     assert {p.kind: p.point_mass for p in proposers} == {m.name: m.point_mass for m in TABLE}
 
 
@@ -160,3 +161,112 @@ def test_a_new_model_free_proposer_is_its_module_and_one_row(tmp_path):
     drafted = lines[-1]["drafts_by_source"]
     assert list(drafted) == ["strict"] and drafted["strict"]["accepted"] > 0  # its drafts, verified and kept
     assert any(t.get("kind") == "accepted" for t in lines[:-1])
+
+
+TOY_HEAD = '''
+import torch
+from torch import nn
+
+from specchat.heads.checkpoint import Head, HeadError, read_config, read_tensors, weights_file
+
+
+class ToyHead(Head):
+    """One linear map from the target's final hidden state to logits: a head kind written for this test."""
+
+    kind, reads, title = "toy", "final_hidden", "a toy head"
+    architecture, config_key = "toyhead", "toy_rows"
+    unrecognised = ("not a toy head (config.json has no toy_rows)", "give a toy head")
+
+    def __init__(self, hidden, vocab):
+        super().__init__()
+        self.map = nn.Linear(hidden, vocab, bias=False)
+
+    @classmethod
+    def load(cls, directory, target):
+        config = read_config(directory, cls)
+        if config["toy_rows"] != target.vocab_size:
+            raise HeadError("the head was built for another target", file=str(directory), hint="use another")
+        head = cls(target.hidden_size, target.vocab_size)
+        head.load_state_dict(read_tensors(weights_file(directory)))
+        return head.eval()
+'''
+TOY_PROPOSER = '''
+import torch
+
+from specchat.engine.proposers.base import HeadProposer, Proposal
+from specchat.engine.sampling import sample, warp
+
+
+class ToyProposer(HeadProposer):
+    """One draft a step from the toy head on the final hidden state of the last position the target kept."""
+
+    kind = "toy"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)  # the head, beside the target, and the tree it may draft, checked
+        self.target.request_final_hidden()
+        self.reset()
+
+    def reset(self):
+        self._hidden, self._position, self._drafted = None, -1, 0
+
+    def observe(self, num_accepted):
+        rows = self.target.last_final_hidden
+        if rows is not None and (kept := rows.shape[0] - (self._drafted - num_accepted)) > 0:
+            self._hidden, self._position = rows[kept - 1], self.target.final_hidden_start + kept - 1
+        self.target.last_final_hidden, self._drafted = None, 0
+
+    @torch.inference_mode()
+    def propose(self, ids, k, params, generator):
+        if k <= 0 or self._hidden is None or self._position != len(ids) - 2:
+            self._drafted = 0
+            return Proposal(torch.empty(0, dtype=torch.long, device=self.device), None, source=self.kind)
+        q = warp(self.head.map(self._hidden.float())[None], params)  # [1, V]
+        self._drafted = 1
+        return Proposal(sample(q, generator), q, forwards=1, source=self.kind)
+'''
+WITH_A_HEAD_ROW = '''
+import sys
+from specchat import methods
+
+row = methods.Method("toy", "toy", "toy head", needs="toy", head=sys.argv[2], builds="toy_proposer:ToyProposer")
+methods.METHODS[row.name] = methods.SPELLINGS[row.name] = row  # the one row, before anything reads the table
+from specchat.cli import main
+
+sys.exit(main(["run", "--profile", sys.argv[1], "--prompt", "one two one two one two", "--max-new-tokens", "24",
+               "--no-record", "--json"]))
+'''
+
+
+@pytest.mark.parametrize("head", ["toy_head:ToyHead", "toy_head:NoSuchHead"], ids=["its-row", "a-wrong-row"])
+def test_a_new_head_based_proposer_is_its_head_module_its_proposer_module_and_one_row(tmp_path, tiny_model_dir, head):
+    """Issue 58's promise, shown: a head kind is its head module (the nn.Module, its
+    safetensors reading and how its config is recognised, declared on the class), its proposer
+    module and one row naming both; then the profile takes it, the loader reads the head from
+    its folder, the factory builds the proposer and the chat verifies its drafts. The second
+    case names a head class that is not there and fails: the first case's pass rests on the row."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    from tests.support.tiny_models import write_tiny_profile
+
+    (tmp_path / "toy_head.py").write_text(TOY_HEAD)
+    (tmp_path / "toy_proposer.py").write_text(TOY_PROPOSER)
+    folder = tmp_path / "head"
+    folder.mkdir()
+    target = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    save_file({"map.weight": target.lm_head.weight.detach().clone()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"architectures": ["ToyHeadModel"],
+                                                    "toy_rows": target.config.vocab_size}))
+    profile = write_tiny_profile(tmp_path / "toy.toml", tiny_model_dir, method="toy", head=str(folder))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "SPECCHAT_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run([sys.executable, "-c", WITH_A_HEAD_ROW, str(profile), head], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=tmp_path)
+    if head != "toy_head:ToyHead":
+        assert done.returncode != 0 and "NoSuchHead" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    drafted = lines[-1]["drafts_by_source"]
+    assert list(drafted) == ["toy"] and drafted["toy"]["drafted"] > 0
+    assert {"accepted", "resampled"} & {t.get("kind") for t in lines[:-1]}  # the verifier's verdicts on them

@@ -78,7 +78,7 @@ def simulate(events: list, speculation, method: str, gamma: int | str,
     if METHODS[method].needs:
         raise SpecchatError(f"--simulate runs model-free proposers only, not '{method}'", key="--method",
                             hint="use --method " + " or ".join(m.name for m in METHODS.values()
-                                                               if m.builds))
+                                                               if m.builds and not m.needs))
     recorded = turns(events)
     if any(t is not None and not t.prompt_ids for t in recorded):
         raise SpecchatError("this recording has no prompt ids (made by an older specchat, or from a server), "

@@ -25,7 +25,7 @@ def simulate_recording(path, method: str | None, gamma: str | None) -> int:
 
     recording = read_recording(path)
     settings = recorded_settings(recording.header.profile)
-    model_free = [m.name for m in METHODS.values() if m.builds]
+    model_free = [m.name for m in METHODS.values() if m.builds and not m.needs]
     # --method "" names one empty method, refused as "," is: only no --method means the default
     methods = (method.split(",") if method is not None
                else [settings["method"] if settings["method"] in model_free else "ngram"])

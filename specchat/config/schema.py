@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ProfileError
-from ..methods import HEAD_KINDS, METHODS, REMOTE_BACKENDS
+from ..methods import METHODS, REMOTE_BACKENDS
 from .model import (BACKENDS, DTYPES, GGUF_TYPES, MAX_SIBLINGS, MAX_SPECULATIVE_TOKENS, QUANTIZATIONS, ChatSpec,
                     ModelSpec, Profile, SamplingSpec, SpeculationSpec)
 
@@ -255,13 +255,13 @@ def build_profile(name: str, merged: dict, file: Path, line_of) -> Profile:
         raise err(f"prompt_lookup_min ({speculation.prompt_lookup_min}) is larger than prompt_lookup_max "
                   f"({speculation.prompt_lookup_max})", "speculation.prompt_lookup_min",
                   "make prompt_lookup_min ≤ prompt_lookup_max")
-    if method.needs in HEAD_KINDS and not speculation.head:
+    if method.head and not speculation.head:
         raise err(f"method '{method.name}' needs a head", "speculation.head",
-                  'add head = "<folder>" holding a Medusa-1 head\'s config.json and safetensors weights '
-                  '(or a Hub id org/name)' if method.needs == "medusa" else
                   'add head = "embedded:smollm2-135m-instruct-eagle3" (or a folder, or a Hub id such as '
-                  '"AngelSlim/Qwen3-8B_eagle3"); `specchat train-head` trains one')
-    if method.needs in HEAD_KINDS and target_raw.get("backend") in REMOTE_BACKENDS:
+                  '"AngelSlim/Qwen3-8B_eagle3"); `specchat train-head` trains one' if method.needs == "eagle3" else
+                  f'add head = "<folder>" holding a {"Medusa-1 " if method.needs == "medusa" else ""}head\'s '
+                  'config.json and safetensors weights (or a Hub id org/name)')
+    if method.head and target_raw.get("backend") in REMOTE_BACKENDS:
         llama_server = "llama-server -md head.gguf --spec-type draft-eagle3; " if method.needs == "eagle3" else ""
         raise err(f"method '{method.name}' runs the head here, beside a local target, not a '{target_raw['backend']}' server",
                   "speculation.method", f"give the server the head itself ({llama_server}vLLM --speculative-config "

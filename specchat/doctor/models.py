@@ -11,7 +11,7 @@ from typing import Any
 from specchat import untrusted
 from specchat.doctor.checks import FAIL, OK, WARNING, Check, from_error, local_specs
 from specchat.errors import ModelLoadError, SpecchatError
-from specchat.methods import HEAD_KINDS, METHODS
+from specchat.methods import METHODS
 
 # bytes a parameter takes once llama.cpp converts to this type (block scales included)
 GGUF_BYTES = {"F32": 4.0, "F16": 2.0, "BF16": 2.0, "Q8_0": 34 / 32, "Q4_0": 18 / 32, "Q4_1": 20 / 32,
@@ -48,7 +48,7 @@ def check_models(profile: Any) -> tuple[list[Check], list[Footprint]]:
         footprints.append(footprint)
     if len(footprints) == len(checks) == 2 and (pairing := _draft_tokenizer(profile, base)) is not None:
         checks.append(pairing)
-    if METHODS[profile.speculation.method].needs in HEAD_KINDS:
+    if METHODS[profile.speculation.method].head:
         from specchat.loading.heads import resolve_head
 
         try:

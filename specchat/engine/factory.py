@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from specchat.engine.session import ChatSession
 from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.engine import SpeculativeEngine
 from specchat.engine.proposers.hybrid import HEAD_CEILING, HybridProposer, NgramDraftProposer
-from specchat.engine.proposers.medusa import MedusaProposer
 from specchat.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from specchat.engine.sampling import SamplingParams
-from specchat.methods import HEAD_KINDS, METHODS
+from specchat.methods import METHODS, named
 
 if TYPE_CHECKING:
     from specchat.config.model import SpeculationSpec
@@ -28,19 +26,15 @@ def build_proposer(speculation: SpeculationSpec, loaded: Any = None, gamma: int 
     gamma = speculation.num_speculative_tokens if gamma is None else gamma
     ceiling = ceiling or speculation.max_speculative_tokens
     model = None if loaded is None else loaded.draft if method.needs == "draft" else loaded.head
-    if method.needs and (model is None or method.needs in HEAD_KINDS and model.kind != method.needs):
+    if method.needs and (model is None or method.head and model.kind != method.needs):
         raise ValueError(f"speculation.method = '{method.name}' needs a loaded {method.needs!r}")
     tree = {"siblings": speculation.siblings, "tree": speculation.tree}
     if method.name == "draft_model":
         return DraftModelProposer(model, gamma, ceiling)
-    if method.builds:  # model-free: the table names its class
-        module, name = method.builds.split(":")
-        return getattr(importlib.import_module(module), name)(
-            gamma, speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
-    if method.name == "medusa":
-        return MedusaProposer(model, loaded.target, gamma, ceiling, **tree)
-    if method.name == "eagle3":
-        return EagleProposer(model, loaded.target, gamma, ceiling, **tree)
+    if method.builds and method.head:  # head-based: the table names its class
+        return named(method.builds)(model, loaded.target, gamma, ceiling, **tree)
+    if method.builds:  # model-free
+        return named(method.builds)(gamma, speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
     if method.name in ("hybrid", "ngram_draft"):
         ngram = NgramProposer("auto", speculation.prompt_lookup_min, speculation.prompt_lookup_max, ceiling)
         if method.name == "hybrid":

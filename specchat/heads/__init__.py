@@ -1,1 +1,1 @@
-"""Draft heads on the target's own hidden states (EAGLE-3)."""
+"""Draft heads on the target's own hidden states (EAGLE-3, Medusa), a checkpoint.Head each."""

@@ -1,14 +1,18 @@
 """An EAGLE-3 draft head (Li et al. 2025) in torch, in SpecForge's layout: ``fc`` fuses three
 target layers' inputs into g_P; one decoder layer takes (embedding of token P+1, g_P) at
-position P and predicts token P+2 over a draft vocabulary (docs/design/heads.md).
+position P and predicts token P+2 over a draft vocabulary. Its checkpoints: SpecForge's
+``midlayer.*`` and vLLM's / speculators' ``layers.0.*`` layouts read (docs/design/heads.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 from torch import nn
+
+from specchat.heads.checkpoint import Head, HeadError, read_config, read_tensors, weights_file, write_checkpoint
 
 
 @dataclass(frozen=True)
@@ -75,11 +79,14 @@ def rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> to
     return x * cos + rotated * sin
 
 
-class Eagle3Head(nn.Module):
+class Eagle3Head(Head):
     """The head's weights and its one decoder layer. ``embed`` is the target's token
     embedding matrix [V, H] (a buffer, not saved)."""
 
-    kind = "eagle3"  # declared: what a loaded head is (bench reads it), as MedusaHead declares "medusa"
+    kind, reads, title = "eagle3", "features", "an EAGLE-3 head"  # heads/checkpoint.py's Head says what each is
+    architecture, config_key = "eagle3", "draft_vocab_size"
+    unrecognised = ("not an EAGLE-3 head (config.json has no draft_vocab_size)",
+                    "give a LlamaForCausalLMEagle3 / Eagle3LlamaForCausalLM checkpoint")
 
     def __init__(self, config: Eagle3Config, embed: torch.Tensor | None = None) -> None:
         super().__init__()
@@ -144,3 +151,117 @@ class Eagle3Head(nn.Module):
         """[..., n_kv, T, d] → [..., n_q, T, d] (grouped-query attention)."""
         groups = self.config.num_attention_heads // self.config.num_key_value_heads
         return t if groups == 1 else t.repeat_interleave(groups, dim=-3)
+
+    @classmethod
+    def load(cls, directory: Path, target) -> Eagle3Head:
+        """The head in ``directory``, checked against ``target``'s hidden size, vocabulary and
+        layer count; the target's token embeddings unless the file has its own."""
+        config_path = directory / "config.json"
+        config = _config_from_json(read_config(directory, cls), config_path)
+        hidden, vocab, layers = target.hidden_size, target.vocab_size, target.num_layers
+        if not config.layer_ids:  # the engines' default
+            config = replace(config, layer_ids=(2, layers // 2, layers - 3))
+        mismatch = []
+        if config.target_hidden_size != hidden:
+            mismatch.append(f"target hidden size {config.target_hidden_size} ≠ the target's {hidden}")
+        if config.vocab_size != vocab:
+            mismatch.append(f"vocabulary {config.vocab_size} ≠ the target's {vocab}")
+        bad_layers = [i for i in config.layer_ids if not 0 <= i < layers]
+        if len(config.layer_ids) != 3 or bad_layers:
+            mismatch.append(f"layer ids {list(config.layer_ids)} do not name 3 of the target's {layers} layers")
+        if mismatch:
+            raise HeadError("the head was built for another target: " + "; ".join(mismatch), file=str(config_path),
+                            hint="use a head trained for this model (specchat train-head makes one)")
+        weights = weights_file(directory)
+        tensors = _normalise_names(read_tensors(weights))
+        embed = tensors.pop("embed_tokens.weight", None)  # a head that carries its own uses it
+        embed = target.token_embeddings() if embed is None else embed
+        if tuple(embed.shape) != (config.vocab_size, config.hidden_size):
+            raise HeadError("the head needs the target's token embeddings [vocab, hidden]", file=str(directory),
+                            hint="this target's backend cannot provide them; use another backend")
+        head = cls(config, embed.to(torch.float32))
+        state = {}
+        expected = dict(head.state_dict())
+        for ours, theirs in NAMES.items():
+            t = tensors.get(theirs)
+            if t is None:
+                raise HeadError(f"tensor {theirs} is missing", file=str(weights),
+                                hint="the file is incomplete or another kind of checkpoint")
+            if tuple(t.shape) != tuple(expected[ours].shape):
+                raise HeadError(f"tensor {theirs} has shape {list(t.shape)}, config.json implies "
+                                f"{list(expected[ours].shape)}", file=str(weights),
+                                hint="config.json and the weights do not belong together")
+            state[ours] = t.to(torch.float32)
+        n = config.draft_vocab_size
+        d2t = tensors.get("d2t", torch.zeros(n)).to(torch.long)  # none: a full-vocabulary head
+        ids = torch.arange(n) + d2t if d2t.numel() == n else None
+        if ids is None or int(ids.min()) < 0 or int(ids.max()) >= config.vocab_size or ids.unique().numel() != n:
+            raise HeadError("d2t does not map the draft vocabulary one-to-one into the target's",
+                            file=str(weights), hint="the head is damaged or for another tokenizer")
+        state["d2t"] = d2t
+        head.load_state_dict(state)
+        return head.eval()
+
+    def describe(self) -> dict:
+        return {"draft_vocab": self.config.draft_vocab_size, "kind": self.kind,
+                "layer_ids": list(self.config.layer_ids)}
+
+
+# our attribute → the checkpoint's name (SpecForge layout)
+NAMES = {
+    "fc.weight": "fc.weight",
+    **{norm: f"midlayer.{norm}.weight" for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm")},
+    **{f"{p}.weight": f"midlayer.self_attn.{p}.weight" for p in ("q_proj", "k_proj", "v_proj", "o_proj")},
+    **{f"{p}.weight": f"midlayer.mlp.{p}.weight" for p in ("gate_proj", "up_proj", "down_proj")},
+    "norm": "norm.weight",
+    "lm_head.weight": "lm_head.weight",
+}
+
+
+def save_eagle3(head: Eagle3Head, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Writes the head (weights in ``dtype``; d2t int64, t2d bool) → the weights' path."""
+    state = dict(head.state_dict())
+    tensors = {NAMES[ours]: state[ours].detach().to(dtype).contiguous() for ours in NAMES}
+    tensors["d2t"] = head.d2t.detach().to(torch.long).contiguous()
+    t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
+    t2d[head.draft_ids()] = True
+    tensors["t2d"] = t2d
+    return write_checkpoint(directory, tensors, head.config.to_json())
+
+
+def _config_from_json(raw: dict, path: Path) -> Eagle3Config:
+    raw = {**raw, **(raw.get("transformer_layer_config") or {})}  # speculators' nesting
+    layer_ids = raw.get("eagle_aux_hidden_state_layer_ids") or (raw.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids")
+    try:
+        heads = int(raw["num_attention_heads"])
+        hidden = int(raw["hidden_size"])
+        if int(raw.get("num_hidden_layers", 1)) != 1:
+            raise HeadError(f"num_hidden_layers is {raw['num_hidden_layers']}; an EAGLE-3 head has one layer",
+                            file=str(path), hint="is this a draft model? use [speculation.draft] for those")
+        return Eagle3Config(
+            hidden_size=hidden, intermediate_size=int(raw["intermediate_size"]), num_attention_heads=heads,
+            num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
+            head_dim=int(raw.get("head_dim") or hidden // heads), vocab_size=int(raw["vocab_size"]),
+            draft_vocab_size=int(raw.get("draft_vocab_size") or raw["vocab_size"]),
+            target_hidden_size=int(raw.get("target_hidden_size") or hidden),
+            layer_ids=tuple(int(i) for i in layer_ids) if layer_ids else (),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)), rope_theta=float(raw.get("rope_theta", 10000.0)),
+            max_position_embeddings=int(raw.get("max_position_embeddings", 8192)),
+            norm_before_residual=bool(raw.get("norm_before_residual", False)))
+    except (KeyError, TypeError, ValueError) as e:
+        raise HeadError(f"config.json lacks or mangles {e}", file=str(path),
+                        hint="an EAGLE-3 config names hidden_size, intermediate_size, num_attention_heads, "
+                             "vocab_size and draft_vocab_size") from None
+
+
+def _normalise_names(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, t in tensors.items():
+        for prefix in ("model.layers.0.", "layers.0."):
+            if name.startswith(prefix):
+                name = "midlayer." + name[len(prefix):]
+        if name.startswith("model.") and not name.startswith("model.layers"):
+            name = name[len("model."):]
+        out[name] = t
+    return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specchat.errors import ModelLoadError
+from specchat.methods import METHODS, named
 
 EMBEDDED = "embedded:"
 SHIPPED = Path(__file__).resolve().parent.parent / "heads" / "shipped"
@@ -40,14 +41,14 @@ def resolve_head(head: str, revision: str | None, base: Path | None, offline: bo
 
 
 def load_head(spec, target, base: Path | None):
-    """The profile's head for ``target`` (a Backend): Medusa-1 heads for method "medusa",
-    else an EAGLE-3 head; one-line errors for a target that cannot hand out the hidden
-    states the head reads and for a head that does not fit it."""
-    if spec.method == "medusa" and not target.provides_final_hidden:
-        raise ModelLoadError(f"method 'medusa' needs the target's final hidden states, and {target.final_hidden_note}",
-                             key="speculation.method", hint='use method = "ngram" or "draft_model" with this target, '
-                             'or backend = "transformers"')
-    if spec.method != "medusa" and not target.provides_features:
+    """The profile's head for ``target`` (a Backend), of the class its method's row names; one-line
+    errors for a target that cannot hand out what the head reads and for a head that does not fit it."""
+    head_class = named(METHODS[spec.method].head)
+    if head_class.reads == "final_hidden" and not target.provides_final_hidden:
+        raise ModelLoadError(f"method '{spec.method}' needs the target's final hidden states, and "
+                             f"{target.final_hidden_note}", key="speculation.method",
+                             hint='use method = "ngram" or "draft_model" with this target, or backend = "transformers"')
+    if head_class.reads == "features" and not target.provides_features:
         raise ModelLoadError(f"method '{spec.method}' needs the target's hidden states, and {target.features_note}",
                              key="speculation.method", hint='use method = "ngram" or "draft_model" with this target')
     if spec.siblings > 1 and not target.supports_trees:  # siblings > 1 drafts a tree
@@ -59,19 +60,7 @@ def load_head(spec, target, base: Path | None):
                              f"{target.max_tree_leaves} leaves", key="speculation.siblings",
                              hint=f"set siblings to at most {target.max_tree_leaves}")
     folder = resolve_head(spec.head, spec.head_revision, base)
-    if spec.method == "medusa":
-        from specchat.heads.medusa_checkpoint import load_medusa
-
-        head = load_medusa(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size)
-        gamma = spec.num_speculative_tokens
-        if isinstance(gamma, int) and gamma > head.num_heads:
-            raise ModelLoadError(f"num_speculative_tokens = {gamma}, but the Medusa checkpoint has {head.num_heads} "
-                                 "heads (one per draft)", key="speculation.num_speculative_tokens",
-                                 hint=f'set num_speculative_tokens to at most {head.num_heads}, or "auto"')
-    else:
-        from specchat.heads.checkpoint import load_eagle3
-
-        head = load_eagle3(folder, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
-                           target_layers=target.num_layers, embed=target.token_embeddings())
+    head = head_class.load(folder, target)
+    head.check(spec)
     head.folder = folder  # where it was read from (bench converts it for llama-server's peer row)
     return head

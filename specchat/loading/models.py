@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.model import ModelSpec, Profile
 from ..errors import ModelLoadError
 from ..events import LoadProgress
-from ..methods import HEAD_KINDS, METHODS
+from ..methods import METHODS
 from ..remote.servers import is_remote
 from . import embedded
 from .compat import check_draft_compatible
@@ -97,18 +97,13 @@ def load_models(profile: Profile, progress: embedded.Progress = None) -> LoadedM
     target = as_backend(target)
     draft = None if draft is None else as_backend(draft)
     head = None
-    if method.needs in HEAD_KINDS:
+    if method.head:
         from .heads import load_head
 
         report(LoadProgress("head", 0, 0, f"loading head {profile.speculation.head}"))
         head = load_head(profile.speculation, target, base)
         target_info["head"] = {"source": profile.speculation.head,
-                               "parameters": sum(p.numel() for p in head.parameters()),
-                               "draft_vocab": head.config.draft_vocab_size}
-        if profile.speculation.method == "medusa":
-            target_info["head"].update(kind="medusa", heads=head.num_heads, layers=head.config.num_layers)
-        else:
-            target_info["head"].update(kind="eagle3", layer_ids=list(head.config.layer_ids))
+                               "parameters": sum(p.numel() for p in head.parameters()), **head.describe()}
 
     info = {
         "profile": profile.name,

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import torch
 
-from specchat.heads.medusa import MedusaConfig, MedusaHead
-from specchat.heads.medusa_checkpoint import load_medusa, save_medusa
+from specchat.heads.medusa import MedusaConfig, MedusaHead, save_medusa
 from specchat.training.teacher import Taught, teach
 from specchat.training.train import History, TrainConfig, draft_index, run_epochs
 from specchat.training.ttt import chain_lengths
@@ -129,7 +128,7 @@ def train_and_export(stages, taught: list[Taught], rows: list[dict], draft_ids: 
 
     return stages.checkpointed(
         "checkpoint-medusa", out, resume, save_medusa, new,
-        lambda path: load_medusa(path, target_hidden=b.hidden_size, target_vocab=b.vocab_size),
+        lambda path: MedusaHead.load(path, b),
         lambda head, history, keep: train(head, train_set, held_out, stages.plan.train, stages.bar, history, keep),
         lambda last: ", ".join(f"{k.split('@')[1]}: {v}" for k, v in last.items() if k.startswith("mean_")),
         {"kind": "medusa", "heads": num_heads, "train_positions": int(train_set.h.shape[0]),

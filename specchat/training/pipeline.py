@@ -13,8 +13,7 @@ from pathlib import Path
 
 import torch
 
-from specchat.heads.checkpoint import load_eagle3, save_eagle3
-from specchat.heads.eagle3 import Eagle3Config, Eagle3Head
+from specchat.heads.eagle3 import Eagle3Config, Eagle3Head, save_eagle3
 from specchat.training.corpus import split, training_prompts
 from specchat.training.teacher import Taught, teach
 from specchat.training.train import History, TrainConfig, draft_index, train
@@ -228,8 +227,7 @@ class Stages:
 
         return self.checkpointed(
             "checkpoint", out, resume, save_eagle3, lambda: self.new_head(layer_ids, draft_ids, embed),
-            lambda path: load_eagle3(path, target_hidden=b.hidden_size, target_vocab=b.vocab_size,
-                                     target_layers=b.num_layers, embed=embed),
+            lambda path: Eagle3Head.load(path, b),
             run, said, {"layer_ids": list(layer_ids), "train_samples": len(train_set),
                         "held_out_samples": len(held_out)})
 

@@ -15,7 +15,8 @@ import torch
 
 from specchat.engine.backends.base import Backend
 from specchat.errors import ModelLoadError
-from specchat.heads.checkpoint import HeadError, read_config, save_eagle3
+from specchat.heads.checkpoint import HeadError, read_config
+from specchat.heads.eagle3 import Eagle3Head, save_eagle3
 from specchat.loading.heads import load_head
 from tests.support.cli import in_process, run_cli
 from tests.support.tiny_heads import random_eagle3_head
@@ -93,7 +94,7 @@ def test_an_unreadable_config_json_is_one_line(tmp_path, text):
     """Read alone (no target needed): nested-too-deeply is the decoder's RecursionError."""
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(HeadError) as info:
-        read_config(tmp_path, "eagle3")
+        read_config(tmp_path, Eagle3Head)
     line = str(info.value)
     assert "\n" not in line and line.startswith(f"{tmp_path / 'config.json'}: config.json cannot be read (")
     assert line.endswith("— download the head again")

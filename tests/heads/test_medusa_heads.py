@@ -16,8 +16,8 @@ from specchat.config.model import SpeculationSpec
 from specchat.engine.backends.base import Backend
 from specchat.engine.backends.transformers import TransformersBackend
 from specchat.errors import ModelLoadError
-from specchat.heads.checkpoint import save_eagle3
-from specchat.heads.medusa_checkpoint import load_medusa, save_medusa
+from specchat.heads.eagle3 import save_eagle3
+from specchat.heads.medusa import MedusaHead, save_medusa
 from specchat.loading.heads import load_head
 from tests.support.tiny_heads import random_eagle3_head, random_medusa_head
 from tests.support.tiny_models import write_tiny_profile
@@ -41,14 +41,10 @@ def same_heads(a, b, hidden_size):
     assert torch.equal(a.token_map, b.token_map)
 
 
-def sizes(model):
-    return {"target_hidden": model.config.hidden_size, "target_vocab": model.config.vocab_size}
-
-
-def test_round_trip(tiny_target, tmp_path):
+def test_round_trip(tiny_target, backend, tmp_path):
     head = random_medusa_head(tiny_target, num_heads=4, num_layers=2, draft_vocab=100, dtype=torch.float32)
     save_medusa(head, tmp_path, dtype=torch.float32)
-    same_heads(head, load_medusa(tmp_path, **sizes(tiny_target)), tiny_target.config.hidden_size)
+    same_heads(head, MedusaHead.load(tmp_path, backend), tiny_target.config.hidden_size)
 
 
 def test_what_is_written_is_vllms_layout(good_head):
@@ -67,7 +63,7 @@ def test_what_is_written_is_vllms_layout(good_head):
         f"lm_heads.{i}.weight" for i in range(3)}
 
 
-def test_fasterdecoding_layout_loads_to_the_same_heads(tiny_target, tmp_path):
+def test_fasterdecoding_layout_loads_to_the_same_heads(tiny_target, backend, tmp_path):
     """FasterDecoding's ModuleList names ({i}.{j}.linear.*, {i}.{L}.weight) in TGI's
     medusa_lm_head.safetensors, with a config that names neither hidden nor vocab size."""
     head = random_medusa_head(tiny_target, num_heads=2, num_layers=1, dtype=torch.float32)
@@ -79,10 +75,10 @@ def test_fasterdecoding_layout_loads_to_the_same_heads(tiny_target, tmp_path):
     save_file(tensors, str(tmp_path / "medusa_lm_head.safetensors"))
     (tmp_path / "config.json").write_text(json.dumps(
         {"medusa_num_heads": 2, "medusa_num_layers": 1, "base_model_name_or_path": "tiny"}))
-    same_heads(head, load_medusa(tmp_path, **sizes(tiny_target)), tiny_target.config.hidden_size)
+    same_heads(head, MedusaHead.load(tmp_path, backend), tiny_target.config.hidden_size)
 
 
-def test_vllm_layout_without_biases_is_bias_free(tiny_target, tmp_path):
+def test_vllm_layout_without_biases_is_bias_free(tiny_target, backend, tmp_path):
     """vLLM builds the blocks without bias unless medusa_fc_bias: such a file (here under
     the medusa_heads. prefix vLLM strips) runs with zero biases."""
     head = random_medusa_head(tiny_target, num_heads=2, dtype=torch.float32)
@@ -95,7 +91,7 @@ def test_vllm_layout_without_biases_is_bias_free(tiny_target, tmp_path):
     cfg = {"architectures": ["MedusaModel"], "num_heads": 2, "num_hidden_layers": 1,
            "hidden_size": tiny_target.config.hidden_size, "vocab_size": tiny_target.config.vocab_size}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    same_heads(head, load_medusa(tmp_path, **sizes(tiny_target)), tiny_target.config.hidden_size)
+    same_heads(head, MedusaHead.load(tmp_path, backend), tiny_target.config.hidden_size)
 
 
 # --- bad heads: one line each -----------------------------------------------------------
@@ -165,7 +161,7 @@ def test_an_eagle3_head_given_as_medusa_is_one_line(tmp_path, tiny_target, backe
 
 
 def test_a_medusa_head_given_as_eagle3_is_one_line(good_head, backend):
-    """The other direction (checkpoint.py's head_kind)."""
+    """The other direction (checkpoint.py's kind_of)."""
     with pytest.raises(ModelLoadError) as error:
         load_head(SpeculationSpec(method="eagle3", head=str(good_head)), backend, None)
     assert "Medusa checkpoint" in str(error.value) and 'method = "medusa"' in str(error.value)

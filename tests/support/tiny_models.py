@@ -171,7 +171,7 @@ def write_tiny_profile(
     ]
     if method == "ngram":
         lines += ["prompt_lookup_min = 1", "prompt_lookup_max = 3"]
-    if method in ("eagle3", "medusa"):
+    if head is not None:
         lines.append(f"head = {_toml_str(head)}")
     if method == "draft_model":
         lines += ["", "[speculation.draft]", f"source = {_toml_str(draft_dir)}", *model_keys]

@@ -15,7 +15,7 @@ from specchat.engine import SamplingParams
 from specchat.engine.backends import as_backend
 from specchat.engine.proposers.eagle import EagleProposer
 from specchat.engine.session import ChatSession
-from specchat.heads.checkpoint import load_eagle3
+from specchat.heads.eagle3 import Eagle3Head
 from specchat.loading import load_models
 from tests.support.cli import in_process, run_cli
 from tests.support.folded import FoldedEngine
@@ -46,8 +46,7 @@ def test_smoke_training_writes_a_head_that_drafts(tmp_path, tiny_model_dir):
 
     loaded = load_models(load_profile(str(profile)))
     target = as_backend(loaded.target)
-    head = load_eagle3(out, target_hidden=target.hidden_size, target_vocab=target.vocab_size,
-                       target_layers=target.num_layers, embed=target.token_embeddings())
+    head = Eagle3Head.load(out, target)
     prompt = ChatSession(FoldedEngine(target, None), loaded.tokenizer).prompt_ids([{"role": "user", "content": "Hi"}])
     params = SamplingParams(temperature=0.0)
     plain = [t.id for s in FoldedEngine(target, None).generate(prompt, params, max_new_tokens=16) for t in s.tokens]

@@ -13,7 +13,7 @@ from specchat.engine import SamplingParams
 from specchat.engine.backends import as_backend
 from specchat.engine.proposers.medusa import MedusaProposer
 from specchat.engine.session import ChatSession
-from specchat.heads.medusa_checkpoint import load_medusa
+from specchat.heads.medusa import MedusaHead
 from specchat.loading import load_models
 from specchat.training.medusa import loss_and_hits, new_head, positions
 from specchat.training.teacher import teach
@@ -33,7 +33,7 @@ def test_smoke_training_writes_medusa_heads_that_draft(tmp_path, tiny_model_dir)
 
     loaded = load_models(load_profile(str(profile)))
     target = as_backend(loaded.target)
-    head = load_medusa(out, target_hidden=target.hidden_size, target_vocab=target.vocab_size)
+    head = MedusaHead.load(out, target)
     prompt = ChatSession(FoldedEngine(target, None), loaded.tokenizer).prompt_ids([{"role": "user", "content": "Hi"}])
     params = SamplingParams(temperature=0.0)
     plain = [t.id for s in FoldedEngine(target, None).generate(prompt, params, max_new_tokens=16) for t in s.tokens]

@@ -94,6 +94,26 @@ class Proposer:
         """Forgets cached state (a new chat)."""
 
 
+class HeadProposer(Proposer):
+    """Drafts with a head (a Method row's ``head``) on what of ``target`` it ``reads``, beside it on its
+    device; ``siblings`` > 1 drafts a tree: "first" (the first draft's rivals) or "dynamic" (every depth)."""
+
+    def __init__(self, head, target: Backend, num_speculative_tokens: int | str = 3,
+                 max_speculative_tokens: int | None = None, siblings: int = 1, tree: str = "first") -> None:
+        super().__init__(num_speculative_tokens, max_speculative_tokens)
+        if not (target.provides_features if head.reads == "features" else target.provides_final_hidden):
+            raise ValueError(target.features_note if head.reads == "features" else target.final_hidden_note)
+        if siblings > 1 and not target.supports_trees:
+            raise ValueError(f"the {target.name} backend verifies chains only: siblings = {siblings} needs a tree")
+        if siblings > (target.max_tree_leaves or siblings):
+            raise ValueError(f"the {target.name} backend verifies trees of at most {target.max_tree_leaves} leaves")
+        if tree not in ("first", "dynamic"):
+            raise ValueError(f"tree = {tree!r}: 'first' or 'dynamic'")
+        self.siblings, self.tree_shape, self._tree = siblings, tree, False  # _tree: the last proposal was one
+        self.device = self.sampling_device = target.device  # a GPU's, or the host
+        self.head, self.target = head.to(self.device).eval(), target
+
+
 class DraftModelProposer(Proposer):
     """A smaller causal LM of the same tokenizer drafts k tokens, each from q = warp(logits)."""
 

@@ -10,7 +10,7 @@ import torch
 
 from specchat.engine.backends import Backend, common_prefix_length
 from specchat.engine.trees.eagle import dynamic_tree
-from specchat.engine.proposers.base import Proposal, Proposer
+from specchat.engine.proposers.base import HeadProposer, Proposal
 from specchat.engine.sampling import SamplingParams, on_target_vocab, sample, warp
 from specchat.heads.drafter import Drafter
 from specchat.heads.eagle3 import Eagle3Head
@@ -19,7 +19,7 @@ from specchat.heads.int8 import AVAILABLE as INT8_AVAILABLE
 MAX_QUEUED = 128  # positions whose features wait for the head's next turn: beyond this, the oldest go
 
 
-class EagleProposer(Proposer):
+class EagleProposer(HeadProposer):
     """Drafts with an EAGLE-3 head reading ``target``'s features."""
 
     kind = "eagle3"
@@ -27,33 +27,17 @@ class EagleProposer(Proposer):
     def __init__(self, head: Eagle3Head, target: Backend, num_speculative_tokens: int | str = 3,
                  max_speculative_tokens: int | None = None, siblings: int = 1, int8: bool | None = None,
                  tree: str = "first") -> None:
-        super().__init__(num_speculative_tokens, max_speculative_tokens)
-        if not target.provides_features:
-            raise ValueError(target.features_note)
-        if siblings > 1 and not target.supports_trees:
-            raise ValueError(f"the {target.name} backend verifies chains only: siblings = {siblings} needs a tree")
-        self.siblings = siblings  # > 1: a tree (the first draft's rivals, drawn without replacement)
-        if siblings > (target.max_tree_leaves or siblings):
-            raise ValueError(f"the {target.name} backend verifies trees of at most {target.max_tree_leaves} leaves")
-        # "first": the chain and rivals of its first draft; "dynamic": ``siblings`` nodes every depth
-        if tree not in ("first", "dynamic"):
-            raise ValueError(f"tree = {tree!r}: 'first' or 'dynamic'")
-        self.tree_shape = tree
-        self.device = target.device
-        self.head = head.to(self.device).eval()  # beside the target's features (a GPU's, or the host)
+        super().__init__(head, target, num_speculative_tokens, max_speculative_tokens, siblings, tree)
         # int8 weights (heads/int8.py) read a quarter of the bytes; None: on a CPU, where that is the cost
         if int8 is None:
             int8 = torch.device(self.device).type == "cpu" and INT8_AVAILABLE
         self.drafter = Drafter(self.head, int8=bool(int8))  # the head's arithmetic in fewer operations
-        self.target = target
-        self.sampling_device = self.device
         target.request_features(head.config.layer_ids)
         self._draft_ids = head.draft_ids()  # [V_draft] target id of each draft id
         self._cache = self.drafter.new_cache()
         self._seen: list[int] = []  # ids the head's cached pairs were made from
         self._queued: dict[int, torch.Tensor] = {}  # position → features [F] not yet run
         self._drafted = 0
-        self._tree = False  # whether the last proposal was a tree
         self._warm = False  # whether the last step's drafts were the head's
 
     def reset(self) -> None:

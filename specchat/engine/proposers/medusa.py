@@ -9,34 +9,21 @@ import torch
 
 from specchat.engine.backends import Backend, common_prefix_length
 from specchat.engine.trees.grow import grow
-from specchat.engine.proposers.base import Proposal, Proposer
+from specchat.engine.proposers.base import HeadProposer, Proposal
 from specchat.engine.sampling import SamplingParams, on_target_vocab, sample, warp
 from specchat.heads.medusa import MedusaHead
 
 
-class MedusaProposer(Proposer):
+class MedusaProposer(HeadProposer):
     """Drafts with Medusa-1 heads reading ``target``'s final hidden states."""
 
     kind = "medusa"
 
     def __init__(self, head: MedusaHead, target: Backend, num_speculative_tokens: int | str = 3,
                  max_speculative_tokens: int | None = None, siblings: int = 1, tree: str = "first") -> None:
-        super().__init__(num_speculative_tokens, max_speculative_tokens)
-        if not target.provides_final_hidden:
-            raise ValueError(target.final_hidden_note)
-        if siblings > 1 and not target.supports_trees:
-            raise ValueError(f"the {target.name} backend verifies chains only: siblings = {siblings} needs a tree")
-        if tree not in ("first", "dynamic"):
-            raise ValueError(f"tree = {tree!r}: 'first' or 'dynamic'")
-        # > 1: a tree (trees/grow.py), "first": siblings nodes at depth 1, "dynamic": at every depth
-        self.siblings, self.tree_shape = siblings, tree
-        self._tree = False
+        super().__init__(head, target, num_speculative_tokens, max_speculative_tokens, siblings, tree)  # trees/grow.py
         # head i drafts position i + 1 of the chain: no head, no draft
         self.max_speculative_tokens = min(self.max_speculative_tokens, head.num_heads)
-        self.device = target.device
-        self.head = head.to(self.device).eval()
-        self.target = target
-        self.sampling_device = self.device
         target.request_final_hidden()
         self._hidden: torch.Tensor | None = None  # h_P [1, H]
         self._position = -1  # P

@@ -229,12 +229,11 @@ def test_greedy_with_head_trees_equals_plain(backend, shape):
     from tests.engine.backends.test_llamacpp import CODE_PROMPT, greedy_divergences
 
     from specchat.engine.proposers.eagle import EagleProposer
-    from specchat.heads.checkpoint import load_eagle3
+    from specchat.heads.eagle3 import Eagle3Head
     from specchat.loading.heads import resolve_head
 
     folder = resolve_head("embedded:smollm2-135m-instruct-eagle3", None, None)
-    head = load_eagle3(folder, target_hidden=backend.hidden_size, target_vocab=backend.vocab_size,
-                       target_layers=backend.num_layers, embed=backend.token_embeddings())
+    head = Eagle3Head.load(folder, backend)
     tokenizer = GgufTokenizer(backend.llm)
     ids = tokenizer.apply_chat_template([{"role": "user", "content": CODE_PROMPT}])
     proposer = EagleProposer(head, backend, 2 if shape == "first" else 3, siblings=3, tree=shape)

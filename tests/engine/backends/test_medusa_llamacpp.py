@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from specchat.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
-from specchat.heads.medusa_checkpoint import save_medusa  # noqa: E402
+from specchat.heads.medusa import save_medusa  # noqa: E402
 from specchat.loading.embedded import find_gguf  # noqa: E402
 from tests.support.cli import in_process
 from tests.support.needs import needs_llama_cpp
