@@ -104,6 +104,18 @@ def weights_file(directory: Path) -> Path:
                     "pickle (.bin/.pt) files, which can run code: convert it with safetensors first")
 
 
+def take(tensors: dict[str, torch.Tensor], name: str, want: torch.Tensor, weights: Path,
+         missing: str = "", hint: str = "the file is incomplete or another kind of checkpoint") -> torch.Tensor:
+    """``tensors``' ``name``, removed, in float32 and shaped as ``want``, or a HeadError line."""
+    t = tensors.pop(name, None)
+    if t is None:
+        raise HeadError(f"tensor {name} is missing{missing}", file=str(weights), hint=hint)
+    if tuple(t.shape) != tuple(want.shape):
+        raise HeadError(f"tensor {name} has shape {list(t.shape)}, config.json implies {list(want.shape)}",
+                        file=str(weights), hint="config.json and the weights do not belong together")
+    return t.to(torch.float32)
+
+
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specchat.heads.checkpoint import Head, HeadError, read_config, read_tensors, weights_file, write_checkpoint
+from specchat.heads.checkpoint import Head, HeadError, read_config, read_tensors, take, weights_file, write_checkpoint
 
 
 @dataclass(frozen=True)
@@ -180,18 +180,8 @@ class Eagle3Head(Head):
             raise HeadError("the head needs the target's token embeddings [vocab, hidden]", file=str(directory),
                             hint="this target's backend cannot provide them; use another backend")
         head = cls(config, embed.to(torch.float32))
-        state = {}
         expected = dict(head.state_dict())
-        for ours, theirs in NAMES.items():
-            t = tensors.get(theirs)
-            if t is None:
-                raise HeadError(f"tensor {theirs} is missing", file=str(weights),
-                                hint="the file is incomplete or another kind of checkpoint")
-            if tuple(t.shape) != tuple(expected[ours].shape):
-                raise HeadError(f"tensor {theirs} has shape {list(t.shape)}, config.json implies "
-                                f"{list(expected[ours].shape)}", file=str(weights),
-                                hint="config.json and the weights do not belong together")
-            state[ours] = t.to(torch.float32)
+        state = {ours: take(tensors, theirs, expected[ours], weights) for ours, theirs in NAMES.items()}
         n = config.draft_vocab_size
         d2t = tensors.get("d2t", torch.zeros(n)).to(torch.long)  # none: a full-vocabulary head
         ids = torch.arange(n) + d2t if d2t.numel() == n else None

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from specchat.errors import ModelLoadError
-from specchat.heads.checkpoint import Head, HeadError, read_config, read_tensors, weights_file, write_checkpoint
+from specchat.heads.checkpoint import Head, HeadError, read_config, read_tensors, take, weights_file, write_checkpoint
 
 _VLLM_BLOCK = re.compile(r"blocks\.(\d+)\.layers\.(\d+)\.(weight|bias)")
 _VLLM_LM = re.compile(r"lm_heads\.(\d+)\.weight")
@@ -129,18 +129,9 @@ class MedusaHead(Head):
         biases = [name for name in expected if name.endswith(".bias")]
         if not any(name in tensors for name in biases):  # vLLM's default: blocks without bias
             tensors.update({name: torch.zeros_like(expected[name]) for name in biases})
-        state = {}
-        for name, want in expected.items():
-            if name == "token_map":
-                continue
-            t = tensors.pop(name, None)
-            if t is None:
-                raise HeadError(f"tensor {name} is missing (config.json says {num_heads} heads of {num_layers} "
-                                "layer(s))", file=str(weights), hint="the file is incomplete or config.json is wrong")
-            if tuple(t.shape) != tuple(want.shape):
-                raise HeadError(f"tensor {name} has shape {list(t.shape)}, config.json implies {list(want.shape)}",
-                                file=str(weights), hint="config.json and the weights do not belong together")
-            state[name] = t.to(torch.float32)
+        said = f" (config.json says {num_heads} heads of {num_layers} layer(s))"
+        state = {name: take(tensors, name, want, weights, said, "the file is incomplete or config.json is wrong")
+                 for name, want in expected.items() if name != "token_map"}
         token_map = tensors.pop("token_map", None)
         if token_map is None and draft_vocab_cfg != vocab:
             raise HeadError(f"truncated_vocab_size is {draft_vocab_cfg} but the file has no token_map",
