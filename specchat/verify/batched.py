@@ -1,14 +1,6 @@
 """``specchat verify --concurrency N``: verify's sampled checks through the batched engine
-(engine/batch/batched.py), N sequences in one llama.cpp decode at every step.
-
-``samples`` drafting requests (seed = index) and a plain one after every three cycle
-through four kinds (γ drafts, plain, one draft, the profile's γ) in one BatchedEngine of N
-slots. Checks: (0) batched logits against one-sequence logits within the format's noise
-bound; (1, 2) drafting and plain first tokens against the exact batched law; (3) drafting
-vs one-sequence plain K-token continuations; (4) greedy, one request of each kind, against
-the plain reply up to near-ties. Point-mass drafts only; other methods are refused.
-Design notes: docs/design/verify.md
-"""
+(engine/batch/batched.py), N sequences in one llama.cpp decode at every step. Point-mass
+drafts only; other methods are refused. The requests and checks (0)-(4): docs/design/verify.md"""
 
 from __future__ import annotations
 
@@ -92,7 +84,7 @@ class KindQueue:
 def _sampled_checks(engine: BatchedEngine, kinds: KindQueue, kind_gammas: list[int | str | None], ids: list[int],
                     probe: Any, params: SamplingParams, samples: int, tokens: int, plain_engine: SpeculativeEngine,
                     drafts: DraftCounts, report: Callable[[int, int, str], None], eos: list[int]) -> list[Check]:
-    """verify's sampled checks (module docstring, 1-3) on the batched samples; ``drafts``
+    """verify's sampled checks (docs/design/verify.md, 1-3) on the batched samples; ``drafts``
     counts their drafts."""
     plan: list[int | str | None] = []
     while len(plan) - plan.count(PLAIN) < samples:  # the kinds in turn, until ``samples`` of them draft

@@ -1,14 +1,7 @@
 """``specchat verify``'s exact-law check: the law of the first token the engine's sampler
 emits at the verify prompt, read off the sampler's own code on the backend's p and q,
-compared with p with no sampling noise.
-
-The sampler is a deterministic function of its uniforms, so its law is read by adaptive
-stratification of them (cells halved below 2^-32). The check fails when TV(law, p) >
-LAW_BOUND = 2e-6 and names the token with the largest error; supports wider than MAX_IDS
-are cut to their likeliest ids, and the line says so. The tree walk is not read here.
-
-Design notes (derivation, bounds): docs/design/verify.md
-"""
+compared with p with no sampling noise (it fails when TV > LAW_BOUND; the tree walk is not
+read here). Derivation, support cut and bounds: docs/design/verify.md"""
 
 from __future__ import annotations
 

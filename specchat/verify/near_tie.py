@@ -1,14 +1,7 @@
-"""When may greedy speculative decoding and greedy plain decoding disagree?
-
-Batched verification and one-token decoding compute the same logits differently, so greedy
-outputs may differ only where the top two logits are within rounding: a near-tie. The
-bound is a fixed constant of the format (1e-3 for float32/64; 8 ULPs of the 16-bit format
-for bf16/fp16 and 4-bit; 32 bf16 ULPs for LLM.int8; twice :data:`GGUF_NOISE_BOUND` for
-llama.cpp), never measured on the backend being judged. Anything wider is a bug;
-``specchat verify`` fails when batched-vs-one-token noise exceeds :func:`noise_bound`.
-
-Design notes: docs/design/verify.md
-"""
+"""When may greedy speculative and greedy plain decoding disagree? Only at a near-tie: the
+top two logits within a fixed constant of the format (:func:`near_tie_tolerance`), never
+measured on the backend judged; anything wider is a bug. ``specchat verify`` fails when
+batched-vs-one-token noise exceeds :func:`noise_bound`. Design notes: docs/design/verify.md"""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""``specchat verify``: is speculative sampling exact on these models and settings?
-
-Compares ``samples`` seeded speculative continuations with plain ones and with the exact
-law (rules: verify/stats.py): (0) batched vs one-token logits and the sampler's exact law
-(verify/law.py); (1) first token vs p; (2) plain's first token vs p; (3) first two tokens
-vs the exact joint; (4) K-token continuations, speculative vs plain; (5) greedy, divergences
-allowed only at near-ties (near_tie.py). Drafting checks run at a fixed γ and, when the
-profile's γ is "auto", through its adaptive controller. ``proposer_factory(loaded, profile,
-gamma)`` replaces the profile's proposer (tests plant bugs with it).
-Design notes (the prompt choice, power): docs/design/verify.md
-"""
+"""``specchat verify``: is speculative sampling exact on these models and settings? Compares
+``samples`` seeded speculative continuations with plain ones and with the exact law, at a
+fixed γ and, when the profile's γ is "auto", through its adaptive controller. The checks
+(0)-(5), their rules, the prompt choice and power: docs/design/verify.md.
+``proposer_factory(loaded, profile, gamma)`` replaces the profile's proposer (tests plant bugs with it)."""
 
 from __future__ import annotations
 

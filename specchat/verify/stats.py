@@ -1,14 +1,7 @@
 """Statistical comparisons for ``specchat verify``. Sequences are integer codes (one per
-distinct K-token continuation); distributions are dicts code → probability.
-
-Each check fails when its chi-square p-value is below ``ALPHA`` or its total variation
-distance exceeds ``tv_threshold`` (the 99.9th percentile an exact sampler shows at the same
-sample size): a false alarm about 0.1 % + 0.1 % of the time. Power is the noncentral-χ²
-probability that the χ² rule alone catches a named bug (a lower bound); ``power_scale`` is
-the mildest fraction of that bug still caught with 90 % power.
-
-Design notes: docs/design/verify.md
-"""
+distinct K-token continuation); distributions are dicts code → probability. A check fails
+when its χ² p-value is below ``ALPHA`` or its TV exceeds ``tv_threshold`` (a false alarm
+about 0.1 % + 0.1 % of the time); the rule and its power: docs/design/verify.md."""
 
 from __future__ import annotations
 
@@ -34,7 +27,7 @@ class Check:
     cells: int = 0
     detail: str = ""
     extra: dict = field(default_factory=dict)
-    power: float | None = None  # χ² rule's power against ``power_against`` (module docstring)
+    power: float | None = None  # χ² rule's power against ``power_against`` (docs/design/verify.md)
     power_against: str = ""
     power_scale: float | None = None  # the smallest fraction of that bug's error caught with 90 % power
 
