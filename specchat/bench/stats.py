@@ -210,21 +210,18 @@ def aggregate(rows: list[BenchRow], set_names: list[str], config_names: list[str
     for row in rows:
         by_set[row.set].append(row)
     by_set[ALL_SETS] = list(rows)
-    sets: dict[str, dict] = {}
-    curves: dict[str, dict] = {}
-    auto_vs_best: dict[str, dict] = {}
-    vs_peers: dict[str, dict] = {}
+    out: dict[str, dict] = {"sets": {}, "curves": {}, "auto_vs_best": {}, "vs_peers": {}}
     for name in [*set_names, ALL_SETS]:
         set_rows = by_set.get(name, [])
         baseline = [r for r in set_rows if r.config == "none"]
-        sets[name] = {config: aggregate_rows(cfg_rows, baseline, concurrency)
-                      for config in config_names if (cfg_rows := [r for r in set_rows if r.config == config])}
-        auto_vs_best[name] = auto_vs_best_fixed(set_rows, sets[name])
-        vs_peers[name] = vs_plain_peers(set_rows)
-        curves[name] = {}
+        figures = out["sets"][name] = {config: aggregate_rows(cfg_rows, baseline, concurrency) for config in config_names
+                                       if (cfg_rows := [r for r in set_rows if r.config == config])}
+        out["auto_vs_best"][name] = auto_vs_best_fixed(set_rows, figures)
+        out["vs_peers"][name] = vs_plain_peers(set_rows)
+        curves = out["curves"][name] = {}
         for method in ("draft_model", "ngram"):
             fixed = [r for r in set_rows if r.runner == "specchat" and r.method == method and isinstance(r.gamma, int)]
             top = max((r.gamma for r in fixed), default=0)
             if fixed and (curve := predicted_curve(fixed, max(top, 8))):
-                curves[name][method] = curve
-    return {"sets": sets, "curves": curves, "auto_vs_best": auto_vs_best, "vs_peers": vs_peers}
+                curves[method] = curve
+    return out

@@ -254,8 +254,7 @@ def _run_and_report(console, loaded, profile, sets, configs, args, out_dir: Path
     from rich.console import Console
 
     from specchat.bench.benchmark import benchmark, write_outputs
-    from specchat.bench.report import concurrency_note
-    from specchat.bench.report import render_tables
+    from specchat.bench.report import concurrency_note, render_tables
 
     console.print(f"bench: {len(configs)} configurations × "
                   f"{sum(len(s.prompts) for s in sets) * args.repeat} requests "
