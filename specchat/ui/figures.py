@@ -87,13 +87,9 @@ class Row:
 
 def rows_of(turn: MetricsSnapshot, session: MetricsSnapshot, hide_timing: bool, specs) -> list[Row]:
     """A row per (label, getter, digits, suffix, timing): this turn's and the session's."""
-    rows = []
-    for label, getter, digits, suffix, timing in specs:
-        if timing and hide_timing:
-            rows.append(Row(label, HIDDEN, HIDDEN))
-        else:
-            rows.append(Row(label, fmt(getter(turn), digits, suffix), fmt(getter(session), digits, suffix)))
-    return rows
+    return [Row(label, HIDDEN, HIDDEN) if timing and hide_timing
+            else Row(label, fmt(getter(turn), digits, suffix), fmt(getter(session), digits, suffix))
+            for label, getter, digits, suffix, timing in specs]
 
 
 # the panel's table, always in view: what a reply cost and whether speculation paid
