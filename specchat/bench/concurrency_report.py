@@ -83,24 +83,23 @@ def level_figures(runs: list[dict], rows: list[BenchRow]) -> dict[str, dict]:
 
 def crossover(levels: dict[str, dict], config: str, set_name: str) -> str | None:
     """The one sentence on where ``config`` stops paying, from {N: {config: figures}}."""
-    seen = [(int(n), f[config]["throughput_vs_plain"]) for n, f in levels.items()
-            if config in f and f[config].get("throughput_vs_plain")]
+    seen = sorted((int(n), f[config]["throughput_vs_plain"]) for n, f in levels.items()
+                  if config in f and f[config].get("throughput_vs_plain"))
     if not seen:
         return None
-    seen.sort()
     where = "all sets" if set_name == ALL else f"'{set_name}'"
 
     def said(n: int, r: dict) -> str:
         return f"{ratio_text(r, 2)} at N={n}"
 
+    every = ", ".join(said(n, r) for n, r in seen)
     if all(r["ratio"] >= 1.0 for _, r in seen):
-        return f"{config} pays at every N tested on {where}: " + ", ".join(said(n, r) for n, r in seen)
+        return f"{config} pays at every N tested on {where}: {every}"
     if all(r["ratio"] < 1.0 for _, r in seen):
-        return f"{config} does not pay at any N tested on {where}: " + ", ".join(said(n, r) for n, r in seen)
+        return f"{config} does not pay at any N tested on {where}: {every}"
     first = next(i for i, (_, r) in enumerate(seen) if r["ratio"] < 1.0)
     if first == 0:
-        return (f"{config} does not pay at N={seen[0][0]} on {where} but does at larger N: "
-                + ", ".join(said(n, r) for n, r in seen))
+        return f"{config} does not pay at N={seen[0][0]} on {where} but does at larger N: {every}"
     n, r = seen[first]
     return (f"{config} stops paying at N={n} on {where}: {said(n, r)} of plain throughput, "
             f"after {said(*seen[first - 1])}")
@@ -164,8 +163,7 @@ def markdown(results: dict[str, Any]) -> str:
                   "the timings and every ratio below are unreliable.**", ""]
     for name, levels in agg["by_set"].items():
         lines += [f"## {'all sets' if name == 'all' else name}", ""]
-        for sentence in [*agg["crossover"].get(name, {}).values(), *comparison_lines(levels)]:
-            lines.append(f"- {sentence}")
+        lines += [f"- {line}" for line in [*agg["crossover"].get(name, {}).values(), *comparison_lines(levels)]]
         lines += ["", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         lines += ["| " + " | ".join(row) + " |" for row in table_rows(levels)]
         lines.append("")
