@@ -174,18 +174,14 @@ def _lmstudio(name: str, key: str) -> Path:
                          key=f"{key}.source", hint="download it in LM Studio, or give the file's path")
 
 
-def model_ggufs(folder: Path) -> list[Path]:
+def model_ggufs(folder: Path, pattern: str = "*.gguf") -> list[Path]:
     """The model GGUFs in a folder: a vision projector (mmproj-*) is not a model."""
-    return sorted(p for p in folder.glob("*.gguf") if p.is_file() and not p.name.lower().startswith("mmproj"))
+    return sorted(p for p in folder.glob(pattern) if p.is_file() and not p.name.lower().startswith("mmproj"))
 
 
 def lmstudio_models() -> list[tuple[str, Path]]:
-    found = []
-    for folder in lmstudio_folders():
-        for repo in sorted(p for p in folder.glob("*/*") if p.is_dir()):
-            for gguf in model_ggufs(repo):
-                found.append((f"lmstudio:{repo.parent.name}/{repo.name}/{gguf.name}", gguf))
-    return found
+    return [(f"lmstudio:{repo.parent.name}/{repo.name}/{gguf.name}", gguf) for folder in lmstudio_folders()
+            for repo in sorted(p for p in folder.glob("*/*") if p.is_dir()) for gguf in model_ggufs(repo)]
 
 
 def hf_cache_models() -> list[tuple[str, Path]]:
@@ -196,9 +192,8 @@ def hf_cache_models() -> list[tuple[str, Path]]:
     for repo in sorted(Path(constants.HF_HUB_CACHE).glob("models--*--*")):
         repo_id = repo.name[len("models--"):].replace("--", "/", 1)
         for snapshot in sorted(repo.glob("snapshots/*")):
-            for gguf in sorted(snapshot.glob("**/*.gguf")):
-                if gguf.is_file() and not gguf.name.lower().startswith("mmproj"):
-                    found.append((f"{repo_id} (gguf_file = \"{gguf.relative_to(snapshot)}\")", gguf))
+            for gguf in model_ggufs(snapshot, "**/*.gguf"):
+                found.append((f"{repo_id} (gguf_file = \"{gguf.relative_to(snapshot)}\")", gguf))
     return found
 
 
