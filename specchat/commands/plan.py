@@ -253,12 +253,11 @@ def render(figures: dict) -> str:
         lines.append(f"busy machine: other processes used {figures['cpu_others']:.0%} of the CPU while timing — "
                      "these costs are not to be trusted; rerun on a quiet machine")
     for context, f in figures["contexts"].items():
-        lines.append("")
-        lines.append(f"context {context} tokens: plain step {f['step_ms'][0]:.1f} ms, c = {f['c']:.3f}, "
-                     "v(k) = " + " ".join(f"{v:.2f}" for v in f["v"][1:]) + "  (k = 1..8)")
-        lines.append("  α \\ γ " + "".join(f"{g:>7}" for g in range(1, len(f["v"]))) + "   best γ")
-        for a, row, best in zip(f["alphas"], f["speedup"], f["best_gamma"]):
-            lines.append(f"  {a:>5.2f} " + "".join(f"{x:>6.2f}×" for x in row) + f"   {best or 'none'}")
+        lines += ["", f"context {context} tokens: plain step {f['step_ms'][0]:.1f} ms, c = {f['c']:.3f}, "
+                  "v(k) = " + " ".join(f"{v:.2f}" for v in f["v"][1:]) + "  (k = 1..8)",
+                  "  α \\ γ " + "".join(f"{g:>7}" for g in range(1, len(f["v"]))) + "   best γ"]
+        lines += [f"  {a:>5.2f} " + "".join(f"{x:>6.2f}×" for x in row) + f"   {best or 'none'}"
+                  for a, row, best in zip(f["alphas"], f["speedup"], f["best_gamma"])]
         if f.get("spread") is not None and f["spread"] > NOISY:
             lines.append(f"  noisy: a point's timings spread over ±{f['spread'] / 2:.0%} of its median here — "
                          "more --repeats, or a quieter machine, before trusting these ratios")

@@ -22,11 +22,8 @@ LABEL_W, COL_W = 18, 9
 
 def table_content(rows: list[Row]) -> Content:
     header = f"{'':<{LABEL_W}}{'turn':>{COL_W}}{'session':>{COL_W}}"
-    lines = [header]
-    for row in rows:
-        lines.append(f"{row.label:<{LABEL_W}}{row.turn:>{COL_W}}{row.session:>{COL_W}}")
-    text = "\n".join(lines)
-    return Content(text, [Span(0, len(header), "bold $text-muted")])
+    lines = [header, *(f"{row.label:<{LABEL_W}}{row.turn:>{COL_W}}{row.session:>{COL_W}}" for row in rows)]
+    return Content("\n".join(lines), [Span(0, len(header), "bold $text-muted")])
 
 
 class SpecPanel(VerticalScroll):
