@@ -23,7 +23,5 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from specchat.doctor import report, run_checks
 
-    def write(text: str) -> None:
-        print(text, flush=True)
-
-    return report(run_checks(args.profile, smoke=args.smoke), write, colour=sys.stdout.isatty())
+    return report(run_checks(args.profile, smoke=args.smoke), lambda text: print(text, flush=True),
+                  colour=sys.stdout.isatty())

@@ -132,7 +132,7 @@ def batched_law(target: Any, ids: list[int], params: SamplingParams, eos: list[i
                 pairs: bool) -> tuple[torch.Tensor, dict[int, float] | None, Check]:
     """(first-token law, first-two-token joint or None, the check that its logits agree
     with one sequence's): the law the batched engine samples from at ``ids``, in a fresh
-    batched context of ``n`` sequences (module docstring, 0), enumerated as verify's
+    batched context of ``n`` sequences (docs/design/verify.md, check 0), enumerated as verify's
     one-sequence joint is (single._exact_first_two) with each second token read there."""
     context = target.open_batch(n, len(ids) + 2)
     worst = magnitude = 0.0

@@ -215,17 +215,15 @@ def verify(loaded: Any, profile: Any, *, samples: int = 2000, tokens: int = 3, p
                                 detail="no drafts were proposed: nothing was verified — for n-gram lookup "
                                        "use a --prompt / --reply-start whose answer repeats its words"))
         else:
-            for path, count in (("accepted", drafts.num_accepted_tokens), ("rejected", drafts.num_rejected)):
-                if count == 0:
-                    notes.append(f"note: no draft was {path} in any sample, so that path of the sampler went "
-                                 f"unchecked — use a --prompt / --reply-start whose continuation repeats earlier "
-                                 f"text without being certain")
+            notes += [f"note: no draft was {path} in any sample, so that path of the sampler went unchecked — use "
+                      "a --prompt / --reply-start whose continuation repeats earlier text without being certain"
+                      for path, count in (("accepted", drafts.num_accepted_tokens), ("rejected", drafts.num_rejected))
+                      if count == 0]
     else:
         notes.append("temperature 0: greedy decoding, so only the deterministic checks apply (the sampler's "
                      "exact law and the token-by-token diff)")
     report(1, 1, "greedy diff")
-    for label, engine in modes:
-        checks.append(_greedy_diff(target, engine, chosen.greedy_ids, params, label))
+    checks += [_greedy_diff(target, engine, chosen.greedy_ids, params, label) for label, engine in modes]
     return VerifyReport(all(c.passed for c in checks), checks, settings, summary(drafts), notes,
                         None if auto_drafts is None else summary(auto_drafts))
 
