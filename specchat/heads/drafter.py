@@ -133,12 +133,10 @@ class Drafter:
         cache.v[:, n: n + t] = v.view(t, c.num_key_value_heads, d).transpose(0, 1)
         cache.positions += positions
         total = n + t
-        if sees is not None:
-            mask = sees
-        else:
-            mask = None if t == 1 else torch.ones(t, total, dtype=torch.bool, device=x.device).tril(total - t)
+        if sees is None and t > 1:  # one row needs no mask
+            sees = torch.ones(t, total, dtype=torch.bool, device=x.device).tril(total - t)
         attended = nn.functional.scaled_dot_product_attention(
-            q, cache.k[:, :total], cache.v[:, :total], attn_mask=mask, scale=self.scale,
+            q, cache.k[:, :total], cache.v[:, :total], attn_mask=sees, scale=self.scale,
             enable_gqa=c.num_attention_heads != c.num_key_value_heads)
         a = attended.transpose(0, 1).reshape(t, c.num_attention_heads * d)
         residual = _rms(g, self.norms["hidden_norm"], eps) if c.norm_before_residual else g
