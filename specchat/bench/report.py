@@ -75,20 +75,18 @@ def _mib(value: Any) -> str:
     return "–" if not value else f"{value / 2**20:.1f} MiB"
 
 
-def speedup_text(figures: dict[str, Any]) -> str:
-    if figures.get("speedup") is None:
-        return "–"
-    ci = figures.get("speedup_ci")
-    text = f"{figures['speedup']:.2f}×"
-    return text + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-
-
 def ratio_text(compared: dict[str, Any] | None, digits: int = 3) -> str:
     """A paired ratio (stats.pooled_ratio's) with its interval: "1.052× [1.010, 1.090]"."""
     if not compared:
         return "–"
     ci = compared.get("ci")
     return f"{compared['ratio']:.{digits}f}×" + (f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else "")
+
+
+def speedup_text(figures: dict[str, Any]) -> str:
+    """The speed-up over plain decoding with its interval, as ratio_text writes a ratio."""
+    speedup = figures.get("speedup")
+    return ratio_text(None if speedup is None else {"ratio": speedup, "ci": figures.get("speedup_ci")}, 2)
 
 
 def vs_peer_text(name: str, ratios: dict[str, Any]) -> str:
