@@ -231,8 +231,7 @@ class Telemetry:
         c = self.cost_ratio
         gamma_mean = self.gamma_used.value or 0.0
         gamma = max(1, round(gamma_mean)) if gamma_mean else 0
-        expected = paper = lower = increase = None
-        breakeven = None
+        expected = paper = lower = increase = breakeven = None
         if alpha is not None and gamma:
             expected = expected_tokens_per_round(alpha, gamma)
         if alpha is not None and c is not None and gamma:

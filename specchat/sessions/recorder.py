@@ -121,9 +121,7 @@ class Recorder:
             return
         try:
             self._fd = self._open_existing() if self._append else self._create()
-        except RecordingBusy:
-            raise
-        except OSError as exc:
+        except OSError as exc:  # RecordingBusy (another process has the file) is not one: it goes up
             where = self.path or self._new_in[0]  # type: ignore[index]
             self.failure = f"not recording: cannot create a recording in {where} ({exc.strerror or exc})"
             return
