@@ -36,7 +36,8 @@ HOW_TO_READ = """\
 - A row is one configuration of one run on one prompt set; the run's number leads to its
   command and machine below the table. Rerun the command to check a figure.
 - **× llama.cpp plain**: this configuration's tokens/s over that of llama.cpp's own plain
-  generation (llama-cpp-python's `generate`, bench's `peer:none` row) on the same GGUF,
+  generation (llama-cpp-python's `generate`, bench's `peer:none` row, which runs in bench's
+  process on the same kernels as ours: `peer:none (specchat's kernels)` in newer runs) on the same GGUF,
   prompts, seeds and thread count, paired request by request, with a 95 % paired bootstrap
   interval over requests. Above 1 with the whole interval above 1: faster than what a user
   would run instead. For a transformers target the peer is transformers' `generate`, and the
