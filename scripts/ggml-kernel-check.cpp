@@ -208,7 +208,8 @@ static std::vector<B> random_q32(std::mt19937 & rng, int K, int N) {
 }
 
 // The rows up to which a product is bit-identical to each row's alone: the kernels of
-// patches/llama.cpp/0005 (Q4_K repacked: 15, Q6_K: 12) and, for Q4_K where it is not
+// patches/llama.cpp/0005 (Q4_K repacked: 15, Q6_K: 12; 0007 gives them prefetching and, where
+// AVX-512 is, 512-bit registers and tiles of up to 16 rows: the same sums, the same limits) and, for Q4_K where it is not
 // repacked, ggml_vec_dot_q4_K_q8_K run once per row (up to 7: from 8 the tiled path takes
 // it, as upstream). Past these, upstream's tiled kernels sum in another order.
 // Q8_0, Q5_0 and Q4_0 where it is not repacked take llamafile's sgemm, whose tiles (and
