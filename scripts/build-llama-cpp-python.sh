@@ -17,8 +17,10 @@
 # bandwidth here: 2 rows of Q8_0 cost 4x one, now 1.1x), 0007 makes 0005's kernels prefetch
 # the weights and, where AVX-512 is, run in 512-bit registers with tiles of up to 16 rows (a
 # Q4_K_M file's 5-token step 92 -> 53 ms CPU, 9 tokens 166 -> 81, one token 37), 0008 makes
-# 0006's prefetch too (Q8_0 5 tokens 151 -> 128 ms CPU). SPECCHAT_GGML_UPSTREAM=1 at run
-# time turns 0001, 0002 and 0004-0008 off, for A/B measurements.
+# 0006's prefetch too (Q8_0 5 tokens 151 -> 128 ms CPU), 0009 gives Q4_0 times 2-16 rows a
+# 512-bit kernel that decodes each block once for all of them where AVX-512 VNNI is (5
+# tokens 89 -> 48 ms CPU, 9 tokens 141 -> 72). SPECCHAT_GGML_UPSTREAM=1 at run time turns
+# 0001, 0002 and 0004-0009 off, for A/B measurements.
 # If a patch does not apply (another LLAMA_VERSION), the build goes on without it and says so.
 #
 #   PYTHON         the venv's python (default .venv/bin/python)
