@@ -14,8 +14,13 @@
 # times a few rows kernels that unpack each weight block once for several rows (a Q4_K_M
 # file's 2- and 3-token steps ~30 % less CPU), 0006 does the same for Q8_0, Q5_0 and Q4_0
 # (llamafile's small-batch tiles read 4 weight rows at once, at a quarter of one stream's
-# bandwidth here: 2 rows of Q8_0 cost 4x one, now 1.1x). SPECCHAT_GGML_UPSTREAM=1 at run
-# time turns 0001, 0002, 0004, 0005 and 0006 off, for A/B measurements.
+# bandwidth here: 2 rows of Q8_0 cost 4x one, now 1.1x), 0007 makes 0005's kernels prefetch
+# the weights and, where AVX-512 is, run in 512-bit registers with tiles of up to 16 rows (a
+# Q4_K_M file's 5-token step 92 -> 53 ms CPU, 9 tokens 166 -> 81, one token 37), 0008 makes
+# 0006's prefetch too (Q8_0 5 tokens 151 -> 128 ms CPU), 0009 gives Q4_0 times 2-16 rows a
+# 512-bit kernel that decodes each block once for all of them where AVX-512 VNNI is (5
+# tokens 89 -> 48 ms CPU, 9 tokens 141 -> 72). SPECCHAT_GGML_UPSTREAM=1 at run time turns
+# 0001, 0002 and 0004-0009 off, for A/B measurements.
 # If a patch does not apply (another LLAMA_VERSION), the build goes on without it and says so.
 #
 #   PYTHON         the venv's python (default .venv/bin/python)
@@ -77,7 +82,7 @@ done
 if [ ${#applied[@]} -gt 0 ]; then
   # a local version label says which build this is (pip show, specchat's bench reports);
   # bump it when patches/llama.cpp changes
-  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.12\"/" "$src/llama_cpp/__init__.py"
+  sed -i.orig -E "s/^__version__ = \"$version\"/__version__ = \"$version+specchat.13\"/" "$src/llama_cpp/__init__.py"
 fi
 
 mkdir -p "$wheels"

@@ -208,12 +208,14 @@ static std::vector<B> random_q32(std::mt19937 & rng, int K, int N) {
 }
 
 // The rows up to which a product is bit-identical to each row's alone: the kernels of
-// patches/llama.cpp/0005 (Q4_K repacked: 15, Q6_K: 12) and, for Q4_K where it is not
+// patches/llama.cpp/0005 (Q4_K repacked: 15, Q6_K: 12; 0007 gives them prefetching and, where
+// AVX-512 is, 512-bit registers and tiles of up to 16 rows: the same sums, the same limits) and, for Q4_K where it is not
 // repacked, ggml_vec_dot_q4_K_q8_K run once per row (up to 7: from 8 the tiled path takes
 // it, as upstream). Past these, upstream's tiled kernels sum in another order.
 // Q8_0, Q5_0 and Q4_0 where it is not repacked take llamafile's sgemm, whose tiles (and
 // patches/llama.cpp/0006's small-batch path) all sum in one order; Q4_0 repacked: 0006's
-// kernel, 2-16 rows.
+// kernel, 2-16 rows (0009: all of them through its 512-bit tile where AVX-512 VNNI is, else
+// 2-3 rows and upstream's 4-row gemm, which sums as the gemv does).
 static int identical_rows(ggml_type type, bool repacked) {
     switch (type) {
         case GGML_TYPE_Q6_K: return 12;

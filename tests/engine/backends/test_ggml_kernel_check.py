@@ -1,10 +1,12 @@
 """The quantized matmul kernels of the llama.cpp set-up installed (patches/llama.cpp/0005,
-Q4_K and Q6_K weights times a few rows; 0006, Q8_0, Q4_0 and Q5_0), against an exact reference within the format's
+Q4_K and Q6_K weights times a few rows, in 512-bit registers where AVX-512 is since 0007; 0006,
+Q8_0, Q4_0 and Q5_0), against an exact reference within the format's
 rounding bound, and each row bit for bit against the one-token step's product:
 scripts/ggml-kernel-check.sh builds scripts/ggml-kernel-check.cpp against the venv's libggml
 and runs it (the bound is derived there; a planted row shift or skipped block fails it, and
 the first Q4_K kernel, which summed in another order, fails the bit-for-bit check, as does
-0006's streamed sgemm tile planted to sum its blocks last to first; issue 57). Needs a C++ compiler and the cached llama-cpp-python sdist (its
+0006's streamed sgemm tile planted to sum its blocks last to first, and 0007's 512-bit Q6_K
+tile planted to scale by the two scales one after the other; issue 57). Needs a C++ compiler and the cached llama-cpp-python sdist (its
 headers); run it under scripts/as-avx2.sh as well, for the AVX2 kernels."""
 
 from __future__ import annotations

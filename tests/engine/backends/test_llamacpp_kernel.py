@@ -41,7 +41,7 @@ def test_setup_builds_llama_cpp_with_specchats_kernels():
     version (the script then builds without them and says so in its log)."""
     assert batched_kernel(llama_cpp) == "specchat", (
         "llama-cpp-python lacks specchat's llama.cpp patches: run `make setup` (see .venv/llama-cpp-build.log)")
-    assert llama_cpp.__version__.endswith("+specchat.12")
+    assert llama_cpp.__version__.endswith("+specchat.13")
 
 
 @pytest.mark.parametrize("splits", [[4, 8], [2, 2, 2, 6], [7, 5]])
