@@ -178,7 +178,7 @@ def test_verify_passes_on_the_llama_cpp_backend(tmp_path):
                     '[speculation]\nnum_speculative_tokens = 3\n')
     profile = load_profile(str(path))
     loaded = load_models(profile)
-    report = verify(loaded, profile, samples=400, tokens=2, gamma=3)
+    report = verify(loaded, profile, samples=300, tokens=2, gamma=3)
     assert report.settings["backend"] == "llama.cpp" and report.settings["dtype"] in ("gguf:BF16", "gguf:F16")  # the default (auto)
     assert report.speculation["accepted"] > 0 and report.speculation["rejected"] > 0
     assert report.passed, [(c.name, c.detail) for c in report.checks if not c.passed]
