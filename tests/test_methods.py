@@ -3,6 +3,7 @@ factory, bench, serve and the UI read it rather than lists of their own."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -238,13 +239,13 @@ sys.exit(main(["run", "--profile", sys.argv[1], "--prompt", "one two one two one
 '''
 
 
-@pytest.mark.parametrize("head", ["toy_head:ToyHead", "toy_head:NoSuchHead"], ids=["its-row", "a-wrong-row"])
-def test_a_new_head_based_proposer_is_its_head_module_its_proposer_module_and_one_row(tmp_path, tiny_model_dir, head):
+def test_a_new_head_based_proposer_is_its_head_module_its_proposer_module_and_one_row(tmp_path, tiny_model_dir,
+                                                                                        monkeypatch):
     """Issue 58's promise, shown: a head kind is its head module (the nn.Module, its
     safetensors reading and how its config is recognised, declared on the class), its proposer
     module and one row naming both; then the profile takes it, the loader reads the head from
-    its folder, the factory builds the proposer and the chat verifies its drafts. The second
-    case names a head class that is not there and fails: the first case's pass rests on the row."""
+    its folder, the factory builds the proposer and the chat verifies its drafts. A row naming
+    a head class that is not there fails to load: the pass rests on the row."""
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
@@ -260,13 +261,19 @@ def test_a_new_head_based_proposer_is_its_head_module_its_proposer_module_and_on
                                                     "toy_rows": target.config.vocab_size}))
     profile = write_tiny_profile(tmp_path / "toy.toml", tiny_model_dir, method="toy", head=str(folder))
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "SPECCHAT_DATA_DIR": str(tmp_path / "data")}
-    done = subprocess.run([sys.executable, "-c", WITH_A_HEAD_ROW, str(profile), head], capture_output=True,
-                          text=True, timeout=300, env=env, cwd=tmp_path)
-    if head != "toy_head:ToyHead":
-        assert done.returncode != 0 and "NoSuchHead" in done.stderr
-        return
+    done = subprocess.run([sys.executable, "-c", WITH_A_HEAD_ROW, str(profile), "toy_head:ToyHead"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     drafted = lines[-1]["drafts_by_source"]
     assert list(drafted) == ["toy"] and drafted["toy"]["drafted"] > 0
     assert {"accepted", "resampled"} & {t.get("kind") for t in lines[:-1]}  # the verifier's verdicts on them
+    from specchat import methods
+    from specchat.loading.heads import load_head
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "toy_head", raising=False)
+    monkeypatch.setitem(methods.METHODS, "toy", methods.Method("toy", "toy", "toy head", needs="toy",
+                                                               head="toy_head:NoSuchHead", builds="toy_proposer:ToyProposer"))
+    with pytest.raises(AttributeError, match="NoSuchHead"):  # the loader takes the head class the row names
+        load_head(dataclasses.make_dataclass("Spec", ["method"])("toy"), None, None)
